@@ -1,0 +1,1 @@
+//! Criterion benchmarks of every a2 store backend; see `benches/`.

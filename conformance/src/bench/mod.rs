@@ -1,0 +1,1 @@
+//! Shared criterion benchmark bodies, generic over a [`StoreFactory`](crate::StoreFactory).

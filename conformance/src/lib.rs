@@ -1,0 +1,7 @@
+//! The conformance suite every a2 store backend runs.
+#![forbid(unsafe_code)]
+
+pub mod bench;
+mod factory;
+
+pub use factory::{Capabilities, StoreFactory};

@@ -1,0 +1,244 @@
+//! The one error type every backend returns, with a stable code per case.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::Cause;
+
+/// A boxed error source, kept so callers can walk `Error::source`.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// Shorthand for results of store calls.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// The stable, machine-readable code of a [`StoreError`].
+///
+/// Codes never change meaning once released; new codes may be added, so
+/// match with a wildcard arm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// A batch repeats an id, mixes stored and fresh ids, or a replayed
+    /// completion does not match the recorded one.
+    PartialDuplicateBatch,
+    /// Every id of a batch is stored but a type or payload differs.
+    IdempotencyConflict,
+    /// A fenced call names an attempt that is no longer current.
+    SupersededAttempt,
+    /// Work scheduled from an event at or below the session's clear.
+    SessionCleared,
+    /// A completion or failure names an index with no event and no cursor.
+    NoSuchEvent,
+    /// The request itself is malformed; nothing was changed.
+    InvalidInput,
+    /// The backend stayed busy (locked) past its timeout; retrying may work.
+    Busy,
+    /// The backend is out of space; free space and retry.
+    StorageFull,
+    /// The database was written by a newer schema version than this build.
+    IncompatibleSchema,
+    /// The backend failed (I/O, corruption, connection); see the source.
+    Backend,
+}
+
+impl ErrorCode {
+    /// The code as a stable `SCREAMING_SNAKE_CASE` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::PartialDuplicateBatch => "PARTIAL_DUPLICATE_BATCH",
+            Self::IdempotencyConflict => "IDEMPOTENCY_CONFLICT",
+            Self::SupersededAttempt => "SUPERSEDED_ATTEMPT",
+            Self::SessionCleared => "SESSION_CLEARED",
+            Self::NoSuchEvent => "NO_SUCH_EVENT",
+            Self::InvalidInput => "INVALID_INPUT",
+            Self::Busy => "BUSY",
+            Self::StorageFull => "STORAGE_FULL",
+            Self::IncompatibleSchema => "INCOMPATIBLE_SCHEMA",
+            Self::Backend => "BACKEND",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Every failure of a store call. A call that returns an error changed nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// See [`ErrorCode::PartialDuplicateBatch`].
+    #[error("partial duplicate batch: {message}")]
+    PartialDuplicateBatch {
+        /// What was duplicated.
+        message: String,
+    },
+    /// See [`ErrorCode::IdempotencyConflict`].
+    #[error("idempotency conflict: {message}")]
+    IdempotencyConflict {
+        /// Which id differs and how.
+        message: String,
+    },
+    /// See [`ErrorCode::SupersededAttempt`].
+    #[error("superseded attempt: attempt {} of ({}, {}, {}) in session '{session_id}' is no longer current", cause.attempt, cause.consumer, cause.lane.as_deref().unwrap_or("-"), cause.index)]
+    SupersededAttempt {
+        /// The session.
+        session_id: String,
+        /// The attempt that was named.
+        cause: Cause,
+    },
+    /// See [`ErrorCode::SessionCleared`].
+    #[error("session cleared: {message}")]
+    SessionCleared {
+        /// Which work was cleared.
+        message: String,
+    },
+    /// See [`ErrorCode::NoSuchEvent`].
+    #[error("no event at index {index} in session '{session_id}'")]
+    NoSuchEvent {
+        /// The session.
+        session_id: String,
+        /// The index that has no event.
+        index: u64,
+    },
+    /// See [`ErrorCode::InvalidInput`].
+    #[error("invalid input: {message}")]
+    InvalidInput {
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// See [`ErrorCode::Busy`].
+    #[error("backend busy: {message}")]
+    Busy {
+        /// What stayed locked.
+        message: String,
+        /// The backend's own error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// See [`ErrorCode::StorageFull`].
+    #[error("storage full: {message}")]
+    StorageFull {
+        /// Where space ran out.
+        message: String,
+        /// The backend's own error.
+        #[source]
+        source: Option<BoxError>,
+    },
+    /// See [`ErrorCode::IncompatibleSchema`].
+    #[error("incompatible schema: {message}")]
+    IncompatibleSchema {
+        /// Which versions were found and expected.
+        message: String,
+    },
+    /// See [`ErrorCode::Backend`].
+    #[error("backend failure: {message}")]
+    Backend {
+        /// What the backend was doing.
+        message: String,
+        /// The backend's own error.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl StoreError {
+    /// The stable code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::PartialDuplicateBatch { .. } => ErrorCode::PartialDuplicateBatch,
+            Self::IdempotencyConflict { .. } => ErrorCode::IdempotencyConflict,
+            Self::SupersededAttempt { .. } => ErrorCode::SupersededAttempt,
+            Self::SessionCleared { .. } => ErrorCode::SessionCleared,
+            Self::NoSuchEvent { .. } => ErrorCode::NoSuchEvent,
+            Self::InvalidInput { .. } => ErrorCode::InvalidInput,
+            Self::Busy { .. } => ErrorCode::Busy,
+            Self::StorageFull { .. } => ErrorCode::StorageFull,
+            Self::IncompatibleSchema { .. } => ErrorCode::IncompatibleSchema,
+            Self::Backend { .. } => ErrorCode::Backend,
+        }
+    }
+
+    /// An [`ErrorCode::InvalidInput`] error.
+    pub fn invalid_input(message: impl Into<String>) -> Self {
+        Self::InvalidInput {
+            message: message.into(),
+        }
+    }
+
+    /// An [`ErrorCode::PartialDuplicateBatch`] error.
+    pub fn partial_duplicate(message: impl Into<String>) -> Self {
+        Self::PartialDuplicateBatch {
+            message: message.into(),
+        }
+    }
+
+    /// An [`ErrorCode::IdempotencyConflict`] error.
+    pub fn idempotency_conflict(message: impl Into<String>) -> Self {
+        Self::IdempotencyConflict {
+            message: message.into(),
+        }
+    }
+
+    /// An [`ErrorCode::SupersededAttempt`] error for `cause` in `session_id`.
+    pub fn superseded(session_id: &str, cause: &Cause) -> Self {
+        Self::SupersededAttempt {
+            session_id: session_id.to_owned(),
+            cause: cause.clone(),
+        }
+    }
+
+    /// The [`ErrorCode::SessionCleared`] error for work scheduled from `origin_index`.
+    pub fn session_cleared(session_id: &str, origin_index: u64) -> Self {
+        Self::SessionCleared {
+            message: format!(
+                "scheduled work from event {origin_index} was cleared in session '{session_id}'"
+            ),
+        }
+    }
+
+    /// An [`ErrorCode::NoSuchEvent`] error.
+    pub fn no_such_event(session_id: &str, index: u64) -> Self {
+        Self::NoSuchEvent {
+            session_id: session_id.to_owned(),
+            index,
+        }
+    }
+
+    /// An [`ErrorCode::Backend`] error keeping `source`.
+    pub fn backend(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Backend {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_are_stable_strings() {
+        let err = StoreError::invalid_input("empty session id");
+        assert_eq!(err.code(), ErrorCode::InvalidInput);
+        assert_eq!(err.code().as_str(), "INVALID_INPUT");
+        assert_eq!(
+            serde_json::to_string(&ErrorCode::PartialDuplicateBatch).unwrap(),
+            "\"PARTIAL_DUPLICATE_BATCH\""
+        );
+    }
+
+    #[test]
+    fn backend_errors_keep_their_source() {
+        let io = std::io::Error::other("disk on fire");
+        let err = StoreError::backend("writing events", io);
+        let source = StdError::source(&err).expect("source kept");
+        assert_eq!(source.to_string(), "disk on fire");
+    }
+}

@@ -1,0 +1,813 @@
+//! Request and response types of the [`Store`](crate::Store) trait.
+//!
+//! Every type derives serde with `snake_case` field names and round-trips
+//! through JSON, so a CLI or another language can speak them. Timestamps are
+//! milliseconds since the Unix epoch (`i64`); log indexes are 1-based `u64`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The type of the marker event a clear appends. Log cursors never take it.
+pub const CLEAR_EVENT_TYPE: &str = "a2.cleared";
+
+/// How many rows one [`Store::reclaim`](crate::Store::reclaim) call deletes at most.
+pub const RECLAIM_BATCH: usize = 256;
+
+/// The consumer attempt that produced an event: `(consumer, lane, index, attempt)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Cause {
+    /// The consumer that ran the attempt.
+    pub consumer: String,
+    /// Its lane, `None` for an event cursor.
+    #[serde(default)]
+    pub lane: Option<String>,
+    /// The index the attempt processed.
+    pub index: u64,
+    /// The attempt number (1-based) that produced the event.
+    pub attempt: u32,
+}
+
+impl Cause {
+    /// The cursor ref this cause names.
+    pub fn cursor_ref(&self) -> CursorRef {
+        CursorRef {
+            consumer: self.consumer.clone(),
+            lane: self.lane.clone(),
+            index: self.index,
+        }
+    }
+}
+
+/// Work an appended event asks for: a consumer, optionally on a FIFO lane.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Target {
+    /// The consumer that must process the event.
+    pub consumer: String,
+    /// `Some(lane)`: queued on that lane's FIFO cursor; `None`: its own event cursor.
+    #[serde(default)]
+    pub lane: Option<String>,
+}
+
+impl Target {
+    /// A target on a per-event cursor (runs concurrently with others).
+    pub fn event(consumer: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            lane: None,
+        }
+    }
+
+    /// A target on the FIFO lane `lane` of `consumer`.
+    pub fn lane(consumer: impl Into<String>, lane: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            lane: Some(lane.into()),
+        }
+    }
+}
+
+/// An event to append.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewEvent {
+    /// Caller-supplied id (enables idempotent replay); generated when `None`.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Non-empty event type.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// Any JSON value.
+    #[serde(default)]
+    pub payload: Value,
+    /// The attempt that produced it; fences the append (see SPEC, Fencing).
+    #[serde(default)]
+    pub cause: Option<Cause>,
+    /// Consumers that must process it.
+    #[serde(default)]
+    pub targets: Vec<Target>,
+}
+
+impl NewEvent {
+    /// An event of `event_type` with `payload`, no id, cause or targets.
+    pub fn new(event_type: impl Into<String>, payload: Value) -> Self {
+        Self {
+            id: None,
+            event_type: event_type.into(),
+            payload,
+            cause: None,
+            targets: Vec::new(),
+        }
+    }
+
+    /// Sets a caller-supplied id.
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Adds a target.
+    pub fn with_target(mut self, target: Target) -> Self {
+        self.targets.push(target);
+        self
+    }
+
+    /// Sets the fencing cause.
+    pub fn with_cause(mut self, cause: Cause) -> Self {
+        self.cause = Some(cause);
+        self
+    }
+}
+
+/// An event as stored in a session's log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredEvent {
+    /// Unique within the session (above its clear).
+    pub id: String,
+    /// The event type.
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// The payload as appended.
+    pub payload: Value,
+    /// 1-based, contiguous position in the session's log.
+    pub index: u64,
+    /// The session the event belongs to.
+    pub session_id: String,
+    /// Store clock at append, ms; equal for every row of one batch.
+    pub created_at: i64,
+    /// The attempt that produced it, if any.
+    #[serde(default)]
+    pub cause: Option<Cause>,
+}
+
+/// What a declared log consumer follows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogDeclaration {
+    /// The lane its log cursor lives on (a log lane is never a target lane).
+    pub lane: String,
+    /// Types it takes; `None` takes every type (never the clear marker).
+    #[serde(default)]
+    pub types: Option<Vec<String>>,
+    /// `true`: start from the last clear; `false`: from the head when first declared.
+    #[serde(default)]
+    pub backfill: bool,
+}
+
+/// A consumer a caller serves, passed with calls (the store keeps no registry).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConsumerDeclaration {
+    /// The consumer's name.
+    pub name: String,
+    /// Present for a log consumer.
+    #[serde(default)]
+    pub log: Option<LogDeclaration>,
+}
+
+impl ConsumerDeclaration {
+    /// A consumer of targeted work only.
+    pub fn targeted(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            log: None,
+        }
+    }
+
+    /// A log consumer on `lane` taking `types` (`None`: all).
+    pub fn log(
+        name: impl Into<String>,
+        lane: impl Into<String>,
+        types: Option<Vec<String>>,
+        backfill: bool,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            log: Some(LogDeclaration {
+                lane: lane.into(),
+                types,
+                backfill,
+            }),
+        }
+    }
+}
+
+/// Names a cursor's head: `(consumer, lane, index)`.
+///
+/// For an event cursor the index picks the cursor; for lane and log cursors
+/// `(consumer, lane)` picks it and `index` must be its current head.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct CursorRef {
+    /// The consumer.
+    pub consumer: String,
+    /// The lane, `None` for an event cursor.
+    #[serde(default)]
+    pub lane: Option<String>,
+    /// The head index.
+    pub index: u64,
+}
+
+impl CursorRef {
+    /// A ref to `(consumer, lane, index)`.
+    pub fn new(consumer: impl Into<String>, lane: Option<&str>, index: u64) -> Self {
+        Self {
+            consumer: consumer.into(),
+            lane: lane.map(str::to_owned),
+            index,
+        }
+    }
+}
+
+/// The kind of a cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CursorKind {
+    /// One targeted event, concurrent with others.
+    Event,
+    /// A FIFO queue of targeted indexes, one head at a time.
+    Lane,
+    /// A declared follower of the whole log, filtered by type.
+    Log,
+}
+
+/// Dispatch bookkeeping of one head; fresh each time a cursor moves to a new head.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dispatch {
+    /// Claims (and expiry dead-letters) so far; the current attempt number.
+    pub attempt_count: u32,
+    /// First claim, ms.
+    pub first_claimed_at: Option<i64>,
+    /// Latest claim, ms.
+    pub last_claimed_at: Option<i64>,
+    /// Holder of the current claim; `None` when unclaimed or released.
+    pub claim_holder: Option<String>,
+    /// Claim expiry or end of the retry delay, ms.
+    pub claim_expires_at: Option<i64>,
+    /// Failures counted (explicit fails and expired claims).
+    pub failure_count: u32,
+    /// Latest failure, ms.
+    pub last_failed_at: Option<i64>,
+    /// Attempt of the latest explicit failure.
+    pub last_failed_attempt: Option<u32>,
+    /// Error of the latest explicit failure.
+    pub last_error: Option<String>,
+    /// Set when dead-lettered, ms.
+    pub failed_at: Option<i64>,
+}
+
+/// A cursor with its position, head and bookkeeping.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cursor {
+    /// The consumer.
+    pub consumer: String,
+    /// The lane, `None` for an event cursor.
+    pub lane: Option<String>,
+    /// Its kind.
+    pub kind: CursorKind,
+    /// Last index it finished (or started after).
+    pub position: u64,
+    /// The index it must process next, if any.
+    pub head: Option<u64>,
+    /// Types a log cursor takes (`None`: all, or not a log cursor).
+    #[serde(default)]
+    pub types: Option<Vec<String>>,
+    /// Bookkeeping of the head.
+    pub dispatch: Dispatch,
+}
+
+impl Cursor {
+    /// The ref of its current head, if it has one.
+    pub fn head_ref(&self) -> Option<CursorRef> {
+        self.head.map(|index| CursorRef {
+            consumer: self.consumer.clone(),
+            lane: self.lane.clone(),
+            index,
+        })
+    }
+}
+
+/// A claimable or dead-lettered head: the stored event plus its cursor's bookkeeping.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Head {
+    /// The event at the head.
+    pub event: StoredEvent,
+    /// The cursor's consumer.
+    pub consumer: String,
+    /// The cursor's lane.
+    pub lane: Option<String>,
+    /// Bookkeeping of this head.
+    pub dispatch: Dispatch,
+    /// The session's clear index when it has been cleared.
+    #[serde(default)]
+    pub clear_index: Option<u64>,
+}
+
+impl Head {
+    /// The ref naming this head.
+    pub fn cursor_ref(&self) -> CursorRef {
+        CursorRef {
+            consumer: self.consumer.clone(),
+            lane: self.lane.clone(),
+            index: self.event.index,
+        }
+    }
+
+    /// The cause events produced by the current attempt carry.
+    pub fn cause(&self) -> Cause {
+        Cause {
+            consumer: self.consumer.clone(),
+            lane: self.lane.clone(),
+            index: self.event.index,
+            attempt: self.dispatch.attempt_count,
+        }
+    }
+}
+
+/// Options of [`Store::append`](crate::Store::append).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AppendOptions {
+    /// Declarations served; restricts `has_pending` and creates log cursors.
+    #[serde(default)]
+    pub consumers: Option<Vec<ConsumerDeclaration>>,
+    /// The event this append was scheduled from; rejected if at/below the clear.
+    #[serde(default)]
+    pub origin_index: Option<u64>,
+}
+
+/// Result of [`Store::append`](crate::Store::append).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AppendResult {
+    /// The stored rows in the batch's order.
+    pub events: Vec<StoredEvent>,
+    /// Whether any served cursor has a claimable (not dead-lettered) head.
+    pub has_pending: bool,
+}
+
+/// Request of [`Store::claim_available`](crate::Store::claim_available).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimRequest {
+    /// The session.
+    pub session_id: String,
+    /// Who claims.
+    pub holder: String,
+    /// Lease length, ms (exactly one of `ttl_ms` and `expires_at_ms`).
+    #[serde(default)]
+    pub ttl_ms: Option<i64>,
+    /// Lease end, ms since epoch.
+    #[serde(default)]
+    pub expires_at_ms: Option<i64>,
+    /// Refs to skip; an excluded lane or log cursor is skipped whatever its head.
+    #[serde(default)]
+    pub exclude: Vec<CursorRef>,
+    /// Serve only these consumers; `None` serves every cursor.
+    #[serde(default)]
+    pub consumers: Option<Vec<ConsumerDeclaration>>,
+    /// An expired claim reaching this many failures is dead-lettered.
+    #[serde(default)]
+    pub max_failures: Option<u32>,
+    /// Skip heads above this index.
+    #[serde(default)]
+    pub through: Option<u64>,
+    /// Claim at most this many, lowest `(index, consumer)` first.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// Result of [`Store::claim_available`](crate::Store::claim_available).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ClaimResult {
+    /// Something was claimed or dead-lettered.
+    Claimed {
+        /// Claimed heads by `(index, consumer, lane)`.
+        heads: Vec<Head>,
+        /// Heads dead-lettered by this call (expired claims at `max_failures`).
+        dead_lettered: Vec<Head>,
+        /// The session's log head.
+        head: u64,
+    },
+    /// Nothing claimable now; the earliest busy head frees at `retry_at`.
+    Busy {
+        /// Earliest busy expiry, ms.
+        retry_at: i64,
+    },
+    /// No served cursor has a claimable or busy head.
+    Settled,
+}
+
+/// A held claim to renew: the head's ref and the attempt that holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldClaim {
+    /// The head.
+    #[serde(flatten)]
+    pub cursor: CursorRef,
+    /// The attempt returned by the claim.
+    pub attempt: u32,
+}
+
+/// Request of [`Store::renew_claims`](crate::Store::renew_claims).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewRequest {
+    /// The session.
+    pub session_id: String,
+    /// Who holds the claims.
+    pub holder: String,
+    /// The claims to extend.
+    pub claims: Vec<HeldClaim>,
+    /// New lease length, ms (exactly one of `ttl_ms` and `expires_at_ms`).
+    #[serde(default)]
+    pub ttl_ms: Option<i64>,
+    /// New lease end, ms since epoch.
+    #[serde(default)]
+    pub expires_at_ms: Option<i64>,
+}
+
+/// Result of [`Store::renew_claims`](crate::Store::renew_claims), refs by `(index, consumer)`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RenewResult {
+    /// Claims whose expiry was extended.
+    pub renewed: Vec<CursorRef>,
+    /// Claims that can never complete (cleared, moved past, newer attempt).
+    pub superseded: Vec<CursorRef>,
+}
+
+/// Request of [`Store::complete_attempt`](crate::Store::complete_attempt).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompleteRequest {
+    /// The session.
+    pub session_id: String,
+    /// The cursor's consumer.
+    pub consumer: String,
+    /// The cursor's lane.
+    #[serde(default)]
+    pub lane: Option<String>,
+    /// The head completed.
+    pub index: u64,
+    /// The attempt completing it.
+    pub attempt: u32,
+    /// Events the handler produced, appended with this attempt as cause.
+    #[serde(default)]
+    pub events: Vec<NewEvent>,
+    /// Declarations served (log cursors for the returned events).
+    #[serde(default)]
+    pub consumers: Option<Vec<ConsumerDeclaration>>,
+}
+
+/// Result of [`Store::complete_attempt`](crate::Store::complete_attempt).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum CompleteResult {
+    /// Applied now, or a replay of the same completion.
+    Completed {
+        /// The stored returned events.
+        events: Vec<StoredEvent>,
+    },
+    /// The attempt is no longer current; nothing changed.
+    Superseded,
+}
+
+/// Request of [`Store::fail_attempt`](crate::Store::fail_attempt).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailRequest {
+    /// The session.
+    pub session_id: String,
+    /// The cursor's consumer.
+    pub consumer: String,
+    /// The cursor's lane.
+    #[serde(default)]
+    pub lane: Option<String>,
+    /// The head that failed.
+    pub index: u64,
+    /// The attempt that failed.
+    pub attempt: u32,
+    /// What went wrong.
+    pub error: String,
+    /// Dead-letter when the failure count reaches this; `None`: never.
+    #[serde(default)]
+    pub max_failures: Option<u32>,
+    /// Keep the head busy this long before it can be claimed again, ms.
+    #[serde(default)]
+    pub retry_after_ms: Option<i64>,
+}
+
+/// How a failure was recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailOutcome {
+    /// Counted; the head can be claimed again (after the retry delay).
+    Failed,
+    /// Counted and the head reached `max_failures`.
+    DeadLettered,
+    /// The attempt is no longer current; nothing changed.
+    Superseded,
+}
+
+/// Result of [`Store::fail_attempt`](crate::Store::fail_attempt).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailResult {
+    /// What happened.
+    pub outcome: FailOutcome,
+    /// The head's failure count afterwards (0 when superseded and moved on).
+    pub failure_count: u32,
+}
+
+/// What a redrive does with a dead-lettered head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RedriveAction {
+    /// Make it claimable again (failures reset, attempts kept).
+    Retry,
+    /// Move the cursor past it as if processed (no completion recorded).
+    Skip,
+}
+
+impl std::str::FromStr for RedriveAction {
+    type Err = crate::StoreError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "retry" => Ok(Self::Retry),
+            "skip" => Ok(Self::Skip),
+            other => Err(crate::StoreError::invalid_input(format!(
+                "unknown redrive action '{other}': use 'retry' or 'skip'"
+            ))),
+        }
+    }
+}
+
+/// Request of [`Store::redrive`](crate::Store::redrive).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedriveRequest {
+    /// The session.
+    pub session_id: String,
+    /// The consumer whose dead-lettered head to redrive.
+    pub consumer: String,
+    /// The dead-lettered head's index.
+    pub index: u64,
+    /// Retry or skip.
+    pub action: RedriveAction,
+    /// Declarations served (restricts `has_pending`).
+    #[serde(default)]
+    pub consumers: Option<Vec<ConsumerDeclaration>>,
+}
+
+/// Result of [`Store::redrive`](crate::Store::redrive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedriveResult {
+    /// Whether a dead-lettered head was found and redriven.
+    pub redriven: bool,
+    /// Whether any served cursor has a claimable head afterwards.
+    pub has_pending: bool,
+}
+
+/// Request of [`Store::clear`](crate::Store::clear).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClearRequest {
+    /// The session.
+    pub session_id: String,
+    /// Clear only if the head is exactly this.
+    #[serde(default)]
+    pub if_last_index: Option<u64>,
+    /// Fences the clear like an append's cause.
+    #[serde(default)]
+    pub cause: Option<Cause>,
+}
+
+/// Result of [`Store::clear`](crate::Store::clear).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ClearResult {
+    /// The marker appended; its index is the new clear index.
+    Cleared {
+        /// The `a2.cleared` marker row.
+        marker: StoredEvent,
+    },
+    /// `if_last_index` did not match; nothing changed.
+    NotCleared {
+        /// The current head.
+        head: u64,
+    },
+}
+
+/// Result of [`Store::reclaim`](crate::Store::reclaim).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReclaimResult {
+    /// Rows deleted by this call (at most [`RECLAIM_BATCH`]).
+    pub reclaimed: u64,
+    /// No rows remain below the clear marker.
+    pub done: bool,
+}
+
+/// Options of [`Store::read`](crate::Store::read): rows with `after < index <= through`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadOptions {
+    /// Exclusive lower bound; 0 by default.
+    #[serde(default)]
+    pub after: Option<u64>,
+    /// Inclusive upper bound; the head by default.
+    #[serde(default)]
+    pub through: Option<u64>,
+    /// At most this many rows.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// Result of [`Store::wake_log`](crate::Store::wake_log).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WakeLogResult {
+    /// The log cursor (idle and not stored when nothing follows the clear).
+    pub cursor: Cursor,
+    /// The session's log head.
+    pub head: u64,
+}
+
+/// One snapshot write of [`Store::write_state`](crate::Store::write_state).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateWrite {
+    /// The log index the state was folded through.
+    pub index: u64,
+    /// The reducer's state.
+    pub state: Value,
+    /// Heads that keep this checkpoint readable while they hold.
+    #[serde(default)]
+    pub pins: Vec<CursorRef>,
+}
+
+/// Options of [`Store::read_state`](crate::Store::read_state).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadStateOptions {
+    /// Return no snapshot above this index.
+    #[serde(default)]
+    pub at: Option<u64>,
+}
+
+/// A reducer snapshot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The index it was folded through.
+    pub index: u64,
+    /// The state.
+    pub state: Value,
+}
+
+/// Result of [`Store::read_state`](crate::Store::read_state).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateRead {
+    /// The best snapshot at or below `at` and above the clear, if any.
+    pub snapshot: Option<Snapshot>,
+    /// The session's clear index (0 when never cleared).
+    pub clear_index: u64,
+}
+
+/// Metadata of [`Store::set_presence`](crate::Store::set_presence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PresenceMeta {
+    /// The writer's timestamp, ms; last writer wins per field by it.
+    pub at: i64,
+    /// A log index the participant has seen (opaque to the store).
+    #[serde(default)]
+    pub seen: Option<u64>,
+    /// Lifetime from the store's clock at the write, ms (positive).
+    pub ttl_ms: i64,
+}
+
+/// Result of [`Store::set_presence`](crate::Store::set_presence).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PresenceResult {
+    /// Fields that were written (a `null` is a deletion).
+    pub applied: BTreeMap<String, Value>,
+    /// How many fields were written.
+    pub applied_count: usize,
+}
+
+/// One live presence field.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PresenceRow {
+    /// Who.
+    pub participant: String,
+    /// Which field.
+    pub field: String,
+    /// Its value (never `null`: tombstones are not read).
+    pub value: Value,
+    /// The log index the writer had seen.
+    pub seen: Option<u64>,
+    /// The writer's timestamp, ms.
+    pub at: i64,
+    /// When it stops being read, ms.
+    pub expires_at: i64,
+}
+
+/// Options of [`Store::sessions`](crate::Store::sessions): a page of sessions by id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListSessions {
+    /// Only ids sorting after this one.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// At most this many.
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+/// A session as listed by [`Store::sessions`](crate::Store::sessions).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// The session id.
+    pub session_id: String,
+    /// Its log head.
+    pub head: u64,
+    /// Its clear index (0 when never cleared).
+    pub clear_index: u64,
+    /// Index of the last reclaimed row (rows at or below are deleted).
+    pub reclaimed_through: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn round_trip<T>(value: &T)
+    where
+        T: Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+    {
+        let text = serde_json::to_string(value).unwrap();
+        let back: T = serde_json::from_str(&text).unwrap();
+        assert_eq!(&back, value, "{text}");
+    }
+
+    #[test]
+    fn requests_and_results_round_trip_through_json() {
+        round_trip(
+            &NewEvent::new("msg", json!({"a": [1, 2]}))
+                .with_id("e1")
+                .with_target(Target::lane("agent", "L1"))
+                .with_target(Target::event("notifier")),
+        );
+        round_trip(&ClaimRequest {
+            session_id: "s".into(),
+            holder: "w1".into(),
+            ttl_ms: Some(1000),
+            exclude: vec![CursorRef::new("agent", Some("L1"), 3)],
+            consumers: Some(vec![ConsumerDeclaration::log(
+                "audit",
+                "log",
+                Some(vec!["msg".into()]),
+                true,
+            )]),
+            limit: Some(2),
+            ..ClaimRequest::default()
+        });
+        round_trip(&ClaimResult::Busy { retry_at: 5 });
+        round_trip(&ClaimResult::Settled);
+        round_trip(&RenewRequest {
+            session_id: "s".into(),
+            holder: "w".into(),
+            claims: vec![HeldClaim {
+                cursor: CursorRef::new("c", None, 4),
+                attempt: 2,
+            }],
+            ttl_ms: None,
+            expires_at_ms: Some(9),
+        });
+        round_trip(&FailResult {
+            outcome: FailOutcome::DeadLettered,
+            failure_count: 3,
+        });
+        round_trip(&ClearResult::NotCleared { head: 7 });
+        let head = Head {
+            event: StoredEvent {
+                id: "x".into(),
+                event_type: "msg".into(),
+                payload: json!(null),
+                index: 1,
+                session_id: "s".into(),
+                created_at: 10,
+                cause: Some(Cause {
+                    consumer: "c".into(),
+                    lane: None,
+                    index: 0,
+                    attempt: 1,
+                }),
+            },
+            consumer: "c".into(),
+            lane: Some("L".into()),
+            dispatch: Dispatch {
+                attempt_count: 1,
+                claim_holder: Some("w".into()),
+                ..Dispatch::default()
+            },
+            clear_index: Some(3),
+        };
+        round_trip(&ClaimResult::Claimed {
+            heads: vec![head.clone()],
+            dead_lettered: vec![],
+            head: 9,
+        });
+        assert_eq!(
+            serde_json::to_value(RedriveAction::Skip).unwrap(),
+            json!("skip")
+        );
+        assert_eq!(
+            "bounce".parse::<RedriveAction>().unwrap_err().code(),
+            crate::ErrorCode::InvalidInput
+        );
+    }
+}

@@ -1,0 +1,2 @@
+//! The in-memory reference backend of the a2 session store.
+#![forbid(unsafe_code)]
