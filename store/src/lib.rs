@@ -1,0 +1,1 @@
+//! Durable agent session stores behind one facade.
