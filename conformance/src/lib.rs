@@ -1,6 +1,7 @@
 //! The conformance suite every a2 store backend runs.
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "bench")]
 pub mod bench;
 mod factory;
 
