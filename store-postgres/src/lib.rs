@@ -1,0 +1,2 @@
+//! The PostgreSQL backend of the a2 session store.
+#![forbid(unsafe_code)]
