@@ -4,16 +4,14 @@
 use std::time::{Duration, Instant};
 
 use a2_store_api::{
-    ConsumerDeclaration, FailOutcome, FailRequest, HeldClaim, NewEvent, RenewRequest, Store,
-    Target,
+    ConsumerDeclaration, FailOutcome, FailRequest, HeldClaim, NewEvent, RenewRequest, Store, Target,
 };
 use criterion::measurement::WallTime;
 use criterion::{BenchmarkGroup, BenchmarkId, Throughput};
 use tokio::runtime::Runtime;
 
 use super::fixture::{
-    append_all, claim_all, claim_one, complete, must, payload, work_events, BenchSession,
-    LEASE_MS,
+    append_all, claim_all, claim_one, complete, must, payload, work_events, BenchSession, LEASE_MS,
 };
 use crate::StoreFactory;
 

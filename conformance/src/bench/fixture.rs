@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use a2_store_api::{
-    AppendOptions, ClaimRequest, ClaimResult, CompleteRequest, CompleteResult,
-    ConsumerDeclaration, Head, ManualClock, NewEvent, RandomIds, Result, Store, Target,
+    AppendOptions, ClaimRequest, ClaimResult, CompleteRequest, CompleteResult, ConsumerDeclaration,
+    Head, ManualClock, NewEvent, RandomIds, Result, Store, Target,
 };
 use serde_json::{json, Value};
 
@@ -73,7 +73,12 @@ pub fn payload(seq: u64) -> Value {
 }
 
 /// `count` events of `event_type` with ~200-byte payloads, each carrying `targets`.
-pub fn work_events(event_type: &str, count: usize, first_seq: u64, targets: &[Target]) -> Vec<NewEvent> {
+pub fn work_events(
+    event_type: &str,
+    count: usize,
+    first_seq: u64,
+    targets: &[Target],
+) -> Vec<NewEvent> {
     (0..count as u64)
         .map(|offset| NewEvent {
             id: None,
@@ -157,7 +162,10 @@ pub(crate) async fn complete(
     match must("complete_attempt", store.complete_attempt(request).await) {
         CompleteResult::Completed { .. } => {}
         CompleteResult::Superseded => {
-            panic!("benchmark completion of index {} was superseded", head.event.index)
+            panic!(
+                "benchmark completion of index {} was superseded",
+                head.event.index
+            )
         }
     }
 }

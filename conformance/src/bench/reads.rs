@@ -17,7 +17,11 @@ const READ_ROWS: usize = 1_000;
 
 /// Per iteration: `read` of 1,000 rows (`limit` 1,000) from a session of
 /// 2,000; throughput counts rows. Id `(backend)`.
-pub fn read_rows(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, factory: &dyn StoreFactory) {
+pub fn read_rows(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &Runtime,
+    factory: &dyn StoreFactory,
+) {
     group.throughput(Throughput::Elements(READ_ROWS as u64));
     let mut state: Option<BenchSession<'_>> = None;
     group.bench_function(factory.name(), |b| {

@@ -50,10 +50,19 @@ pub fn state_with_pins(
                     seq += 1;
                     let session = bench.session();
                     let start = Instant::now();
-                    let written = bench.store.write_state(session, "reducer", vec![write]).await;
+                    let written = bench
+                        .store
+                        .write_state(session, "reducer", vec![write])
+                        .await;
                     let read = bench
                         .store
-                        .read_state(session, "reducer", ReadStateOptions { at: Some(pin.index) })
+                        .read_state(
+                            session,
+                            "reducer",
+                            ReadStateOptions {
+                                at: Some(pin.index),
+                            },
+                        )
                         .await;
                     total += start.elapsed();
                     must("write_state", written);
@@ -75,7 +84,11 @@ const PARTICIPANTS: u64 = 8;
 
 /// Per iteration: `set_presence` of two fields for one of 8 participants,
 /// then `read_presence` of the session (16 live rows). Id `(backend)`.
-pub fn presence(group: &mut BenchmarkGroup<'_, WallTime>, rt: &Runtime, factory: &dyn StoreFactory) {
+pub fn presence(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    rt: &Runtime,
+    factory: &dyn StoreFactory,
+) {
     group.throughput(Throughput::Elements(1));
     let mut state: Option<BenchSession<'_>> = None;
     let mut seq = 0_u64;
