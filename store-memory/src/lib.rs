@@ -1,2 +1,42 @@
 //! The in-memory reference backend of the a2 session store.
+//!
+//! [`MemoryStore`] implements [`a2_store_api::Store`] exactly as the SPEC
+//! and the team's CONTRACT say; every other backend must be
+//! indistinguishable from it. State lives in memory only, one lock per
+//! session. Claims, completions, failures, renewals and `has_pending` cost
+//! O(log n) in the session's events and cursors (plus the heads returned):
+//! see the crate README for the indexes that make that so.
+//!
+//! ```
+//! use a2_store_api::{Store, NewEvent, AppendOptions, Target};
+//! use a2_store_memory::MemoryStore;
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let store = MemoryStore::new();
+//! let event = NewEvent::new("msg", serde_json::json!({"text": "hi"}))
+//!     .with_target(Target::lane("agent", "main"));
+//! let result = store.append("s", vec![event], AppendOptions::default()).await?;
+//! assert!(result.has_pending);
+//! # Ok::<(), a2_store_api::StoreError>(())
+//! # }).unwrap();
+//! ```
+
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod append;
+mod claim;
+mod clear;
+mod cursor;
+mod cursor_table;
+mod head_index;
+mod log;
+mod outcome;
+mod presence;
+mod session;
+mod snapshots;
+mod state;
+mod store;
+mod subscribers;
+
+pub use store::{MemoryOptions, MemoryStore};

@@ -1,0 +1,299 @@
+//! `claim_available` and `renew_claims`: handing out heads under leases.
+//!
+//! A claim walks only the claimable heads (in `(index, consumer, lane)`
+//! order, up to `through`, stopping at `limit`), after promoting the busy
+//! heads whose expiry has passed. Nothing else of the session is visited.
+
+use std::collections::{BTreeSet, HashSet};
+use std::iter::Peekable;
+use std::sync::Arc;
+
+use a2_store_api::{
+    codec, ClaimRequest, ClaimResult, CursorRef, RenewRequest, RenewResult, Result,
+    StoreError,
+};
+
+use crate::cursor::{CursorId, CursorKey, CursorState};
+use crate::cursor_table::Lookup;
+use crate::head_index::{ConsumerHeadKey, HeadIndex};
+use crate::session::{Env, Session};
+
+/// What a claim does to one head.
+enum Step {
+    Claim(CursorId),
+    DeadLetter(CursorId),
+}
+
+impl Session {
+    /// Claims every claimable served head (up to `limit`), counting expired
+    /// claims as failures first and dead-lettering at `max_failures`.
+    pub fn claim(&mut self, env: Env<'_>, request: ClaimRequest) -> Result<ClaimResult> {
+        codec::validate_name("holder", &request.holder)?;
+        let consumers = request.consumers.as_deref();
+        codec::validate_consumers(consumers, &[])?;
+        let now = env.clock.now_ms();
+        let expires_at = codec::lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+        if request.limit == Some(0) {
+            return Err(StoreError::invalid_input(
+                "claim limit is 0: pass at least 1, or no limit",
+            ));
+        }
+        self.refresh_log_types(consumers);
+        self.cursors.promote_expired(now);
+
+        let served: Option<BTreeSet<&str>> = consumers
+            .map(|consumers| consumers.iter().map(|consumer| consumer.name.as_str()).collect());
+        let excluded: HashSet<CursorKey> = request.exclude.iter().map(CursorKey::of_ref).collect();
+        let through = request.through.unwrap_or(u64::MAX);
+        let limit = request.limit.unwrap_or(usize::MAX);
+
+        let mut steps = Vec::new();
+        let mut claims = 0;
+        let mut early_busy: Option<i64> = None;
+        for id in candidates(self.cursors.heads(), served.as_ref(), through) {
+            let Some(cursor) = self.cursors.get(id) else {
+                continue;
+            };
+            if !excluded.is_empty() && excluded.contains(&cursor.key()) {
+                continue;
+            }
+            let dispatch = &cursor.dispatch;
+            if let Some(expiry) = dispatch.claim_expires_at.filter(|expiry| *expiry > now) {
+                // Promoted earlier, but the clock moved back: still busy.
+                early_busy = Some(early_busy.map_or(expiry, |t| t.min(expiry)));
+                continue;
+            }
+            let dead = dispatch.claim_holder.is_some()
+                && request
+                    .max_failures
+                    .is_some_and(|max| dispatch.failure_count.saturating_add(1) >= max);
+            if dead {
+                steps.push(Step::DeadLetter(id));
+            } else {
+                steps.push(Step::Claim(id));
+                claims += 1;
+                if claims >= limit {
+                    break;
+                }
+            }
+        }
+
+        if steps.is_empty() {
+            let busy = self.earliest_busy(served.as_ref(), &excluded, through);
+            let retry_at = match (busy, early_busy) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            return Ok(match retry_at {
+                Some(retry_at) => ClaimResult::Busy { retry_at },
+                None => ClaimResult::Settled,
+            });
+        }
+
+        // Every head's row must exist before anything changes.
+        for step in &steps {
+            let (Step::Claim(id) | Step::DeadLetter(id)) = step;
+            let index = self.cursors.get(*id).and_then(|cursor| cursor.head);
+            if !index.is_some_and(|index| self.log.row(index).is_some()) {
+                return Err(self.corrupt(index.unwrap_or(0)));
+            }
+        }
+
+        let holder = request.holder;
+        let mut heads = Vec::with_capacity(claims);
+        let mut dead_lettered = Vec::new();
+        for step in steps {
+            match step {
+                Step::Claim(id) => {
+                    let holder = holder.clone();
+                    self.cursors.modify(id, |cursor| {
+                        let dispatch = &mut cursor.dispatch;
+                        if dispatch.claim_holder.is_some() {
+                            dispatch.failure_count = dispatch.failure_count.saturating_add(1);
+                        }
+                        dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
+                        dispatch.first_claimed_at.get_or_insert(now);
+                        dispatch.last_claimed_at = Some(now);
+                        dispatch.claim_holder = Some(holder);
+                        dispatch.claim_expires_at = Some(expires_at);
+                    });
+                    heads.push(self.view(id)?);
+                }
+                Step::DeadLetter(id) => {
+                    let head = self.cursors.modify(id, |cursor| {
+                        let dispatch = &mut cursor.dispatch;
+                        dispatch.failure_count = dispatch.failure_count.saturating_add(1);
+                        dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
+                        dispatch.claim_holder = None;
+                        dispatch.claim_expires_at = None;
+                        dispatch.failed_at = Some(now);
+                        cursor.head
+                    });
+                    if let Some(Some(index)) = head {
+                        self.snapshots.release((id, index));
+                    }
+                    dead_lettered.push(self.view(id)?);
+                }
+            }
+        }
+        Ok(ClaimResult::Claimed {
+            heads,
+            dead_lettered,
+            head: self.log.head(),
+        })
+    }
+
+    /// The head of live cursor `id` as a claim reports it.
+    fn view(&self, id: CursorId) -> Result<a2_store_api::Head> {
+        let cursor = self.cursors.get(id).ok_or_else(|| self.corrupt(0))?;
+        self.head_view(cursor)
+    }
+
+    /// The earliest expiry among busy heads that are served, at or below
+    /// `through` and not excluded. Walks busy heads in expiry order and stops
+    /// at the first match.
+    fn earliest_busy(
+        &self,
+        served: Option<&BTreeSet<&str>>,
+        excluded: &HashSet<CursorKey>,
+        through: u64,
+    ) -> Option<i64> {
+        let heads = self.cursors.heads();
+        let matches = |id: &CursorId| {
+            self.cursors.get(*id).is_some_and(|cursor: &CursorState| {
+                cursor.head.is_some_and(|head| head <= through)
+                    && (excluded.is_empty() || !excluded.contains(&cursor.key()))
+            })
+        };
+        match served {
+            None => heads
+                .busy
+                .iter()
+                .find(|(_, id)| matches(id))
+                .map(|(expiry, _)| *expiry),
+            Some(served) => served
+                .iter()
+                .filter_map(|name| heads.busy_by_consumer.get(*name))
+                .filter_map(|set| set.iter().find(|(_, id)| matches(id)))
+                .map(|(expiry, _)| *expiry)
+                .min(),
+        }
+    }
+
+    /// Extends leases still held by `holder`; reports claims that can never
+    /// complete. Refs are processed in `(index, consumer, lane)` order.
+    pub fn renew(&mut self, env: Env<'_>, request: RenewRequest) -> Result<RenewResult> {
+        codec::validate_name("holder", &request.holder)?;
+        let now = env.clock.now_ms();
+        let expires_at = codec::lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+        let mut claims = request.claims;
+        claims.sort_by(|a, b| codec::compare_refs(&a.cursor, &b.cursor));
+        let clear = self.log.clear_index();
+        let mut result = RenewResult::default();
+        for claim in claims {
+            let target: CursorRef = claim.cursor;
+            if target.index <= clear {
+                result.superseded.push(target);
+                continue;
+            }
+            let id = match self
+                .cursors
+                .lookup(&target.consumer, target.lane.as_deref(), target.index)
+            {
+                Lookup::Missing => continue,
+                Lookup::Finished(_) => {
+                    result.superseded.push(target);
+                    continue;
+                }
+                Lookup::Live(id, cursor) => {
+                    let on_head = cursor.head == Some(target.index);
+                    if !on_head && cursor.position < target.index {
+                        continue;
+                    }
+                    if !on_head || cursor.dispatch.attempt_count > claim.attempt {
+                        result.superseded.push(target);
+                        continue;
+                    }
+                    let dispatch = &cursor.dispatch;
+                    let held = dispatch.failed_at.is_none()
+                        && dispatch.claim_holder.as_deref() == Some(request.holder.as_str())
+                        && dispatch.claim_expires_at.is_some_and(|expiry| expiry > now);
+                    if !held {
+                        continue;
+                    }
+                    id
+                }
+            };
+            self.cursors.modify(id, |cursor| {
+                cursor.dispatch.claim_expires_at = Some(expires_at);
+            });
+            result.renewed.push(target);
+        }
+        Ok(result)
+    }
+}
+
+/// The claimable heads at or below `through` of the served consumers
+/// (`None`: all), in claim order.
+fn candidates<'a>(
+    heads: &'a HeadIndex,
+    served: Option<&BTreeSet<&str>>,
+    through: u64,
+) -> Box<dyn Iterator<Item = CursorId> + 'a> {
+    match served {
+        None => Box::new(
+            heads
+                .ready
+                .iter()
+                .take_while(move |(index, ..)| *index <= through)
+                .map(|(.., id)| *id),
+        ),
+        Some(served) => {
+            let sources = served
+                .iter()
+                .filter_map(|name| heads.ready_by_consumer.get_key_value(*name))
+                .map(|(name, set)| (name.clone(), set.iter().peekable()))
+                .collect();
+            Box::new(
+                Merge { sources }
+                    .take_while(move |(index, _)| *index <= through)
+                    .map(|(_, id)| id),
+            )
+        }
+    }
+}
+
+/// A merge of several consumers' ready sets into claim order. The sources
+/// are few (the consumers a call serves), so picking the least is a scan.
+struct Merge<'a> {
+    sources: Vec<(
+        Arc<str>,
+        Peekable<std::collections::btree_set::Iter<'a, ConsumerHeadKey>>,
+    )>,
+}
+
+impl Iterator for Merge<'_> {
+    type Item = (u64, CursorId);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let mut best: Option<(usize, u64, &Arc<str>, &Option<Arc<str>>)> = None;
+        for (position, (name, source)) in self.sources.iter_mut().enumerate() {
+            let name: &Arc<str> = name;
+            let Some((index, lane, _)) = source.peek() else {
+                continue;
+            };
+            let better = match best {
+                None => true,
+                Some((_, best_index, best_name, best_lane)) => {
+                    (*index, name, lane) < (best_index, best_name, best_lane)
+                }
+            };
+            if better {
+                best = Some((position, *index, name, lane));
+            }
+        }
+        let (position, ..) = best?;
+        let (index, _, id) = self.sources.get_mut(position)?.1.next()?;
+        Some((*index, *id))
+    }
+}

@@ -1,0 +1,170 @@
+//! One cursor's state: kind, position, head, its queue (lane cursors), its
+//! types (log cursors), the head's dispatch bookkeeping and completion records.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use a2_store_api::{Cursor, CursorKind, CursorRef, Dispatch};
+
+/// A cursor's identity inside one session's cursor table.
+pub(crate) type CursorId = u64;
+
+/// How callers name a cursor: an event cursor by `(consumer, index)`, a lane
+/// or log cursor by `(consumer, lane)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) enum CursorKey {
+    /// A per-event cursor.
+    Event {
+        /// Its consumer.
+        consumer: String,
+        /// The one index it processes.
+        index: u64,
+    },
+    /// A lane or log cursor.
+    Lane {
+        /// Its consumer.
+        consumer: String,
+        /// Its lane.
+        lane: String,
+    },
+}
+
+impl CursorKey {
+    /// The key a ref `(consumer, lane, index)` names.
+    pub fn of(consumer: &str, lane: Option<&str>, index: u64) -> Self {
+        match lane {
+            None => Self::Event {
+                consumer: consumer.to_owned(),
+                index,
+            },
+            Some(lane) => Self::Lane {
+                consumer: consumer.to_owned(),
+                lane: lane.to_owned(),
+            },
+        }
+    }
+
+    /// The key of a cursor ref.
+    pub fn of_ref(cursor: &CursorRef) -> Self {
+        Self::of(&cursor.consumer, cursor.lane.as_deref(), cursor.index)
+    }
+}
+
+/// What a completion recorded, for replays.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Completion {
+    /// The attempt that completed the head.
+    pub attempt: u32,
+    /// The ids the caller supplied for the returned events (`None`: generated).
+    pub returned_ids: Vec<Option<String>>,
+}
+
+/// Where a cursor's head sits in the session's head indexes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placement {
+    /// No head.
+    Idle,
+    /// Claimable now (never claimed, released without delay, or its expiry passed).
+    Ready,
+    /// Claimed or waiting out a retry delay until this instant (ms).
+    Busy(i64),
+    /// Dead-lettered.
+    Dead,
+}
+
+/// The full state of one cursor.
+#[derive(Debug, Clone)]
+pub(crate) struct CursorState {
+    /// Its consumer.
+    pub consumer: Arc<str>,
+    /// Its lane, `None` for an event cursor.
+    pub lane: Option<Arc<str>>,
+    /// Event, lane or log.
+    pub kind: CursorKind,
+    /// Last index it finished (or started after).
+    pub position: u64,
+    /// The index it must process next.
+    pub head: Option<u64>,
+    /// Lane cursors: the queued indexes after the head, in log order.
+    pub queue: VecDeque<u64>,
+    /// Log cursors: the types taken (`None`: all).
+    pub types: Option<Vec<String>>,
+    /// Bookkeeping of the head.
+    pub dispatch: Dispatch,
+    /// Completion records by index (a log cursor keeps only its latest).
+    pub completions: HashMap<u64, Completion>,
+    /// Where the head sits in the head indexes; kept by the cursor table.
+    pub placement: Placement,
+}
+
+impl CursorState {
+    /// A fresh cursor with no head and no bookkeeping.
+    pub fn new(consumer: &str, lane: Option<&str>, kind: CursorKind, position: u64) -> Self {
+        Self {
+            consumer: Arc::from(consumer),
+            lane: lane.map(Arc::from),
+            kind,
+            position,
+            head: None,
+            queue: VecDeque::new(),
+            types: None,
+            dispatch: Dispatch::default(),
+            completions: HashMap::new(),
+            placement: Placement::Idle,
+        }
+    }
+
+    /// The key this cursor is found by.
+    pub fn key(&self) -> CursorKey {
+        CursorKey::of(
+            &self.consumer,
+            self.lane.as_deref(),
+            self.head.unwrap_or(self.position),
+        )
+    }
+
+    /// Where the head belongs in the head indexes, from its state alone.
+    pub fn natural_placement(&self) -> Placement {
+        match (self.head, &self.dispatch) {
+            (None, _) => Placement::Idle,
+            (Some(_), dispatch) if dispatch.failed_at.is_some() => Placement::Dead,
+            (Some(_), dispatch) => match dispatch.claim_expires_at {
+                Some(expiry) => Placement::Busy(expiry),
+                None => Placement::Ready,
+            },
+        }
+    }
+
+    /// Queues a targeted index on a lane cursor; the first becomes the head.
+    /// The same index twice in a row (a duplicate target) is queued once.
+    pub fn enqueue(&mut self, index: u64) {
+        match self.head {
+            None => {
+                self.head = Some(index);
+                self.dispatch = Dispatch::default();
+            }
+            Some(head) => {
+                if head != index && self.queue.back() != Some(&index) {
+                    self.queue.push_back(index);
+                }
+            }
+        }
+    }
+
+    /// The public view of this cursor.
+    pub fn to_cursor(&self) -> Cursor {
+        Cursor {
+            consumer: self.consumer.to_string(),
+            lane: self.lane.as_deref().map(str::to_owned),
+            kind: self.kind,
+            position: self.position,
+            head: self.head,
+            types: if self.kind == CursorKind::Log {
+                self.types.clone()
+            } else {
+                None
+            },
+            dispatch: self.dispatch.clone(),
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Presence fields: last writer wins per field by the writer's timestamp,
+//! with TTLs and tombstones for deletions.
+
+use std::collections::BTreeMap;
+
+use a2_store_api::{codec, PresenceMeta, PresenceResult, PresenceRow};
+use serde_json::Value;
+
+#[derive(Debug, Clone)]
+struct Entry {
+    /// `Null` is a tombstone.
+    value: Value,
+    seen: Option<u64>,
+    at: i64,
+    expires_at: i64,
+}
+
+/// The presence fields of one session, by participant then field.
+///
+/// Guarantees: a write is skipped only when the stored entry is unexpired
+/// and has a strictly greater `at`; tombstones and expired entries are
+/// never read.
+#[derive(Debug, Default)]
+pub(crate) struct PresenceTable {
+    participants: BTreeMap<String, BTreeMap<String, Entry>>,
+}
+
+impl PresenceTable {
+    /// Writes `values` for `participant` at store time `now`.
+    pub fn set(
+        &mut self,
+        participant: &str,
+        values: BTreeMap<String, Value>,
+        meta: PresenceMeta,
+        now: i64,
+    ) -> PresenceResult {
+        let expires_at = now.saturating_add(meta.ttl_ms);
+        let fields = self.participants.entry(participant.to_owned()).or_default();
+        let mut applied = BTreeMap::new();
+        for (field, value) in values {
+            let existing = fields.get(&field).map(|entry| (entry.at, entry.expires_at));
+            if !codec::presence_write_wins(existing, meta.at, now) {
+                continue;
+            }
+            fields.insert(
+                field.clone(),
+                Entry {
+                    value: value.clone(),
+                    seen: meta.seen,
+                    at: meta.at,
+                    expires_at,
+                },
+            );
+            applied.insert(field, value);
+        }
+        if fields.is_empty() {
+            self.participants.remove(participant);
+        }
+        PresenceResult {
+            applied_count: applied.len(),
+            applied,
+        }
+    }
+
+    /// Live rows at `now` by participant, then field; expired entries are
+    /// dropped on the way.
+    pub fn read(&mut self, now: i64) -> Vec<PresenceRow> {
+        let mut rows = Vec::new();
+        self.participants.retain(|participant, fields| {
+            fields.retain(|_, entry| entry.expires_at > now);
+            for (field, entry) in fields.iter() {
+                if entry.value.is_null() {
+                    continue;
+                }
+                rows.push(PresenceRow {
+                    participant: participant.clone(),
+                    field: field.clone(),
+                    value: entry.value.clone(),
+                    seen: entry.seen,
+                    at: entry.at,
+                    expires_at: entry.expires_at,
+                });
+            }
+            !fields.is_empty()
+        });
+        rows
+    }
+}

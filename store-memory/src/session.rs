@@ -1,0 +1,387 @@
+//! One session's whole state and the steps its operations share: fencing,
+//! lane-conflict checks, inserting a batch, advancing a cursor, building heads.
+
+use std::collections::HashSet;
+
+use a2_store_api::{
+    codec, Cause, Clock, ConsumerDeclaration, CursorKind, Dispatch, Head, IdGenerator, NewEvent,
+    Result, StoreError, StoredEvent, Target,
+};
+
+use crate::cursor::{Completion, CursorId, CursorKey, CursorState};
+use crate::cursor_table::{CursorTable, Lookup};
+use crate::log::{to_stored, EventLog, Row};
+use crate::presence::PresenceTable;
+use crate::snapshots::SnapshotCache;
+use crate::subscribers::Subscribers;
+
+/// The clock and id generator a session operation runs with.
+#[derive(Clone, Copy)]
+pub(crate) struct Env<'a> {
+    /// Now, in ms.
+    pub clock: &'a dyn Clock,
+    /// Fresh event ids.
+    pub ids: &'a dyn IdGenerator,
+}
+
+/// Everything one session holds. Every operation runs under the session's
+/// lock and checks everything that can fail before it changes anything.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// The session id.
+    pub id: String,
+    /// Rows and their indexes.
+    pub log: EventLog,
+    /// Cursors and head indexes.
+    pub cursors: CursorTable,
+    /// Reducer snapshots.
+    pub snapshots: SnapshotCache,
+    /// Presence fields.
+    pub presence: PresenceTable,
+    /// Live subscribers.
+    pub subscribers: Subscribers,
+}
+
+impl Session {
+    /// An empty session (head 0).
+    pub fn new(id: &str) -> Self {
+        Self {
+            id: id.to_owned(),
+            log: EventLog::default(),
+            cursors: CursorTable::default(),
+            snapshots: SnapshotCache::default(),
+            presence: PresenceTable::default(),
+            subscribers: Subscribers::default(),
+        }
+    }
+
+    /// Whether a served cursor (`None`: any) has a head that is not
+    /// dead-lettered. O(k) hash lookups for k declarations.
+    pub fn has_pending(&self, consumers: Option<&[ConsumerDeclaration]>) -> bool {
+        self.cursors.heads().has_pending(
+            consumers.map(|consumers| consumers.iter().map(|consumer| consumer.name.as_str())),
+        )
+    }
+
+    /// The clear index as heads report it: `Some` once cleared.
+    pub fn reported_clear(&self) -> Option<u64> {
+        let clear = self.log.clear_index();
+        (clear > 0).then_some(clear)
+    }
+
+    /// Fencing: `cause` must name a cursor whose head is `cause.index`
+    /// (above the clear) at attempt `cause.attempt`, not dead-lettered.
+    pub fn fence(&self, cause: &Cause) -> Result<()> {
+        codec::validate_name("cause consumer", &cause.consumer)?;
+        let superseded = || StoreError::superseded(&self.id, cause);
+        if cause.index <= self.log.clear_index() {
+            return Err(superseded());
+        }
+        match self
+            .cursors
+            .lookup(&cause.consumer, cause.lane.as_deref(), cause.index)
+        {
+            Lookup::Live(_, cursor)
+                if cursor.head == Some(cause.index)
+                    && cursor.dispatch.attempt_count == cause.attempt
+                    && cursor.dispatch.failed_at.is_none() =>
+            {
+                Ok(())
+            }
+            _ => Err(superseded()),
+        }
+    }
+
+    /// Lane conflicts with stored cursors: a target on a stored log lane, or
+    /// a log declaration on a stored target lane.
+    pub fn check_lane_conflicts(
+        &self,
+        events: &[NewEvent],
+        consumers: Option<&[ConsumerDeclaration]>,
+    ) -> Result<()> {
+        for target in events.iter().flat_map(|event| &event.targets) {
+            let Some(lane) = &target.lane else { continue };
+            let key = CursorKey::of(&target.consumer, Some(lane), 0);
+            if let Some((_, cursor)) = self.cursors.by_key(&key) {
+                if cursor.kind == CursorKind::Log {
+                    return Err(codec::lane_conflict(&target.consumer, lane));
+                }
+            }
+        }
+        for consumer in consumers.unwrap_or_default() {
+            let Some(log) = &consumer.log else { continue };
+            let key = CursorKey::of(&consumer.name, Some(&log.lane), 0);
+            if let Some((_, cursor)) = self.cursors.by_key(&key) {
+                if cursor.kind != CursorKind::Log {
+                    return Err(codec::lane_conflict(&consumer.name, &log.lane));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Refreshes the types of existing log cursors from `consumers`; the
+    /// current heads are kept.
+    pub fn refresh_log_types(&mut self, consumers: Option<&[ConsumerDeclaration]>) {
+        for consumer in consumers.unwrap_or_default() {
+            let Some(log) = &consumer.log else { continue };
+            let key = CursorKey::of(&consumer.name, Some(&log.lane), 0);
+            let Some((id, cursor)) = self.cursors.by_key(&key) else {
+                continue;
+            };
+            if cursor.kind != CursorKind::Log || cursor.types == log.types {
+                continue;
+            }
+            let types = log.types.clone();
+            self.cursors.modify(id, |cursor| cursor.types = types);
+        }
+    }
+
+    /// The stored row owning each supplied id of `events` (ids never stored
+    /// are left out).
+    pub fn owners(&self, events: &[NewEvent]) -> Vec<u64> {
+        events
+            .iter()
+            .filter_map(|event| event.id.as_deref())
+            .filter_map(|id| self.log.owner_of(id))
+            .collect()
+    }
+
+    /// The stored rows at `indexes`, in order.
+    pub fn rows(&self, indexes: &[u64]) -> Result<Vec<StoredEvent>> {
+        indexes
+            .iter()
+            .map(|index| {
+                self.log
+                    .stored(&self.id, *index)
+                    .ok_or_else(|| self.corrupt(*index))
+            })
+            .collect()
+    }
+
+    /// The error for a row an index says exists but does not (a bug).
+    pub fn corrupt(&self, index: u64) -> StoreError {
+        StoreError::Backend {
+            message: format!(
+                "in-memory state of session '{}' is inconsistent: no row at index {index}",
+                self.id
+            ),
+            source: None,
+        }
+    }
+
+    /// A cursor's head as claims and `dead_letters` report it.
+    pub fn head_view(&self, cursor: &CursorState) -> Result<Head> {
+        let index = cursor.head.ok_or_else(|| self.corrupt(0))?;
+        let event = self
+            .log
+            .stored(&self.id, index)
+            .ok_or_else(|| self.corrupt(index))?;
+        Ok(Head {
+            event,
+            consumer: cursor.consumer.to_string(),
+            lane: cursor.lane.as_deref().map(str::to_owned),
+            dispatch: cursor.dispatch.clone(),
+            clear_index: self.reported_clear(),
+        })
+    }
+
+    /// Appends an already validated, fenced and conflict-checked batch:
+    /// assigns ids (a generated id already stored is `PartialDuplicateBatch`,
+    /// checked before anything changes), stores the rows with `cause` (or
+    /// each event's own), creates or extends target cursors, starts declared
+    /// log cursors and notifies subscribers.
+    pub fn insert_batch(
+        &mut self,
+        env: Env<'_>,
+        events: &[NewEvent],
+        cause: Option<&Cause>,
+        consumers: Option<&[ConsumerDeclaration]>,
+    ) -> Result<Vec<StoredEvent>> {
+        let mut ids = Vec::with_capacity(events.len());
+        let mut fresh = HashSet::with_capacity(events.len());
+        for event in events {
+            let id = match &event.id {
+                Some(id) => id.clone(),
+                None => env.ids.next_id(),
+            };
+            if id.is_empty() || self.log.owner_of(&id).is_some() || !fresh.insert(id.clone()) {
+                return Err(StoreError::partial_duplicate(format!(
+                    "event id '{id}' already exists in session '{}'",
+                    self.id
+                )));
+            }
+            ids.push(id);
+        }
+        let now = env.clock.now_ms();
+        let base = self.log.head();
+        let mut stored = Vec::with_capacity(events.len());
+        for (event, id) in events.iter().zip(ids) {
+            let row = Row {
+                id,
+                event_type: event.event_type.clone(),
+                payload: event.payload.clone(),
+                created_at: now,
+                cause: cause.cloned().or_else(|| event.cause.clone()),
+            };
+            let index = self.log.push(row.clone());
+            stored.push(to_stored(&self.id, index, &row));
+        }
+        for (event, row) in events.iter().zip(&stored) {
+            let mut seen: HashSet<&Target> = HashSet::new();
+            for target in &event.targets {
+                if seen.insert(target) {
+                    self.add_target(target, row.index);
+                }
+            }
+        }
+        self.start_log_cursors(consumers, base, &stored);
+        self.subscribers.notify(&stored);
+        Ok(stored)
+    }
+
+    /// Creates an event cursor or queues `index` on a lane cursor.
+    fn add_target(&mut self, target: &Target, index: u64) {
+        let key = CursorKey::of(&target.consumer, target.lane.as_deref(), index);
+        match (self.cursors.by_key(&key), &target.lane) {
+            (Some(_), None) => {}
+            (Some((id, _)), Some(_)) => {
+                self.cursors.modify(id, |cursor| cursor.enqueue(index));
+            }
+            (None, None) => {
+                let mut cursor = CursorState::new(
+                    &target.consumer,
+                    None,
+                    CursorKind::Event,
+                    index.saturating_sub(1),
+                );
+                cursor.head = Some(index);
+                self.cursors.insert(cursor);
+            }
+            (None, Some(lane)) => {
+                let mut cursor = CursorState::new(
+                    &target.consumer,
+                    Some(lane),
+                    CursorKind::Lane,
+                    self.log.clear_index(),
+                );
+                cursor.enqueue(index);
+                self.cursors.insert(cursor);
+            }
+        }
+    }
+
+    /// Creates or wakes the declared log cursors whose types the inserted
+    /// rows hold, and refreshes every declared log cursor's types.
+    fn start_log_cursors(
+        &mut self,
+        consumers: Option<&[ConsumerDeclaration]>,
+        base: u64,
+        stored: &[StoredEvent],
+    ) {
+        for consumer in consumers.unwrap_or_default() {
+            let Some(log) = &consumer.log else { continue };
+            let first = stored
+                .iter()
+                .find(|row| codec::takes(log.types.as_deref(), &row.event_type))
+                .map(|row| row.index);
+            let key = CursorKey::of(&consumer.name, Some(&log.lane), 0);
+            match self.cursors.by_key(&key) {
+                Some((_, cursor)) if cursor.kind != CursorKind::Log => {}
+                Some((id, cursor)) => {
+                    let wake = first.is_some() && cursor.head.is_none();
+                    let next = if wake {
+                        self.log.next_taken(cursor.position, log.types.as_deref())
+                    } else {
+                        cursor.head
+                    };
+                    let types = log.types.clone();
+                    self.cursors.modify(id, |cursor| {
+                        cursor.types = types;
+                        if wake {
+                            cursor.head = next;
+                            cursor.dispatch = Dispatch::default();
+                        }
+                    });
+                }
+                None => {
+                    let Some(first) = first else { continue };
+                    let clear = self.log.clear_index();
+                    let (position, head) = if log.backfill {
+                        (clear, self.log.next_taken(clear, log.types.as_deref()))
+                    } else {
+                        (base, Some(first))
+                    };
+                    let mut cursor = CursorState::new(
+                        &consumer.name,
+                        Some(&log.lane),
+                        CursorKind::Log,
+                        position,
+                    );
+                    cursor.head = head;
+                    cursor.types = log.types.clone();
+                    self.cursors.insert(cursor);
+                }
+            }
+        }
+    }
+
+    /// Moves cursor `id` past its head: releases the head's pins, records
+    /// `completion` (a log cursor keeps only its latest), and moves to the
+    /// next queued index (lane), next taken event (log) or finishes (event).
+    pub fn advance(&mut self, id: CursorId, completion: Option<Completion>) {
+        let Some(cursor) = self.cursors.get(id) else {
+            return;
+        };
+        let Some(done) = cursor.head else { return };
+        self.snapshots.release((id, done));
+        let kind = cursor.kind;
+        if kind == CursorKind::Event {
+            self.cursors.finish_event(id, completion);
+            return;
+        }
+        let next_log = match kind {
+            CursorKind::Log => self.log.next_taken(done, cursor.types.as_deref()),
+            _ => None,
+        };
+        self.cursors.modify(id, |cursor| {
+            cursor.position = done;
+            cursor.dispatch = Dispatch::default();
+            if let Some(completion) = completion {
+                if kind == CursorKind::Log {
+                    cursor.completions.clear();
+                }
+                cursor.completions.insert(done, completion);
+            }
+            cursor.head = match kind {
+                CursorKind::Lane => cursor.queue.pop_front(),
+                _ => next_log,
+            };
+        });
+    }
+
+    /// Brute-force consistency check of every index (tests only).
+    #[cfg(test)]
+    pub fn check_invariants(&self) -> Result<(), String> {
+        self.log.check_invariants()?;
+        self.cursors.check_invariants()?;
+        let clear = self.log.clear_index();
+        for cursor in self.cursors.iter() {
+            if let Some(head) = cursor.head {
+                if head <= clear || head > self.log.head() || self.log.row(head).is_none() {
+                    return Err(format!("cursor head {head} is not a live row"));
+                }
+                if head <= cursor.position {
+                    return Err(format!("cursor head {head} not after its position"));
+                }
+                if cursor.kind == CursorKind::Event && head != cursor.position + 1 {
+                    return Err(format!("event cursor head {head} is not position + 1"));
+                }
+            }
+            if cursor.kind == CursorKind::Log && cursor.position < clear {
+                return Err("log cursor below the clear".into());
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,337 @@
+//! [`MemoryStore`]: the sessions map, per-session locks, and the
+//! [`Store`] trait implementation that validates and dispatches each call.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use a2_store_api::{
+    codec, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
+    Clock, CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
+    FailResult, Head, IdGenerator, ListSessions, NewEvent, PresenceMeta, PresenceResult,
+    PresenceRow, RandomIds, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest,
+    RedriveResult, RenewRequest, RenewResult, Result, SessionInfo, StateRead, StateWrite, Store,
+    StoreError, StoredEvent, SystemClock, WakeLogResult,
+};
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::session::{Env, Session};
+
+/// What a [`MemoryStore`] runs on: its clock and id generator.
+#[derive(Debug, Clone)]
+pub struct MemoryOptions {
+    /// The only source of time (leases, retry delays, presence TTLs, `created_at`).
+    pub clock: Arc<dyn Clock>,
+    /// The only source of generated event ids.
+    pub ids: Arc<dyn IdGenerator>,
+}
+
+impl Default for MemoryOptions {
+    /// The system clock and time-ordered random UUIDs.
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
+        }
+    }
+}
+
+/// The in-memory reference backend of the session store.
+///
+/// Cloning is cheap and clones share the same sessions. `Send + Sync`: each
+/// session has its own lock, so calls on different sessions run in parallel
+/// and calls on one session are serialised (each call is one atomic step).
+/// Nothing survives the last clone being dropped; live subscriptions end then.
+#[derive(Debug, Clone)]
+pub struct MemoryStore {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+    sessions: Mutex<BTreeMap<String, Arc<Mutex<Session>>>>,
+}
+
+impl fmt::Debug for Shared {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Shared")
+            .field("clock", &self.clock)
+            .field("ids", &self.ids)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lock poisoned by a panic while it was held: the state behind it may
+/// be half-changed, so the store refuses to use it.
+#[derive(Debug)]
+struct LockPoisoned(&'static str);
+
+impl fmt::Display for LockPoisoned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "the {} lock was poisoned by a panic", self.0)
+    }
+}
+
+impl std::error::Error for LockPoisoned {}
+
+fn lock<'a, T>(mutex: &'a Mutex<T>, what: &'static str) -> Result<MutexGuard<'a, T>> {
+    mutex
+        .lock()
+        .map_err(|_| StoreError::backend(format!("{what} state unusable"), LockPoisoned(what)))
+}
+
+impl Default for MemoryStore {
+    /// Same as [`MemoryStore::new`].
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock and random UUID ids.
+    pub fn new() -> Self {
+        Self::with_options(MemoryOptions::default())
+    }
+
+    /// An empty store on the given clock and id generator.
+    pub fn with_options(options: MemoryOptions) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                clock: options.clock,
+                ids: options.ids,
+                sessions: Mutex::new(BTreeMap::new()),
+            }),
+        }
+    }
+
+    fn env(&self) -> Env<'_> {
+        Env {
+            clock: self.shared.clock.as_ref(),
+            ids: self.shared.ids.as_ref(),
+        }
+    }
+
+    /// Runs `op` on session `session_id` under its lock, creating the session.
+    fn write<R>(
+        &self,
+        session_id: &str,
+        op: impl FnOnce(&mut Session, Env<'_>) -> Result<R>,
+    ) -> Result<R> {
+        codec::validate_session_id(session_id)?;
+        let session = {
+            let mut sessions = lock(&self.shared.sessions, "sessions map")?;
+            sessions
+                .entry(session_id.to_owned())
+                .or_insert_with(|| Arc::new(Mutex::new(Session::new(session_id))))
+                .clone()
+        };
+        let mut guard = lock(&session, "session")?;
+        op(&mut guard, self.env())
+    }
+
+    /// Runs `op` on session `session_id` under its lock; a session never
+    /// written to is seen as a fresh empty one (and is not created).
+    fn read<R>(
+        &self,
+        session_id: &str,
+        op: impl FnOnce(&mut Session, Env<'_>) -> Result<R>,
+    ) -> Result<R> {
+        codec::validate_session_id(session_id)?;
+        let session = lock(&self.shared.sessions, "sessions map")?
+            .get(session_id)
+            .cloned();
+        match session {
+            Some(session) => {
+                let mut guard = lock(&session, "session")?;
+                op(&mut guard, self.env())
+            }
+            None => op(&mut Session::new(session_id), self.env()),
+        }
+    }
+
+    /// Runs `check_invariants` on every session (tests only).
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) -> std::result::Result<(), String> {
+        let sessions: Vec<_> = lock(&self.shared.sessions, "sessions map")
+            .map_err(|err| err.to_string())?
+            .values()
+            .cloned()
+            .collect();
+        for session in sessions {
+            let guard = lock(&session, "session").map_err(|err| err.to_string())?;
+            guard
+                .check_invariants()
+                .map_err(|err| format!("session '{}': {err}", guard.id))?;
+        }
+        Ok(())
+    }
+
+    /// Runs `op` on the state of session `session_id` (tests only).
+    #[cfg(test)]
+    pub(crate) fn inspect<R>(&self, session_id: &str, op: impl FnOnce(&Session) -> R) -> R {
+        self.read(session_id, |session, _| Ok(op(session)))
+            .unwrap_or_else(|err| panic!("{err}"))
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn append(
+        &self,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendResult> {
+        self.write(session_id, |session, env| {
+            session.append(env, events, options)
+        })
+    }
+
+    async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult> {
+        let session_id = request.session_id.clone();
+        self.write(&session_id, |session, env| session.claim(env, request))
+    }
+
+    async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult> {
+        let session_id = request.session_id.clone();
+        self.write(&session_id, |session, env| session.renew(env, request))
+    }
+
+    async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
+        let session_id = request.session_id.clone();
+        self.write(&session_id, |session, env| session.complete(env, request))
+    }
+
+    async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
+        let session_id = request.session_id.clone();
+        self.write(&session_id, |session, env| session.fail(env, request))
+    }
+
+    async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>> {
+        self.read(session_id, |session, _| session.dead_letters())
+    }
+
+    async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
+        let session_id = request.session_id.clone();
+        self.write(&session_id, |session, _| session.redrive(request))
+    }
+
+    async fn clear(&self, request: ClearRequest) -> Result<ClearResult> {
+        let session_id = request.session_id.clone();
+        self.write(&session_id, |session, env| session.clear(env, request))
+    }
+
+    async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult> {
+        self.read(session_id, |session, _| Ok(session.reclaim()))
+    }
+
+    async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>> {
+        self.read(session_id, |session, _| {
+            let (after, through) = codec::read_bounds(&options, session.log.head())?;
+            Ok(session
+                .log
+                .read(&session.id, after, through, options.limit))
+        })
+    }
+
+    async fn wake_log(
+        &self,
+        session_id: &str,
+        consumer: &ConsumerDeclaration,
+    ) -> Result<WakeLogResult> {
+        codec::log_declaration(consumer)?;
+        self.write(session_id, |session, _| session.wake_log(consumer))
+    }
+
+    async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
+        self.read(session_id, |session, _| {
+            let mut cursors: Vec<Cursor> =
+                session.cursors.iter().map(|cursor| cursor.to_cursor()).collect();
+            cursors.sort_by(codec::compare_cursors);
+            Ok(cursors)
+        })
+    }
+
+    async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream> {
+        self.write(session_id, |session, _| {
+            let backlog = session
+                .log
+                .read(&session.id, after, session.log.head(), None);
+            Ok(session.subscribers.subscribe(backlog, after))
+        })
+    }
+
+    async fn write_state(
+        &self,
+        session_id: &str,
+        reducer: &str,
+        writes: Vec<StateWrite>,
+    ) -> Result<()> {
+        codec::validate_name("reducer name", reducer)?;
+        self.write(session_id, |session, _| session.write_state(reducer, writes))
+    }
+
+    async fn read_state(
+        &self,
+        session_id: &str,
+        reducer: &str,
+        options: ReadStateOptions,
+    ) -> Result<StateRead> {
+        self.read(session_id, |session, _| session.read_state(reducer, options))
+    }
+
+    async fn set_presence(
+        &self,
+        session_id: &str,
+        participant: &str,
+        values: BTreeMap<String, Value>,
+        meta: PresenceMeta,
+    ) -> Result<PresenceResult> {
+        codec::validate_session_id(session_id)?;
+        codec::validate_name("participant", participant)?;
+        codec::validate_presence_ttl(meta.ttl_ms)?;
+        self.write(session_id, |session, env| {
+            Ok(session
+                .presence
+                .set(participant, values, meta, env.clock.now_ms()))
+        })
+    }
+
+    async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>> {
+        self.read(session_id, |session, env| {
+            Ok(session.presence.read(env.clock.now_ms()))
+        })
+    }
+
+    async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>> {
+        let lower = match &options.after {
+            Some(after) => Bound::Excluded(after.clone()),
+            None => Bound::Unbounded,
+        };
+        let candidates: Vec<Arc<Mutex<Session>>> = lock(&self.shared.sessions, "sessions map")?
+            .range((lower, Bound::Unbounded))
+            .map(|(_, session)| session.clone())
+            .collect();
+        let limit = options.limit.unwrap_or(usize::MAX);
+        let mut listed = Vec::new();
+        for session in candidates {
+            if listed.len() >= limit {
+                break;
+            }
+            let guard = lock(&session, "session")?;
+            if guard.log.is_empty() {
+                continue;
+            }
+            listed.push(SessionInfo {
+                session_id: guard.id.clone(),
+                head: guard.log.head(),
+                clear_index: guard.log.clear_index(),
+                reclaimed_through: guard.log.reclaimed_through(),
+            });
+        }
+        Ok(listed)
+    }
+}

@@ -1,0 +1,58 @@
+//! Live subscribers of one session's log, fed through unbounded channels.
+
+use a2_store_api::{EventStream, Result, StoredEvent};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+
+#[derive(Debug)]
+struct Subscriber {
+    /// Only events above this index are delivered.
+    after: u64,
+    sender: UnboundedSender<Result<StoredEvent>>,
+}
+
+/// The subscribers of one session.
+///
+/// Guarantees: the backlog and the registration happen under the session's
+/// lock, so each subscriber sees every event after its `after` exactly once,
+/// in index order; subscribers whose stream was dropped are forgotten at the
+/// next notification.
+#[derive(Debug, Default)]
+pub(crate) struct Subscribers {
+    list: Vec<Subscriber>,
+}
+
+impl Subscribers {
+    /// A stream yielding `backlog` (the stored rows after `after`), then
+    /// every event later passed to [`Subscribers::notify`] above `after`.
+    pub fn subscribe(&mut self, backlog: Vec<StoredEvent>, after: u64) -> EventStream {
+        let (sender, mut receiver) = unbounded_channel();
+        let mut alive = true;
+        for event in backlog {
+            alive &= sender.send(Ok(event)).is_ok();
+        }
+        if alive {
+            self.list.push(Subscriber { after, sender });
+        }
+        Box::pin(futures::stream::poll_fn(move |cx| receiver.poll_recv(cx)))
+    }
+
+    /// Delivers freshly stored `events` (in index order) to every live subscriber.
+    pub fn notify(&mut self, events: &[StoredEvent]) {
+        if events.is_empty() {
+            return;
+        }
+        self.list.retain(|subscriber| {
+            events
+                .iter()
+                .filter(|event| event.index > subscriber.after)
+                .all(|event| subscriber.sender.send(Ok(event.clone())).is_ok())
+                && !subscriber.sender.is_closed()
+        });
+    }
+
+    /// How many subscribers are registered (tests only).
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+}
