@@ -58,7 +58,10 @@ pub struct Report {
 
 impl Report {
     fn count(&self, matches: impl Fn(&Outcome) -> bool) -> usize {
-        self.cases.iter().filter(|case| matches(&case.outcome)).count()
+        self.cases
+            .iter()
+            .filter(|case| matches(&case.outcome))
+            .count()
     }
 
     /// How many cases passed.
@@ -166,7 +169,10 @@ async fn context(factory: &dyn StoreFactory, case: &CaseDef) -> Result<Cx, Strin
     let ids = CounterIds::new(GENERATED);
     let caps = factory.capabilities();
     let store = factory
-        .create(std::sync::Arc::new(clock.clone()), std::sync::Arc::new(ids.clone()))
+        .create(
+            std::sync::Arc::new(clock.clone()),
+            std::sync::Arc::new(ids.clone()),
+        )
         .await
         .map_err(|error| format!("the factory could not create a store: {error}"))?;
     let pair = if case.needs_pair && caps.shared_database {

@@ -303,9 +303,7 @@ pub(crate) fn settled(result: ClaimResult) -> CaseResult {
 }
 
 /// The events of a `Completed` result; `Superseded` fails the case.
-pub(crate) fn completed(
-    result: CompleteResult,
-) -> std::result::Result<Vec<StoredEvent>, Failure> {
+pub(crate) fn completed(result: CompleteResult) -> std::result::Result<Vec<StoredEvent>, Failure> {
     match result {
         CompleteResult::Completed { events } => Ok(events),
         other => Err(Failure::Fail(format!("expected Completed, got {other:?}"))),
@@ -397,4 +395,25 @@ pub(crate) fn ids(events: &[StoredEvent]) -> Vec<String> {
 /// Turns a list of `&str` into owned strings, for comparing with [`hs`] and friends.
 pub(crate) fn strs(items: &[&str]) -> Vec<String> {
     items.iter().map(|item| (*item).to_owned()).collect()
+}
+
+impl Cx {
+    /// Rows with `after < index <= through`.
+    pub async fn read(
+        &self,
+        session: &str,
+        after: u64,
+        through: Option<u64>,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        self.store
+            .read(
+                session,
+                ReadOptions {
+                    after: Some(after),
+                    through,
+                    limit: None,
+                },
+            )
+            .await
+    }
 }

@@ -1,7 +1,9 @@
 //! `append`: ids, indexes, timestamps, atomicity, duplicates, idempotent
 //! replay, the clear and attempt fences, and `has_pending`.
 
-use a2_store_api::{AppendOptions, Cause, ClearRequest, ConsumerDeclaration, ErrorCode, FailOutcome, NewEvent};
+use a2_store_api::{
+    AppendOptions, Cause, ClearRequest, ConsumerDeclaration, ErrorCode, FailOutcome, NewEvent,
+};
 use serde_json::json;
 
 use crate::support::*;
@@ -61,7 +63,11 @@ pub(crate) async fn append_stamps_created_at_from_store_clock(cx: Cx) -> CaseRes
     let s = cx.s("s");
     let first = cx.append(&s, vec![msg("a"), msg("b")]).await?;
     ensure_eq!(
-        first.events.iter().map(|e| e.created_at).collect::<Vec<_>>(),
+        first
+            .events
+            .iter()
+            .map(|e| e.created_at)
+            .collect::<Vec<_>>(),
         vec![T0, T0]
     );
     cx.advance(250);
@@ -121,7 +127,10 @@ pub(crate) async fn append_replays_batch_whose_ids_are_all_stored(cx: Cx) -> Cas
         replay.events,
         vec![stored.events[1].clone(), stored.events[0].clone()]
     );
-    ensure!(replay.has_pending, "the two claimed heads are still pending");
+    ensure!(
+        replay.has_pending,
+        "the two claimed heads are still pending"
+    );
     ensure_unchanged!(cx, &s, before);
     Ok(())
 }
@@ -412,7 +421,10 @@ pub(crate) async fn append_has_pending_respects_consumers(cx: Cx) -> CaseResult 
             vec![ConsumerDeclaration::targeted("other")],
         )
         .await?;
-    ensure!(!result.has_pending, "only 'other' is served and it has no work");
+    ensure!(
+        !result.has_pending,
+        "only 'other' is served and it has no work"
+    );
     let result = cx
         .append_for(
             &s,

@@ -1,0 +1,466 @@
+//! `fail_attempt`, `dead_letters` and `redrive`.
+
+use a2_store_api::{
+    ClearRequest, ConsumerDeclaration, Dispatch, ErrorCode, FailOutcome, FailResult, RedriveAction,
+    RedriveRequest, RedriveResult,
+};
+
+use crate::support::*;
+
+fn failed(outcome: FailOutcome, failure_count: u32) -> FailResult {
+    FailResult {
+        outcome,
+        failure_count,
+    }
+}
+
+fn redrive(s: &str, consumer: &str, index: u64, action: RedriveAction) -> RedriveRequest {
+    RedriveRequest {
+        session_id: s.to_owned(),
+        consumer: consumer.to_owned(),
+        index,
+        action,
+        consumers: None,
+    }
+}
+
+/// A failure counts, records error, time and attempt, and releases the holder.
+pub(crate) async fn fail_counts_failure_and_releases_holder(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.advance(30);
+    ensure_eq!(
+        cx.fail(&s, &head, Some(3)).await?,
+        failed(FailOutcome::Failed, 1)
+    );
+    let cursor = only(&cx.cursors(&s).await?)?;
+    ensure_eq!(
+        cursor.dispatch,
+        Dispatch {
+            attempt_count: 1,
+            first_claimed_at: Some(T0),
+            last_claimed_at: Some(T0),
+            claim_holder: None,
+            claim_expires_at: None,
+            failure_count: 1,
+            last_failed_at: Some(T0 + 30),
+            last_failed_attempt: Some(1),
+            last_error: Some("boom".into()),
+            failed_at: None,
+        }
+    );
+    let again = nth(&cx.claim_heads(&s, "w2").await?, 0)?;
+    ensure_eq!(again.dispatch.attempt_count, 2);
+    ensure_eq!(again.dispatch.failure_count, 1);
+    ensure_eq!(again.dispatch.last_error.as_deref(), Some("boom"));
+    Ok(())
+}
+
+/// With `retry_after_ms` the head is busy until the delay passes; claiming
+/// it afterwards counts no extra failure.
+pub(crate) async fn fail_with_retry_delay_keeps_head_busy(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.advance(100);
+    let mut request = cx.fail_req(&s, &head, "later");
+    request.retry_after_ms = Some(500);
+    ensure_eq!(
+        cx.store.fail_attempt(request).await?,
+        failed(FailOutcome::Failed, 1)
+    );
+    ensure_eq!(
+        only(&cx.cursors(&s).await?)?.dispatch.claim_expires_at,
+        Some(T0 + 600)
+    );
+    ensure_eq!(busy(cx.claim(&s, "w1").await?)?, T0 + 600);
+    let pending = cx.append(&s, vec![]).await?;
+    ensure!(
+        pending.has_pending,
+        "a head waiting out its retry delay is pending"
+    );
+    cx.advance(499);
+    ensure_eq!(busy(cx.claim(&s, "w1").await?)?, T0 + 600);
+    cx.advance(1);
+    let again = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure_eq!(again.dispatch.attempt_count, 2);
+    ensure_eq!(again.dispatch.failure_count, 1);
+    Ok(())
+}
+
+/// Reaching `max_failures` dead-letters the head (no retry delay), listed in `dead_letters`.
+pub(crate) async fn fail_at_max_failures_dead_letters(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure_eq!(
+        cx.fail(&s, &head, Some(2)).await?,
+        failed(FailOutcome::Failed, 1)
+    );
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.advance(7);
+    let mut request = cx.fail_req(&s, &head, "again");
+    request.max_failures = Some(2);
+    request.retry_after_ms = Some(500);
+    ensure_eq!(
+        cx.store.fail_attempt(request).await?,
+        failed(FailOutcome::DeadLettered, 2)
+    );
+    let dead = cx.store.dead_letters(&s).await?;
+    ensure_eq!(hs(&dead), strs(&["1 agent/L1 #2"]));
+    let dispatch = &nth(&dead, 0)?.dispatch;
+    ensure_eq!(dispatch.failed_at, Some(T0 + 7));
+    ensure_eq!(dispatch.claim_expires_at, None);
+    ensure_eq!(dispatch.claim_holder, None);
+    ensure_eq!(dispatch.last_error.as_deref(), Some("again"));
+    settled(cx.claim(&s, "w1").await?)?;
+    ensure!(
+        !cx.append(&s, vec![]).await?.has_pending,
+        "a dead-lettered head is not pending"
+    );
+    Ok(())
+}
+
+/// Without `max_failures` explicit failures never dead-letter.
+pub(crate) async fn fail_without_max_failures_never_dead_letters(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent")]).await?;
+    for count in 1..=5u32 {
+        let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+        ensure_eq!(
+            cx.fail(&s, &head, None).await?,
+            failed(FailOutcome::Failed, count)
+        );
+    }
+    ensure_eq!(cx.store.dead_letters(&s).await?, vec![]);
+    Ok(())
+}
+
+/// Repeating the same failure is idempotent: same outcome, same count, nothing changed.
+pub(crate) async fn fail_repeat_is_idempotent(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
+        .await?;
+    let heads = cx.claim_heads(&s, "w1").await?;
+    let (one, two) = (nth(&heads, 0)?, nth(&heads, 1)?);
+    ensure_eq!(
+        cx.fail(&s, &one, Some(3)).await?,
+        failed(FailOutcome::Failed, 1)
+    );
+    let before = cx.state(&s).await?;
+    cx.advance(5);
+    ensure_eq!(
+        cx.fail(&s, &one, Some(3)).await?,
+        failed(FailOutcome::Failed, 1)
+    );
+    ensure_unchanged!(cx, &s, before);
+    ensure_eq!(
+        cx.fail(&s, &two, Some(1)).await?,
+        failed(FailOutcome::DeadLettered, 1)
+    );
+    let before = cx.state(&s).await?;
+    ensure_eq!(
+        cx.fail(&s, &two, Some(1)).await?,
+        failed(FailOutcome::DeadLettered, 1)
+    );
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// Failing an older attempt is `Superseded`, reporting the head's current failure count.
+pub(crate) async fn fail_of_older_attempt_is_superseded(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.advance(TTL);
+    nth(&cx.claim_heads(&s, "w2").await?, 0)?;
+    let before = cx.state(&s).await?;
+    ensure_eq!(
+        cx.fail(&s, &first, Some(5)).await?,
+        failed(FailOutcome::Superseded, 1)
+    );
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// Failing a completed head is `Superseded` with count 0.
+pub(crate) async fn fail_after_completion_is_superseded(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(
+        &s,
+        vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
+    )
+    .await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    completed(cx.complete(&s, &head, vec![]).await?)?;
+    let before = cx.state(&s).await?;
+    ensure_eq!(
+        cx.fail(&s, &head, None).await?,
+        failed(FailOutcome::Superseded, 0)
+    );
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// Failing at or below the clear is `Superseded` with count 0.
+pub(crate) async fn fail_after_clear_is_superseded(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.store
+        .clear(ClearRequest {
+            session_id: s.clone(),
+            ..ClearRequest::default()
+        })
+        .await?;
+    let before = cx.state(&s).await?;
+    ensure_eq!(
+        cx.fail(&s, &head, None).await?,
+        failed(FailOutcome::Superseded, 0)
+    );
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// Failing an index with no cursor and no event is `NoSuchEvent`; with an
+/// event but no cursor, `Superseded`.
+pub(crate) async fn fail_unknown_index_is_no_such_event(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![msg("a")]).await?;
+    let before = cx.state(&s).await?;
+    let mut request = a2_store_api::FailRequest {
+        session_id: s.clone(),
+        consumer: "agent".into(),
+        lane: None,
+        index: 5,
+        attempt: 1,
+        error: "boom".into(),
+        max_failures: None,
+        retry_after_ms: None,
+    };
+    ensure_code!(
+        cx.store.fail_attempt(request.clone()).await,
+        ErrorCode::NoSuchEvent
+    );
+    request.index = 1;
+    ensure_eq!(
+        cx.store.fail_attempt(request).await?,
+        failed(FailOutcome::Superseded, 0)
+    );
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// An attempt dead-lettered on expiry cannot be failed again: `Superseded`.
+pub(crate) async fn fail_of_attempt_dead_lettered_on_expiry_is_superseded(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent")]).await?;
+    cx.claim_heads(&s, "w1").await?;
+    cx.advance(TTL);
+    let request = a2_store_api::ClaimRequest {
+        max_failures: Some(1),
+        ..cx.req(&s, "w1")
+    };
+    let (_, dead, _) = claimed(cx.store.claim_available(request).await?)?;
+    let dead = nth(&dead, 0)?;
+    let before = cx.state(&s).await?;
+    ensure_eq!(
+        cx.fail(&s, &dead, Some(1)).await?,
+        failed(FailOutcome::Superseded, 1)
+    );
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// Failing with a negative retry delay is `InvalidInput`.
+pub(crate) async fn fail_with_negative_retry_delay_is_invalid(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    let before = cx.state(&s).await?;
+    let mut request = cx.fail_req(&s, &head, "x");
+    request.retry_after_ms = Some(-1);
+    ensure_code!(
+        cx.store.fail_attempt(request).await,
+        ErrorCode::InvalidInput
+    );
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// `dead_letters` lists dead heads by `(index, consumer, lane)` with their bookkeeping.
+pub(crate) async fn dead_letters_sorted_by_index_consumer_lane(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(
+        &s,
+        vec![
+            to_event("a", "zed"),
+            to_lane("b", "bob", "L2"),
+            to_event("c", "bob").with_target(a2_store_api::Target::lane("bob", "L1")),
+        ],
+    )
+    .await?;
+    let heads = cx.claim_heads(&s, "w1").await?;
+    for head in heads.iter().rev() {
+        cx.fail(&s, head, Some(1)).await?;
+    }
+    ensure_eq!(
+        hs(&cx.store.dead_letters(&s).await?),
+        strs(&["1 zed/- #1", "2 bob/L2 #1", "3 bob/- #1", "3 bob/L1 #1"])
+    );
+    Ok(())
+}
+
+/// `dead_letters` lists nothing at or below the clear.
+pub(crate) async fn dead_letters_empty_after_clear(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.fail(&s, &head, Some(1)).await?;
+    ensure_eq!(cx.store.dead_letters(&s).await?.len(), 1);
+    cx.store
+        .clear(ClearRequest {
+            session_id: s.clone(),
+            ..ClearRequest::default()
+        })
+        .await?;
+    ensure_eq!(cx.store.dead_letters(&s).await?, vec![]);
+    Ok(())
+}
+
+/// Redrive `Retry` makes the head claimable again: failures reset, attempts kept.
+pub(crate) async fn redrive_retry_keeps_attempt_count(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.fail(&s, &head, None).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure_eq!(
+        cx.fail(&s, &head, Some(2)).await?,
+        failed(FailOutcome::DeadLettered, 2)
+    );
+    let result = cx
+        .store
+        .redrive(redrive(&s, "agent", 1, RedriveAction::Retry))
+        .await?;
+    ensure_eq!(
+        result,
+        RedriveResult {
+            redriven: true,
+            has_pending: true
+        }
+    );
+    let cursor = only(&cx.cursors(&s).await?)?;
+    ensure_eq!(cursor.dispatch.failed_at, None);
+    ensure_eq!(cursor.dispatch.failure_count, 0);
+    ensure_eq!(cursor.dispatch.attempt_count, 2);
+    ensure_eq!(cx.store.dead_letters(&s).await?, vec![]);
+    let again = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure_eq!(again.dispatch.attempt_count, 3);
+    ensure_eq!(again.dispatch.failure_count, 0);
+    Ok(())
+}
+
+/// Redrive `Skip` advances the cursor past the dead head as if processed.
+pub(crate) async fn redrive_skip_advances_cursor(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(
+        &s,
+        vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
+    )
+    .await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.fail(&s, &head, Some(1)).await?;
+    let result = cx
+        .store
+        .redrive(redrive(&s, "agent", 1, RedriveAction::Skip))
+        .await?;
+    ensure_eq!(
+        result,
+        RedriveResult {
+            redriven: true,
+            has_pending: true
+        }
+    );
+    ensure_eq!(
+        cs(&cx.cursors(&s).await?),
+        strs(&["agent/L1 lane pos=1 head=2"])
+    );
+    ensure_eq!(
+        hs(&cx.claim_heads(&s, "w1").await?),
+        strs(&["2 agent/L1 #1"])
+    );
+    Ok(())
+}
+
+/// Skipping a dead event cursor finishes it; `has_pending` turns false.
+pub(crate) async fn redrive_skip_finishes_event_cursor(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.fail(&s, &head, Some(1)).await?;
+    let result = cx
+        .store
+        .redrive(redrive(&s, "agent", 1, RedriveAction::Skip))
+        .await?;
+    ensure_eq!(
+        result,
+        RedriveResult {
+            redriven: true,
+            has_pending: false
+        }
+    );
+    ensure_eq!(cx.cursors(&s).await?, vec![]);
+    settled(cx.claim(&s, "w1").await?)
+}
+
+/// Redriving a head that is not dead-lettered, an unknown index, or another
+/// consumer's head finds nothing: `redriven: false`, nothing changed.
+pub(crate) async fn redrive_without_dead_head_is_not_redriven(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
+        .await?;
+    let heads = cx.claim_heads(&s, "w1").await?;
+    cx.fail(&s, &nth(&heads, 0)?, Some(1)).await?;
+    let before = cx.state(&s).await?;
+    for (consumer, index) in [("agent", 2), ("agent", 9), ("other", 1)] {
+        for action in [RedriveAction::Retry, RedriveAction::Skip] {
+            let result = cx
+                .store
+                .redrive(redrive(&s, consumer, index, action))
+                .await?;
+            ensure_eq!(
+                result,
+                RedriveResult {
+                    redriven: false,
+                    has_pending: true
+                },
+                "redrive {consumer} {index} {action:?}"
+            );
+        }
+    }
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// A redrive's `has_pending` counts only the declared consumers.
+pub(crate) async fn redrive_has_pending_respects_consumers(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent"), to_event("b", "other")])
+        .await?;
+    let heads = cx.claim_heads(&s, "w1").await?;
+    cx.fail(&s, &nth(&heads, 0)?, Some(1)).await?;
+    let request = RedriveRequest {
+        consumers: Some(vec![ConsumerDeclaration::targeted("agent")]),
+        ..redrive(&s, "agent", 1, RedriveAction::Skip)
+    };
+    ensure_eq!(
+        cx.store.redrive(request).await?,
+        RedriveResult {
+            redriven: true,
+            has_pending: false
+        }
+    );
+    Ok(())
+}
