@@ -1,0 +1,313 @@
+//! Cursor queries shared by the operations: load, store, advance, fence,
+//! pending checks and the log follower's next head.
+
+use a2_store_api::{Cause, ConsumerDeclaration, CursorKind, StoreError, CLEAR_EVENT_TYPE};
+use tokio_postgres::types::Json;
+
+use crate::db::{execute, query, query_opt, Tx};
+use crate::error::TxResult;
+use crate::rows::{kind_code, lane_key, slot_key, CursorRow, CURSOR_COLUMNS};
+
+/// The stored key of a cursor: `(consumer, lane or '', slot)`.
+pub(crate) type CursorKey = (String, String, i64);
+
+/// Loads one cursor by key; `lock` takes its row lock (`FOR UPDATE`).
+pub(crate) async fn load(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumer: &str,
+    lane: &str,
+    slot: i64,
+    lock: bool,
+) -> TxResult<Option<CursorRow>> {
+    let sql = if lock {
+        format!(
+            "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 \
+             AND c.consumer = $2 AND c.lane = $3 AND c.slot = $4 FOR UPDATE"
+        )
+    } else {
+        format!(
+            "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 \
+             AND c.consumer = $2 AND c.lane = $3 AND c.slot = $4"
+        )
+    };
+    let row = query_opt(tx, &sql, &[&session_id, &consumer, &lane, &slot]).await?;
+    row.map(|row| CursorRow::decode(&row, 0)).transpose()
+}
+
+/// Loads the cursor a `(consumer, lane, index)` ref names.
+pub(crate) async fn load_ref(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumer: &str,
+    lane: Option<&str>,
+    index: u64,
+    lock: bool,
+) -> TxResult<Option<CursorRow>> {
+    let slot = slot_key(lane, index)?;
+    load(tx, session_id, consumer, lane_key(lane), slot, lock).await
+}
+
+/// Loads the cursors with the given keys (missing ones are left out).
+pub(crate) async fn load_many(
+    tx: &Tx<'_>,
+    session_id: &str,
+    keys: &[CursorKey],
+    lock: bool,
+) -> TxResult<Vec<CursorRow>> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let consumers: Vec<&str> = keys.iter().map(|key| key.0.as_str()).collect();
+    let lanes: Vec<&str> = keys.iter().map(|key| key.1.as_str()).collect();
+    let slots: Vec<i64> = keys.iter().map(|key| key.2).collect();
+    let lock_clause = if lock { " FOR UPDATE OF c" } else { "" };
+    let sql = format!(
+        "SELECT {CURSOR_COLUMNS} FROM cursors c \
+         JOIN unnest($2::text[], $3::text[], $4::bigint[]) AS k(consumer, lane, slot) \
+           ON c.consumer = k.consumer AND c.lane = k.lane AND c.slot = k.slot \
+         WHERE c.session_id = $1 ORDER BY c.consumer, c.lane, c.slot{lock_clause}"
+    );
+    let rows = query(tx, &sql, &[&session_id, &consumers, &lanes, &slots]).await?;
+    rows.iter().map(|row| CursorRow::decode(row, 0)).collect()
+}
+
+/// Inserts or overwrites a cursor row with every field of `cursor`.
+pub(crate) async fn put(tx: &Tx<'_>, session_id: &str, cursor: &CursorRow) -> TxResult<()> {
+    let d = &cursor.dispatch;
+    let kind = kind_code(cursor.kind);
+    let types = cursor.types.as_ref().map(Json);
+    execute(
+        tx,
+        "INSERT INTO cursors (session_id, consumer, lane, slot, kind, position, head, types, \
+           attempt_count, first_claimed_at, last_claimed_at, claim_holder, claim_expires_at, \
+           failure_count, last_failed_at, last_failed_attempt, last_error, failed_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
+         ON CONFLICT (session_id, consumer, lane, slot) DO UPDATE SET \
+           kind = EXCLUDED.kind, position = EXCLUDED.position, head = EXCLUDED.head, \
+           types = EXCLUDED.types, attempt_count = EXCLUDED.attempt_count, \
+           first_claimed_at = EXCLUDED.first_claimed_at, last_claimed_at = EXCLUDED.last_claimed_at, \
+           claim_holder = EXCLUDED.claim_holder, claim_expires_at = EXCLUDED.claim_expires_at, \
+           failure_count = EXCLUDED.failure_count, last_failed_at = EXCLUDED.last_failed_at, \
+           last_failed_attempt = EXCLUDED.last_failed_attempt, last_error = EXCLUDED.last_error, \
+           failed_at = EXCLUDED.failed_at",
+        &[
+            &session_id,
+            &cursor.consumer,
+            &cursor.lane,
+            &cursor.slot,
+            &kind,
+            &cursor.position,
+            &cursor.head,
+            &types,
+            &d.attempt_count,
+            &d.first_claimed_at,
+            &d.last_claimed_at,
+            &d.claim_holder,
+            &d.claim_expires_at,
+            &d.failure_count,
+            &d.last_failed_at,
+            &d.last_failed_attempt,
+            &d.last_error,
+            &d.failed_at,
+        ],
+    )
+    .await?;
+    Ok(())
+}
+
+/// Stores several cursors, pipelined on the one connection.
+pub(crate) async fn put_all<'c>(
+    tx: &Tx<'_>,
+    session_id: &str,
+    cursors: impl IntoIterator<Item = &'c CursorRow>,
+) -> TxResult<()> {
+    futures::future::try_join_all(
+        cursors
+            .into_iter()
+            .map(|cursor| put(tx, session_id, cursor)),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Releases every snapshot pin held by the cursor's current head.
+pub(crate) async fn release_pins(
+    tx: &Tx<'_>,
+    session_id: &str,
+    cursor: &CursorRow,
+) -> TxResult<()> {
+    execute(
+        tx,
+        "DELETE FROM pins WHERE session_id = $1 AND consumer = $2 AND lane = $3 AND slot = $4",
+        &[&session_id, &cursor.consumer, &cursor.lane, &cursor.slot],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The types a log cursor takes, without the clear marker (never taken).
+fn taken_types(types: &[String]) -> Vec<&str> {
+    types
+        .iter()
+        .map(String::as_str)
+        .filter(|t| *t != CLEAR_EVENT_TYPE)
+        .collect()
+}
+
+/// The next event after `after` a log cursor taking `types` takes (`None`
+/// types: every type but the clear marker). One index probe per type.
+pub(crate) async fn next_log_head(
+    tx: &Tx<'_>,
+    session_id: &str,
+    after: i64,
+    types: Option<&[String]>,
+) -> TxResult<Option<i64>> {
+    let row = match types {
+        None => {
+            query_opt(
+                tx,
+                "SELECT idx FROM events WHERE session_id = $1 AND idx > $2 AND type <> $3 \
+                 ORDER BY idx LIMIT 1",
+                &[&session_id, &after, &CLEAR_EVENT_TYPE],
+            )
+            .await?
+        }
+        Some(types) => {
+            let types = taken_types(types);
+            if types.is_empty() {
+                return Ok(None);
+            }
+            query_opt(
+                tx,
+                "SELECT min(n.idx) FROM unnest($3::text[]) AS t(type) \
+                 CROSS JOIN LATERAL (SELECT e.idx FROM events e WHERE e.session_id = $1 \
+                   AND e.type = t.type AND e.idx > $2 ORDER BY e.idx LIMIT 1) AS n",
+                &[&session_id, &after, &types],
+            )
+            .await?
+        }
+    };
+    match row {
+        Some(row) => Ok(row.try_get(0)?),
+        None => Ok(None),
+    }
+}
+
+/// Moves a cursor past its head (releasing the head's pins) to its next head
+/// with fresh bookkeeping, and stores it.
+pub(crate) async fn advance(tx: &Tx<'_>, session_id: &str, cursor: &mut CursorRow) -> TxResult<()> {
+    let Some(done) = cursor.head else {
+        return Ok(());
+    };
+    release_pins(tx, session_id, cursor).await?;
+    cursor.position = done;
+    cursor.fresh_dispatch();
+    cursor.head = match cursor.kind {
+        CursorKind::Event => None,
+        CursorKind::Lane => {
+            execute(
+                tx,
+                "DELETE FROM lane_queue WHERE session_id = $1 AND consumer = $2 AND lane = $3 \
+                 AND idx <= $4",
+                &[&session_id, &cursor.consumer, &cursor.lane, &done],
+            )
+            .await?;
+            let row = query_opt(
+                tx,
+                "SELECT min(idx) FROM lane_queue WHERE session_id = $1 AND consumer = $2 \
+                 AND lane = $3 AND idx > $4",
+                &[&session_id, &cursor.consumer, &cursor.lane, &done],
+            )
+            .await?;
+            match row {
+                Some(row) => row.try_get(0)?,
+                None => None,
+            }
+        }
+        CursorKind::Log => next_log_head(tx, session_id, done, cursor.types.as_deref()).await?,
+    };
+    put(tx, session_id, cursor).await
+}
+
+/// The attempt-currency fence of appends and clears: the cause must be above
+/// the clear and name a cursor whose head, attempt and liveness match.
+pub(crate) async fn fence(
+    tx: &Tx<'_>,
+    session_id: &str,
+    clear: i64,
+    cause: &Cause,
+) -> TxResult<()> {
+    let superseded = || StoreError::superseded(session_id, cause);
+    let Ok(index) = i64::try_from(cause.index) else {
+        return Err(superseded().into());
+    };
+    if index <= clear {
+        return Err(superseded().into());
+    }
+    let cursor = load_ref(
+        tx,
+        session_id,
+        &cause.consumer,
+        cause.lane.as_deref(),
+        cause.index,
+        false,
+    )
+    .await?;
+    match cursor {
+        Some(cursor)
+            if cursor.head == Some(index)
+                && cursor.dispatch.attempt_count == i64::from(cause.attempt)
+                && cursor.dispatch.failed_at.is_none() =>
+        {
+            Ok(())
+        }
+        _ => Err(superseded().into()),
+    }
+}
+
+/// The consumer names a call serves (`None`: every consumer).
+pub(crate) fn served_names(consumers: Option<&[ConsumerDeclaration]>) -> Option<Vec<&str>> {
+    consumers.map(|consumers| consumers.iter().map(|c| c.name.as_str()).collect())
+}
+
+/// Whether a served cursor has a head that is not dead-lettered.
+pub(crate) async fn has_pending(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumers: Option<&[ConsumerDeclaration]>,
+) -> TxResult<bool> {
+    let served = served_names(consumers);
+    let row = query_opt(
+        tx,
+        "SELECT EXISTS (SELECT 1 FROM cursors WHERE session_id = $1 AND head IS NOT NULL \
+           AND failed_at IS NULL AND ($2::text[] IS NULL OR consumer = ANY($2)))",
+        &[&session_id, &served],
+    )
+    .await?;
+    match row {
+        Some(row) => Ok(row.try_get(0)?),
+        None => Ok(false),
+    }
+}
+
+/// Refreshes the types of the existing log cursors the declarations name;
+/// the current head is kept, the new types apply from the next advance.
+pub(crate) async fn refresh_log_types(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumers: Option<&[ConsumerDeclaration]>,
+) -> TxResult<()> {
+    for consumer in consumers.unwrap_or_default() {
+        let Some(log) = &consumer.log else { continue };
+        let types = log.types.as_ref().map(Json);
+        execute(
+            tx,
+            "UPDATE cursors SET types = $4 WHERE session_id = $1 AND consumer = $2 \
+             AND lane = $3 AND slot = 0 AND kind = 2 AND types IS DISTINCT FROM $4",
+            &[&session_id, &consumer.name, &log.lane, &types],
+        )
+        .await?;
+    }
+    Ok(())
+}

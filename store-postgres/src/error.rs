@@ -1,0 +1,116 @@
+//! How PostgreSQL and pool failures become typed [`StoreError`]s, and which
+//! of them a transaction retries.
+
+use a2_store_api::StoreError;
+use tokio_postgres::error::SqlState;
+
+/// A failure inside one transaction attempt: a contract outcome decided by
+/// the store, or a database error that may be worth retrying.
+#[derive(Debug)]
+pub(crate) enum TxError {
+    /// A typed store error; never retried.
+    Store(StoreError),
+    /// A PostgreSQL error; retried when it is a serialization failure or deadlock.
+    Db(tokio_postgres::Error),
+}
+
+impl From<StoreError> for TxError {
+    fn from(error: StoreError) -> Self {
+        Self::Store(error)
+    }
+}
+
+impl From<tokio_postgres::Error> for TxError {
+    fn from(error: tokio_postgres::Error) -> Self {
+        Self::Db(error)
+    }
+}
+
+/// The result of one step inside a transaction.
+pub(crate) type TxResult<T> = std::result::Result<T, TxError>;
+
+impl TxError {
+    /// Whether running the whole transaction again may succeed: serialization
+    /// failures (40001) and deadlocks (40P01).
+    pub(crate) fn retryable(&self) -> bool {
+        match self {
+            Self::Store(_) => false,
+            Self::Db(error) => matches!(
+                error.code(),
+                Some(code) if *code == SqlState::T_R_SERIALIZATION_FAILURE
+                    || *code == SqlState::T_R_DEADLOCK_DETECTED
+            ),
+        }
+    }
+
+    /// The typed error a caller sees for this failure while doing `what`.
+    pub(crate) fn into_store(self, what: &str) -> StoreError {
+        match self {
+            Self::Store(error) => error,
+            Self::Db(error) => db_error(what, error),
+        }
+    }
+}
+
+/// Maps a PostgreSQL error to the [`StoreError`] with the matching code,
+/// keeping the driver error as the source.
+pub(crate) fn db_error(what: &str, error: tokio_postgres::Error) -> StoreError {
+    let Some(code) = error.code().cloned() else {
+        return StoreError::backend(format!("{what}: the PostgreSQL connection failed"), error);
+    };
+    let detail = error
+        .as_db_error()
+        .map(|db| db.message().to_owned())
+        .unwrap_or_default();
+    if code == SqlState::T_R_SERIALIZATION_FAILURE
+        || code == SqlState::T_R_DEADLOCK_DETECTED
+        || code == SqlState::QUERY_CANCELED
+        || code == SqlState::LOCK_NOT_AVAILABLE
+        || code == SqlState::TOO_MANY_CONNECTIONS
+    {
+        StoreError::Busy {
+            message: format!("{what}: {detail} (SQLSTATE {})", code.code()),
+            source: Some(Box::new(error)),
+        }
+    } else if code == SqlState::DISK_FULL
+        || code == SqlState::OUT_OF_MEMORY
+        || code == SqlState::INSUFFICIENT_RESOURCES
+    {
+        StoreError::StorageFull {
+            message: format!("{what}: {detail} (SQLSTATE {})", code.code()),
+            source: Some(Box::new(error)),
+        }
+    } else if code == SqlState::UNTRANSLATABLE_CHARACTER
+        || code == SqlState::CHARACTER_NOT_IN_REPERTOIRE
+        || code == SqlState::PROGRAM_LIMIT_EXCEEDED
+        || code == SqlState::NUMERIC_VALUE_OUT_OF_RANGE
+        || code == SqlState::STRING_DATA_RIGHT_TRUNCATION
+    {
+        // Values PostgreSQL cannot hold: NUL characters in text or JSON
+        // strings, keys too long for a btree index, numbers out of range.
+        StoreError::invalid_input(format!(
+            "{what}: PostgreSQL cannot store this value: {detail} (SQLSTATE {})",
+            code.code()
+        ))
+    } else {
+        StoreError::backend(
+            format!("{what}: {detail} (SQLSTATE {})", code.code()),
+            error,
+        )
+    }
+}
+
+/// Maps a failure to get a pooled connection.
+pub(crate) fn pool_error(what: &str, error: deadpool_postgres::PoolError) -> StoreError {
+    match error {
+        deadpool_postgres::PoolError::Backend(error) => db_error(what, error),
+        deadpool_postgres::PoolError::Timeout(_) => StoreError::Busy {
+            message: format!("{what}: no pooled PostgreSQL connection became free in time"),
+            source: Some(Box::new(error)),
+        },
+        other => StoreError::backend(
+            format!("{what}: could not get a PostgreSQL connection"),
+            other,
+        ),
+    }
+}

@@ -1,0 +1,80 @@
+//! `append`: idempotent replay, fencing, lane conflicts, then the insert.
+
+use a2_store_api::codec::idempotent_replay;
+use a2_store_api::{AppendOptions, AppendResult, NewEvent, StoreError};
+
+use crate::batch::{insert, lane_cursors, notify, stored_ids, InsertContext};
+use crate::cursors::{fence, has_pending};
+use crate::db::{lock_exclusive, Tx};
+use crate::error::TxResult;
+use crate::store::Inner;
+
+/// The body of [`Store::append`](a2_store_api::Store::append) for a
+/// validated, non-empty batch. Returns the result and whether rows were written.
+pub(crate) async fn append(
+    tx: &Tx<'_>,
+    inner: &Inner,
+    session_id: &str,
+    events: &[NewEvent],
+    options: &AppendOptions,
+) -> TxResult<(AppendResult, bool)> {
+    let consumers = options.consumers.as_deref();
+    let mut state = lock_exclusive(tx, session_id).await?;
+    let supplied: Vec<&str> = events.iter().filter_map(|e| e.id.as_deref()).collect();
+    let owners = stored_ids(tx, session_id, state.clear, &supplied).await?;
+    if !owners.is_empty() {
+        if owners.len() == events.len() {
+            let mut rows = Vec::with_capacity(events.len());
+            for event in events {
+                let row = event.id.as_ref().and_then(|id| owners.get(id)).cloned();
+                match row {
+                    Some(row) => rows.push(row),
+                    None => return Err(mixed(owners.len(), events.len()).into()),
+                }
+            }
+            let events = idempotent_replay(events, rows)?;
+            let has_pending = has_pending(tx, session_id, consumers).await?;
+            return Ok((
+                AppendResult {
+                    events,
+                    has_pending,
+                },
+                false,
+            ));
+        }
+        return Err(mixed(owners.len(), events.len()).into());
+    }
+    if let Some(origin) = options.origin_index {
+        if i64::try_from(origin).is_ok_and(|origin| origin <= state.clear) {
+            return Err(StoreError::session_cleared(session_id, origin).into());
+        }
+    }
+    for cause in events.iter().filter_map(|event| event.cause.as_ref()) {
+        fence(tx, session_id, state.clear, cause).await?;
+    }
+    let lanes = lane_cursors(tx, session_id, events, consumers).await?;
+    let cx = InsertContext {
+        session_id,
+        now: inner.clock.now_ms(),
+        ids: inner.ids.as_ref(),
+        cause: None,
+        consumers,
+    };
+    let stored = insert(tx, &cx, &mut state, events, lanes).await?;
+    notify(tx, &inner.channel, session_id).await?;
+    let has_pending = has_pending(tx, session_id, consumers).await?;
+    Ok((
+        AppendResult {
+            events: stored,
+            has_pending,
+        },
+        true,
+    ))
+}
+
+fn mixed(stored: usize, total: usize) -> StoreError {
+    StoreError::partial_duplicate(format!(
+        "batch mixes {stored} already-appended and {} fresh events",
+        total - stored
+    ))
+}

@@ -1,0 +1,228 @@
+//! `claim_available` and `renew_claims`: the lease operations. Both hold the
+//! session row shared, so claimers run side by side; each locks only the
+//! cursor rows it changes, and claimers skip rows another claimer holds.
+
+use a2_store_api::codec::{compare_heads, compare_refs};
+use a2_store_api::{ClaimRequest, ClaimResult, CursorRef, HeldClaim, RenewResult};
+
+use crate::cursors::{
+    load_many, put_all, refresh_log_types, release_pins, served_names, CursorKey,
+};
+use crate::db::{lock_shared, query, query_opt, sql_index, Tx};
+use crate::error::TxResult;
+use crate::rows::{
+    decode_event, lane_key, slot_key, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS,
+};
+
+/// The body of [`Store::claim_available`](a2_store_api::Store::claim_available)
+/// for a validated request, with `now` and the lease `expires_at`.
+pub(crate) async fn claim(
+    tx: &Tx<'_>,
+    request: &ClaimRequest,
+    now: i64,
+    expires_at: i64,
+) -> TxResult<ClaimResult> {
+    let session_id = request.session_id.as_str();
+    let Some(state) = lock_shared(tx, session_id).await? else {
+        return Ok(ClaimResult::Settled);
+    };
+    let consumers = request.consumers.as_deref();
+    refresh_log_types(tx, session_id, consumers).await?;
+    let served = served_names(consumers);
+    let through = request.through.map(crate::db::bound);
+    let mut ex_consumers = Vec::with_capacity(request.exclude.len());
+    let mut ex_lanes = Vec::with_capacity(request.exclude.len());
+    let mut ex_slots = Vec::with_capacity(request.exclude.len());
+    for excluded in &request.exclude {
+        // An event cursor beyond any index cannot exist: nothing to exclude.
+        let Ok(slot) = slot_key(excluded.lane.as_deref(), excluded.index) else {
+            continue;
+        };
+        ex_consumers.push(excluded.consumer.as_str());
+        ex_lanes.push(lane_key(excluded.lane.as_deref()));
+        ex_slots.push(slot);
+    }
+    const CANDIDATES: &str = "c.session_id = $1 AND c.head IS NOT NULL AND c.failed_at IS NULL \
+        AND ($2::bigint IS NULL OR c.head <= $2) \
+        AND ($3::text[] IS NULL OR c.consumer = ANY($3)) \
+        AND NOT EXISTS (SELECT 1 FROM unnest($4::text[], $5::text[], $6::bigint[]) \
+          AS x(consumer, lane, slot) \
+          WHERE x.consumer = c.consumer AND x.lane = c.lane AND x.slot = c.slot)";
+    let sql = format!(
+        "SELECT {CURSOR_COLUMNS}, {EVENT_COLUMNS} FROM cursors c \
+         JOIN events e ON e.session_id = c.session_id AND e.idx = c.head \
+         WHERE {CANDIDATES} AND (c.claim_expires_at IS NULL OR c.claim_expires_at <= $7) \
+         ORDER BY c.head, c.consumer, c.lane FOR UPDATE OF c SKIP LOCKED"
+    );
+    let rows = query(
+        tx,
+        &sql,
+        &[
+            &session_id,
+            &through,
+            &served,
+            &ex_consumers,
+            &ex_lanes,
+            &ex_slots,
+            &now,
+        ],
+    )
+    .await?;
+    let mut claimable = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let cursor = CursorRow::decode(row, 0)?;
+        let event = decode_event(row, CURSOR_WIDTH, session_id)?;
+        claimable.push((cursor, event));
+    }
+    claimable.sort_by(|(a, _), (b, _)| {
+        (a.head, &a.consumer, &a.lane).cmp(&(b.head, &b.consumer, &b.lane))
+    });
+    let mut heads = Vec::new();
+    let mut dead_lettered = Vec::new();
+    let mut changed = Vec::new();
+    for (mut cursor, event) in claimable {
+        if request.limit.is_some_and(|limit| heads.len() >= limit) {
+            break;
+        }
+        let d = &mut cursor.dispatch;
+        if d.claim_holder.is_some() {
+            d.failure_count += 1;
+            if request
+                .max_failures
+                .is_some_and(|max| d.failure_count >= i64::from(max))
+            {
+                d.attempt_count += 1;
+                d.claim_holder = None;
+                d.claim_expires_at = None;
+                d.failed_at = Some(now);
+                release_pins(tx, session_id, &cursor).await?;
+                dead_lettered.push(cursor.to_head(event, state.clear)?);
+                changed.push(cursor);
+                continue;
+            }
+        }
+        d.attempt_count += 1;
+        d.first_claimed_at.get_or_insert(now);
+        d.last_claimed_at = Some(now);
+        d.claim_holder = Some(request.holder.clone());
+        d.claim_expires_at = Some(expires_at);
+        heads.push(cursor.to_head(event, state.clear)?);
+        changed.push(cursor);
+    }
+    if !changed.is_empty() {
+        put_all(tx, session_id, &changed).await?;
+        heads.sort_by(compare_heads);
+        dead_lettered.sort_by(compare_heads);
+        return Ok(ClaimResult::Claimed {
+            heads,
+            dead_lettered,
+            head: crate::rows::index_of(state.head)?,
+        });
+    }
+    // Nothing taken: busy heads free at their expiry; a head another claimer
+    // holds locked right now (still claimable in this snapshot) may free now.
+    let busy = query_opt(
+        tx,
+        &format!(
+            "SELECT min(CASE WHEN c.claim_expires_at > $7 THEN c.claim_expires_at ELSE $7 END) \
+             FROM cursors c WHERE {CANDIDATES}"
+        ),
+        &[
+            &session_id,
+            &through,
+            &served,
+            &ex_consumers,
+            &ex_lanes,
+            &ex_slots,
+            &now,
+        ],
+    )
+    .await?;
+    let retry_at: Option<i64> = match busy {
+        Some(row) => row.try_get(0)?,
+        None => None,
+    };
+    Ok(match retry_at {
+        Some(retry_at) => ClaimResult::Busy { retry_at },
+        None => ClaimResult::Settled,
+    })
+}
+
+/// The body of [`Store::renew_claims`](a2_store_api::Store::renew_claims)
+/// for a validated request, with `now` and the new `expires_at`.
+pub(crate) async fn renew(
+    tx: &Tx<'_>,
+    session_id: &str,
+    holder: &str,
+    claims: &[HeldClaim],
+    now: i64,
+    expires_at: i64,
+) -> TxResult<RenewResult> {
+    let clear = lock_shared(tx, session_id)
+        .await?
+        .map(|state| state.clear)
+        .unwrap_or_default();
+    let mut ordered: Vec<&HeldClaim> = claims.iter().collect();
+    ordered.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
+    let mut keys: Vec<CursorKey> = Vec::new();
+    for claim in &ordered {
+        let r = &claim.cursor;
+        if let Ok(slot) = slot_key(r.lane.as_deref(), r.index) {
+            keys.push((
+                r.consumer.clone(),
+                lane_key(r.lane.as_deref()).to_owned(),
+                slot,
+            ));
+        }
+    }
+    keys.sort();
+    keys.dedup();
+    let mut cursors: std::collections::HashMap<CursorKey, CursorRow> =
+        load_many(tx, session_id, &keys, true)
+            .await?
+            .into_iter()
+            .map(|c| ((c.consumer.clone(), c.lane.clone(), c.slot), c))
+            .collect();
+    let mut result = RenewResult::default();
+    let mut renewed_keys = std::collections::BTreeSet::new();
+    for claim in ordered {
+        let r: &CursorRef = &claim.cursor;
+        let Ok(index) = sql_index("index", r.index) else {
+            continue;
+        };
+        if index <= clear {
+            result.superseded.push(r.clone());
+            continue;
+        }
+        let Ok(slot) = slot_key(r.lane.as_deref(), r.index) else {
+            continue;
+        };
+        let key = (
+            r.consumer.clone(),
+            lane_key(r.lane.as_deref()).to_owned(),
+            slot,
+        );
+        let Some(cursor) = cursors.get_mut(&key) else {
+            continue;
+        };
+        if cursor.head != Some(index) && cursor.position < index {
+            continue;
+        }
+        if cursor.head != Some(index) || cursor.dispatch.attempt_count > i64::from(claim.attempt) {
+            result.superseded.push(r.clone());
+            continue;
+        }
+        let d = &mut cursor.dispatch;
+        if d.failed_at.is_none()
+            && d.claim_holder.as_deref() == Some(holder)
+            && d.claim_expires_at.is_some_and(|expiry| expiry > now)
+        {
+            d.claim_expires_at = Some(expires_at);
+            renewed_keys.insert(key);
+            result.renewed.push(r.clone());
+        }
+    }
+    let changed = renewed_keys.iter().filter_map(|key| cursors.get(key));
+    put_all(tx, session_id, changed).await?;
+    Ok(result)
+}

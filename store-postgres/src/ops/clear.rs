@@ -1,0 +1,126 @@
+//! `clear` (the marker, dropping targeted cursors and every pin) and
+//! `reclaim` (deleting rows below the marker in bounded batches).
+
+use a2_store_api::{
+    ClearRequest, ClearResult, NewEvent, ReclaimResult, StoreError, CLEAR_EVENT_TYPE, RECLAIM_BATCH,
+};
+use serde_json::Value;
+
+use crate::batch::{insert, notify, InsertContext};
+use crate::cursors::fence;
+use crate::db::{execute, lock_exclusive, Tx};
+use crate::error::TxResult;
+use crate::rows::index_of;
+use crate::store::Inner;
+
+/// The body of [`Store::clear`](a2_store_api::Store::clear). Returns the
+/// result and whether the marker was written.
+pub(crate) async fn clear(
+    tx: &Tx<'_>,
+    inner: &Inner,
+    request: &ClearRequest,
+) -> TxResult<(ClearResult, bool)> {
+    let session_id = request.session_id.as_str();
+    let mut state = lock_exclusive(tx, session_id).await?;
+    if let Some(cause) = &request.cause {
+        fence(tx, session_id, state.clear, cause).await?;
+    }
+    let head = index_of(state.head)?;
+    if request
+        .if_last_index
+        .is_some_and(|expected| expected != head)
+    {
+        return Ok((ClearResult::NotCleared { head }, false));
+    }
+    let marker = NewEvent {
+        id: None,
+        event_type: CLEAR_EVENT_TYPE.to_owned(),
+        payload: Value::Null,
+        cause: None,
+        targets: Vec::new(),
+    };
+    let cx = InsertContext {
+        session_id,
+        now: inner.clock.now_ms(),
+        ids: inner.ids.as_ref(),
+        cause: None,
+        consumers: None,
+    };
+    let mut rows = insert(tx, &cx, &mut state, &[marker], Default::default()).await?;
+    let Some(marker) = rows.pop() else {
+        return Err(StoreError::Backend {
+            message: "clearing: the marker row was not written".to_owned(),
+            source: None,
+        }
+        .into());
+    };
+    let marker_index = state.head;
+    execute(
+        tx,
+        "UPDATE sessions SET clear_index = $2 WHERE session_id = $1",
+        &[&session_id, &marker_index],
+    )
+    .await?;
+    for sql in [
+        "DELETE FROM cursors WHERE session_id = $1 AND kind <> 2",
+        "DELETE FROM lane_queue WHERE session_id = $1",
+        "DELETE FROM completions WHERE session_id = $1",
+        "DELETE FROM pins WHERE session_id = $1",
+    ] {
+        execute(tx, sql, &[&session_id]).await?;
+    }
+    execute(
+        tx,
+        "UPDATE cursors SET position = $2, head = NULL, attempt_count = 0, \
+           first_claimed_at = NULL, last_claimed_at = NULL, claim_holder = NULL, \
+           claim_expires_at = NULL, failure_count = 0, last_failed_at = NULL, \
+           last_failed_attempt = NULL, last_error = NULL, failed_at = NULL \
+         WHERE session_id = $1",
+        &[&session_id, &marker_index],
+    )
+    .await?;
+    notify(tx, &inner.channel, session_id).await?;
+    Ok((ClearResult::Cleared { marker }, true))
+}
+
+/// The body of [`Store::reclaim`](a2_store_api::Store::reclaim).
+pub(crate) async fn reclaim(tx: &Tx<'_>, session_id: &str) -> TxResult<ReclaimResult> {
+    let state = lock_exclusive(tx, session_id).await?;
+    if state.clear == 0 {
+        return Ok(ReclaimResult {
+            reclaimed: 0,
+            done: true,
+        });
+    }
+    let batch = i64::try_from(RECLAIM_BATCH).unwrap_or(i64::MAX);
+    let remaining = (state.clear - 1 - state.reclaimed).max(0);
+    let count = remaining.min(batch);
+    let through = state.reclaimed + count;
+    if count > 0 {
+        execute(
+            tx,
+            "DELETE FROM events WHERE session_id = $1 AND idx > $2 AND idx <= $3",
+            &[&session_id, &state.reclaimed, &through],
+        )
+        .await?;
+        execute(
+            tx,
+            "UPDATE sessions SET reclaimed_through = $2 WHERE session_id = $1",
+            &[&session_id, &through],
+        )
+        .await?;
+    }
+    let done = through >= state.clear - 1;
+    if done {
+        for sql in [
+            "DELETE FROM checkpoints WHERE session_id = $1 AND idx < $2",
+            "DELETE FROM snapshots WHERE session_id = $1 AND idx < $2",
+        ] {
+            execute(tx, sql, &[&session_id, &state.clear]).await?;
+        }
+    }
+    Ok(ReclaimResult {
+        reclaimed: index_of(count)?,
+        done,
+    })
+}

@@ -1,0 +1,383 @@
+//! The outcomes of a claimed head: `complete_attempt`, `fail_attempt`, and
+//! the dead-letter queue (`dead_letters`, `redrive`).
+
+use a2_store_api::codec::idempotent_replay;
+use a2_store_api::{
+    CompleteRequest, CompleteResult, ConsumerDeclaration, CursorKind, FailOutcome, FailRequest,
+    FailResult, Head, RedriveAction, RedriveRequest, RedriveResult, StoreError,
+};
+use tokio_postgres::types::Json;
+
+use crate::batch::{insert, lane_cursors, notify, stored_ids, InsertContext};
+use crate::cursors::{advance, has_pending, load_ref, put, refresh_log_types, release_pins};
+use crate::db::{execute, lock_exclusive, lock_shared, query, query_opt, read_state, Tx};
+use crate::error::TxResult;
+use crate::rows::{decode_event, lane_key, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS};
+use crate::store::Inner;
+
+/// Whether a row exists at `index` (not reclaimed).
+async fn row_exists(tx: &Tx<'_>, session_id: &str, index: i64) -> TxResult<bool> {
+    let row = query_opt(
+        tx,
+        "SELECT 1 FROM events WHERE session_id = $1 AND idx = $2",
+        &[&session_id, &index],
+    )
+    .await?;
+    Ok(row.is_some())
+}
+
+fn mismatch() -> StoreError {
+    StoreError::partial_duplicate("completed attempt does not match the returned event batch")
+}
+
+/// The body of [`Store::complete_attempt`](a2_store_api::Store::complete_attempt)
+/// for a validated request. Returns the result and whether rows were written.
+pub(crate) async fn complete(
+    tx: &Tx<'_>,
+    inner: &Inner,
+    request: &CompleteRequest,
+) -> TxResult<(CompleteResult, bool)> {
+    let session_id = request.session_id.as_str();
+    let lane = request.lane.as_deref();
+    let mut state = lock_exclusive(tx, session_id).await?;
+    let Ok(index) = i64::try_from(request.index) else {
+        return Err(StoreError::no_such_event(session_id, request.index).into());
+    };
+    if index <= state.clear {
+        return Ok((CompleteResult::Superseded, false));
+    }
+    let Some(mut cursor) = load_ref(
+        tx,
+        session_id,
+        &request.consumer,
+        lane,
+        request.index,
+        false,
+    )
+    .await?
+    else {
+        if row_exists(tx, session_id, index).await? {
+            return Ok((CompleteResult::Superseded, false));
+        }
+        return Err(StoreError::no_such_event(session_id, request.index).into());
+    };
+    let consumers = request.consumers.as_deref();
+    refresh_log_types(tx, session_id, consumers).await?;
+    if let Some(log) = consumers
+        .unwrap_or_default()
+        .iter()
+        .find(|c| {
+            c.name == cursor.consumer && c.log.as_ref().is_some_and(|l| l.lane == cursor.lane)
+        })
+        .and_then(|c| c.log.as_ref())
+    {
+        cursor.types = log.types.clone();
+    }
+    let attempt = i64::from(request.attempt);
+    if cursor.head != Some(index) {
+        return replay(tx, session_id, &state, request, index).await;
+    }
+    let d = &cursor.dispatch;
+    if d.attempt_count != attempt || d.failed_at.is_some() || d.claim_holder.is_none() {
+        return Ok((CompleteResult::Superseded, false));
+    }
+    let supplied: Vec<&str> = request
+        .events
+        .iter()
+        .filter_map(|e| e.id.as_deref())
+        .collect();
+    if !stored_ids(tx, session_id, state.clear, &supplied)
+        .await?
+        .is_empty()
+    {
+        return Err(StoreError::partial_duplicate(
+            "returned event batch contains already-appended ids",
+        )
+        .into());
+    }
+    let lanes = lane_cursors(tx, session_id, &request.events, consumers).await?;
+    let cause = a2_store_api::Cause {
+        consumer: request.consumer.clone(),
+        lane: request.lane.clone(),
+        index: request.index,
+        attempt: request.attempt,
+    };
+    let cx = InsertContext {
+        session_id,
+        now: inner.clock.now_ms(),
+        ids: inner.ids.as_ref(),
+        cause: Some(&cause),
+        consumers,
+    };
+    let stored = if request.events.is_empty() {
+        Vec::new()
+    } else {
+        insert(tx, &cx, &mut state, &request.events, lanes).await?
+    };
+    // The insert may have woken or created cursors; reload ours (its head
+    // and bookkeeping are unchanged, but a log cursor's types may be new).
+    if let Some(fresh) = load_ref(
+        tx,
+        session_id,
+        &request.consumer,
+        lane,
+        request.index,
+        false,
+    )
+    .await?
+    {
+        cursor = fresh;
+    }
+    let lane_stored = lane_key(lane);
+    if cursor.kind == CursorKind::Log {
+        execute(
+            tx,
+            "DELETE FROM completions WHERE session_id = $1 AND consumer = $2 AND lane = $3",
+            &[&session_id, &request.consumer, &lane_stored],
+        )
+        .await?;
+    }
+    let returned: Vec<Option<&str>> = request.events.iter().map(|e| e.id.as_deref()).collect();
+    execute(
+        tx,
+        "INSERT INTO completions (session_id, consumer, lane, idx, attempt, returned_ids) \
+         VALUES ($1, $2, $3, $4, $5, $6) \
+         ON CONFLICT (session_id, consumer, lane, idx) DO UPDATE \
+         SET attempt = EXCLUDED.attempt, returned_ids = EXCLUDED.returned_ids",
+        &[
+            &session_id,
+            &request.consumer,
+            &lane_stored,
+            &index,
+            &attempt,
+            &Json(&returned),
+        ],
+    )
+    .await?;
+    advance(tx, session_id, &mut cursor).await?;
+    let wrote = !stored.is_empty();
+    if wrote {
+        notify(tx, &inner.channel, session_id).await?;
+    }
+    Ok((CompleteResult::Completed { events: stored }, wrote))
+}
+
+/// A completion of a head the cursor already moved past: a replay when that
+/// attempt completed it with the same returned ids.
+async fn replay(
+    tx: &Tx<'_>,
+    session_id: &str,
+    state: &crate::db::SessionState,
+    request: &CompleteRequest,
+    index: i64,
+) -> TxResult<(CompleteResult, bool)> {
+    let row = query_opt(
+        tx,
+        "SELECT attempt, returned_ids FROM completions WHERE session_id = $1 AND consumer = $2 \
+         AND lane = $3 AND idx = $4",
+        &[
+            &session_id,
+            &request.consumer,
+            &lane_key(request.lane.as_deref()),
+            &index,
+        ],
+    )
+    .await?;
+    let Some(row) = row else {
+        return Ok((CompleteResult::Superseded, false));
+    };
+    let recorded_attempt: i64 = row.try_get(0)?;
+    if recorded_attempt != i64::from(request.attempt) {
+        return Ok((CompleteResult::Superseded, false));
+    }
+    let Json(recorded): Json<Vec<Option<String>>> = row.try_get(1)?;
+    let requested: Vec<Option<String>> = request.events.iter().map(|e| e.id.clone()).collect();
+    if recorded != requested {
+        return Err(mismatch().into());
+    }
+    if request.events.is_empty() {
+        return Ok((CompleteResult::Completed { events: Vec::new() }, false));
+    }
+    let supplied: Vec<&str> = request
+        .events
+        .iter()
+        .filter_map(|e| e.id.as_deref())
+        .collect();
+    let owners = stored_ids(tx, session_id, state.clear, &supplied).await?;
+    let mut rows = Vec::with_capacity(request.events.len());
+    for event in &request.events {
+        let row = event.id.as_ref().and_then(|id| owners.get(id));
+        let Some(row) = row else {
+            return Err(mismatch().into());
+        };
+        let caused = row.cause.as_ref().is_some_and(|c| {
+            c.consumer == request.consumer
+                && c.lane == request.lane
+                && c.index == request.index
+                && c.attempt == request.attempt
+        });
+        if !caused {
+            return Err(mismatch().into());
+        }
+        rows.push(row.clone());
+    }
+    let events = idempotent_replay(&request.events, rows)?;
+    Ok((CompleteResult::Completed { events }, false))
+}
+
+/// The body of [`Store::fail_attempt`](a2_store_api::Store::fail_attempt)
+/// for a validated request. Holds the session row shared and the cursor row
+/// exclusively.
+pub(crate) async fn fail(tx: &Tx<'_>, request: &FailRequest, now: i64) -> TxResult<FailResult> {
+    let session_id = request.session_id.as_str();
+    let superseded = |failure_count| FailResult {
+        outcome: FailOutcome::Superseded,
+        failure_count,
+    };
+    let clear = lock_shared(tx, session_id)
+        .await?
+        .map(|state| state.clear)
+        .unwrap_or_default();
+    let Ok(index) = i64::try_from(request.index) else {
+        return Err(StoreError::no_such_event(session_id, request.index).into());
+    };
+    if index <= clear {
+        return Ok(superseded(0));
+    }
+    let lane = request.lane.as_deref();
+    let Some(mut cursor) =
+        load_ref(tx, session_id, &request.consumer, lane, request.index, true).await?
+    else {
+        if row_exists(tx, session_id, index).await? {
+            return Ok(superseded(0));
+        }
+        return Err(StoreError::no_such_event(session_id, request.index).into());
+    };
+    let attempt = i64::from(request.attempt);
+    let count = |c: &CursorRow| u32::try_from(c.dispatch.failure_count).unwrap_or(u32::MAX);
+    let d = &cursor.dispatch;
+    if cursor.head != Some(index)
+        || d.attempt_count != attempt
+        || (d.claim_holder.is_none() && d.last_failed_attempt != Some(attempt))
+    {
+        let failures = if cursor.head == Some(index) {
+            count(&cursor)
+        } else {
+            0
+        };
+        return Ok(superseded(failures));
+    }
+    if d.last_failed_attempt == Some(attempt) && d.claim_holder.is_none() {
+        let outcome = if d.failed_at.is_some() {
+            FailOutcome::DeadLettered
+        } else {
+            FailOutcome::Failed
+        };
+        return Ok(FailResult {
+            outcome,
+            failure_count: count(&cursor),
+        });
+    }
+    if d.failed_at.is_some() {
+        return Ok(FailResult {
+            outcome: FailOutcome::DeadLettered,
+            failure_count: count(&cursor),
+        });
+    }
+    let d = &mut cursor.dispatch;
+    d.failure_count += 1;
+    d.last_error = Some(request.error.clone());
+    d.last_failed_at = Some(now);
+    d.last_failed_attempt = Some(attempt);
+    d.claim_holder = None;
+    let dead = request
+        .max_failures
+        .is_some_and(|max| d.failure_count >= i64::from(max));
+    d.claim_expires_at = match request.retry_after_ms {
+        Some(delay) if !dead => Some(now.saturating_add(delay)),
+        _ => None,
+    };
+    let outcome = if dead {
+        d.failed_at = Some(now);
+        release_pins(tx, session_id, &cursor).await?;
+        FailOutcome::DeadLettered
+    } else {
+        FailOutcome::Failed
+    };
+    put(tx, session_id, &cursor).await?;
+    Ok(FailResult {
+        outcome,
+        failure_count: count(&cursor),
+    })
+}
+
+/// The body of [`Store::dead_letters`](a2_store_api::Store::dead_letters).
+pub(crate) async fn dead_letters(tx: &Tx<'_>, session_id: &str) -> TxResult<Vec<Head>> {
+    let state = read_state(tx, session_id).await?;
+    let sql = format!(
+        "SELECT {CURSOR_COLUMNS}, {EVENT_COLUMNS} FROM cursors c \
+         JOIN events e ON e.session_id = c.session_id AND e.idx = c.head \
+         WHERE c.session_id = $1 AND c.head IS NOT NULL AND c.head > $2 \
+           AND c.failed_at IS NOT NULL \
+         ORDER BY c.head, c.consumer, c.lane"
+    );
+    let rows = query(tx, &sql, &[&session_id, &state.clear]).await?;
+    let mut heads = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let cursor = CursorRow::decode(row, 0)?;
+        let event = decode_event(row, CURSOR_WIDTH, session_id)?;
+        heads.push(cursor.to_head(event, state.clear)?);
+    }
+    heads.sort_by(a2_store_api::codec::compare_heads);
+    Ok(heads)
+}
+
+/// The body of [`Store::redrive`](a2_store_api::Store::redrive) for a
+/// validated request.
+pub(crate) async fn redrive(tx: &Tx<'_>, request: &RedriveRequest) -> TxResult<RedriveResult> {
+    let session_id = request.session_id.as_str();
+    let consumers: Option<&[ConsumerDeclaration]> = request.consumers.as_deref();
+    let state = lock_exclusive(tx, session_id).await?;
+    let index = i64::try_from(request.index)
+        .ok()
+        .filter(|i| *i > state.clear);
+    let mut found = None;
+    if let Some(index) = index {
+        let sql = format!(
+            "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 AND c.consumer = $2 \
+             AND c.head = $3 AND c.failed_at IS NOT NULL ORDER BY c.lane, c.slot LIMIT 1"
+        );
+        if let Some(row) = query_opt(tx, &sql, &[&session_id, &request.consumer, &index]).await? {
+            found = Some(CursorRow::decode(&row, 0)?);
+        }
+    }
+    let Some(mut cursor) = found else {
+        return Ok(RedriveResult {
+            redriven: false,
+            has_pending: has_pending(tx, session_id, consumers).await?,
+        });
+    };
+    refresh_log_types(tx, session_id, consumers).await?;
+    if let Some(log) = consumers
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| c.name == cursor.consumer)
+        .find_map(|c| c.log.as_ref().filter(|l| l.lane == cursor.lane))
+    {
+        if cursor.kind == CursorKind::Log {
+            cursor.types = log.types.clone();
+        }
+    }
+    match request.action {
+        RedriveAction::Skip => advance(tx, session_id, &mut cursor).await?,
+        RedriveAction::Retry => {
+            cursor.dispatch.failed_at = None;
+            cursor.dispatch.failure_count = 0;
+            put(tx, session_id, &cursor).await?;
+        }
+    }
+    Ok(RedriveResult {
+        redriven: true,
+        has_pending: has_pending(tx, session_id, consumers).await?,
+    })
+}

@@ -1,0 +1,94 @@
+//! Connection options of [`PostgresStore`](crate::PostgresStore) and the
+//! schema-name rule.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2_store_api::{Clock, IdGenerator, RandomIds, Result, StoreError, SystemClock};
+
+/// The longest schema name PostgreSQL keeps without truncating (`NAMEDATALEN - 1`).
+pub const MAX_SCHEMA_NAME_LEN: usize = 63;
+
+/// How a [`PostgresStore`](crate::PostgresStore) connects and what it runs on.
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    /// The only source of time the store reads (leases, retry delays, presence TTLs).
+    pub clock: Arc<dyn Clock>,
+    /// The source of ids for events appended without one (and clear markers).
+    pub ids: Arc<dyn IdGenerator>,
+    /// Most connections the pool opens at once (at least 1). A subscribing
+    /// store opens one more, dedicated to `LISTEN`.
+    pub pool_size: usize,
+    /// Server-side `statement_timeout` of every connection; a statement that
+    /// runs (or waits for a lock) longer fails with `StoreError::Busy`.
+    pub statement_timeout: Duration,
+    /// The PostgreSQL schema holding the tables; every connection sets its
+    /// `search_path` to it, so deployments sharing one server stay apart.
+    /// Must match `[a-z_][a-z0-9_]*` and be at most 63 bytes.
+    pub schema: String,
+}
+
+impl Default for PostgresOptions {
+    /// [`SystemClock`], [`RandomIds`], 16 connections, 30 s, schema `a2`.
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
+            pool_size: 16,
+            statement_timeout: Duration::from_secs(30),
+            schema: "a2".to_owned(),
+        }
+    }
+}
+
+/// Accepts a schema name only when it is a plain lower-case identifier
+/// (`[a-z_][a-z0-9_]*`, at most 63 bytes, not starting with `pg_`).
+/// Identifiers cannot be bound as parameters, so this rule is what makes it
+/// safe to name the schema in DDL, `search_path` and the `LISTEN` channel.
+pub fn validate_schema_name(schema: &str) -> Result<()> {
+    let mut chars = schema.chars();
+    let first_ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_');
+    let rest_ok = chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if !first_ok || !rest_ok || schema.len() > MAX_SCHEMA_NAME_LEN || schema.starts_with("pg_") {
+        return Err(StoreError::invalid_input(format!(
+            "schema name '{schema}' is not a plain identifier: use 1 to {MAX_SCHEMA_NAME_LEN} characters of [a-z0-9_], not starting with a digit or 'pg_'"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schema_names_are_plain_identifiers() {
+        for good in ["a2", "_x", "test_run_42", &"a".repeat(63)] {
+            assert!(validate_schema_name(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            "A2",
+            "2a",
+            "a-b",
+            "a b",
+            "a\"; drop table x; --",
+            "pg_temp",
+            "é",
+            &"a".repeat(64),
+        ] {
+            let err = validate_schema_name(bad).unwrap_err();
+            assert_eq!(err.code(), a2_store_api::ErrorCode::InvalidInput, "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults_match_the_documented_values() {
+        let options = PostgresOptions::default();
+        assert_eq!(options.pool_size, 16);
+        assert_eq!(options.statement_timeout, Duration::from_secs(30));
+        assert_eq!(options.schema, "a2");
+    }
+}

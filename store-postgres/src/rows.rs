@@ -1,0 +1,235 @@
+//! Rows as read from and written to the tables: stored events and cursors.
+
+use a2_store_api::codec::{from_sql_count, from_sql_int, to_sql_int};
+use a2_store_api::{Cause, Cursor, CursorKind, Dispatch, Head, Result, StoredEvent};
+use serde_json::Value;
+use tokio_postgres::types::Json;
+use tokio_postgres::Row;
+
+use crate::error::TxResult;
+
+/// The columns [`decode_event`] reads, from `events` aliased `e`.
+pub(crate) const EVENT_COLUMNS: &str = "e.idx, e.id, e.type, e.payload, e.created_at, \
+     e.cause_consumer, e.cause_lane, e.cause_index, e.cause_attempt";
+
+/// The columns [`CursorRow::decode`] reads, from `cursors` aliased `c`.
+pub(crate) const CURSOR_COLUMNS: &str = "c.consumer, c.lane, c.slot, c.kind, c.position, \
+     c.head, c.types, c.attempt_count, c.first_claimed_at, c.last_claimed_at, c.claim_holder, \
+     c.claim_expires_at, c.failure_count, c.last_failed_at, c.last_failed_attempt, \
+     c.last_error, c.failed_at";
+
+/// How many columns [`CURSOR_COLUMNS`] lists.
+pub(crate) const CURSOR_WIDTH: usize = 17;
+
+/// Decodes the [`EVENT_COLUMNS`] starting at column `at`.
+pub(crate) fn decode_event(row: &Row, at: usize, session_id: &str) -> TxResult<StoredEvent> {
+    let index: i64 = row.try_get(at)?;
+    let Json(payload): Json<Value> = row.try_get(at + 3)?;
+    let cause_consumer: Option<String> = row.try_get(at + 5)?;
+    let cause = match cause_consumer {
+        None => None,
+        Some(consumer) => {
+            let index: Option<i64> = row.try_get(at + 7)?;
+            let attempt: Option<i64> = row.try_get(at + 8)?;
+            Some(Cause {
+                consumer,
+                lane: row.try_get(at + 6)?,
+                index: from_sql_int("cause index", index.unwrap_or(-1))?,
+                attempt: from_sql_count("cause attempt", attempt.unwrap_or(-1))?,
+            })
+        }
+    };
+    Ok(StoredEvent {
+        id: row.try_get(at + 1)?,
+        event_type: row.try_get(at + 2)?,
+        payload,
+        index: from_sql_int("event index", index)?,
+        session_id: session_id.to_owned(),
+        created_at: row.try_get(at + 4)?,
+        cause,
+    })
+}
+
+/// A stored index or count read back as `u64` (negative means a corrupt row).
+pub(crate) fn index_of(value: i64) -> Result<u64> {
+    from_sql_int("index", value)
+}
+
+/// The stored form of a cursor's lane: `''` for an event cursor.
+pub(crate) fn lane_key(lane: Option<&str>) -> &str {
+    lane.unwrap_or("")
+}
+
+/// The stored slot of a cursor: its index for an event cursor, 0 otherwise.
+pub(crate) fn slot_key(lane: Option<&str>, index: u64) -> Result<i64> {
+    match lane {
+        Some(_) => Ok(0),
+        None => to_sql_int("index", index),
+    }
+}
+
+/// The stored code of a cursor kind.
+pub(crate) fn kind_code(kind: CursorKind) -> i16 {
+    match kind {
+        CursorKind::Event => 0,
+        CursorKind::Lane => 1,
+        CursorKind::Log => 2,
+    }
+}
+
+fn kind_from_code(code: i16) -> Result<CursorKind> {
+    match code {
+        0 => Ok(CursorKind::Event),
+        1 => Ok(CursorKind::Lane),
+        2 => Ok(CursorKind::Log),
+        other => Err(a2_store_api::StoreError::Backend {
+            message: format!("corrupt cursor kind {other} in the database"),
+            source: None,
+        }),
+    }
+}
+
+/// Dispatch bookkeeping as stored (signed integers, as the columns hold them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct StoredDispatch {
+    pub attempt_count: i64,
+    pub first_claimed_at: Option<i64>,
+    pub last_claimed_at: Option<i64>,
+    pub claim_holder: Option<String>,
+    pub claim_expires_at: Option<i64>,
+    pub failure_count: i64,
+    pub last_failed_at: Option<i64>,
+    pub last_failed_attempt: Option<i64>,
+    pub last_error: Option<String>,
+    pub failed_at: Option<i64>,
+}
+
+impl StoredDispatch {
+    fn to_dispatch(&self) -> Result<Dispatch> {
+        Ok(Dispatch {
+            attempt_count: from_sql_count("attempt count", self.attempt_count)?,
+            first_claimed_at: self.first_claimed_at,
+            last_claimed_at: self.last_claimed_at,
+            claim_holder: self.claim_holder.clone(),
+            claim_expires_at: self.claim_expires_at,
+            failure_count: from_sql_count("failure count", self.failure_count)?,
+            last_failed_at: self.last_failed_at,
+            last_failed_attempt: self
+                .last_failed_attempt
+                .map(|attempt| from_sql_count("failed attempt", attempt))
+                .transpose()?,
+            last_error: self.last_error.clone(),
+            failed_at: self.failed_at,
+        })
+    }
+}
+
+/// A cursor row: its key, position, head and bookkeeping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CursorRow {
+    pub consumer: String,
+    /// `''` for an event cursor.
+    pub lane: String,
+    /// The index for an event cursor, 0 otherwise.
+    pub slot: i64,
+    pub kind: CursorKind,
+    pub position: i64,
+    pub head: Option<i64>,
+    pub types: Option<Vec<String>>,
+    pub dispatch: StoredDispatch,
+}
+
+impl CursorRow {
+    /// A new cursor with fresh bookkeeping.
+    pub(crate) fn new(
+        consumer: &str,
+        lane: Option<&str>,
+        slot: i64,
+        kind: CursorKind,
+        position: i64,
+        head: Option<i64>,
+        types: Option<Vec<String>>,
+    ) -> Self {
+        Self {
+            consumer: consumer.to_owned(),
+            lane: lane_key(lane).to_owned(),
+            slot,
+            kind,
+            position,
+            head,
+            types,
+            dispatch: StoredDispatch::default(),
+        }
+    }
+
+    /// Decodes the [`CURSOR_COLUMNS`] starting at column `at`.
+    pub(crate) fn decode(row: &Row, at: usize) -> TxResult<Self> {
+        let types: Option<Json<Vec<String>>> = row.try_get(at + 6)?;
+        Ok(Self {
+            consumer: row.try_get(at)?,
+            lane: row.try_get(at + 1)?,
+            slot: row.try_get(at + 2)?,
+            kind: kind_from_code(row.try_get(at + 3)?)?,
+            position: row.try_get(at + 4)?,
+            head: row.try_get(at + 5)?,
+            types: types.map(|Json(types)| types),
+            dispatch: StoredDispatch {
+                attempt_count: row.try_get(at + 7)?,
+                first_claimed_at: row.try_get(at + 8)?,
+                last_claimed_at: row.try_get(at + 9)?,
+                claim_holder: row.try_get(at + 10)?,
+                claim_expires_at: row.try_get(at + 11)?,
+                failure_count: row.try_get(at + 12)?,
+                last_failed_at: row.try_get(at + 13)?,
+                last_failed_attempt: row.try_get(at + 14)?,
+                last_error: row.try_get(at + 15)?,
+                failed_at: row.try_get(at + 16)?,
+            },
+        })
+    }
+
+    /// The lane as the API spells it.
+    pub(crate) fn lane(&self) -> Option<String> {
+        (!self.lane.is_empty()).then(|| self.lane.clone())
+    }
+
+    /// The API view of the cursor.
+    pub(crate) fn to_cursor(&self) -> Result<Cursor> {
+        Ok(Cursor {
+            consumer: self.consumer.clone(),
+            lane: self.lane(),
+            kind: self.kind,
+            position: from_sql_int("cursor position", self.position)?,
+            head: self
+                .head
+                .map(|head| from_sql_int("cursor head", head))
+                .transpose()?,
+            types: if self.kind == CursorKind::Log {
+                self.types.clone()
+            } else {
+                None
+            },
+            dispatch: self.dispatch.to_dispatch()?,
+        })
+    }
+
+    /// The head as claims and dead letters return it, with `event` at the head.
+    pub(crate) fn to_head(&self, event: StoredEvent, clear_index: i64) -> Result<Head> {
+        Ok(Head {
+            event,
+            consumer: self.consumer.clone(),
+            lane: self.lane(),
+            dispatch: self.dispatch.to_dispatch()?,
+            clear_index: if clear_index > 0 {
+                Some(from_sql_int("clear index", clear_index)?)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// Resets the bookkeeping for a new head.
+    pub(crate) fn fresh_dispatch(&mut self) {
+        self.dispatch = StoredDispatch::default();
+    }
+}

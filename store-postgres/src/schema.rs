@@ -1,0 +1,182 @@
+//! The tables and indexes, created by versioned migrations on connect.
+//!
+//! Text keys use the `"C"` collation so `ORDER BY` sorts like Rust's byte
+//! order. Lane `NULL` (an event cursor) is stored as `''` (an empty lane is
+//! invalid input), and an event cursor's `slot` is its index (0 for lane
+//! and log cursors), so `(session_id, consumer, lane, slot)` names any cursor.
+
+use a2_store_api::StoreError;
+use tokio_postgres::Client;
+
+use crate::error::{db_error, TxResult};
+
+/// The schema version this build writes. A database at a higher version is
+/// refused with `IncompatibleSchema`.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
+const MIGRATIONS: &[&str] = &[r#"
+CREATE TABLE sessions (
+    session_id        text COLLATE "C" PRIMARY KEY,
+    head              bigint NOT NULL DEFAULT 0,
+    clear_index       bigint NOT NULL DEFAULT 0,
+    reclaimed_through bigint NOT NULL DEFAULT 0
+);
+CREATE TABLE events (
+    session_id     text COLLATE "C" NOT NULL,
+    idx            bigint NOT NULL,
+    id             text COLLATE "C" NOT NULL,
+    type           text COLLATE "C" NOT NULL,
+    payload        jsonb NOT NULL,
+    created_at     bigint NOT NULL,
+    cause_consumer text COLLATE "C",
+    cause_lane     text COLLATE "C",
+    cause_index    bigint,
+    cause_attempt  bigint,
+    PRIMARY KEY (session_id, idx)
+);
+CREATE INDEX events_by_id ON events (session_id, id, idx);
+CREATE INDEX events_by_type ON events (session_id, type, idx);
+CREATE TABLE cursors (
+    session_id          text COLLATE "C" NOT NULL,
+    consumer            text COLLATE "C" NOT NULL,
+    lane                text COLLATE "C" NOT NULL,
+    slot                bigint NOT NULL,
+    kind                smallint NOT NULL,
+    position            bigint NOT NULL,
+    head                bigint,
+    types               jsonb,
+    attempt_count       bigint NOT NULL DEFAULT 0,
+    first_claimed_at    bigint,
+    last_claimed_at     bigint,
+    claim_holder        text COLLATE "C",
+    claim_expires_at    bigint,
+    failure_count       bigint NOT NULL DEFAULT 0,
+    last_failed_at      bigint,
+    last_failed_attempt bigint,
+    last_error          text,
+    failed_at           bigint,
+    PRIMARY KEY (session_id, consumer, lane, slot)
+);
+CREATE INDEX cursors_with_head ON cursors (session_id, head) WHERE head IS NOT NULL;
+CREATE TABLE lane_queue (
+    session_id text COLLATE "C" NOT NULL,
+    consumer   text COLLATE "C" NOT NULL,
+    lane       text COLLATE "C" NOT NULL,
+    idx        bigint NOT NULL,
+    PRIMARY KEY (session_id, consumer, lane, idx)
+);
+CREATE TABLE completions (
+    session_id   text COLLATE "C" NOT NULL,
+    consumer     text COLLATE "C" NOT NULL,
+    lane         text COLLATE "C" NOT NULL,
+    idx          bigint NOT NULL,
+    attempt      bigint NOT NULL,
+    returned_ids jsonb NOT NULL,
+    PRIMARY KEY (session_id, consumer, lane, idx)
+);
+CREATE TABLE snapshots (
+    session_id text COLLATE "C" NOT NULL,
+    reducer    text COLLATE "C" NOT NULL,
+    idx        bigint NOT NULL,
+    state      jsonb NOT NULL,
+    PRIMARY KEY (session_id, reducer)
+);
+CREATE TABLE checkpoints (
+    session_id text COLLATE "C" NOT NULL,
+    reducer    text COLLATE "C" NOT NULL,
+    idx        bigint NOT NULL,
+    state      jsonb NOT NULL,
+    PRIMARY KEY (session_id, reducer, idx)
+);
+CREATE TABLE pins (
+    session_id text COLLATE "C" NOT NULL,
+    consumer   text COLLATE "C" NOT NULL,
+    lane       text COLLATE "C" NOT NULL,
+    slot       bigint NOT NULL,
+    reducer    text COLLATE "C" NOT NULL,
+    idx        bigint NOT NULL,
+    PRIMARY KEY (session_id, consumer, lane, slot, reducer, idx)
+);
+CREATE INDEX pins_by_checkpoint ON pins (session_id, reducer, idx);
+CREATE TABLE presence (
+    session_id  text COLLATE "C" NOT NULL,
+    participant text COLLATE "C" NOT NULL,
+    field       text COLLATE "C" NOT NULL,
+    value       jsonb NOT NULL,
+    seen        bigint,
+    at          bigint NOT NULL,
+    expires_at  bigint NOT NULL,
+    PRIMARY KEY (session_id, participant, field)
+);
+"#];
+
+/// Creates the schema if needed and applies the missing migrations, under a
+/// transaction-scoped advisory lock so concurrent connects migrate once.
+/// Refuses a database written by a newer schema version.
+pub(crate) async fn migrate(client: &mut Client, schema: &str) -> Result<(), StoreError> {
+    run(client, schema)
+        .await
+        .map_err(|error| error.into_store("migrating the PostgreSQL schema"))
+}
+
+async fn run(client: &mut Client, schema: &str) -> TxResult<()> {
+    let tx = client.transaction().await?;
+    // One lock key per schema; hashtext is stable across sessions.
+    tx.execute(
+        "SELECT pg_advisory_xact_lock(hashtext('a2-store-migrate:' || $1::text))",
+        &[&schema],
+    )
+    .await?;
+    // The schema name was validated as a plain identifier (see options.rs);
+    // identifiers cannot be bound as parameters.
+    tx.batch_execute(&format!(
+        "CREATE SCHEMA IF NOT EXISTS \"{schema}\"; SET LOCAL search_path TO \"{schema}\";
+         CREATE TABLE IF NOT EXISTS schema_version (version integer NOT NULL);"
+    ))
+    .await?;
+    let row = tx
+        .query_one("SELECT COALESCE(max(version), 0) FROM schema_version", &[])
+        .await?;
+    let found: i32 = row.try_get(0)?;
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::IncompatibleSchema {
+            message: format!(
+                "schema '{schema}' is at version {found}, this build knows up to {SCHEMA_VERSION}: upgrade a2-store-postgres or use another schema"
+            ),
+        }
+        .into());
+    }
+    for (version, sql) in (1..).zip(MIGRATIONS) {
+        if version <= found {
+            continue;
+        }
+        tx.batch_execute(sql).await?;
+        tx.execute("DELETE FROM schema_version", &[]).await?;
+        tx.execute(
+            "INSERT INTO schema_version (version) VALUES ($1)",
+            &[&version],
+        )
+        .await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// Drops `schema` and everything in it (used by tests that made a fresh one).
+pub(crate) async fn drop_schema(client: &Client, schema: &str) -> Result<(), StoreError> {
+    client
+        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+        .await
+        .map_err(|error| db_error("dropping the PostgreSQL schema", error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_migration_per_version() {
+        assert_eq!(MIGRATIONS.len(), usize::try_from(SCHEMA_VERSION).unwrap());
+    }
+}

@@ -1,0 +1,441 @@
+//! [`PostgresStore`]: the pool, the retrying transaction wrapper and the
+//! [`Store`] implementation that validates input and runs each operation
+//! as one transaction.
+
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2_store_api::codec::{
+    lease_expiry, log_declaration, read_bounds, validate_consumers, validate_name,
+    validate_new_events, validate_presence_ttl, validate_retry_after, validate_session_id,
+};
+use a2_store_api::{
+    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult, Clock,
+    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, CursorRef, EventStream,
+    FailRequest, FailResult, Head, IdGenerator, ListSessions, NewEvent, PresenceMeta,
+    PresenceResult, PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest,
+    RedriveResult, RenewRequest, RenewResult, Result, SessionInfo, StateRead, StateWrite, Store,
+    StoreError, StoredEvent, WakeLogResult,
+};
+use async_trait::async_trait;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use serde_json::Value;
+use tokio::sync::{broadcast, OnceCell};
+use tokio_postgres::NoTls;
+
+use crate::error::{db_error, pool_error, TxError};
+use crate::ops;
+use crate::options::{validate_schema_name, PostgresOptions};
+use crate::subscribe::{follow, Listener};
+
+/// How many times a transaction that hit a serialization failure or a
+/// deadlock is run again before the call fails with `Busy`.
+pub const MAX_RETRIES: u32 = 8;
+
+/// State shared by the store's calls.
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn IdGenerator>,
+    /// The `NOTIFY` channel of this schema.
+    pub(crate) channel: String,
+    schema: String,
+    config: tokio_postgres::Config,
+    wakes: broadcast::Sender<Arc<str>>,
+    listener: OnceCell<Listener>,
+}
+
+/// The PostgreSQL backend: a pool of connections to one schema of one
+/// database, shared safely by any number of stores in any number of processes.
+///
+/// Every call is one transaction. Writers of a session (append, complete,
+/// clear, reclaim, redrive, wake_log) lock its `sessions` row exclusively;
+/// claims, renewals, failures and snapshot writes lock it shared and lock
+/// only the cursor rows they change (claims `SKIP LOCKED`, so concurrent
+/// workers pass each other). Deadlocks and serialization failures are retried
+/// up to [`MAX_RETRIES`] times, then surface as `StoreError::Busy`.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("schema", &self.inner.schema)
+            .field("pool", &self.inner.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs `$body` (which uses `$tx`) in a transaction on a pooled connection,
+/// committing when it returns `Ok`, rolling back otherwise, and running it
+/// again after a deadlock or serialization failure.
+macro_rules! transact {
+    ($inner:expr, $what:expr, |$tx:ident| $body:expr) => {{
+        let inner: &Inner = &$inner;
+        let what: &str = $what;
+        let mut tries: u32 = 0;
+        loop {
+            let mut client = inner.pool.get().await.map_err(|e| pool_error(what, e))?;
+            let outcome: std::result::Result<_, TxError> = async {
+                let $tx = client.transaction().await?;
+                let value = $body;
+                $tx.commit().await?;
+                Ok(value)
+            }
+            .await;
+            match outcome {
+                Ok(value) => break Ok::<_, StoreError>(value),
+                Err(error) if error.retryable() && tries < MAX_RETRIES => {
+                    tries += 1;
+                    drop(client);
+                    tokio::time::sleep(backoff(tries)).await;
+                }
+                Err(error) => break Err(error.into_store(what)),
+            }
+        }
+    }};
+}
+
+/// A short randomized pause before retry `tries` (1-based): up to 2^tries ms.
+fn backoff(tries: u32) -> Duration {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(tries);
+    let cap = 1_u64 << tries.min(8);
+    Duration::from_millis(1 + hasher.finish() % cap)
+}
+
+impl PostgresStore {
+    /// Connects to `url` (a `postgres://` URL or a key=value string), creates
+    /// `options.schema` and its tables when missing (versioned migrations
+    /// under an advisory lock), and returns a store over a pool of
+    /// `options.pool_size` connections whose `search_path` is that schema.
+    ///
+    /// Errors: `InvalidInput` for a bad URL, schema name or pool size;
+    /// `IncompatibleSchema` when the schema was written by a newer version;
+    /// `Backend` (or `Busy`) when the server cannot be reached.
+    pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self> {
+        validate_schema_name(&options.schema)?;
+        if options.pool_size == 0 {
+            return Err(StoreError::invalid_input(
+                "pool_size is 0: a store needs at least one connection",
+            ));
+        }
+        let mut config: tokio_postgres::Config = url.parse().map_err(|error| {
+            StoreError::invalid_input(format!("'{url}' is not a PostgreSQL URL: {error}"))
+        })?;
+        let timeout_ms = options.statement_timeout.as_millis().max(1);
+        let schema = options.schema.clone();
+        // Both values are validated: a plain identifier and an integer.
+        let startup = format!("-c search_path={schema} -c statement_timeout={timeout_ms}");
+        let startup = match config.get_options() {
+            Some(existing) if !existing.is_empty() => format!("{existing} {startup}"),
+            _ => startup,
+        };
+        config.options(&startup);
+        if config.get_application_name().is_none() {
+            config.application_name("a2-store-postgres");
+        }
+        let (mut client, connection) = config
+            .connect(NoTls)
+            .await
+            .map_err(|error| db_error("connecting to PostgreSQL", error))?;
+        let driver = tokio::spawn(connection);
+        let migrated = crate::schema::migrate(&mut client, &schema).await;
+        drop(client);
+        let _ = driver.await;
+        migrated?;
+        let manager = Manager::from_config(
+            config.clone(),
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size)
+            .build()
+            .map_err(|error| StoreError::backend("building the connection pool", error))?;
+        let (wakes, _) = broadcast::channel(1024);
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                clock: options.clock,
+                ids: options.ids,
+                channel: format!("a2_store_{schema}"),
+                schema,
+                config,
+                wakes,
+                listener: OnceCell::new(),
+            }),
+        })
+    }
+
+    /// The schema this store works in.
+    pub fn schema(&self) -> &str {
+        &self.inner.schema
+    }
+
+    /// Drops this store's schema with every table and row in it. Meant for
+    /// tests and throw-away deployments; other stores on the schema fail after.
+    pub async fn drop_schema(&self) -> Result<()> {
+        let client = self
+            .inner
+            .pool
+            .get()
+            .await
+            .map_err(|e| pool_error("dropping the schema", e))?;
+        crate::schema::drop_schema(&client, &self.inner.schema).await
+    }
+
+    fn wake_local(&self, session_id: &str) {
+        let _ = self.inner.wakes.send(Arc::from(session_id));
+    }
+}
+
+fn validate_lane(lane: Option<&str>) -> Result<()> {
+    if lane == Some("") {
+        return Err(StoreError::invalid_input(
+            "lane is empty: omit the lane for an event cursor",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_refs<'a>(refs: impl IntoIterator<Item = &'a CursorRef>) -> Result<()> {
+    for r in refs {
+        validate_name("consumer name", &r.consumer)?;
+        validate_lane(r.lane.as_deref())?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    async fn append(
+        &self,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendResult> {
+        validate_session_id(session_id)?;
+        validate_new_events(&events)?;
+        validate_consumers(options.consumers.as_deref(), &events)?;
+        if events.is_empty() {
+            let consumers = options.consumers.as_deref();
+            let has_pending = transact!(self.inner, "checking pending work", |tx| {
+                crate::cursors::has_pending(&tx, session_id, consumers).await?
+            })?;
+            return Ok(AppendResult {
+                events: Vec::new(),
+                has_pending,
+            });
+        }
+        let (result, wrote) = transact!(self.inner, "appending events", |tx| {
+            ops::append::append(&tx, &self.inner, session_id, &events, &options).await?
+        })?;
+        if wrote {
+            self.wake_local(session_id);
+        }
+        Ok(result)
+    }
+
+    async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult> {
+        validate_session_id(&request.session_id)?;
+        validate_name("holder", &request.holder)?;
+        validate_consumers(request.consumers.as_deref(), &[])?;
+        validate_refs(&request.exclude)?;
+        let now = self.inner.clock.now_ms();
+        let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+        transact!(self.inner, "claiming heads", |tx| {
+            ops::claim::claim(&tx, &request, now, expires_at).await?
+        })
+    }
+
+    async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult> {
+        validate_session_id(&request.session_id)?;
+        validate_name("holder", &request.holder)?;
+        validate_refs(request.claims.iter().map(|claim| &claim.cursor))?;
+        let now = self.inner.clock.now_ms();
+        let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+        transact!(self.inner, "renewing claims", |tx| {
+            ops::claim::renew(
+                &tx,
+                &request.session_id,
+                &request.holder,
+                &request.claims,
+                now,
+                expires_at,
+            )
+            .await?
+        })
+    }
+
+    async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
+        validate_session_id(&request.session_id)?;
+        validate_name("consumer name", &request.consumer)?;
+        validate_lane(request.lane.as_deref())?;
+        validate_new_events(&request.events)?;
+        validate_consumers(request.consumers.as_deref(), &request.events)?;
+        let (result, wrote) = transact!(self.inner, "completing an attempt", |tx| {
+            ops::outcome::complete(&tx, &self.inner, &request).await?
+        })?;
+        if wrote {
+            self.wake_local(&request.session_id);
+        }
+        Ok(result)
+    }
+
+    async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
+        validate_session_id(&request.session_id)?;
+        validate_name("consumer name", &request.consumer)?;
+        validate_lane(request.lane.as_deref())?;
+        validate_retry_after(request.retry_after_ms)?;
+        let now = self.inner.clock.now_ms();
+        transact!(self.inner, "failing an attempt", |tx| {
+            ops::outcome::fail(&tx, &request, now).await?
+        })
+    }
+
+    async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>> {
+        validate_session_id(session_id)?;
+        transact!(self.inner, "listing dead letters", |tx| {
+            ops::outcome::dead_letters(&tx, session_id).await?
+        })
+    }
+
+    async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
+        validate_session_id(&request.session_id)?;
+        validate_name("consumer name", &request.consumer)?;
+        validate_consumers(request.consumers.as_deref(), &[])?;
+        transact!(self.inner, "redriving a dead letter", |tx| {
+            ops::outcome::redrive(&tx, &request).await?
+        })
+    }
+
+    async fn clear(&self, request: ClearRequest) -> Result<ClearResult> {
+        validate_session_id(&request.session_id)?;
+        if let Some(cause) = &request.cause {
+            validate_name("cause consumer", &cause.consumer)?;
+        }
+        let (result, wrote) = transact!(self.inner, "clearing a session", |tx| {
+            ops::clear::clear(&tx, &self.inner, &request).await?
+        })?;
+        if wrote {
+            self.wake_local(&request.session_id);
+        }
+        Ok(result)
+    }
+
+    async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult> {
+        validate_session_id(session_id)?;
+        transact!(self.inner, "reclaiming cleared rows", |tx| {
+            ops::clear::reclaim(&tx, session_id).await?
+        })
+    }
+
+    async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>> {
+        validate_session_id(session_id)?;
+        let (after, through) = read_bounds(&options, u64::MAX)?;
+        transact!(self.inner, "reading events", |tx| {
+            ops::read::read(&tx, session_id, after, through, options.limit).await?
+        })
+    }
+
+    async fn wake_log(
+        &self,
+        session_id: &str,
+        consumer: &ConsumerDeclaration,
+    ) -> Result<WakeLogResult> {
+        validate_session_id(session_id)?;
+        let log = log_declaration(consumer)?;
+        transact!(self.inner, "waking a log consumer", |tx| {
+            ops::read::wake_log(&tx, session_id, consumer, log).await?
+        })
+    }
+
+    async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
+        validate_session_id(session_id)?;
+        transact!(self.inner, "listing cursors", |tx| {
+            ops::read::cursors(&tx, session_id).await?
+        })
+    }
+
+    async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream> {
+        validate_session_id(session_id)?;
+        let inner = &self.inner;
+        inner
+            .listener
+            .get_or_init(|| async {
+                Listener::start(
+                    inner.config.clone(),
+                    inner.channel.clone(),
+                    inner.wakes.clone(),
+                )
+            })
+            .await;
+        // Take the receiver before the first read: nothing can slip between.
+        let wakes = inner.wakes.subscribe();
+        Ok(follow(inner.pool.clone(), session_id, after, wakes))
+    }
+
+    async fn write_state(
+        &self,
+        session_id: &str,
+        reducer: &str,
+        writes: Vec<StateWrite>,
+    ) -> Result<()> {
+        validate_session_id(session_id)?;
+        validate_name("reducer name", reducer)?;
+        validate_refs(writes.iter().flat_map(|write| &write.pins))?;
+        transact!(self.inner, "writing reducer state", |tx| {
+            ops::state::write_state(&tx, session_id, reducer, &writes).await?
+        })
+    }
+
+    async fn read_state(
+        &self,
+        session_id: &str,
+        reducer: &str,
+        options: ReadStateOptions,
+    ) -> Result<StateRead> {
+        validate_session_id(session_id)?;
+        validate_name("reducer name", reducer)?;
+        transact!(self.inner, "reading reducer state", |tx| {
+            ops::state::read_state(&tx, session_id, reducer, options.at).await?
+        })
+    }
+
+    async fn set_presence(
+        &self,
+        session_id: &str,
+        participant: &str,
+        values: BTreeMap<String, Value>,
+        meta: PresenceMeta,
+    ) -> Result<PresenceResult> {
+        validate_session_id(session_id)?;
+        validate_name("participant", participant)?;
+        validate_presence_ttl(meta.ttl_ms)?;
+        let now = self.inner.clock.now_ms();
+        transact!(self.inner, "writing presence", |tx| {
+            ops::presence::set_presence(&tx, session_id, participant, &values, &meta, now).await?
+        })
+    }
+
+    async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>> {
+        validate_session_id(session_id)?;
+        let now = self.inner.clock.now_ms();
+        transact!(self.inner, "reading presence", |tx| {
+            ops::presence::read_presence(&tx, session_id, now).await?
+        })
+    }
+
+    async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>> {
+        transact!(self.inner, "listing sessions", |tx| {
+            ops::read::sessions(&tx, &options).await?
+        })
+    }
+}
