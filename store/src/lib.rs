@@ -1,1 +1,54 @@
-//! Durable agent session stores behind one facade.
+//! Durable agent session stores behind one facade: pick a backend with a
+//! Cargo feature and a URL, then use the [`Store`] trait.
+//!
+//! ```toml
+//! [dependencies]
+//! a2-store = { version = "0.1", features = ["sqlite"] }  # `memory` is on by default
+//! ```
+//!
+//! | URL | backend | feature |
+//! |---|---|---|
+//! | `memory:` | in-memory reference backend | `memory` (default) |
+//! | `sqlite:PATH?durability=full` | SQLite file, created when missing | `sqlite` |
+//! | `sqlite::memory:` | private in-memory SQLite database | `sqlite` |
+//!
+//! See [`StoreUrl`] for every option. A URL whose backend is not compiled in
+//! is an [`InvalidInput`](ErrorCode::InvalidInput) error naming the feature
+//! to enable.
+//!
+//! ```
+//! use a2_store::{NewEvent, OpenOptions, ReadOptions, Target};
+//! use serde_json::json;
+//!
+//! # async fn demo() -> Result<(), a2_store::StoreError> {
+//! let store = a2_store::open("memory:", OpenOptions::default()).await?;
+//! let appended = store
+//!     .append(
+//!         "session-1",
+//!         vec![NewEvent::new("msg", json!({"text": "hi"})).with_target(Target::lane("agent", "main"))],
+//!         Default::default(),
+//!     )
+//!     .await?;
+//! assert!(appended.has_pending);
+//! let rows = store.read("session-1", ReadOptions::default()).await?;
+//! assert_eq!(rows[0].index, 1);
+//! # Ok(())
+//! # }
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+//! ```
+//!
+//! Everything `a2-store-api` defines (the trait, its types, errors, clocks,
+//! id generators and codecs) is re-exported here, so an app depends on this
+//! crate alone.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod open;
+mod options;
+mod url;
+
+pub use a2_store_api::*;
+pub use open::{open, open_url};
+pub use options::OpenOptions;
+pub use url::{SqliteDurability, SqliteLocation, SqliteUrlOptions, StoreUrl, URL_FORMS};

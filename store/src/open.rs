@@ -1,0 +1,189 @@
+//! Opening a store from a URL, with the backends this build was compiled with.
+
+use std::sync::Arc;
+
+use a2_store_api::{Store, StoreError};
+
+use crate::options::OpenOptions;
+use crate::url::StoreUrl;
+
+/// Opens the store `url` names (see [`StoreUrl`] for the forms and options)
+/// with the clock and ids of `options`.
+///
+/// Errors: a malformed URL or unknown option, or a URL whose backend feature
+/// is off, is [`InvalidInput`](a2_store_api::ErrorCode::InvalidInput) with a
+/// message saying what to change; a database that cannot be opened keeps the
+/// backend's error (for example
+/// [`IncompatibleSchema`](a2_store_api::ErrorCode::IncompatibleSchema) for a
+/// file written by a newer release). Nothing is created when the URL is
+/// rejected.
+///
+/// ```
+/// # async fn demo() -> Result<(), a2_store::StoreError> {
+/// use a2_store::{ErrorCode, ListSessions, OpenOptions};
+///
+/// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+/// assert!(store.sessions(ListSessions::default()).await?.is_empty());
+///
+/// let err = a2_store::open("sqlite:app.db?colour=blue", OpenOptions::default())
+///     .await
+///     .err()
+///     .expect("unknown option");
+/// assert_eq!(err.code(), ErrorCode::InvalidInput);
+/// # Ok(())
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+/// ```
+pub async fn open(url: &str, options: OpenOptions) -> Result<Arc<dyn Store>, StoreError> {
+    let parsed = StoreUrl::parse(url)?;
+    open_url(&parsed, options).await
+}
+
+/// Opens an already parsed [`StoreUrl`]; see [`open`].
+pub async fn open_url(url: &StoreUrl, options: OpenOptions) -> Result<Arc<dyn Store>, StoreError> {
+    match url {
+        StoreUrl::Memory => open_memory(url, options),
+        StoreUrl::Sqlite { location, options: sqlite } => {
+            open_sqlite(url, location, sqlite, options).await
+        }
+        StoreUrl::Postgres { .. } => Err(StoreError::invalid_input(format!(
+            "'{url}' needs the `postgres` feature of a2-store, and this release has no PostgreSQL backend yet: use sqlite:PATH"
+        ))),
+    }
+}
+
+/// The error for a URL whose backend this build was compiled without.
+#[allow(dead_code)] // unused when every backend is compiled in
+fn disabled(url: &StoreUrl) -> StoreError {
+    let feature = url.feature();
+    StoreError::invalid_input(format!(
+        "'{url}' needs the `{feature}` backend, which this build of a2-store was compiled without: enable the `{feature}` feature of a2-store (features = [\"{feature}\"] in Cargo.toml)"
+    ))
+}
+
+#[cfg(feature = "memory")]
+fn open_memory(_url: &StoreUrl, options: OpenOptions) -> Result<Arc<dyn Store>, StoreError> {
+    use a2_store_memory::{MemoryOptions, MemoryStore};
+    let store = MemoryStore::with_options(MemoryOptions {
+        clock: options.clock,
+        ids: options.ids,
+    });
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "memory"))]
+fn open_memory(url: &StoreUrl, _options: OpenOptions) -> Result<Arc<dyn Store>, StoreError> {
+    Err(disabled(url))
+}
+
+#[cfg(feature = "sqlite")]
+async fn open_sqlite(
+    _url: &StoreUrl,
+    location: &crate::url::SqliteLocation,
+    url_options: &crate::url::SqliteUrlOptions,
+    options: OpenOptions,
+) -> Result<Arc<dyn Store>, StoreError> {
+    use std::time::Duration;
+
+    use a2_store_sqlite::{Durability, SqliteOptions, SqliteStore};
+
+    use crate::url::{SqliteDurability, SqliteLocation};
+
+    let mut sqlite = SqliteOptions {
+        clock: options.clock,
+        ids: options.ids,
+        ..SqliteOptions::default()
+    };
+    if let Some(durability) = url_options.durability {
+        sqlite.durability = match durability {
+            SqliteDurability::Full => Durability::Full,
+            SqliteDurability::Normal => Durability::Normal,
+        };
+    }
+    if let Some(ms) = url_options.busy_timeout_ms {
+        sqlite.busy_timeout = Duration::from_millis(ms);
+    }
+    if let Some(size) = url_options.pool_size {
+        sqlite.pool_size = size;
+    }
+    if let Some(ms) = url_options.poll_interval_ms {
+        sqlite.poll_interval = Duration::from_millis(ms);
+    }
+    let store = match location {
+        SqliteLocation::File(path) => SqliteStore::open(path, sqlite)?,
+        SqliteLocation::Memory => SqliteStore::open_in_memory(sqlite)?,
+    };
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn open_sqlite(
+    url: &StoreUrl,
+    _location: &crate::url::SqliteLocation,
+    _url_options: &crate::url::SqliteUrlOptions,
+    _options: OpenOptions,
+) -> Result<Arc<dyn Store>, StoreError> {
+    Err(disabled(url))
+}
+
+#[cfg(test)]
+mod tests {
+    use a2_store_api::ErrorCode;
+
+    use super::*;
+
+    fn block_on<F: std::future::Future>(future: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(future)
+    }
+
+    #[test]
+    fn disabled_backends_name_their_feature() {
+        let url = StoreUrl::parse("sqlite:a.db").unwrap();
+        let message = disabled(&url).to_string();
+        assert!(message.contains("enable the `sqlite` feature"), "{message}");
+        assert_eq!(disabled(&url).code(), ErrorCode::InvalidInput);
+        let message = disabled(&StoreUrl::Memory).to_string();
+        assert!(message.contains("`memory` feature"), "{message}");
+    }
+
+    #[test]
+    fn postgres_is_not_in_this_release() {
+        let err = block_on(open("postgres://localhost/db", OpenOptions::default()))
+            .err()
+            .unwrap();
+        assert_eq!(err.code(), ErrorCode::InvalidInput);
+        assert!(err.to_string().contains("`postgres` feature"), "{err}");
+    }
+
+    #[test]
+    fn malformed_urls_open_nothing() {
+        for url in ["", "app.db", "sqlite:", "sqlite:x.db?nope=1", "memory:x"] {
+            let err = block_on(open(url, OpenOptions::default())).err().unwrap();
+            assert_eq!(err.code(), ErrorCode::InvalidInput, "{url}");
+        }
+        assert!(!std::path::Path::new("x.db").exists());
+    }
+
+    #[cfg(not(feature = "memory"))]
+    #[test]
+    fn memory_off_is_a_clear_error() {
+        let err = block_on(open("memory:", OpenOptions::default()))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("`memory` feature"), "{err}");
+    }
+
+    #[cfg(not(feature = "sqlite"))]
+    #[test]
+    fn sqlite_off_is_a_clear_error() {
+        for url in ["sqlite::memory:", "sqlite:never-created.db"] {
+            let err = block_on(open(url, OpenOptions::default())).err().unwrap();
+            assert!(err.to_string().contains("`sqlite` feature"), "{err}");
+        }
+        assert!(!std::path::Path::new("never-created.db").exists());
+    }
+}

@@ -1,0 +1,68 @@
+//! What every backend opened through the facade is given: its clock and id generator.
+
+use std::sync::Arc;
+
+use a2_store_api::{Clock, IdGenerator, RandomIds, SystemClock};
+
+/// Options of [`open`](crate::open) shared by every backend.
+///
+/// The default is what production wants: the system clock and time-ordered
+/// random (v7 UUID) event ids. Tests inject a
+/// [`ManualClock`](a2_store_api::ManualClock) and
+/// [`CounterIds`](a2_store_api::CounterIds) to drive leases and get
+/// predictable ids.
+///
+/// ```
+/// use a2_store::{CounterIds, ManualClock, OpenOptions};
+///
+/// let clock = ManualClock::new(1_000);
+/// let options = OpenOptions::default()
+///     .with_clock(clock.clone())
+///     .with_ids(CounterIds::new("e"));
+/// assert_eq!(options.clock.now_ms(), 1_000);
+/// assert_eq!(options.ids.next_id(), "e1");
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct OpenOptions {
+    /// The only source of time the store reads (leases, retry delays,
+    /// presence TTLs, `created_at`).
+    pub clock: Arc<dyn Clock>,
+    /// The source of ids for events appended without one.
+    pub ids: Arc<dyn IdGenerator>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self {
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
+        }
+    }
+}
+
+impl OpenOptions {
+    /// Uses `clock` as the store's clock.
+    pub fn with_clock(mut self, clock: impl Clock + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Uses `ids` as the store's id generator.
+    pub fn with_ids(mut self, ids: impl IdGenerator + 'static) -> Self {
+        self.ids = Arc::new(ids);
+        self
+    }
+
+    /// Uses an already shared clock (for example one the test also holds).
+    pub fn with_shared_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Uses an already shared id generator.
+    pub fn with_shared_ids(mut self, ids: Arc<dyn IdGenerator>) -> Self {
+        self.ids = ids;
+        self
+    }
+}

@@ -1,0 +1,479 @@
+//! Store URLs: which backend to open and how, parsed without opening anything.
+//!
+//! Parsing does not depend on which backend features are compiled in, so a
+//! URL for a disabled backend still parses and [`open`](crate::open) can say
+//! which feature to enable.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use a2_store_api::StoreError;
+
+/// The URL forms [`open`](crate::open) accepts, for error messages.
+pub const URL_FORMS: &str = "memory:, sqlite:PATH[?OPTIONS] or sqlite::memory:";
+
+/// A parsed store URL.
+///
+/// | URL | backend |
+/// |---|---|
+/// | `memory:` | the in-memory reference backend (feature `memory`) |
+/// | `sqlite:PATH`, `sqlite://PATH` | a SQLite database file, created when missing (feature `sqlite`) |
+/// | `sqlite::memory:` | a private in-memory SQLite database (feature `sqlite`) |
+/// | `postgres://...`, `postgresql://...` | PostgreSQL (feature `postgres`, not in this release) |
+///
+/// SQLite URLs take query options after `?`, joined by `&`:
+/// `durability=full|normal`, `busy_timeout_ms=N`, `pool_size=N` (at least 1)
+/// and `poll_interval_ms=N` (at least 1). Unknown or repeated options are an
+/// error. The path is taken verbatim (no percent-decoding), so it cannot
+/// contain `?`.
+///
+/// ```
+/// use a2_store::{SqliteDurability, SqliteLocation, StoreUrl};
+///
+/// let url: StoreUrl = "sqlite:data/app.db?durability=full&pool_size=4".parse()?;
+/// let StoreUrl::Sqlite { location, options } = &url else { unreachable!() };
+/// assert_eq!(location, &SqliteLocation::File("data/app.db".into()));
+/// assert_eq!(options.durability, Some(SqliteDurability::Full));
+/// assert_eq!(options.pool_size, Some(4));
+/// assert_eq!(url.to_string(), "sqlite:data/app.db?durability=full&pool_size=4");
+/// assert_eq!(url.feature(), "sqlite");
+///
+/// assert!("sqlite:app.db?cache=big".parse::<StoreUrl>().is_err());
+/// # Ok::<(), a2_store::StoreError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreUrl {
+    /// `memory:` — the in-memory reference backend; nothing outlives the store.
+    Memory,
+    /// `sqlite:PATH` or `sqlite::memory:`.
+    Sqlite {
+        /// The database file, or a private in-memory database.
+        location: SqliteLocation,
+        /// Options given in the query string; `None` keeps the backend default.
+        options: SqliteUrlOptions,
+    },
+    /// `postgres://...` — kept verbatim for the PostgreSQL backend.
+    Postgres {
+        /// The whole URL as given.
+        url: String,
+    },
+}
+
+/// Where a SQLite store lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SqliteLocation {
+    /// A database file (relative paths are relative to the working directory).
+    File(PathBuf),
+    /// A private in-memory database (`sqlite::memory:`), gone when the store drops.
+    Memory,
+}
+
+/// How hard SQLite works to keep a commit across a power loss (`durability=`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SqliteDurability {
+    /// `full`: every commit is synced to disk before it returns.
+    Full,
+    /// `normal`: commits survive a crash of the process, and a power loss may
+    /// lose the last few.
+    Normal,
+}
+
+impl SqliteDurability {
+    /// The option value: `full` or `normal`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Full => "full",
+            Self::Normal => "normal",
+        }
+    }
+}
+
+/// Query options of a SQLite URL; each `None` keeps the backend's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqliteUrlOptions {
+    /// `durability=full|normal`.
+    pub durability: Option<SqliteDurability>,
+    /// `busy_timeout_ms=N`: how long a call waits for another writer's lock.
+    pub busy_timeout_ms: Option<u64>,
+    /// `pool_size=N`: connections kept open (at least 1).
+    pub pool_size: Option<usize>,
+    /// `poll_interval_ms=N`: how often subscribers look for appends made by
+    /// other processes (at least 1).
+    pub poll_interval_ms: Option<u64>,
+}
+
+impl StoreUrl {
+    /// Parses a store URL; see [`StoreUrl`] for the forms. Every failure is
+    /// an [`InvalidInput`](a2_store_api::ErrorCode::InvalidInput) error that
+    /// says what is wrong and what a valid URL looks like.
+    pub fn parse(url: &str) -> Result<Self, StoreError> {
+        let Some((scheme, rest)) = url.split_once(':') else {
+            return Err(not_a_url(url));
+        };
+        match scheme {
+            "memory" => parse_memory(url, rest),
+            "sqlite" => parse_sqlite(url, rest),
+            "postgres" | "postgresql" => Ok(Self::Postgres {
+                url: url.to_owned(),
+            }),
+            "" => Err(not_a_url(url)),
+            other => Err(StoreError::invalid_input(format!(
+                "unknown store URL scheme '{other}' in '{url}': use {URL_FORMS}"
+            ))),
+        }
+    }
+
+    /// The backend's name: `memory`, `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Sqlite { .. } => "sqlite",
+            Self::Postgres { .. } => "postgres",
+        }
+    }
+
+    /// The Cargo feature of `a2-store` that compiles this URL's backend in.
+    pub fn feature(&self) -> &'static str {
+        self.backend()
+    }
+
+    /// Whether this build of `a2-store` has the backend this URL needs.
+    pub fn is_enabled(&self) -> bool {
+        match self {
+            Self::Memory => cfg!(feature = "memory"),
+            Self::Sqlite { .. } => cfg!(feature = "sqlite"),
+            Self::Postgres { .. } => false,
+        }
+    }
+}
+
+impl FromStr for StoreUrl {
+    type Err = StoreError;
+
+    fn from_str(url: &str) -> Result<Self, Self::Err> {
+        Self::parse(url)
+    }
+}
+
+impl fmt::Display for StoreUrl {
+    /// The canonical form: parsing it gives back an equal `StoreUrl`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Memory => f.write_str("memory:"),
+            Self::Postgres { url } => f.write_str(url),
+            Self::Sqlite { location, options } => {
+                match location {
+                    SqliteLocation::Memory => f.write_str("sqlite::memory:")?,
+                    SqliteLocation::File(path) => {
+                        let path = path.display().to_string();
+                        // `//` would be read as the optional authority marker and
+                        // `:memory:` as the in-memory database: keep both literal.
+                        if path.starts_with("//") || path == ":memory:" {
+                            write!(f, "sqlite://{path}")?;
+                        } else {
+                            write!(f, "sqlite:{path}")?;
+                        }
+                    }
+                }
+                let mut pairs = Vec::new();
+                if let Some(durability) = options.durability {
+                    pairs.push(format!("durability={}", durability.as_str()));
+                }
+                if let Some(ms) = options.busy_timeout_ms {
+                    pairs.push(format!("busy_timeout_ms={ms}"));
+                }
+                if let Some(size) = options.pool_size {
+                    pairs.push(format!("pool_size={size}"));
+                }
+                if let Some(ms) = options.poll_interval_ms {
+                    pairs.push(format!("poll_interval_ms={ms}"));
+                }
+                if !pairs.is_empty() {
+                    write!(f, "?{}", pairs.join("&"))?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+fn not_a_url(url: &str) -> StoreError {
+    let looks_like_file = [".db", ".sqlite", ".sqlite3"]
+        .iter()
+        .any(|ext| url.ends_with(ext));
+    if looks_like_file {
+        StoreError::invalid_input(format!(
+            "'{url}' is not a store URL: write sqlite:{url} to open it as a SQLite database"
+        ))
+    } else {
+        StoreError::invalid_input(format!("'{url}' is not a store URL: use {URL_FORMS}"))
+    }
+}
+
+fn parse_memory(url: &str, rest: &str) -> Result<StoreUrl, StoreError> {
+    let (path, query) = split_query(rest);
+    if !(path.is_empty() || path == "//") {
+        return Err(StoreError::invalid_input(format!(
+            "'{url}': memory: takes no path; write memory:"
+        )));
+    }
+    if let Some(query) = query {
+        if let Some((key, _)) = pairs(url, query)?.first() {
+            return Err(StoreError::invalid_input(format!(
+                "unknown option '{key}' in '{url}': memory: takes no options"
+            )));
+        }
+    }
+    Ok(StoreUrl::Memory)
+}
+
+fn parse_sqlite(url: &str, rest: &str) -> Result<StoreUrl, StoreError> {
+    let (path, query) = split_query(rest);
+    let location = if path == ":memory:" {
+        SqliteLocation::Memory
+    } else {
+        let path = path.strip_prefix("//").unwrap_or(path);
+        if path.is_empty() {
+            return Err(StoreError::invalid_input(format!(
+                "'{url}' names no database: write sqlite:PATH for a file or sqlite::memory:"
+            )));
+        }
+        SqliteLocation::File(PathBuf::from(path))
+    };
+    let mut options = SqliteUrlOptions::default();
+    for (key, value) in pairs(url, query.unwrap_or(""))? {
+        match key {
+            "durability" => {
+                let durability = match value {
+                    "full" => SqliteDurability::Full,
+                    "normal" => SqliteDurability::Normal,
+                    other => {
+                        return Err(StoreError::invalid_input(format!(
+                            "durability '{other}' in '{url}': use durability=full or durability=normal"
+                        )))
+                    }
+                };
+                set_once(url, key, &mut options.durability, durability)?;
+            }
+            "busy_timeout_ms" => {
+                let ms = number(url, key, value, 0)?;
+                set_once(url, key, &mut options.busy_timeout_ms, ms)?;
+            }
+            "pool_size" => {
+                let size = number(url, key, value, 1)?;
+                let size = usize::try_from(size).map_err(|_| {
+                    StoreError::invalid_input(format!("pool_size={value} in '{url}' is too large"))
+                })?;
+                set_once(url, key, &mut options.pool_size, size)?;
+            }
+            "poll_interval_ms" => {
+                let ms = number(url, key, value, 1)?;
+                set_once(url, key, &mut options.poll_interval_ms, ms)?;
+            }
+            other => {
+                return Err(StoreError::invalid_input(format!(
+                    "unknown option '{other}' in '{url}': sqlite URLs take durability, busy_timeout_ms, pool_size and poll_interval_ms"
+                )))
+            }
+        }
+    }
+    Ok(StoreUrl::Sqlite { location, options })
+}
+
+/// Splits `rest` at its first `?` into the path and the query.
+fn split_query(rest: &str) -> (&str, Option<&str>) {
+    match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    }
+}
+
+/// The `key=value` pairs of a query; an empty query has none.
+fn pairs<'a>(url: &str, query: &'a str) -> Result<Vec<(&'a str, &'a str)>, StoreError> {
+    if query.is_empty() {
+        return Ok(Vec::new());
+    }
+    query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((key, value)) if !key.is_empty() && !value.is_empty() => Ok((key, value)),
+            _ => Err(StoreError::invalid_input(format!(
+                "malformed option '{pair}' in '{url}': write key=value pairs joined by &"
+            ))),
+        })
+        .collect()
+}
+
+fn set_once<T>(url: &str, key: &str, slot: &mut Option<T>, value: T) -> Result<(), StoreError> {
+    if slot.is_some() {
+        return Err(StoreError::invalid_input(format!(
+            "option '{key}' is given twice in '{url}': keep one"
+        )));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+fn number(url: &str, key: &str, value: &str, min: u64) -> Result<u64, StoreError> {
+    match value.parse::<u64>() {
+        Ok(n) if n >= min => Ok(n),
+        _ => Err(StoreError::invalid_input(format!(
+            "{key}={value} in '{url}': expected a whole number of at least {min}"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use a2_store_api::ErrorCode;
+
+    fn parse(url: &str) -> StoreUrl {
+        StoreUrl::parse(url).unwrap_or_else(|err| panic!("{url}: {err}"))
+    }
+
+    fn error(url: &str) -> String {
+        let err = StoreUrl::parse(url).expect_err(url);
+        assert_eq!(err.code(), ErrorCode::InvalidInput, "{url}");
+        err.to_string()
+    }
+
+    fn file(path: &str, options: SqliteUrlOptions) -> StoreUrl {
+        StoreUrl::Sqlite {
+            location: SqliteLocation::File(PathBuf::from(path)),
+            options,
+        }
+    }
+
+    #[test]
+    fn memory_urls() {
+        assert_eq!(parse("memory:"), StoreUrl::Memory);
+        assert_eq!(parse("memory://"), StoreUrl::Memory);
+        assert_eq!(parse("memory:?"), StoreUrl::Memory);
+        assert!(error("memory:foo").contains("takes no path"));
+        assert!(error("memory:?durability=full").contains("unknown option 'durability'"));
+    }
+
+    #[test]
+    fn sqlite_paths() {
+        let none = SqliteUrlOptions::default();
+        assert_eq!(parse("sqlite:app.db"), file("app.db", none));
+        assert_eq!(parse("sqlite://app.db"), file("app.db", none));
+        assert_eq!(
+            parse("sqlite:///var/a2/app.db"),
+            file("/var/a2/app.db", none)
+        );
+        assert_eq!(parse("sqlite:/var/a2/app.db"), file("/var/a2/app.db", none));
+        assert_eq!(
+            parse("sqlite:dir with space/a:b.db"),
+            file("dir with space/a:b.db", none)
+        );
+        assert_eq!(
+            parse("sqlite::memory:"),
+            StoreUrl::Sqlite {
+                location: SqliteLocation::Memory,
+                options: none
+            }
+        );
+        assert!(error("sqlite:").contains("names no database"));
+        assert!(error("sqlite://").contains("names no database"));
+        assert!(error("sqlite:?durability=full").contains("names no database"));
+    }
+
+    #[test]
+    fn sqlite_options() {
+        let url = parse(
+            "sqlite:a.db?durability=normal&busy_timeout_ms=0&pool_size=3&poll_interval_ms=25",
+        );
+        let expected = SqliteUrlOptions {
+            durability: Some(SqliteDurability::Normal),
+            busy_timeout_ms: Some(0),
+            pool_size: Some(3),
+            poll_interval_ms: Some(25),
+        };
+        assert_eq!(url, file("a.db", expected));
+        assert_eq!(
+            parse("sqlite::memory:?durability=full"),
+            StoreUrl::Sqlite {
+                location: SqliteLocation::Memory,
+                options: SqliteUrlOptions {
+                    durability: Some(SqliteDurability::Full),
+                    ..SqliteUrlOptions::default()
+                }
+            }
+        );
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        assert!(error("sqlite:a.db?cache=big").contains("unknown option 'cache'"));
+        assert!(
+            error("sqlite:a.db?durability=extra").contains("durability=full or durability=normal")
+        );
+        assert!(error("sqlite:a.db?pool_size=0").contains("at least 1"));
+        assert!(error("sqlite:a.db?pool_size=-2").contains("whole number"));
+        assert!(error("sqlite:a.db?busy_timeout_ms=soon").contains("whole number"));
+        assert!(error("sqlite:a.db?poll_interval_ms=0").contains("at least 1"));
+        assert!(error("sqlite:a.db?durability").contains("malformed option 'durability'"));
+        assert!(error("sqlite:a.db?durability=full&").contains("malformed option ''"));
+        assert!(error("sqlite:a.db?=full").contains("malformed option"));
+        assert!(error("sqlite:a.db?pool_size=1&pool_size=2").contains("given twice"));
+    }
+
+    #[test]
+    fn not_urls() {
+        assert!(error("app.db").contains("write sqlite:app.db"));
+        assert!(error("nonsense").contains("is not a store URL"));
+        assert!(error("").contains("is not a store URL"));
+        assert!(error(":memory:").contains("is not a store URL"));
+        assert!(error("mysql://localhost/db").contains("unknown store URL scheme 'mysql'"));
+    }
+
+    #[test]
+    fn postgres_urls_are_recognised() {
+        let url = parse("postgres://user@localhost/db");
+        assert_eq!(url.backend(), "postgres");
+        assert_eq!(url.to_string(), "postgres://user@localhost/db");
+        assert!(!url.is_enabled());
+        assert_eq!(parse("postgresql://h/db").feature(), "postgres");
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for text in [
+            "memory:",
+            "sqlite::memory:",
+            "sqlite:a.db",
+            "sqlite:/tmp/x/a.db?durability=full&busy_timeout_ms=5&pool_size=2&poll_interval_ms=9",
+        ] {
+            let url = parse(text);
+            assert_eq!(url.to_string(), text);
+            assert_eq!(parse(&url.to_string()), url);
+        }
+        assert_eq!(
+            parse("sqlite://b.db?pool_size=2").to_string(),
+            "sqlite:b.db?pool_size=2"
+        );
+        for tricky in ["sqlite:////net/share/a.db", "sqlite://:memory:"] {
+            let url = parse(tricky);
+            assert_eq!(url.to_string(), tricky);
+            assert_eq!(parse(&url.to_string()), url);
+        }
+        assert_eq!(
+            parse("sqlite://:memory:"),
+            file(":memory:", SqliteUrlOptions::default())
+        );
+    }
+
+    #[test]
+    fn features_follow_the_build() {
+        assert_eq!(StoreUrl::Memory.is_enabled(), cfg!(feature = "memory"));
+        assert_eq!(
+            parse("sqlite::memory:").is_enabled(),
+            cfg!(feature = "sqlite")
+        );
+    }
+}
