@@ -1,1 +1,14 @@
-//! Criterion benchmarks of every a2 store backend; see `benches/`.
+//! Criterion benchmarks of every a2 store backend.
+//!
+//! The benchmark bodies live in `a2_conformance::bench`, generic over a
+//! [`StoreFactory`](a2_conformance::StoreFactory); this crate supplies the
+//! factories of this workspace's backends ([`backends`]), the bare baselines
+//! each figure is compared with ([`baseline`]), and the shared criterion and
+//! runtime settings ([`settings`]). The targets in `benches/` run them;
+//! `benches/README.md` says how and shows the latest figures.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod backends;
+pub mod baseline;
+pub mod settings;

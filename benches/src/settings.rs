@@ -1,0 +1,73 @@
+//! Criterion and runtime settings every target shares, sized so the whole
+//! `cargo bench -p a2-benches` run stays short on two shared cores.
+
+use std::time::Duration;
+
+use a2_conformance::bench::BenchSettings;
+use criterion::measurement::WallTime;
+use criterion::{BenchmarkGroup, Criterion};
+use tokio::runtime::Runtime;
+
+/// Samples per benchmark (criterion's minimum).
+pub const SAMPLE_SIZE: usize = 10;
+
+/// Warm-up time per benchmark.
+pub const WARM_UP: Duration = Duration::from_millis(500);
+
+/// Measurement time per benchmark.
+pub const MEASUREMENT: Duration = Duration::from_secs(2);
+
+/// The largest session the scaling series builds when the target runs in
+/// criterion's `--test` mode (every body once), unless
+/// `A2_BENCH_MAX_EVENTS` is set lower.
+pub const TEST_MODE_MAX_EVENTS: u64 = 1_000;
+
+/// A criterion instance with this crate's defaults, then the command line
+/// (`cargo bench -p a2-benches -- <filter> --test ...`) applied on top.
+pub fn criterion() -> Criterion {
+    Criterion::default()
+        .sample_size(SAMPLE_SIZE)
+        .warm_up_time(WARM_UP)
+        .measurement_time(MEASUREMENT)
+        .configure_from_args()
+}
+
+/// Applies this crate's defaults to a group (criterion resets some per group).
+pub fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
+    group
+        .sample_size(SAMPLE_SIZE)
+        .warm_up_time(WARM_UP)
+        .measurement_time(MEASUREMENT);
+}
+
+/// Whether criterion was asked to run every body once (`--test`).
+pub fn test_mode() -> bool {
+    std::env::args().any(|arg| arg == "--test")
+}
+
+/// The scaling and fixture settings: `A2_BENCH_MAX_EVENTS` (default
+/// 1,000,000), capped at [`TEST_MODE_MAX_EVENTS`] in `--test` mode.
+pub fn bench_settings() -> BenchSettings {
+    let mut settings = BenchSettings::from_env();
+    if test_mode() {
+        settings.max_events = settings.max_events.min(TEST_MODE_MAX_EVENTS);
+    }
+    settings
+}
+
+/// The runtime the bodies block on: multi-threaded with two workers (the
+/// machine's core count), so concurrent tasks really run in parallel.
+///
+/// # Panics
+/// When the operating system refuses the runtime's threads; benchmarks
+/// cannot run without them.
+pub fn runtime() -> Runtime {
+    match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => panic!("cannot start the benchmark runtime: {error}"),
+    }
+}
