@@ -1,2 +1,43 @@
 //! The SQLite backend of the a2 session store.
+//!
+//! [`SqliteStore`] implements [`a2_store_api::Store`] on one SQLite database
+//! (a WAL-journaled file, or private memory) with rusqlite's bundled SQLite.
+//! Every call is one transaction run on tokio's blocking pool; several
+//! stores, in one process or many, may share a file. The crate README
+//! documents the schema, its indexes and the concurrency model.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), a2_store_api::StoreError> {
+//! use a2_store_sqlite::{SqliteOptions, SqliteStore};
+//! let store = SqliteStore::open("sessions.db", SqliteOptions::default())?;
+//! # drop(store);
+//! # Ok(()) }
+//! ```
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod append;
+mod attempt;
+mod batch;
+mod claim;
+mod clear;
+mod connection;
+mod cursor;
+mod errors;
+mod events;
+mod listing;
+mod notify;
+mod options;
+mod pool;
+mod presence;
+mod redrive;
+mod schema;
+mod session;
+mod snapshot;
+mod store;
+mod subscribe;
+mod wake;
+
+pub use options::{Durability, SqliteOptions};
+pub use schema::SCHEMA_VERSION;
+pub use store::SqliteStore;

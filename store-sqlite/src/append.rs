@@ -1,0 +1,106 @@
+//! `append`: idempotent replay, fencing, then one atomic insert.
+
+use a2_store_api::codec::{
+    idempotent_replay, validate_consumers, validate_new_events, validate_session_id,
+};
+use a2_store_api::{AppendOptions, AppendResult, NewEvent, StoreError};
+use rusqlite::Transaction;
+
+use crate::batch;
+use crate::cursor::{fence, has_pending, refresh_log_types};
+use crate::events::owner_of;
+use crate::pool::Ctx;
+use crate::session;
+
+/// What an append did: its result, and whether rows were written (subscribers
+/// must be told).
+pub(crate) struct Appended {
+    /// The call's result.
+    pub result: AppendResult,
+    /// Whether new rows were committed.
+    pub wrote: bool,
+}
+
+/// Validates a batch before any database work.
+pub(crate) fn validate(
+    session_id: &str,
+    events: &[NewEvent],
+    options: &AppendOptions,
+) -> Result<(), StoreError> {
+    validate_session_id(session_id)?;
+    validate_new_events(events)?;
+    validate_consumers(options.consumers.as_deref(), events)
+}
+
+/// Appends in the CONTRACT's order: empty batch → replay / partial
+/// duplicate → cleared origin → fenced causes → lane conflicts → insert.
+pub(crate) fn append(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    session_id: &str,
+    events: &[NewEvent],
+    options: &AppendOptions,
+) -> Result<Appended, StoreError> {
+    let consumers = options.consumers.as_deref();
+    let existing_session = session::find(tx, session_id)?;
+    if events.is_empty() {
+        return Ok(Appended {
+            result: AppendResult {
+                events: Vec::new(),
+                has_pending: has_pending(tx, existing_session.as_ref(), consumers)?,
+            },
+            wrote: false,
+        });
+    }
+    if let Some(session) = &existing_session {
+        let mut stored = Vec::new();
+        for event in events {
+            if let Some(id) = &event.id {
+                if let Some(row) = owner_of(tx, session, id)? {
+                    stored.push(row);
+                }
+            }
+        }
+        if !stored.is_empty() {
+            if stored.len() == events.len() {
+                let replayed = idempotent_replay(events, stored)?;
+                return Ok(Appended {
+                    result: AppendResult {
+                        events: replayed,
+                        has_pending: has_pending(tx, Some(session), consumers)?,
+                    },
+                    wrote: false,
+                });
+            }
+            return Err(StoreError::partial_duplicate(format!(
+                "batch mixes {} already-appended and {} fresh events",
+                stored.len(),
+                events.len() - stored.len()
+            )));
+        }
+    }
+    if let Some(origin) = options.origin_index {
+        let clear = existing_session.as_ref().map_or(0, |session| session.clear);
+        if origin <= clear {
+            return Err(StoreError::session_cleared(session_id, origin));
+        }
+    }
+    for event in events {
+        if let Some(cause) = &event.cause {
+            fence(tx, existing_session.as_ref(), session_id, cause)?;
+        }
+    }
+    let mut session = match existing_session {
+        Some(session) => session,
+        None => session::find_or_create(tx, session_id)?,
+    };
+    refresh_log_types(tx, &session, consumers)?;
+    let rows = batch::insert(tx, ctx, &mut session, events, consumers, None)?;
+    Ok(Appended {
+        result: AppendResult {
+            events: rows,
+            has_pending: has_pending(tx, Some(&session), consumers)?,
+        },
+        wrote: true,
+    })
+}

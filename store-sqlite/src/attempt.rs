@@ -1,0 +1,286 @@
+//! `complete_attempt` and `fail_attempt`: the outcomes of a claimed head.
+
+use a2_store_api::codec::{
+    decode_json, encode_json, idempotent_replay, to_sql_int, validate_consumers, validate_name,
+    validate_new_events, validate_retry_after, validate_session_id,
+};
+use a2_store_api::{
+    Cause, CompleteRequest, CompleteResult, CursorKind, FailOutcome, FailRequest, FailResult,
+    StoreError, StoredEvent,
+};
+use rusqlite::{OptionalExtension, Transaction};
+
+use crate::batch;
+use crate::cursor::{self, advance, dead_letter, refresh_log_types, CursorRow};
+use crate::errors::SqlContext;
+use crate::events::{owner_of, row_at};
+use crate::pool::Ctx;
+use crate::session::{self, SessionRow};
+
+/// Validates a completion before any database work.
+pub(crate) fn validate_complete(request: &CompleteRequest) -> Result<(), StoreError> {
+    validate_session_id(&request.session_id)?;
+    validate_name("consumer", &request.consumer)?;
+    validate_new_events(&request.events)?;
+    validate_consumers(request.consumers.as_deref(), &request.events)
+}
+
+/// What a completion did: its result, and whether rows were written.
+pub(crate) struct Completed {
+    /// The call's result.
+    pub result: CompleteResult,
+    /// Whether new rows were committed.
+    pub wrote: bool,
+}
+
+impl Completed {
+    fn superseded() -> Self {
+        Self {
+            result: CompleteResult::Superseded,
+            wrote: false,
+        }
+    }
+}
+
+/// The cursor a completion or failure names, or why there is none:
+/// `Err(Superseded-ish)` is expressed as `Ok(None)` with `NoSuchEvent` raised here.
+fn target_cursor(
+    tx: &Transaction<'_>,
+    session: Option<&SessionRow>,
+    session_id: &str,
+    consumer: &str,
+    lane: Option<&str>,
+    index: u64,
+) -> Result<Option<CursorRow>, StoreError> {
+    let Some(session) = session else {
+        return Err(StoreError::no_such_event(session_id, index));
+    };
+    match cursor::find(tx, session, consumer, lane, index)? {
+        Some(found) => Ok(Some(found)),
+        None if row_at(tx, session, index)?.is_none() => {
+            Err(StoreError::no_such_event(session_id, index))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Completes the current attempt atomically (append with this attempt as
+/// cause, record the completion, advance), or replays a recorded one.
+pub(crate) fn complete(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    request: &CompleteRequest,
+) -> Result<Completed, StoreError> {
+    let session = session::find(tx, &request.session_id)?;
+    if request.index <= session.as_ref().map_or(0, |s| s.clear) {
+        return Ok(Completed::superseded());
+    }
+    let lane = request.lane.as_deref();
+    let Some(found) = target_cursor(
+        tx,
+        session.as_ref(),
+        &request.session_id,
+        &request.consumer,
+        lane,
+        request.index,
+    )?
+    else {
+        return Ok(Completed::superseded());
+    };
+    let Some(mut session) = session else {
+        return Ok(Completed::superseded());
+    };
+    refresh_log_types(tx, &session, request.consumers.as_deref())?;
+    let cause = Cause {
+        consumer: request.consumer.clone(),
+        lane: request.lane.clone(),
+        index: request.index,
+        attempt: request.attempt,
+    };
+    if found.head != Some(request.index) {
+        return replay(tx, &session, &found, request, &cause);
+    }
+    let d = &found.dispatch;
+    if d.attempt_count != request.attempt || d.failed_at.is_some() || d.claim_holder.is_none() {
+        return Ok(Completed::superseded());
+    }
+    for event in &request.events {
+        if let Some(id) = &event.id {
+            if owner_of(tx, &session, id)?.is_some() {
+                return Err(StoreError::partial_duplicate(
+                    "returned event batch contains already-appended ids",
+                ));
+            }
+        }
+    }
+    let rows = batch::insert(
+        tx,
+        ctx,
+        &mut session,
+        &request.events,
+        request.consumers.as_deref(),
+        Some(&cause),
+    )?;
+    // The insert may have touched this cursor (types); continue from the stored row.
+    let mut current = cursor::by_id(tx, found.cid)?;
+    if current.kind == CursorKind::Log {
+        tx.prepare_cached("DELETE FROM completions WHERE cid = ?1")
+            .and_then(|mut stmt| stmt.execute([current.cid]))
+            .ctx("recording a completion")?;
+    }
+    let ids: Vec<Option<String>> = request.events.iter().map(|e| e.id.clone()).collect();
+    let idx = to_sql_int("completed index", request.index)?;
+    let ids = encode_json(&ids)?;
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO completions (cid, idx, attempt, returned_ids) VALUES (?1, ?2, ?3, ?4)",
+    )
+    .and_then(|mut stmt| stmt.execute((current.cid, idx, request.attempt, &ids)))
+    .ctx("recording a completion")?;
+    advance(tx, &session, &mut current)?;
+    let wrote = !rows.is_empty();
+    Ok(Completed {
+        result: CompleteResult::Completed { events: rows },
+        wrote,
+    })
+}
+
+/// A completion of a head the cursor already moved past: a replay when the
+/// same attempt completed it with the same ids.
+fn replay(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    found: &CursorRow,
+    request: &CompleteRequest,
+    cause: &Cause,
+) -> Result<Completed, StoreError> {
+    let Ok(idx) = i64::try_from(request.index) else {
+        return Ok(Completed::superseded());
+    };
+    let record: Option<(i64, String)> = tx
+        .prepare_cached("SELECT attempt, returned_ids FROM completions WHERE cid = ?1 AND idx = ?2")
+        .and_then(|mut stmt| {
+            stmt.query_row((found.cid, idx), |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()
+        })
+        .ctx("reading a completion record")?;
+    let Some((attempt, ids)) = record else {
+        return Ok(Completed::superseded());
+    };
+    if attempt != i64::from(request.attempt) {
+        return Ok(Completed::superseded());
+    }
+    let mismatch = || {
+        StoreError::partial_duplicate("completed attempt does not match the returned event batch")
+    };
+    let recorded: Vec<Option<String>> = decode_json("completion record", &ids)?;
+    let requested: Vec<Option<String>> = request.events.iter().map(|e| e.id.clone()).collect();
+    if recorded != requested {
+        return Err(mismatch());
+    }
+    let mut stored: Vec<StoredEvent> = Vec::new();
+    for event in &request.events {
+        if let Some(id) = &event.id {
+            if let Some(row) = owner_of(tx, session, id)? {
+                stored.push(row);
+            }
+        }
+    }
+    if stored.len() != request.events.len()
+        || stored.iter().any(|row| row.cause.as_ref() != Some(cause))
+    {
+        return Err(mismatch());
+    }
+    let events = if request.events.is_empty() {
+        Vec::new()
+    } else {
+        idempotent_replay(&request.events, stored)?
+    };
+    Ok(Completed {
+        result: CompleteResult::Completed { events },
+        wrote: false,
+    })
+}
+
+/// Validates a failure before any database work.
+pub(crate) fn validate_fail(request: &FailRequest) -> Result<(), StoreError> {
+    validate_session_id(&request.session_id)?;
+    validate_name("consumer", &request.consumer)?;
+    validate_retry_after(request.retry_after_ms)
+}
+
+/// Records a failed attempt: counted, holder released, retry delay or dead letter.
+pub(crate) fn fail(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    request: &FailRequest,
+) -> Result<FailResult, StoreError> {
+    let superseded = |failure_count| FailResult {
+        outcome: FailOutcome::Superseded,
+        failure_count,
+    };
+    let session = session::find(tx, &request.session_id)?;
+    if request.index <= session.as_ref().map_or(0, |s| s.clear) {
+        return Ok(superseded(0));
+    }
+    let Some(mut found) = target_cursor(
+        tx,
+        session.as_ref(),
+        &request.session_id,
+        &request.consumer,
+        request.lane.as_deref(),
+        request.index,
+    )?
+    else {
+        return Ok(superseded(0));
+    };
+    let on_head = found.head == Some(request.index);
+    let d = &mut found.dispatch;
+    if !on_head
+        || d.attempt_count != request.attempt
+        || (d.claim_holder.is_none() && d.last_failed_attempt != Some(request.attempt))
+    {
+        return Ok(superseded(if on_head { d.failure_count } else { 0 }));
+    }
+    if d.last_failed_attempt == Some(request.attempt) && d.claim_holder.is_none() {
+        let outcome = if d.failed_at.is_some() {
+            FailOutcome::DeadLettered
+        } else {
+            FailOutcome::Failed
+        };
+        return Ok(FailResult {
+            outcome,
+            failure_count: d.failure_count,
+        });
+    }
+    if d.failed_at.is_some() {
+        return Ok(FailResult {
+            outcome: FailOutcome::DeadLettered,
+            failure_count: d.failure_count,
+        });
+    }
+    let now = ctx.clock.now_ms();
+    d.failure_count = d.failure_count.saturating_add(1);
+    d.last_error = Some(request.error.clone());
+    d.last_failed_at = Some(now);
+    d.last_failed_attempt = Some(request.attempt);
+    d.claim_holder = None;
+    let reached = request
+        .max_failures
+        .is_some_and(|max| d.failure_count >= max);
+    d.claim_expires_at = match request.retry_after_ms {
+        Some(delay) if !reached => Some(now.saturating_add(delay)),
+        _ => None,
+    };
+    let failure_count = d.failure_count;
+    let outcome = if reached {
+        dead_letter(tx, &mut found, now)?;
+        FailOutcome::DeadLettered
+    } else {
+        FailOutcome::Failed
+    };
+    cursor::save(tx, &found)?;
+    Ok(FailResult {
+        outcome,
+        failure_count,
+    })
+}

@@ -1,0 +1,204 @@
+//! Inserting a batch of events and starting the cursor work it carries.
+
+use a2_store_api::codec::{lane_conflict, takes, to_sql_int};
+use a2_store_api::{
+    Cause, ConsumerDeclaration, CursorKind, Dispatch, NewEvent, StoreError, StoredEvent,
+};
+use rusqlite::Transaction;
+
+use crate::cursor::{self, CursorRow};
+use crate::errors::SqlContext;
+use crate::events::{insert_row, next_log_head, owner_of};
+use crate::pool::Ctx;
+use crate::session::{self, SessionRow};
+
+/// Appends `events` at the session's head with one `created_at`, then creates
+/// or extends the cursors their targets name and creates or wakes the
+/// declared log consumers. `cause` (a completion's attempt) overrides every
+/// event's own cause. Fails with nothing kept (the caller's transaction rolls
+/// back) on an id already owned or a lane conflict.
+pub(crate) fn insert(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    session: &mut SessionRow,
+    events: &[NewEvent],
+    consumers: Option<&[ConsumerDeclaration]>,
+    cause: Option<&Cause>,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    check_log_lanes(tx, session, consumers)?;
+    let now = ctx.clock.now_ms();
+    let base = session.head;
+    let mut rows = Vec::with_capacity(events.len());
+    for (offset, event) in (1u64..).zip(events) {
+        let id = match &event.id {
+            Some(id) => id.clone(),
+            None => ctx.ids.next_id(),
+        };
+        if owner_of(tx, session, &id)?.is_some() {
+            return Err(StoreError::partial_duplicate(format!(
+                "event id '{id}' already exists in session '{}'",
+                session.name
+            )));
+        }
+        let row = StoredEvent {
+            id,
+            event_type: event.event_type.clone(),
+            payload: event.payload.clone(),
+            index: base + offset,
+            session_id: session.name.clone(),
+            created_at: now,
+            cause: cause.cloned().or_else(|| event.cause.clone()),
+        };
+        insert_row(tx, session, &row)?;
+        rows.push(row);
+    }
+    session.head = base + events.len() as u64;
+    session::save(tx, session)?;
+    enqueue(tx, session, &rows, events, base, consumers)?;
+    Ok(rows)
+}
+
+/// A log declaration on a lane that already holds targeted work is a conflict.
+fn check_log_lanes(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    consumers: Option<&[ConsumerDeclaration]>,
+) -> Result<(), StoreError> {
+    for consumer in consumers.unwrap_or_default() {
+        let Some(log) = &consumer.log else { continue };
+        if cursor::lane_kind(tx, session, &consumer.name, &log.lane)? == Some(CursorKind::Lane) {
+            return Err(lane_conflict(&consumer.name, &log.lane));
+        }
+    }
+    Ok(())
+}
+
+/// Starts the cursor work of freshly inserted `rows` (`events[i]` made `rows[i]`).
+fn enqueue(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    rows: &[StoredEvent],
+    events: &[NewEvent],
+    base: u64,
+    consumers: Option<&[ConsumerDeclaration]>,
+) -> Result<(), StoreError> {
+    for (row, event) in rows.iter().zip(events) {
+        for target in &event.targets {
+            match &target.lane {
+                None => add_event_cursor(tx, session, &target.consumer, row.index)?,
+                Some(lane) => queue_on_lane(tx, session, &target.consumer, lane, row.index)?,
+            }
+        }
+    }
+    for consumer in consumers.unwrap_or_default() {
+        let Some(log) = &consumer.log else { continue };
+        let Some(first) = rows
+            .iter()
+            .find(|row| takes(log.types.as_deref(), &row.event_type))
+        else {
+            continue;
+        };
+        match cursor::find(tx, session, &consumer.name, Some(&log.lane), 0)? {
+            None => {
+                let position = if log.backfill { session.clear } else { base };
+                let head = if log.backfill {
+                    next_log_head(tx, session, position, log.types.as_deref())?
+                } else {
+                    Some(first.index)
+                };
+                cursor::create(
+                    tx,
+                    session,
+                    CursorRow {
+                        cid: 0,
+                        consumer: consumer.name.clone(),
+                        lane: Some(log.lane.clone()),
+                        ev_index: 0,
+                        kind: CursorKind::Log,
+                        position,
+                        head,
+                        types: log.types.clone(),
+                        dispatch: Dispatch::default(),
+                    },
+                )?;
+            }
+            Some(mut existing) => {
+                existing.types = log.types.clone();
+                if existing.head.is_none() {
+                    existing.head =
+                        next_log_head(tx, session, existing.position, log.types.as_deref())?;
+                }
+                cursor::save(tx, &existing)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A fresh event cursor for `(consumer, index)` (a repeated target is one cursor).
+fn add_event_cursor(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    consumer: &str,
+    index: u64,
+) -> Result<(), StoreError> {
+    if cursor::find(tx, session, consumer, None, index)?.is_some() {
+        return Ok(());
+    }
+    cursor::create(
+        tx,
+        session,
+        CursorRow {
+            cid: 0,
+            consumer: consumer.to_owned(),
+            lane: None,
+            ev_index: index,
+            kind: CursorKind::Event,
+            position: index - 1,
+            head: Some(index),
+            types: None,
+            dispatch: Dispatch::default(),
+        },
+    )?;
+    Ok(())
+}
+
+/// Queues `index` on the lane cursor `(consumer, lane)`, creating it at the clear.
+fn queue_on_lane(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    consumer: &str,
+    lane: &str,
+    index: u64,
+) -> Result<(), StoreError> {
+    let mut lane_cursor = match cursor::find(tx, session, consumer, Some(lane), 0)? {
+        Some(existing) if existing.kind == CursorKind::Log => {
+            return Err(lane_conflict(consumer, lane));
+        }
+        Some(existing) => existing,
+        None => cursor::create(
+            tx,
+            session,
+            CursorRow {
+                cid: 0,
+                consumer: consumer.to_owned(),
+                lane: Some(lane.to_owned()),
+                ev_index: 0,
+                kind: CursorKind::Lane,
+                position: session.clear,
+                head: None,
+                types: None,
+                dispatch: Dispatch::default(),
+            },
+        )?,
+    };
+    let idx = to_sql_int("lane index", index)?;
+    tx.prepare_cached("INSERT OR IGNORE INTO lane_queue (cid, idx) VALUES (?1, ?2)")
+        .and_then(|mut stmt| stmt.execute((lane_cursor.cid, idx)))
+        .ctx("queueing on a lane")?;
+    if lane_cursor.head.is_none() {
+        lane_cursor.head = Some(index);
+        cursor::save(tx, &lane_cursor)?;
+    }
+    Ok(())
+}

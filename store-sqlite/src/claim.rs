@@ -1,0 +1,292 @@
+//! `claim_available` and `renew_claims`: handing out heads under leases.
+
+use std::collections::HashSet;
+
+use a2_store_api::codec::{
+    compare_heads, compare_refs, lease_expiry, validate_consumers, validate_name,
+    validate_session_id,
+};
+use a2_store_api::{
+    ClaimRequest, ClaimResult, ConsumerDeclaration, CursorRef, RenewRequest, RenewResult,
+    StoreError,
+};
+use rusqlite::Transaction;
+
+use crate::cursor::{self, cursor_columns, dead_letter, refresh_log_types, CursorRow};
+use crate::errors::SqlContext;
+use crate::pool::Ctx;
+use crate::session::{self, SessionRow};
+
+/// How many candidate cursors one query fetches while walking claimable heads.
+const PAGE: i64 = 256;
+
+/// Which cursors a claim looks at: served consumers, not excluded, head in range.
+struct Filter {
+    served: Option<HashSet<String>>,
+    /// Excluded cursors by key `(consumer, lane, ev_index)`.
+    excluded: HashSet<(String, String, u64)>,
+}
+
+impl Filter {
+    fn new(consumers: Option<&[ConsumerDeclaration]>, exclude: &[CursorRef]) -> Self {
+        let served = consumers.map(|list| list.iter().map(|c| c.name.clone()).collect());
+        let excluded = exclude
+            .iter()
+            .map(|r| match &r.lane {
+                Some(lane) => (r.consumer.clone(), lane.clone(), 0),
+                None => (r.consumer.clone(), String::new(), r.index),
+            })
+            .collect();
+        Self { served, excluded }
+    }
+
+    fn admits(&self, consumer: &str, lane: Option<&str>, ev_index: u64) -> bool {
+        if let Some(served) = &self.served {
+            if !served.contains(consumer) {
+                return false;
+            }
+        }
+        self.excluded.is_empty()
+            || !self.excluded.contains(&(
+                consumer.to_owned(),
+                lane.unwrap_or_default().to_owned(),
+                ev_index,
+            ))
+    }
+}
+
+/// Validates a claim request before any database work.
+pub(crate) fn validate_claim(request: &ClaimRequest) -> Result<(), StoreError> {
+    validate_session_id(&request.session_id)?;
+    validate_name("holder", &request.holder)?;
+    validate_consumers(request.consumers.as_deref(), &[])?;
+    lease_expiry(0, request.ttl_ms, request.expires_at_ms).map(|_| ())
+}
+
+/// Claims every claimable head of the served cursors in `(index, consumer,
+/// lane)` order, up to `limit`, counting expired claims as failures first.
+pub(crate) fn claim(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    request: &ClaimRequest,
+) -> Result<ClaimResult, StoreError> {
+    let now = ctx.clock.now_ms();
+    let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+    let Some(session) = session::find(tx, &request.session_id)? else {
+        return Ok(ClaimResult::Settled);
+    };
+    refresh_log_types(tx, &session, request.consumers.as_deref())?;
+    let filter = Filter::new(request.consumers.as_deref(), &request.exclude);
+    let through = request.through.map_or(i64::MAX, |through| {
+        i64::try_from(through).unwrap_or(i64::MAX)
+    });
+    let limit = request.limit.unwrap_or(usize::MAX);
+    let mut heads = Vec::new();
+    let mut dead_lettered = Vec::new();
+    // Keyset walk over the ready index; rows are updated between pages, never
+    // while a page's statement is open.
+    let mut after: (i64, String, String) = (-1, String::new(), String::new());
+    'walk: while heads.len() < limit {
+        let page = claimable_page(tx, &session, now, through, &after)?;
+        let last_page = page.len() < PAGE as usize;
+        for mut candidate in page {
+            let head = candidate.head.unwrap_or_default();
+            after = (
+                i64::try_from(head).unwrap_or(i64::MAX),
+                candidate.consumer.clone(),
+                candidate.lane.clone().unwrap_or_default(),
+            );
+            if !filter.admits(
+                &candidate.consumer,
+                candidate.lane.as_deref(),
+                candidate.ev_index,
+            ) {
+                continue;
+            }
+            if take(
+                tx,
+                &mut candidate,
+                &request.holder,
+                now,
+                expires_at,
+                request.max_failures,
+            )? {
+                heads.push(candidate.to_head(tx, &session)?);
+                if heads.len() >= limit {
+                    break 'walk;
+                }
+            } else {
+                dead_lettered.push(candidate.to_head(tx, &session)?);
+            }
+        }
+        if last_page {
+            break;
+        }
+    }
+    if !heads.is_empty() || !dead_lettered.is_empty() {
+        heads.sort_by(compare_heads);
+        dead_lettered.sort_by(compare_heads);
+        return Ok(ClaimResult::Claimed {
+            heads,
+            dead_lettered,
+            head: session.head,
+        });
+    }
+    match earliest_busy(tx, &session, now, through, &filter)? {
+        Some(retry_at) => Ok(ClaimResult::Busy { retry_at }),
+        None => Ok(ClaimResult::Settled),
+    }
+}
+
+/// The next page of claimable cursors (head set, not dead-lettered, not busy,
+/// head within `through`) after the key `after`, in `(head, consumer, lane)` order.
+fn claimable_page(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    now: i64,
+    through: i64,
+    after: &(i64, String, String),
+) -> Result<Vec<CursorRow>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(concat!(
+            "SELECT ",
+            cursor_columns!(),
+            " FROM cursors INDEXED BY cursors_ready WHERE sid = ?1 AND head IS NOT NULL \
+             AND failed_at IS NULL AND head <= ?2 \
+             AND (claim_expires_at IS NULL OR claim_expires_at <= ?3) \
+             AND (head, consumer, lane) > (?4, ?5, ?6) \
+             ORDER BY head, consumer, lane LIMIT ?7"
+        ))
+        .ctx("finding claimable heads")?;
+    let mut rows = stmt
+        .query(rusqlite::params![
+            session.sid,
+            through,
+            now,
+            after.0,
+            after.1,
+            after.2,
+            PAGE
+        ])
+        .ctx("finding claimable heads")?;
+    let mut page = Vec::new();
+    while let Some(row) = rows.next().ctx("finding claimable heads")? {
+        page.push(cursor::decode(row)?);
+    }
+    Ok(page)
+}
+
+/// Claims one head for `holder` and saves it. An expired claim still held
+/// counts a failure first; reaching `max_failures` dead-letters the head
+/// instead (returns `false`).
+fn take(
+    tx: &Transaction<'_>,
+    cursor: &mut CursorRow,
+    holder: &str,
+    now: i64,
+    expires_at: i64,
+    max_failures: Option<u32>,
+) -> Result<bool, StoreError> {
+    let dispatch = &mut cursor.dispatch;
+    if dispatch.claim_holder.is_some() {
+        dispatch.failure_count = dispatch.failure_count.saturating_add(1);
+        if max_failures.is_some_and(|max| dispatch.failure_count >= max) {
+            dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
+            dispatch.claim_holder = None;
+            dispatch.claim_expires_at = None;
+            dead_letter(tx, cursor, now)?;
+            cursor::save(tx, cursor)?;
+            return Ok(false);
+        }
+    }
+    dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
+    dispatch.first_claimed_at.get_or_insert(now);
+    dispatch.last_claimed_at = Some(now);
+    dispatch.claim_holder = Some(holder.to_owned());
+    dispatch.claim_expires_at = Some(expires_at);
+    cursor::save(tx, cursor)?;
+    Ok(true)
+}
+
+/// The earliest expiry among busy served candidates, by the expiry index.
+fn earliest_busy(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    now: i64,
+    through: i64,
+    filter: &Filter,
+) -> Result<Option<i64>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(
+            "SELECT consumer, lane, ev_index, claim_expires_at FROM cursors INDEXED BY cursors_busy \
+             WHERE sid = ?1 AND head IS NOT NULL AND failed_at IS NULL \
+             AND claim_expires_at IS NOT NULL AND claim_expires_at > ?2 AND head <= ?3 \
+             ORDER BY claim_expires_at",
+        )
+        .ctx("finding busy heads")?;
+    let mut rows = stmt
+        .query((session.sid, now, through))
+        .ctx("finding busy heads")?;
+    while let Some(row) = rows.next().ctx("finding busy heads")? {
+        let consumer: String = row.get(0).ctx("finding busy heads")?;
+        let lane: String = row.get(1).ctx("finding busy heads")?;
+        let ev_index: i64 = row.get(2).ctx("finding busy heads")?;
+        let expiry: i64 = row.get(3).ctx("finding busy heads")?;
+        let lane = (!lane.is_empty()).then_some(lane.as_str());
+        if filter.admits(&consumer, lane, u64::try_from(ev_index).unwrap_or_default()) {
+            return Ok(Some(expiry));
+        }
+    }
+    Ok(None)
+}
+
+/// Validates a renew request before any database work.
+pub(crate) fn validate_renew(request: &RenewRequest) -> Result<(), StoreError> {
+    validate_session_id(&request.session_id)?;
+    validate_name("holder", &request.holder)?;
+    lease_expiry(0, request.ttl_ms, request.expires_at_ms).map(|_| ())
+}
+
+/// Extends the leases `holder` still holds; reports claims that can never complete.
+pub(crate) fn renew(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    request: &RenewRequest,
+) -> Result<RenewResult, StoreError> {
+    let now = ctx.clock.now_ms();
+    let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+    let session = session::find(tx, &request.session_id)?;
+    let clear = session.as_ref().map_or(0, |session| session.clear);
+    let mut claims = request.claims.clone();
+    claims.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
+    let mut result = RenewResult::default();
+    for claim in claims {
+        let r = claim.cursor;
+        if r.index <= clear {
+            result.superseded.push(r);
+            continue;
+        }
+        let Some(session) = &session else { continue };
+        let Some(mut found) = cursor::find(tx, session, &r.consumer, r.lane.as_deref(), r.index)?
+        else {
+            continue;
+        };
+        if found.head != Some(r.index) && found.position < r.index {
+            continue;
+        }
+        if found.head != Some(r.index) || found.dispatch.attempt_count > claim.attempt {
+            result.superseded.push(r);
+            continue;
+        }
+        let d = &mut found.dispatch;
+        let held = d.failed_at.is_none()
+            && d.claim_holder.as_deref() == Some(request.holder.as_str())
+            && d.claim_expires_at.is_some_and(|expiry| expiry > now);
+        if held {
+            d.claim_expires_at = Some(expires_at);
+            cursor::save(tx, &found)?;
+            result.renewed.push(r);
+        }
+    }
+    Ok(result)
+}

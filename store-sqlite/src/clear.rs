@@ -1,0 +1,135 @@
+//! `clear` (the marker, cursor reset, pin release) and `reclaim` (deleting
+//! rows below the marker in batches).
+
+use a2_store_api::codec::{to_sql_int, validate_session_id};
+use a2_store_api::{
+    ClearRequest, ClearResult, ReclaimResult, StoreError, StoredEvent, CLEAR_EVENT_TYPE,
+    RECLAIM_BATCH,
+};
+use rusqlite::Transaction;
+use serde_json::Value;
+
+use crate::cursor::fence;
+use crate::errors::SqlContext;
+use crate::events::{insert_row, owner_of};
+use crate::pool::Ctx;
+use crate::session;
+use crate::snapshot;
+
+/// Validates a clear before any database work.
+pub(crate) fn validate_clear(request: &ClearRequest) -> Result<(), StoreError> {
+    validate_session_id(&request.session_id)?;
+    if let Some(cause) = &request.cause {
+        a2_store_api::codec::validate_name("cause consumer", &cause.consumer)?;
+    }
+    Ok(())
+}
+
+/// Appends the `a2.cleared` marker: drops event and lane cursors (with their
+/// queues and completion records), parks log cursors at the marker and
+/// releases every pin.
+pub(crate) fn clear(
+    tx: &Transaction<'_>,
+    ctx: &Ctx,
+    request: &ClearRequest,
+) -> Result<ClearResult, StoreError> {
+    let existing = session::find(tx, &request.session_id)?;
+    if let Some(cause) = &request.cause {
+        fence(tx, existing.as_ref(), &request.session_id, cause)?;
+    }
+    let head = existing.as_ref().map_or(0, |session| session.head);
+    if let Some(expected) = request.if_last_index {
+        if expected != head {
+            return Ok(ClearResult::NotCleared { head });
+        }
+    }
+    let mut session = match existing {
+        Some(session) => session,
+        None => session::find_or_create(tx, &request.session_id)?,
+    };
+    let id = ctx.ids.next_id();
+    if owner_of(tx, &session, &id)?.is_some() {
+        return Err(StoreError::partial_duplicate(format!(
+            "generated marker id '{id}' already exists in session '{}'",
+            session.name
+        )));
+    }
+    let marker = StoredEvent {
+        id,
+        event_type: CLEAR_EVENT_TYPE.to_owned(),
+        payload: Value::Null,
+        index: session.head + 1,
+        session_id: session.name.clone(),
+        created_at: ctx.clock.now_ms(),
+        cause: None,
+    };
+    insert_row(tx, &session, &marker)?;
+    session.head = marker.index;
+    session.clear = marker.index;
+    session::save(tx, &session)?;
+    snapshot::release_all(tx, &session)?;
+    let sid = session.sid;
+    let marker_idx = to_sql_int("marker index", marker.index)?;
+    for sql in [
+        "DELETE FROM lane_queue WHERE cid IN (SELECT cid FROM cursors WHERE sid = ?1)",
+        "DELETE FROM completions WHERE cid IN (SELECT cid FROM cursors WHERE sid = ?1)",
+        "DELETE FROM cursors WHERE sid = ?1 AND kind <> 2",
+    ] {
+        tx.prepare_cached(sql)
+            .and_then(|mut stmt| stmt.execute([sid]))
+            .ctx("dropping cleared cursors")?;
+    }
+    tx.prepare_cached(
+        "UPDATE cursors SET position = ?2, head = NULL, attempt_count = 0, first_claimed_at = NULL, \
+         last_claimed_at = NULL, claim_holder = NULL, claim_expires_at = NULL, failure_count = 0, \
+         last_failed_at = NULL, last_failed_attempt = NULL, last_error = NULL, failed_at = NULL \
+         WHERE sid = ?1",
+    )
+    .and_then(|mut stmt| stmt.execute((sid, marker_idx)))
+    .ctx("parking log cursors at the marker")?;
+    Ok(ClearResult::Cleared { marker })
+}
+
+/// Deletes up to [`RECLAIM_BATCH`] rows below the clear marker; when none
+/// remain, snapshots below the clear go too.
+pub(crate) fn reclaim(tx: &Transaction<'_>, session_id: &str) -> Result<ReclaimResult, StoreError> {
+    validate_session_id(session_id)?;
+    let Some(mut session) = session::find(tx, session_id)? else {
+        return Ok(ReclaimResult {
+            reclaimed: 0,
+            done: true,
+        });
+    };
+    if session.clear == 0 {
+        return Ok(ReclaimResult {
+            reclaimed: 0,
+            done: true,
+        });
+    }
+    let last = session.clear - 1;
+    let from = session.reclaimed;
+    let to = last.min(from + RECLAIM_BATCH as u64);
+    let mut reclaimed = 0;
+    if to > from {
+        let low = to_sql_int("reclaim start", from)?;
+        let high = to_sql_int("reclaim end", to)?;
+        tx.prepare_cached(
+            "DELETE FROM event_ids WHERE sid = ?1 AND id IN \
+             (SELECT id FROM events WHERE sid = ?1 AND idx > ?2 AND idx <= ?3) \
+             AND idx > ?2 AND idx <= ?3",
+        )
+        .and_then(|mut stmt| stmt.execute((session.sid, low, high)))
+        .ctx("reclaiming event ids")?;
+        reclaimed = tx
+            .prepare_cached("DELETE FROM events WHERE sid = ?1 AND idx > ?2 AND idx <= ?3")
+            .and_then(|mut stmt| stmt.execute((session.sid, low, high)))
+            .ctx("reclaiming events")? as u64;
+        session.reclaimed = to;
+        session::save(tx, &session)?;
+    }
+    let done = session.reclaimed >= last;
+    if done {
+        snapshot::drop_below(tx, &session)?;
+    }
+    Ok(ReclaimResult { reclaimed, done })
+}

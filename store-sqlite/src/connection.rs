@@ -1,0 +1,116 @@
+//! Opening one SQLite connection with the store's pragmas.
+
+use std::path::{Path, PathBuf};
+
+use a2_store_api::StoreError;
+use rusqlite::{Connection, DatabaseName, OpenFlags};
+
+use crate::options::SqliteOptions;
+use crate::schema::open_error;
+
+/// Where a store's database lives.
+#[derive(Debug, Clone)]
+pub(crate) enum Location {
+    /// A database file (WAL journal).
+    File(PathBuf),
+    /// A private in-memory database (one connection).
+    Memory,
+}
+
+impl Location {
+    /// The path as shown in error messages.
+    pub(crate) fn display(&self) -> String {
+        match self {
+            Self::File(path) => path.display().to_string(),
+            Self::Memory => ":memory:".to_owned(),
+        }
+    }
+}
+
+/// How many prepared statements each connection keeps compiled.
+const STATEMENT_CACHE: usize = 128;
+
+/// Opens a connection to `location` and applies the per-connection pragmas:
+/// busy timeout, WAL journal (files), `synchronous` from the durability.
+/// Every failure names the path.
+pub(crate) fn open_connection(
+    location: &Location,
+    options: &SqliteOptions,
+) -> Result<Connection, StoreError> {
+    let shown = location.display();
+    let conn = match location {
+        Location::File(path) => {
+            check_file(path, &shown)?;
+            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            Connection::open_with_flags(path, flags)
+                .map_err(|error| open_error(&shown, "opening the database", error))?
+        }
+        Location::Memory => Connection::open_in_memory()
+            .map_err(|error| open_error(&shown, "opening the database", error))?,
+    };
+    conn.busy_timeout(options.busy_timeout)
+        .map_err(|error| open_error(&shown, "setting the busy timeout", error))?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    if let Location::File(_) = location {
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+            .map_err(|error| open_error(&shown, "switching to the WAL journal", error))?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::Backend {
+                message: format!(
+                    "database '{shown}' refused the WAL journal (journal mode stays '{mode}')"
+                ),
+                source: None,
+            });
+        }
+        let read_only = conn
+            .is_readonly(DatabaseName::Main)
+            .map_err(|error| open_error(&shown, "checking write access", error))?;
+        if read_only {
+            return Err(read_only_error(&shown, None));
+        }
+    }
+    conn.pragma_update(None, "synchronous", options.durability.pragma_value())
+        .map_err(|error| open_error(&shown, "setting the durability", error))?;
+    conn.pragma_update(None, "temp_store", "MEMORY")
+        .map_err(|error| open_error(&shown, "setting temp_store", error))?;
+    Ok(conn)
+}
+
+/// Refuses, before SQLite sees it, a path whose directory is missing or a
+/// database file that is not writable.
+fn check_file(path: &Path, shown: &str) -> Result<(), StoreError> {
+    let parent = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    if let Err(error) = std::fs::metadata(parent) {
+        return Err(StoreError::backend(
+            format!(
+                "opening database '{shown}': its directory '{}' is not accessible (does it exist?)",
+                parent.display()
+            ),
+            error,
+        ));
+    }
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Err(StoreError::Backend {
+            message: format!("opening database '{shown}': the path is a directory, not a file"),
+            source: None,
+        }),
+        Ok(meta) if meta.permissions().readonly() => Err(read_only_error(shown, None)),
+        _ => Ok(()),
+    }
+}
+
+/// The error for a database file the store cannot write.
+fn read_only_error(shown: &str, source: Option<a2_store_api::BoxError>) -> StoreError {
+    StoreError::Backend {
+        message: format!(
+            "opening database '{shown}': the file is read-only and a store must write to it (make it writable)"
+        ),
+        source,
+    }
+}

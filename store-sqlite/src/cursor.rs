@@ -1,0 +1,417 @@
+//! Cursor rows: loading, saving, moving a cursor to its next head, and the
+//! questions every call asks of them (pending work, fencing).
+
+use a2_store_api::codec::{decode_json, encode_json, from_sql_count, from_sql_int, to_sql_int};
+use a2_store_api::{Cause, ConsumerDeclaration, Cursor, CursorKind, Dispatch, Head, StoreError};
+use rusqlite::{OptionalExtension, Row, Transaction};
+
+use crate::errors::SqlContext;
+use crate::events::{head_row, next_log_head};
+use crate::session::SessionRow;
+use crate::snapshot::release_pins;
+
+/// The columns of a cursor row, in the order [`decode`] reads them.
+macro_rules! cursor_columns {
+    () => {
+        "cid, consumer, lane, ev_index, kind, position, head, types, attempt_count, \
+         first_claimed_at, last_claimed_at, claim_holder, claim_expires_at, failure_count, \
+         last_failed_at, last_failed_attempt, last_error, failed_at"
+    };
+}
+pub(crate) use cursor_columns;
+
+/// A cursor as stored: its key, position, head and the head's bookkeeping.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CursorRow {
+    /// Row id, the key of its queue, completions and pins.
+    pub cid: i64,
+    /// The consumer.
+    pub consumer: String,
+    /// The lane (`None` for event cursors).
+    pub lane: Option<String>,
+    /// The targeted index of an event cursor, 0 for lane and log cursors.
+    pub ev_index: u64,
+    /// Event, lane or log.
+    pub kind: CursorKind,
+    /// Last index finished.
+    pub position: u64,
+    /// Next index to process.
+    pub head: Option<u64>,
+    /// Types a log cursor takes.
+    pub types: Option<Vec<String>>,
+    /// The head's bookkeeping.
+    pub dispatch: Dispatch,
+}
+
+impl CursorRow {
+    /// The public view of this cursor.
+    pub(crate) fn to_cursor(&self) -> Cursor {
+        Cursor {
+            consumer: self.consumer.clone(),
+            lane: self.lane.clone(),
+            kind: self.kind,
+            position: self.position,
+            head: self.head,
+            types: self.types.clone(),
+            dispatch: self.dispatch.clone(),
+        }
+    }
+
+    /// The head as returned by claims and dead letters.
+    pub(crate) fn to_head(
+        &self,
+        tx: &Transaction<'_>,
+        session: &SessionRow,
+    ) -> Result<Head, StoreError> {
+        let index = self.head.ok_or_else(|| StoreError::Backend {
+            message: "internal error: a cursor without a head was reported as one".to_owned(),
+            source: None,
+        })?;
+        Ok(Head {
+            event: head_row(tx, session, index)?,
+            consumer: self.consumer.clone(),
+            lane: self.lane.clone(),
+            dispatch: self.dispatch.clone(),
+            clear_index: session.clear_index(),
+        })
+    }
+}
+
+fn kind_code(kind: CursorKind) -> i64 {
+    match kind {
+        CursorKind::Event => 0,
+        CursorKind::Lane => 1,
+        CursorKind::Log => 2,
+    }
+}
+
+fn kind_of(code: i64) -> Result<CursorKind, StoreError> {
+    match code {
+        0 => Ok(CursorKind::Event),
+        1 => Ok(CursorKind::Lane),
+        2 => Ok(CursorKind::Log),
+        other => Err(StoreError::Backend {
+            message: format!("corrupt cursor kind {other} in the database"),
+            source: None,
+        }),
+    }
+}
+
+fn opt_int(what: &str, value: Option<i64>) -> Result<Option<u64>, StoreError> {
+    value.map(|value| from_sql_int(what, value)).transpose()
+}
+
+/// Decodes a row selected with [`cursor_columns`].
+pub(crate) fn decode(row: &Row<'_>) -> Result<CursorRow, StoreError> {
+    let get = |error| crate::errors::sql_error("reading a cursor", error);
+    let lane: String = row.get(2).map_err(get)?;
+    let types: Option<String> = row.get(7).map_err(get)?;
+    let last_failed_attempt: Option<i64> = row.get(15).map_err(get)?;
+    Ok(CursorRow {
+        cid: row.get(0).map_err(get)?,
+        consumer: row.get(1).map_err(get)?,
+        lane: (!lane.is_empty()).then_some(lane),
+        ev_index: from_sql_int("cursor index", row.get(3).map_err(get)?)?,
+        kind: kind_of(row.get(4).map_err(get)?)?,
+        position: from_sql_int("cursor position", row.get(5).map_err(get)?)?,
+        head: opt_int("cursor head", row.get(6).map_err(get)?)?,
+        types: types
+            .map(|text| decode_json("log cursor types", &text))
+            .transpose()?,
+        dispatch: Dispatch {
+            attempt_count: from_sql_count("attempt count", row.get(8).map_err(get)?)?,
+            first_claimed_at: row.get(9).map_err(get)?,
+            last_claimed_at: row.get(10).map_err(get)?,
+            claim_holder: row.get(11).map_err(get)?,
+            claim_expires_at: row.get(12).map_err(get)?,
+            failure_count: from_sql_count("failure count", row.get(13).map_err(get)?)?,
+            last_failed_at: row.get(14).map_err(get)?,
+            last_failed_attempt: last_failed_attempt
+                .map(|value| from_sql_count("failed attempt", value))
+                .transpose()?,
+            last_error: row.get(16).map_err(get)?,
+            failed_at: row.get(17).map_err(get)?,
+        },
+    })
+}
+
+/// The stored key of a cursor ref: `(lane, ev_index)`. `None` for a ref no
+/// cursor can have (an empty lane, an index beyond SQL's range).
+pub(crate) fn key_of(lane: Option<&str>, index: u64) -> Option<(&str, i64)> {
+    match lane {
+        Some("") => None,
+        Some(lane) => Some((lane, 0)),
+        None => i64::try_from(index).ok().map(|index| ("", index)),
+    }
+}
+
+/// The cursor a ref `(consumer, lane, index)` names, if it exists.
+pub(crate) fn find(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    consumer: &str,
+    lane: Option<&str>,
+    index: u64,
+) -> Result<Option<CursorRow>, StoreError> {
+    let Some((lane, ev_index)) = key_of(lane, index) else {
+        return Ok(None);
+    };
+    let mut stmt = tx
+        .prepare_cached(concat!(
+            "SELECT ",
+            cursor_columns!(),
+            " FROM cursors WHERE sid = ?1 AND consumer = ?2 AND lane = ?3 AND ev_index = ?4"
+        ))
+        .ctx("looking up a cursor")?;
+    let mut rows = stmt
+        .query((session.sid, consumer, lane, ev_index))
+        .ctx("looking up a cursor")?;
+    match rows.next().ctx("looking up a cursor")? {
+        Some(row) => decode(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The cursor with row id `cid`.
+pub(crate) fn by_id(tx: &Transaction<'_>, cid: i64) -> Result<CursorRow, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(concat!(
+            "SELECT ",
+            cursor_columns!(),
+            " FROM cursors WHERE cid = ?1"
+        ))
+        .ctx("reloading a cursor")?;
+    let mut rows = stmt.query([cid]).ctx("reloading a cursor")?;
+    match rows.next().ctx("reloading a cursor")? {
+        Some(row) => decode(row),
+        None => Err(StoreError::Backend {
+            message: format!("internal error: cursor {cid} vanished inside its transaction"),
+            source: None,
+        }),
+    }
+}
+
+/// Creates a cursor row and returns it with its id.
+pub(crate) fn create(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    mut cursor: CursorRow,
+) -> Result<CursorRow, StoreError> {
+    let lane = cursor.lane.clone().unwrap_or_default();
+    let ev_index = to_sql_int("cursor index", cursor.ev_index)?;
+    tx.prepare_cached(
+        "INSERT INTO cursors (sid, consumer, lane, ev_index, kind, position) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute((
+            session.sid,
+            &cursor.consumer,
+            lane,
+            ev_index,
+            kind_code(cursor.kind),
+        ))
+    })
+    .ctx("creating a cursor")?;
+    cursor.cid = tx.last_insert_rowid();
+    save(tx, &cursor)?;
+    Ok(cursor)
+}
+
+/// Stores a cursor's position, head, types and bookkeeping.
+pub(crate) fn save(tx: &Transaction<'_>, cursor: &CursorRow) -> Result<(), StoreError> {
+    let position = to_sql_int("cursor position", cursor.position)?;
+    let head = cursor
+        .head
+        .map(|head| to_sql_int("cursor head", head))
+        .transpose()?;
+    let types = cursor.types.as_ref().map(encode_json).transpose()?;
+    let d = &cursor.dispatch;
+    tx.prepare_cached(
+        "UPDATE cursors SET position = ?2, head = ?3, types = ?4, attempt_count = ?5, \
+         first_claimed_at = ?6, last_claimed_at = ?7, claim_holder = ?8, claim_expires_at = ?9, \
+         failure_count = ?10, last_failed_at = ?11, last_failed_attempt = ?12, last_error = ?13, \
+         failed_at = ?14 WHERE cid = ?1",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(rusqlite::params![
+            cursor.cid,
+            position,
+            head,
+            types,
+            d.attempt_count,
+            d.first_claimed_at,
+            d.last_claimed_at,
+            d.claim_holder,
+            d.claim_expires_at,
+            d.failure_count,
+            d.last_failed_at,
+            d.last_failed_attempt,
+            d.last_error,
+            d.failed_at,
+        ])
+    })
+    .ctx("updating a cursor")?;
+    Ok(())
+}
+
+/// Moves a cursor past its head (releasing the head's pins) and saves it:
+/// the next queued index for a lane, the next taken event for a log,
+/// finished for an event cursor. The next head starts with fresh bookkeeping.
+pub(crate) fn advance(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    cursor: &mut CursorRow,
+) -> Result<(), StoreError> {
+    let Some(done) = cursor.head else {
+        return Ok(());
+    };
+    release_pins(tx, cursor.cid, done)?;
+    cursor.position = done;
+    cursor.dispatch = Dispatch::default();
+    cursor.head = match cursor.kind {
+        CursorKind::Event => None,
+        CursorKind::Lane => {
+            let done = to_sql_int("lane index", done)?;
+            tx.prepare_cached("DELETE FROM lane_queue WHERE cid = ?1 AND idx <= ?2")
+                .and_then(|mut stmt| stmt.execute((cursor.cid, done)))
+                .ctx("advancing a lane")?;
+            let next: Option<i64> = tx
+                .prepare_cached("SELECT MIN(idx) FROM lane_queue WHERE cid = ?1")
+                .and_then(|mut stmt| stmt.query_row([cursor.cid], |row| row.get(0)))
+                .ctx("advancing a lane")?;
+            next.map(|next| from_sql_int("lane index", next))
+                .transpose()?
+        }
+        CursorKind::Log => next_log_head(tx, session, done, cursor.types.as_deref())?,
+    };
+    save(tx, cursor)
+}
+
+/// Dead-letters a cursor's head at `now` (releasing its pins); the caller saves.
+pub(crate) fn dead_letter(
+    tx: &Transaction<'_>,
+    cursor: &mut CursorRow,
+    now: i64,
+) -> Result<(), StoreError> {
+    cursor.dispatch.failed_at = Some(now);
+    if let Some(head) = cursor.head {
+        release_pins(tx, cursor.cid, head)?;
+    }
+    Ok(())
+}
+
+/// Whether some served cursor has a head that is not dead-lettered (busy heads count).
+pub(crate) fn has_pending(
+    tx: &Transaction<'_>,
+    session: Option<&SessionRow>,
+    consumers: Option<&[ConsumerDeclaration]>,
+) -> Result<bool, StoreError> {
+    let Some(session) = session else {
+        return Ok(false);
+    };
+    match consumers {
+        None => tx
+            .prepare_cached(
+                "SELECT 1 FROM cursors WHERE sid = ?1 AND head IS NOT NULL AND failed_at IS NULL \
+                 LIMIT 1",
+            )
+            .and_then(|mut stmt| stmt.exists([session.sid]))
+            .ctx("checking for pending work"),
+        Some(consumers) => {
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT 1 FROM cursors INDEXED BY cursors_pending WHERE sid = ?1 \
+                     AND consumer = ?2 AND head IS NOT NULL AND failed_at IS NULL LIMIT 1",
+                )
+                .ctx("checking for pending work")?;
+            for consumer in consumers {
+                if stmt
+                    .exists((session.sid, &consumer.name))
+                    .ctx("checking for pending work")?
+                {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
+    }
+}
+
+/// Refreshes the types of the declared consumers' existing log cursors.
+pub(crate) fn refresh_log_types(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    consumers: Option<&[ConsumerDeclaration]>,
+) -> Result<(), StoreError> {
+    let Some(consumers) = consumers else {
+        return Ok(());
+    };
+    for consumer in consumers {
+        let Some(log) = &consumer.log else { continue };
+        if log.lane.is_empty() {
+            continue;
+        }
+        let types = log.types.as_ref().map(encode_json).transpose()?;
+        tx.prepare_cached(
+            "UPDATE cursors SET types = ?4 WHERE sid = ?1 AND consumer = ?2 AND lane = ?3 \
+             AND ev_index = 0 AND kind = 2",
+        )
+        .and_then(|mut stmt| stmt.execute((session.sid, &consumer.name, &log.lane, types)))
+        .ctx("refreshing a log cursor's types")?;
+    }
+    Ok(())
+}
+
+/// The fence of causes (appends and clears): the attempt must be above the
+/// clear, on its cursor's head, current and not dead-lettered.
+pub(crate) fn fence(
+    tx: &Transaction<'_>,
+    session: Option<&SessionRow>,
+    session_id: &str,
+    cause: &Cause,
+) -> Result<(), StoreError> {
+    let superseded = || StoreError::superseded(session_id, cause);
+    let Some(session) = session else {
+        return Err(superseded());
+    };
+    if cause.index <= session.clear {
+        return Err(superseded());
+    }
+    let cursor = find(
+        tx,
+        session,
+        &cause.consumer,
+        cause.lane.as_deref(),
+        cause.index,
+    )?;
+    match cursor {
+        Some(cursor)
+            if cursor.head == Some(cause.index)
+                && cursor.dispatch.attempt_count == cause.attempt
+                && cursor.dispatch.failed_at.is_none() =>
+        {
+            Ok(())
+        }
+        _ => Err(superseded()),
+    }
+}
+
+/// Whether a lane or log cursor `(consumer, lane)` exists and of which kind.
+pub(crate) fn lane_kind(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    consumer: &str,
+    lane: &str,
+) -> Result<Option<CursorKind>, StoreError> {
+    let code: Option<i64> = tx
+        .prepare_cached(
+            "SELECT kind FROM cursors WHERE sid = ?1 AND consumer = ?2 AND lane = ?3 AND ev_index = 0",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row((session.sid, consumer, lane), |row| row.get(0))
+                .optional()
+        })
+        .ctx("looking up a lane")?;
+    code.map(kind_of).transpose()
+}

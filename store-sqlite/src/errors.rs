@@ -1,0 +1,63 @@
+//! Mapping of rusqlite failures onto the typed [`StoreError`].
+
+use a2_store_api::StoreError;
+use rusqlite::ErrorCode as SqliteCode;
+
+/// Converts a rusqlite error met while `doing` something into a typed error:
+/// `SQLITE_BUSY`/`SQLITE_LOCKED` → `Busy`, `SQLITE_FULL` → `StorageFull`,
+/// anything else → `Backend`, always keeping the source.
+pub(crate) fn sql_error(doing: &str, error: rusqlite::Error) -> StoreError {
+    match error.sqlite_error_code() {
+        Some(SqliteCode::DatabaseBusy | SqliteCode::DatabaseLocked) => StoreError::Busy {
+            message: format!(
+                "{doing}: the database stayed locked by another writer past the busy timeout"
+            ),
+            source: Some(Box::new(error)),
+        },
+        Some(SqliteCode::DiskFull) => StoreError::StorageFull {
+            message: format!("{doing}: the disk or database is full"),
+            source: Some(Box::new(error)),
+        },
+        _ => StoreError::backend(doing.to_owned(), error),
+    }
+}
+
+/// Shorthand: maps a rusqlite result with [`sql_error`].
+pub(crate) trait SqlContext<T> {
+    /// Maps the error, naming what was being done.
+    fn ctx(self, doing: &str) -> Result<T, StoreError>;
+}
+
+impl<T> SqlContext<T> for Result<T, rusqlite::Error> {
+    fn ctx(self, doing: &str) -> Result<T, StoreError> {
+        self.map_err(|error| sql_error(doing, error))
+    }
+}
+
+/// Whether a call failed only because the database was locked (worth retrying).
+pub(crate) fn is_busy(error: &StoreError) -> bool {
+    matches!(error, StoreError::Busy { .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use a2_store_api::ErrorCode;
+
+    fn sqlite_failure(code: std::os::raw::c_int) -> rusqlite::Error {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(code), None)
+    }
+
+    #[test]
+    fn codes_map_to_typed_errors() {
+        let busy = sql_error("claiming", sqlite_failure(rusqlite::ffi::SQLITE_BUSY));
+        assert_eq!(busy.code(), ErrorCode::Busy);
+        assert!(is_busy(&busy));
+        let full = sql_error("appending", sqlite_failure(rusqlite::ffi::SQLITE_FULL));
+        assert_eq!(full.code(), ErrorCode::StorageFull);
+        let corrupt = sql_error("reading", sqlite_failure(rusqlite::ffi::SQLITE_CORRUPT));
+        assert_eq!(corrupt.code(), ErrorCode::Backend);
+        assert!(std::error::Error::source(&corrupt).is_some());
+        assert!(corrupt.to_string().contains("reading"));
+    }
+}

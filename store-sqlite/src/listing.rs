@@ -1,0 +1,98 @@
+//! Read-only listings: `read`, `cursors` and `sessions`.
+
+use a2_store_api::codec::{compare_cursors, from_sql_int, read_bounds, validate_session_id};
+use a2_store_api::{Cursor, ListSessions, ReadOptions, SessionInfo, StoreError, StoredEvent};
+use rusqlite::Transaction;
+
+use crate::cursor::{self, cursor_columns};
+use crate::errors::SqlContext;
+use crate::events::read_range;
+use crate::session;
+
+/// Stored rows with `after < index <= through` in order (reclaimed rows are gone).
+pub(crate) fn read(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    options: &ReadOptions,
+) -> Result<Vec<StoredEvent>, StoreError> {
+    validate_session_id(session_id)?;
+    let session = session::find(tx, session_id)?;
+    let head = session.as_ref().map_or(0, |session| session.head);
+    let (after, through) = read_bounds(options, head)?;
+    let Some(session) = session else {
+        return Ok(Vec::new());
+    };
+    if through <= after {
+        return Ok(Vec::new());
+    }
+    read_range(tx, &session, after, through, options.limit)
+}
+
+/// Every cursor except finished event cursors, by consumer then lane
+/// (laneless event cursors last by head).
+pub(crate) fn cursors(tx: &Transaction<'_>, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
+    let Some(session) = session::find(tx, session_id)? else {
+        return Ok(Vec::new());
+    };
+    let mut stmt = tx
+        .prepare_cached(concat!(
+            "SELECT ",
+            cursor_columns!(),
+            " FROM cursors INDEXED BY cursors_listed WHERE sid = ?1 \
+             AND (head IS NOT NULL OR kind <> 0)"
+        ))
+        .ctx("listing cursors")?;
+    let mut rows = stmt.query([session.sid]).ctx("listing cursors")?;
+    let mut listed = Vec::new();
+    while let Some(row) = rows.next().ctx("listing cursors")? {
+        listed.push(cursor::decode(row)?.to_cursor());
+    }
+    listed.sort_by(compare_cursors);
+    Ok(listed)
+}
+
+/// Sessions with at least one appended row, by id, after `after`, at most `limit`.
+pub(crate) fn sessions(
+    tx: &Transaction<'_>,
+    options: &ListSessions,
+) -> Result<Vec<SessionInfo>, StoreError> {
+    let limit = options
+        .limit
+        .map_or(-1, |limit| i64::try_from(limit).unwrap_or(i64::MAX));
+    type Raw = (String, i64, i64, i64);
+    let raws: Vec<Raw> = match &options.after {
+        Some(after) => tx
+            .prepare_cached(
+                "SELECT name, head, clear_index, reclaimed_through FROM sessions \
+                 WHERE head > 0 AND name > ?1 ORDER BY name LIMIT ?2",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_map((after, limit), |row| {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                })?
+                .collect()
+            }),
+        None => tx
+            .prepare_cached(
+                "SELECT name, head, clear_index, reclaimed_through FROM sessions \
+                 WHERE head > 0 ORDER BY name LIMIT ?1",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_map([limit], |row| {
+                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                })?
+                .collect()
+            }),
+    }
+    .ctx("listing sessions")?;
+    raws.into_iter()
+        .map(|(session_id, head, clear, reclaimed)| {
+            Ok(SessionInfo {
+                session_id,
+                head: from_sql_int("session head", head)?,
+                clear_index: from_sql_int("clear index", clear)?,
+                reclaimed_through: from_sql_int("reclaimed offset", reclaimed)?,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,186 @@
+//! The connection pool: every call runs as one SQLite transaction on a
+//! blocking thread, never on the async runtime.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use a2_store_api::{Clock, IdGenerator, StoreError};
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+use tokio::sync::Semaphore;
+
+use crate::connection::{open_connection, Location};
+use crate::errors::{is_busy, SqlContext};
+use crate::options::SqliteOptions;
+use crate::schema::migrate;
+
+/// What a call's body may use besides its transaction: the injected clock and ids.
+#[derive(Debug, Clone)]
+pub(crate) struct Ctx {
+    /// The only source of time.
+    pub clock: Arc<dyn Clock>,
+    /// The source of generated event ids.
+    pub ids: Arc<dyn IdGenerator>,
+}
+
+/// Whether a call writes (`BEGIN IMMEDIATE`, serialized) or only reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// A snapshot read (`BEGIN DEFERRED`).
+    Read,
+    /// A write: takes the database write lock up front.
+    Write,
+}
+
+/// Open connections to one database plus the locks that share them.
+#[derive(Debug)]
+pub(crate) struct Pool {
+    location: Location,
+    options: SqliteOptions,
+    idle: Mutex<Vec<Connection>>,
+    permits: Semaphore,
+    /// Serializes this process's writers so they queue here instead of
+    /// spinning in SQLite's busy handler; other processes still meet the
+    /// busy timeout.
+    write_lock: Mutex<()>,
+    ctx: Ctx,
+}
+
+impl Pool {
+    /// Opens the pool's connections, applying migrations on the first.
+    pub(crate) fn open(location: Location, options: SqliteOptions) -> Result<Self, StoreError> {
+        let size = match location {
+            Location::Memory => 1,
+            Location::File(_) => options.pool_size.max(1),
+        };
+        let mut first = open_connection(&location, &options)?;
+        migrate(&mut first, &location.display())?;
+        let mut idle = vec![first];
+        for _ in 1..size {
+            idle.push(open_connection(&location, &options)?);
+        }
+        let ctx = Ctx {
+            clock: Arc::clone(&options.clock),
+            ids: Arc::clone(&options.ids),
+        };
+        Ok(Self {
+            location,
+            idle: Mutex::new(idle),
+            permits: Semaphore::new(size),
+            write_lock: Mutex::new(()),
+            options,
+            ctx,
+        })
+    }
+
+    /// The poll interval subscribers use for other processes' appends.
+    pub(crate) fn poll_interval(&self) -> Duration {
+        self.options.poll_interval
+    }
+
+    /// The injected clock and ids.
+    pub(crate) fn ctx(&self) -> &Ctx {
+        &self.ctx
+    }
+
+    /// Runs `body` as one transaction on a blocking thread. A `Busy` failure
+    /// is retried until the busy timeout; any failure rolls everything back.
+    pub(crate) async fn run<T, F>(
+        self: &Arc<Self>,
+        access: Access,
+        body: F,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Fn(&Transaction<'_>, &Ctx) -> Result<T, StoreError> + Send + 'static,
+    {
+        let permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|error| StoreError::backend("waiting for a database connection", error))?;
+        let pool = Arc::clone(self);
+        let joined = tokio::task::spawn_blocking(move || pool.run_blocking(access, &body)).await;
+        drop(permit);
+        joined.map_err(|error| StoreError::backend("running a database call", error))?
+    }
+
+    /// The blocking half of [`Pool::run`].
+    fn run_blocking<T, F>(&self, access: Access, body: &F) -> Result<T, StoreError>
+    where
+        F: Fn(&Transaction<'_>, &Ctx) -> Result<T, StoreError>,
+    {
+        let mut conn = self.take()?;
+        let deadline = Instant::now() + self.options.busy_timeout;
+        let mut pause = Duration::from_millis(1);
+        let result = loop {
+            let result = self.attempt(&mut conn, access, body);
+            match result {
+                Err(error) if is_busy(&error) && Instant::now() < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(20));
+                }
+                other => break other,
+            }
+        };
+        self.idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(conn);
+        result
+    }
+
+    /// One try of one transaction.
+    fn attempt<T, F>(
+        &self,
+        conn: &mut Connection,
+        access: Access,
+        body: &F,
+    ) -> Result<T, StoreError>
+    where
+        F: Fn(&Transaction<'_>, &Ctx) -> Result<T, StoreError>,
+    {
+        let _writer = match access {
+            Access::Write => Some(
+                self.write_lock
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            ),
+            Access::Read => None,
+        };
+        let behavior = match access {
+            Access::Write => TransactionBehavior::Immediate,
+            Access::Read => TransactionBehavior::Deferred,
+        };
+        let tx = conn
+            .transaction_with_behavior(behavior)
+            .ctx("starting a transaction")?;
+        let value = catch_unwind(AssertUnwindSafe(|| body(&tx, &self.ctx))).map_err(|_| {
+            StoreError::Backend {
+                message: "internal error: a database call panicked; it was rolled back".to_owned(),
+                source: None,
+            }
+        })??;
+        tx.commit().ctx("committing a transaction")?;
+        Ok(value)
+    }
+
+    /// An idle connection; a file store reopens one if a connection was lost.
+    fn take(&self) -> Result<Connection, StoreError> {
+        let idle = self
+            .idle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => match self.location {
+                Location::File(_) => open_connection(&self.location, &self.options),
+                Location::Memory => Err(StoreError::Backend {
+                    message: "the in-memory database's connection is busy or lost".to_owned(),
+                    source: None,
+                }),
+            },
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Presence fields: last writer wins per field by the writer's timestamp,
+//! with TTLs and tombstones for deletions.
+
+use std::collections::BTreeMap;
+
+use a2_store_api::codec::{
+    decode_json, encode_json, from_sql_int, presence_write_wins, to_sql_int,
+};
+use a2_store_api::{PresenceMeta, PresenceResult, PresenceRow, StoreError};
+use rusqlite::{OptionalExtension, Transaction};
+use serde_json::Value;
+
+use crate::errors::SqlContext;
+use crate::session;
+
+/// Writes `values` for `participant` at store time `now`; a field is skipped
+/// only when its stored entry is unexpired with a strictly greater `at`.
+/// `null` is stored as a tombstone with the same TTL.
+pub(crate) fn set_presence(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    participant: &str,
+    values: &BTreeMap<String, Value>,
+    meta: PresenceMeta,
+    now: i64,
+) -> Result<PresenceResult, StoreError> {
+    let session = session::find_or_create(tx, session_id)?;
+    let expires_at = now.saturating_add(meta.ttl_ms);
+    let seen = meta
+        .seen
+        .map(|seen| to_sql_int("presence seen index", seen))
+        .transpose()?;
+    let mut applied = BTreeMap::new();
+    for (field, value) in values {
+        let existing: Option<(i64, i64)> = tx
+            .prepare_cached(
+                "SELECT at, expires_at FROM presence WHERE sid = ?1 AND participant = ?2 \
+                 AND field = ?3",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row((session.sid, participant, field), |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .optional()
+            })
+            .ctx("reading presence")?;
+        if !presence_write_wins(existing, meta.at, now) {
+            continue;
+        }
+        let text = encode_json(value)?;
+        tx.prepare_cached(
+            "INSERT INTO presence (sid, participant, field, value, seen, at, expires_at) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
+             ON CONFLICT (sid, participant, field) DO UPDATE SET value = excluded.value, \
+             seen = excluded.seen, at = excluded.at, expires_at = excluded.expires_at",
+        )
+        .and_then(|mut stmt| {
+            stmt.execute((
+                session.sid,
+                participant,
+                field,
+                text,
+                seen,
+                meta.at,
+                expires_at,
+            ))
+        })
+        .ctx("writing presence")?;
+        applied.insert(field.clone(), value.clone());
+    }
+    Ok(PresenceResult {
+        applied_count: applied.len(),
+        applied,
+    })
+}
+
+/// Live rows at `now` (unexpired, not tombstones), by participant then field.
+pub(crate) fn read_presence(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    now: i64,
+) -> Result<Vec<PresenceRow>, StoreError> {
+    let Some(session) = session::find(tx, session_id)? else {
+        return Ok(Vec::new());
+    };
+    type Raw = (String, String, String, Option<i64>, i64, i64);
+    let raws: Vec<Raw> = tx
+        .prepare_cached(
+            "SELECT participant, field, value, seen, at, expires_at FROM presence \
+             WHERE sid = ?1 AND expires_at > ?2 AND value <> 'null' \
+             ORDER BY participant, field",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map((session.sid, now), |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                ))
+            })?
+            .collect()
+        })
+        .ctx("reading presence")?;
+    raws.into_iter()
+        .map(|(participant, field, value, seen, at, expires_at)| {
+            Ok(PresenceRow {
+                participant,
+                field,
+                value: decode_json("presence value", &value)?,
+                seen: seen
+                    .map(|seen| from_sql_int("presence seen index", seen))
+                    .transpose()?,
+                at,
+                expires_at,
+            })
+        })
+        .collect()
+}

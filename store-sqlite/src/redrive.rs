@@ -1,0 +1,104 @@
+//! Dead letters: listing them and redriving (retry or skip) one.
+
+use a2_store_api::codec::{compare_heads, validate_consumers, validate_name, validate_session_id};
+use a2_store_api::{Head, RedriveAction, RedriveRequest, RedriveResult, StoreError};
+use rusqlite::Transaction;
+
+use crate::cursor::{self, advance, cursor_columns, has_pending, refresh_log_types};
+use crate::errors::SqlContext;
+use crate::session::{self, SessionRow};
+
+/// Dead-lettered heads above the clear, by `(index, consumer, lane)`.
+pub(crate) fn dead_letters(
+    tx: &Transaction<'_>,
+    session_id: &str,
+) -> Result<Vec<Head>, StoreError> {
+    let Some(session) = session::find(tx, session_id)? else {
+        return Ok(Vec::new());
+    };
+    let cursors = dead_cursors(tx, &session, None)?;
+    let mut heads = cursors
+        .iter()
+        .map(|found| found.to_head(tx, &session))
+        .collect::<Result<Vec<_>, _>>()?;
+    heads.sort_by(compare_heads);
+    Ok(heads)
+}
+
+/// Dead-lettered cursors above the clear, optionally only those at `head`.
+fn dead_cursors(
+    tx: &Transaction<'_>,
+    session: &SessionRow,
+    at: Option<i64>,
+) -> Result<Vec<cursor::CursorRow>, StoreError> {
+    let clear = i64::try_from(session.clear).unwrap_or(i64::MAX);
+    let (low, high) = match at {
+        Some(at) => (at.max(clear.saturating_add(1)), at),
+        None => (clear.saturating_add(1), i64::MAX),
+    };
+    let mut stmt = tx
+        .prepare_cached(concat!(
+            "SELECT ",
+            cursor_columns!(),
+            " FROM cursors INDEXED BY cursors_dead WHERE sid = ?1 AND head IS NOT NULL \
+             AND failed_at IS NOT NULL AND head >= ?2 AND head <= ?3 ORDER BY head, cid"
+        ))
+        .ctx("reading dead letters")?;
+    let mut rows = stmt
+        .query((session.sid, low, high))
+        .ctx("reading dead letters")?;
+    let mut found = Vec::new();
+    while let Some(row) = rows.next().ctx("reading dead letters")? {
+        found.push(cursor::decode(row)?);
+    }
+    Ok(found)
+}
+
+/// Validates a redrive before any database work.
+pub(crate) fn validate_redrive(request: &RedriveRequest) -> Result<(), StoreError> {
+    validate_session_id(&request.session_id)?;
+    validate_name("consumer", &request.consumer)?;
+    validate_consumers(request.consumers.as_deref(), &[])
+}
+
+/// Retries or skips the consumer's dead-lettered head at `index`.
+pub(crate) fn redrive(
+    tx: &Transaction<'_>,
+    request: &RedriveRequest,
+) -> Result<RedriveResult, StoreError> {
+    let consumers = request.consumers.as_deref();
+    let Some(session) = session::find(tx, &request.session_id)? else {
+        return Ok(RedriveResult {
+            redriven: false,
+            has_pending: false,
+        });
+    };
+    let target = match i64::try_from(request.index) {
+        Ok(at) => dead_cursors(tx, &session, Some(at))?
+            .into_iter()
+            .find(|found| found.consumer == request.consumer),
+        Err(_) => None,
+    };
+    let Some(mut found) = target else {
+        return Ok(RedriveResult {
+            redriven: false,
+            has_pending: has_pending(tx, Some(&session), consumers)?,
+        });
+    };
+    refresh_log_types(tx, &session, consumers)?;
+    if found.kind == a2_store_api::CursorKind::Log {
+        found = cursor::by_id(tx, found.cid)?;
+    }
+    match request.action {
+        RedriveAction::Skip => advance(tx, &session, &mut found)?,
+        RedriveAction::Retry => {
+            found.dispatch.failed_at = None;
+            found.dispatch.failure_count = 0;
+            cursor::save(tx, &found)?;
+        }
+    }
+    Ok(RedriveResult {
+        redriven: true,
+        has_pending: has_pending(tx, Some(&session), consumers)?,
+    })
+}

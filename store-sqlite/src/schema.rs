@@ -1,0 +1,192 @@
+//! The versioned schema: migrations applied on open, tracked in `PRAGMA user_version`.
+//!
+//! The README's "Schema" section explains every table and index.
+
+use a2_store_api::StoreError;
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::errors::SqlContext;
+
+/// Migration `n` (0-based) moves a database from version `n` to `n + 1`.
+/// Released migrations are never edited; changes are new entries.
+const MIGRATIONS: &[&str] = &[
+    // Version 1: the whole cursor model.
+    r#"
+CREATE TABLE sessions (
+    sid               INTEGER PRIMARY KEY,
+    name              TEXT    NOT NULL UNIQUE,
+    head              INTEGER NOT NULL DEFAULT 0,
+    clear_index       INTEGER NOT NULL DEFAULT 0,
+    reclaimed_through INTEGER NOT NULL DEFAULT 0
+);
+
+CREATE TABLE events (
+    sid        INTEGER NOT NULL,
+    idx        INTEGER NOT NULL,
+    id         TEXT    NOT NULL,
+    type       TEXT    NOT NULL,
+    payload    TEXT    NOT NULL,
+    created_at INTEGER NOT NULL,
+    cause      TEXT,
+    PRIMARY KEY (sid, idx)
+) WITHOUT ROWID;
+CREATE INDEX events_by_type ON events (sid, type, idx);
+
+CREATE TABLE event_ids (
+    sid INTEGER NOT NULL,
+    id  TEXT    NOT NULL,
+    idx INTEGER NOT NULL,
+    PRIMARY KEY (sid, id)
+) WITHOUT ROWID;
+
+CREATE TABLE cursors (
+    cid                 INTEGER PRIMARY KEY,
+    sid                 INTEGER NOT NULL,
+    consumer            TEXT    NOT NULL,
+    lane                TEXT    NOT NULL,
+    ev_index            INTEGER NOT NULL,
+    kind                INTEGER NOT NULL,
+    position            INTEGER NOT NULL,
+    head                INTEGER,
+    types               TEXT,
+    attempt_count       INTEGER NOT NULL DEFAULT 0,
+    first_claimed_at    INTEGER,
+    last_claimed_at     INTEGER,
+    claim_holder        TEXT,
+    claim_expires_at    INTEGER,
+    failure_count       INTEGER NOT NULL DEFAULT 0,
+    last_failed_at      INTEGER,
+    last_failed_attempt INTEGER,
+    last_error          TEXT,
+    failed_at           INTEGER
+);
+CREATE UNIQUE INDEX cursors_by_key ON cursors (sid, consumer, lane, ev_index);
+CREATE INDEX cursors_ready ON cursors (sid, head)
+    WHERE head IS NOT NULL AND failed_at IS NULL;
+CREATE INDEX cursors_busy ON cursors (sid, claim_expires_at)
+    WHERE head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NOT NULL;
+CREATE INDEX cursors_pending ON cursors (sid, consumer)
+    WHERE head IS NOT NULL AND failed_at IS NULL;
+CREATE INDEX cursors_dead ON cursors (sid, head)
+    WHERE head IS NOT NULL AND failed_at IS NOT NULL;
+CREATE INDEX cursors_listed ON cursors (sid)
+    WHERE head IS NOT NULL OR kind <> 0;
+
+CREATE TABLE lane_queue (
+    cid INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    PRIMARY KEY (cid, idx)
+) WITHOUT ROWID;
+
+CREATE TABLE completions (
+    cid          INTEGER NOT NULL,
+    idx          INTEGER NOT NULL,
+    attempt      INTEGER NOT NULL,
+    returned_ids TEXT    NOT NULL,
+    PRIMARY KEY (cid, idx)
+) WITHOUT ROWID;
+
+CREATE TABLE snapshot_heads (
+    sid     INTEGER NOT NULL,
+    reducer TEXT    NOT NULL,
+    idx     INTEGER NOT NULL,
+    state   TEXT    NOT NULL,
+    PRIMARY KEY (sid, reducer)
+) WITHOUT ROWID;
+
+CREATE TABLE checkpoints (
+    sid     INTEGER NOT NULL,
+    reducer TEXT    NOT NULL,
+    idx     INTEGER NOT NULL,
+    state   TEXT    NOT NULL,
+    PRIMARY KEY (sid, reducer, idx)
+) WITHOUT ROWID;
+
+CREATE TABLE pins (
+    cid     INTEGER NOT NULL,
+    head    INTEGER NOT NULL,
+    sid     INTEGER NOT NULL,
+    reducer TEXT    NOT NULL,
+    cp_idx  INTEGER NOT NULL,
+    PRIMARY KEY (cid, head, reducer, cp_idx)
+) WITHOUT ROWID;
+CREATE INDEX pins_by_checkpoint ON pins (sid, reducer, cp_idx);
+
+CREATE TABLE presence (
+    sid         INTEGER NOT NULL,
+    participant TEXT    NOT NULL,
+    field       TEXT    NOT NULL,
+    value       TEXT    NOT NULL,
+    seen        INTEGER,
+    at          INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL,
+    PRIMARY KEY (sid, participant, field)
+) WITHOUT ROWID;
+"#,
+];
+
+/// The schema version this build writes.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the database at `conn` (opened from `path`) to [`SCHEMA_VERSION`],
+/// one migration per transaction. A database written by a newer build is
+/// refused with `IncompatibleSchema` and left untouched.
+pub(crate) fn migrate(conn: &mut Connection, path: &str) -> Result<(), StoreError> {
+    loop {
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|error| open_error(path, "locking the database to migrate it", error))?;
+        let version: i64 = tx
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .map_err(|error| open_error(path, "reading the schema version", error))?;
+        if version > SCHEMA_VERSION {
+            return Err(StoreError::IncompatibleSchema {
+                message: format!(
+                    "database '{path}' has schema version {version}, newer than version {SCHEMA_VERSION} this build supports: open it with a newer build"
+                ),
+            });
+        }
+        if version < 0 {
+            return Err(StoreError::IncompatibleSchema {
+                message: format!(
+                    "database '{path}' has an invalid schema version {version} (this build writes {SCHEMA_VERSION})"
+                ),
+            });
+        }
+        if version == SCHEMA_VERSION {
+            return Ok(());
+        }
+        let step = MIGRATIONS
+            .get(usize::try_from(version).unwrap_or(usize::MAX))
+            .ok_or_else(|| StoreError::IncompatibleSchema {
+                message: format!("database '{path}' has unknown schema version {version}"),
+            })?;
+        tx.execute_batch(step).map_err(|error| {
+            open_error(
+                path,
+                &format!("migrating the schema from version {version}"),
+                error,
+            )
+        })?;
+        // `PRAGMA` takes no bound parameters; the value is a compile-time integer.
+        tx.pragma_update(None, "user_version", version + 1)
+            .map_err(|error| open_error(path, "recording the schema version", error))?;
+        tx.commit()
+            .ctx(&format!("committing the migration of '{path}'"))?;
+    }
+}
+
+/// A failure while opening `path`: typed like every SQL error, with the path
+/// and a hint in the message.
+pub(crate) fn open_error(path: &str, doing: &str, error: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode as Code;
+    let hint = match error.sqlite_error_code() {
+        Some(Code::NotADatabase) => " (the file is not a SQLite database)",
+        Some(Code::DatabaseCorrupt) => " (the database file is corrupt)",
+        Some(Code::CannotOpen) => " (check that the directory exists and is writable)",
+        Some(Code::ReadOnly) => " (the file or its directory is read-only)",
+        Some(Code::PermissionDenied) => " (permission denied)",
+        _ => "",
+    };
+    crate::errors::sql_error(&format!("{doing} of '{path}'{hint}"), error)
+}

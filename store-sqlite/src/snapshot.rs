@@ -1,0 +1,195 @@
+//! Reducer snapshots: the head snapshot of each reducer plus checkpoints
+//! kept while one of their pins (a cursor head) holds. Only a cache.
+
+use a2_store_api::codec::{decode_json, encode_json, from_sql_int, to_sql_int};
+use a2_store_api::{Snapshot, StateRead, StateWrite, StoreError};
+use rusqlite::{OptionalExtension, Transaction};
+
+use crate::cursor;
+use crate::errors::SqlContext;
+use crate::session::{self, SessionRow};
+
+/// Releases the pins a cursor's head `head` holds; checkpoints no pin keeps
+/// any more are dropped.
+pub(crate) fn release_pins(tx: &Transaction<'_>, cid: i64, head: u64) -> Result<(), StoreError> {
+    let head = to_sql_int("pinned head", head)?;
+    let released: Vec<(i64, String, i64)> = tx
+        .prepare_cached(
+            "DELETE FROM pins WHERE cid = ?1 AND head = ?2 RETURNING sid, reducer, cp_idx",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map((cid, head), |row| {
+                Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+            })?
+            .collect()
+        })
+        .ctx("releasing snapshot pins")?;
+    for (sid, reducer, cp_idx) in released {
+        let still_pinned = tx
+            .prepare_cached("SELECT 1 FROM pins WHERE sid = ?1 AND reducer = ?2 AND cp_idx = ?3")
+            .and_then(|mut stmt| stmt.exists((sid, &reducer, cp_idx)))
+            .ctx("releasing snapshot pins")?;
+        if !still_pinned {
+            tx.prepare_cached(
+                "DELETE FROM checkpoints WHERE sid = ?1 AND reducer = ?2 AND idx = ?3",
+            )
+            .and_then(|mut stmt| stmt.execute((sid, &reducer, cp_idx)))
+            .ctx("dropping an unpinned checkpoint")?;
+        }
+    }
+    Ok(())
+}
+
+/// Releases every pin of a session (a clear): every checkpoint goes.
+pub(crate) fn release_all(tx: &Transaction<'_>, session: &SessionRow) -> Result<(), StoreError> {
+    tx.prepare_cached("DELETE FROM pins WHERE sid = ?1")
+        .and_then(|mut stmt| stmt.execute([session.sid]))
+        .ctx("releasing snapshot pins")?;
+    tx.prepare_cached("DELETE FROM checkpoints WHERE sid = ?1")
+        .and_then(|mut stmt| stmt.execute([session.sid]))
+        .ctx("dropping checkpoints")?;
+    Ok(())
+}
+
+/// Drops snapshots below the clear (after a finished reclaim).
+pub(crate) fn drop_below(tx: &Transaction<'_>, session: &SessionRow) -> Result<(), StoreError> {
+    let clear = to_sql_int("clear index", session.clear)?;
+    tx.prepare_cached("DELETE FROM snapshot_heads WHERE sid = ?1 AND idx < ?2")
+        .and_then(|mut stmt| stmt.execute((session.sid, clear)))
+        .ctx("dropping old snapshots")?;
+    tx.prepare_cached("DELETE FROM checkpoints WHERE sid = ?1 AND idx < ?2")
+        .and_then(|mut stmt| stmt.execute((session.sid, clear)))
+        .ctx("dropping old checkpoints")?;
+    tx.prepare_cached("DELETE FROM pins WHERE sid = ?1 AND cp_idx < ?2")
+        .and_then(|mut stmt| stmt.execute((session.sid, clear)))
+        .ctx("dropping old pins")?;
+    Ok(())
+}
+
+/// Applies `writes` in index order: each becomes the reducer's head snapshot
+/// and, when one of its pins holds, a checkpoint kept by those pins. Writes
+/// below the clear are ignored.
+pub(crate) fn write_state(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    reducer: &str,
+    mut writes: Vec<StateWrite>,
+) -> Result<(), StoreError> {
+    if writes.is_empty() {
+        return Ok(());
+    }
+    let session = session::find_or_create(tx, session_id)?;
+    writes.sort_by_key(|write| write.index);
+    for write in writes {
+        if write.index < session.clear {
+            continue;
+        }
+        let idx = to_sql_int("snapshot index", write.index)?;
+        let state = encode_json(&write.state)?;
+        let mut held = Vec::new();
+        for pin in &write.pins {
+            if pin.index <= session.clear {
+                continue;
+            }
+            let found = cursor::find(tx, &session, &pin.consumer, pin.lane.as_deref(), pin.index)?;
+            if let Some(found) = found {
+                if found.head == Some(pin.index) && found.dispatch.failed_at.is_none() {
+                    held.push((found.cid, to_sql_int("pinned head", pin.index)?));
+                }
+            }
+        }
+        if !held.is_empty() {
+            tx.prepare_cached(
+                "INSERT INTO checkpoints (sid, reducer, idx, state) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT (sid, reducer, idx) DO UPDATE SET state = excluded.state",
+            )
+            .and_then(|mut stmt| stmt.execute((session.sid, reducer, idx, &state)))
+            .ctx("writing a checkpoint")?;
+            let mut pin_stmt = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO pins (cid, head, sid, reducer, cp_idx) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .ctx("pinning a checkpoint")?;
+            for (cid, head) in held {
+                pin_stmt
+                    .execute((cid, head, session.sid, reducer, idx))
+                    .ctx("pinning a checkpoint")?;
+            }
+        }
+        tx.prepare_cached(
+            "INSERT INTO snapshot_heads (sid, reducer, idx, state) VALUES (?1, ?2, ?3, ?4) \
+             ON CONFLICT (sid, reducer) DO UPDATE SET idx = excluded.idx, state = excluded.state",
+        )
+        .and_then(|mut stmt| stmt.execute((session.sid, reducer, idx, &state)))
+        .ctx("writing a snapshot")?;
+    }
+    Ok(())
+}
+
+/// The highest of the head snapshot and the pinned checkpoints with
+/// `clear <= index <= at` (the head snapshot wins a tie: it is newer).
+pub(crate) fn read_state(
+    tx: &Transaction<'_>,
+    session_id: &str,
+    reducer: &str,
+    at: Option<u64>,
+) -> Result<StateRead, StoreError> {
+    let Some(session) = session::find(tx, session_id)? else {
+        return Ok(StateRead {
+            snapshot: None,
+            clear_index: 0,
+        });
+    };
+    let none = StateRead {
+        snapshot: None,
+        clear_index: session.clear,
+    };
+    let at = at.unwrap_or(u64::MAX);
+    if at < session.clear {
+        return Ok(none);
+    }
+    let clear = to_sql_int("clear index", session.clear)?;
+    let at_sql = i64::try_from(at).unwrap_or(i64::MAX);
+    let head: Option<(i64, String)> = tx
+        .prepare_cached(
+            "SELECT idx, state FROM snapshot_heads WHERE sid = ?1 AND reducer = ?2 \
+             AND idx >= ?3 AND idx <= ?4",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row((session.sid, reducer, clear, at_sql), |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()
+        })
+        .ctx("reading a snapshot")?;
+    let pinned: Option<(i64, String)> = tx
+        .prepare_cached(
+            "SELECT idx, state FROM checkpoints WHERE sid = ?1 AND reducer = ?2 \
+             AND idx >= ?3 AND idx <= ?4 ORDER BY idx DESC LIMIT 1",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row((session.sid, reducer, clear, at_sql), |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()
+        })
+        .ctx("reading a checkpoint")?;
+    let best = match (head, pinned) {
+        (Some(head), Some(pinned)) if pinned.0 > head.0 => Some(pinned),
+        (Some(head), _) => Some(head),
+        (None, pinned) => pinned,
+    };
+    let snapshot = best
+        .map(|(idx, state)| {
+            Ok::<_, StoreError>(Snapshot {
+                index: from_sql_int("snapshot index", idx)?,
+                state: decode_json("snapshot state", &state)?,
+            })
+        })
+        .transpose()?;
+    Ok(StateRead {
+        snapshot,
+        clear_index: session.clear,
+    })
+}

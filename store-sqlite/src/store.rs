@@ -1,0 +1,287 @@
+//! [`SqliteStore`]: the `Store` trait over the pool, one transaction per call.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use a2_store_api::codec::{validate_name, validate_presence_ttl, validate_session_id};
+use a2_store_api::{
+    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
+    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
+    FailResult, Head, ListSessions, NewEvent, PresenceMeta, PresenceResult, PresenceRow,
+    ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
+    RenewResult, SessionInfo, StateRead, StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
+};
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::connection::Location;
+use crate::notify::{notifier_for, Notifier};
+use crate::options::SqliteOptions;
+use crate::pool::{Access, Pool};
+use crate::{append, attempt, claim, clear, listing, presence, redrive, snapshot, subscribe, wake};
+
+/// The SQLite backend of the session store.
+///
+/// Guarantees: every call is one SQLite transaction (writers take the write
+/// lock up front with `BEGIN IMMEDIATE`), so a failed or interrupted call
+/// changes nothing; calls run on tokio's blocking pool, never on the async
+/// runtime; several stores (in this or other processes) may share one file
+/// safely, waiting up to the busy timeout for each other. Cheap to clone:
+/// clones share the connections.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: Arc<Pool>,
+    notifier: Arc<Notifier>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path` in WAL mode and
+    /// applies pending migrations. Fails with a typed error naming the path
+    /// when the directory does not exist, the file is read-only, not a SQLite
+    /// database or corrupt, and with `IncompatibleSchema` (leaving the file
+    /// untouched) when a newer build wrote it.
+    pub fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
+        let location = Location::File(path.as_ref().to_path_buf());
+        let pool = Pool::open(location.clone(), options)?;
+        Ok(Self {
+            notifier: notifier_for(&location),
+            pool: Arc::new(pool),
+        })
+    }
+
+    /// Opens a private in-memory database (one connection; gone when the
+    /// store and its clones are dropped).
+    pub fn open_in_memory(options: SqliteOptions) -> Result<Self, StoreError> {
+        let location = Location::Memory;
+        let pool = Pool::open(location.clone(), options)?;
+        Ok(Self {
+            notifier: notifier_for(&location),
+            pool: Arc::new(pool),
+        })
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn append(
+        &self,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendResult, StoreError> {
+        append::validate(session_id, &events, &options)?;
+        let session_id = session_id.to_owned();
+        let appended = self
+            .pool
+            .run(Access::Write, move |tx, ctx| {
+                append::append(tx, ctx, &session_id, &events, &options)
+            })
+            .await?;
+        if appended.wrote {
+            self.notifier.notify();
+        }
+        Ok(appended.result)
+    }
+
+    async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult, StoreError> {
+        claim::validate_claim(&request)?;
+        self.pool
+            .run(Access::Write, move |tx, ctx| {
+                claim::claim(tx, ctx, &request)
+            })
+            .await
+    }
+
+    async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult, StoreError> {
+        claim::validate_renew(&request)?;
+        self.pool
+            .run(Access::Write, move |tx, ctx| {
+                claim::renew(tx, ctx, &request)
+            })
+            .await
+    }
+
+    async fn complete_attempt(
+        &self,
+        request: CompleteRequest,
+    ) -> Result<CompleteResult, StoreError> {
+        attempt::validate_complete(&request)?;
+        let completed = self
+            .pool
+            .run(Access::Write, move |tx, ctx| {
+                attempt::complete(tx, ctx, &request)
+            })
+            .await?;
+        if completed.wrote {
+            self.notifier.notify();
+        }
+        Ok(completed.result)
+    }
+
+    async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult, StoreError> {
+        attempt::validate_fail(&request)?;
+        self.pool
+            .run(Access::Write, move |tx, ctx| {
+                attempt::fail(tx, ctx, &request)
+            })
+            .await
+    }
+
+    async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>, StoreError> {
+        validate_session_id(session_id)?;
+        let session_id = session_id.to_owned();
+        self.pool
+            .run(Access::Read, move |tx, _| {
+                redrive::dead_letters(tx, &session_id)
+            })
+            .await
+    }
+
+    async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult, StoreError> {
+        redrive::validate_redrive(&request)?;
+        self.pool
+            .run(Access::Write, move |tx, _| redrive::redrive(tx, &request))
+            .await
+    }
+
+    async fn clear(&self, request: ClearRequest) -> Result<ClearResult, StoreError> {
+        clear::validate_clear(&request)?;
+        let result = self
+            .pool
+            .run(Access::Write, move |tx, ctx| {
+                clear::clear(tx, ctx, &request)
+            })
+            .await?;
+        if let ClearResult::Cleared { .. } = result {
+            self.notifier.notify();
+        }
+        Ok(result)
+    }
+
+    async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult, StoreError> {
+        validate_session_id(session_id)?;
+        let session_id = session_id.to_owned();
+        self.pool
+            .run(Access::Write, move |tx, _| clear::reclaim(tx, &session_id))
+            .await
+    }
+
+    async fn read(
+        &self,
+        session_id: &str,
+        options: ReadOptions,
+    ) -> Result<Vec<StoredEvent>, StoreError> {
+        validate_session_id(session_id)?;
+        let session_id = session_id.to_owned();
+        self.pool
+            .run(Access::Read, move |tx, _| {
+                listing::read(tx, &session_id, &options)
+            })
+            .await
+    }
+
+    async fn wake_log(
+        &self,
+        session_id: &str,
+        consumer: &ConsumerDeclaration,
+    ) -> Result<WakeLogResult, StoreError> {
+        wake::validate_wake(session_id, consumer)?;
+        let session_id = session_id.to_owned();
+        let consumer = consumer.clone();
+        self.pool
+            .run(Access::Write, move |tx, _| {
+                wake::wake_log(tx, &session_id, &consumer)
+            })
+            .await
+    }
+
+    async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
+        validate_session_id(session_id)?;
+        let session_id = session_id.to_owned();
+        self.pool
+            .run(Access::Read, move |tx, _| listing::cursors(tx, &session_id))
+            .await
+    }
+
+    async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream, StoreError> {
+        validate_session_id(session_id)?;
+        Ok(subscribe::follow(
+            &self.pool,
+            self.notifier.subscribe(),
+            session_id,
+            after,
+        ))
+    }
+
+    async fn write_state(
+        &self,
+        session_id: &str,
+        reducer: &str,
+        writes: Vec<StateWrite>,
+    ) -> Result<(), StoreError> {
+        validate_session_id(session_id)?;
+        validate_name("reducer name", reducer)?;
+        let session_id = session_id.to_owned();
+        let reducer = reducer.to_owned();
+        self.pool
+            .run(Access::Write, move |tx, _| {
+                snapshot::write_state(tx, &session_id, &reducer, writes.clone())
+            })
+            .await
+    }
+
+    async fn read_state(
+        &self,
+        session_id: &str,
+        reducer: &str,
+        options: ReadStateOptions,
+    ) -> Result<StateRead, StoreError> {
+        validate_session_id(session_id)?;
+        validate_name("reducer name", reducer)?;
+        let session_id = session_id.to_owned();
+        let reducer = reducer.to_owned();
+        self.pool
+            .run(Access::Read, move |tx, _| {
+                snapshot::read_state(tx, &session_id, &reducer, options.at)
+            })
+            .await
+    }
+
+    async fn set_presence(
+        &self,
+        session_id: &str,
+        participant: &str,
+        values: BTreeMap<String, Value>,
+        meta: PresenceMeta,
+    ) -> Result<PresenceResult, StoreError> {
+        validate_session_id(session_id)?;
+        validate_name("participant", participant)?;
+        validate_presence_ttl(meta.ttl_ms)?;
+        let session_id = session_id.to_owned();
+        let participant = participant.to_owned();
+        self.pool
+            .run(Access::Write, move |tx, ctx| {
+                let now = ctx.clock.now_ms();
+                presence::set_presence(tx, &session_id, &participant, &values, meta, now)
+            })
+            .await
+    }
+
+    async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>, StoreError> {
+        validate_session_id(session_id)?;
+        let session_id = session_id.to_owned();
+        let now = self.pool.ctx().clock.now_ms();
+        self.pool
+            .run(Access::Read, move |tx, _| {
+                presence::read_presence(tx, &session_id, now)
+            })
+            .await
+    }
+
+    async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>, StoreError> {
+        self.pool
+            .run(Access::Read, move |tx, _| listing::sessions(tx, &options))
+            .await
+    }
+}
