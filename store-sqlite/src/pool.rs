@@ -127,7 +127,34 @@ impl Pool {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(conn);
-        result
+        result.map_err(|error| self.with_path(error))
+    }
+
+    /// Names the database in a failure of the database itself.
+    fn with_path(&self, error: StoreError) -> StoreError {
+        let shown = self.location.display();
+        let prefix = |message: String| {
+            if message.contains(&shown) {
+                message
+            } else {
+                format!("database '{shown}': {message}")
+            }
+        };
+        match error {
+            StoreError::Backend { message, source } => StoreError::Backend {
+                message: prefix(message),
+                source,
+            },
+            StoreError::Busy { message, source } => StoreError::Busy {
+                message: prefix(message),
+                source,
+            },
+            StoreError::StorageFull { message, source } => StoreError::StorageFull {
+                message: prefix(message),
+                source,
+            },
+            other => other,
+        }
     }
 
     /// One try of one transaction.
