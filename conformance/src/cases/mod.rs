@@ -9,9 +9,11 @@ use crate::support::{CaseResult, Cx};
 
 pub(crate) mod append;
 pub(crate) mod claims;
+pub(crate) mod clear;
 pub(crate) mod complete;
 pub(crate) mod cursors;
 pub(crate) mod fail;
+pub(crate) mod read;
 pub(crate) mod renew;
 
 /// A case: its name, area, whether it needs a store pair, and its body.
@@ -79,6 +81,21 @@ macro_rules! __a2_cases {
                 claims::claim_without_max_failures_never_dead_letters,
                 claims::claimed_heads_carry_clear_index_after_clear,
                 claims::claims_are_per_session,
+                clear::clear_appends_marker_event,
+                clear::clear_of_new_session_marks_index_one,
+                clear::clear_with_matching_last_index_clears,
+                clear::clear_with_other_last_index_is_not_cleared,
+                clear::clear_fenced_by_current_cause_clears,
+                clear::clear_fenced_by_stale_cause_is_superseded,
+                clear::clear_drops_event_and_lane_cursors_parks_log_cursors,
+                clear::log_cursor_resumes_after_clear,
+                clear::ids_below_clear_are_reusable,
+                clear::attempts_below_clear_are_superseded,
+                clear::rows_below_clear_stay_readable,
+                clear::reclaim_without_clear_is_done,
+                clear::reclaim_deletes_in_batches_never_the_marker,
+                clear::appends_continue_after_reclaim,
+                clear::complete_of_reclaimed_index_is_superseded,
                 complete::complete_advances_lane_to_next_head,
                 complete::complete_appends_returned_events_with_cause,
                 complete::complete_returned_events_fan_out_to_other_consumers,
@@ -150,6 +167,16 @@ macro_rules! __a2_cases {
                 fail::redrive_skip_finishes_event_cursor,
                 fail::redrive_without_dead_head_is_not_redriven,
                 fail::redrive_has_pending_respects_consumers,
+                read::read_defaults_to_whole_log,
+                read::read_respects_after_and_through,
+                read::read_limit_caps_rows,
+                read::read_bounds_beyond_head_are_empty_or_clamped,
+                read::read_through_below_after_is_invalid,
+                read::read_of_unknown_session_is_empty,
+                read::sessions_lists_written_sessions_by_id,
+                read::sessions_page_with_after_and_limit,
+                read::sessions_omit_sessions_without_events,
+                read::sessions_are_isolated,
                 renew::renew_extends_held_claim,
                 renew::renew_with_expires_at_sets_lease_end,
                 renew::renew_by_other_holder_is_neither,
