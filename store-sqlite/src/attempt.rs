@@ -20,7 +20,7 @@ use crate::session::{self, SessionRow};
 /// Validates a completion before any database work.
 pub(crate) fn validate_complete(request: &CompleteRequest) -> Result<(), StoreError> {
     validate_session_id(&request.session_id)?;
-    validate_name("consumer", &request.consumer)?;
+    validate_name("consumer name", &request.consumer)?;
     validate_new_events(&request.events)?;
     validate_consumers(request.consumers.as_deref(), &request.events)
 }
@@ -204,7 +204,7 @@ fn replay(
 /// Validates a failure before any database work.
 pub(crate) fn validate_fail(request: &FailRequest) -> Result<(), StoreError> {
     validate_session_id(&request.session_id)?;
-    validate_name("consumer", &request.consumer)?;
+    validate_name("consumer name", &request.consumer)?;
     validate_retry_after(request.retry_after_ms)
 }
 

@@ -60,7 +60,13 @@ pub(crate) fn validate_claim(request: &ClaimRequest) -> Result<(), StoreError> {
     validate_session_id(&request.session_id)?;
     validate_name("holder", &request.holder)?;
     validate_consumers(request.consumers.as_deref(), &[])?;
-    lease_expiry(0, request.ttl_ms, request.expires_at_ms).map(|_| ())
+    lease_expiry(0, request.ttl_ms, request.expires_at_ms)?;
+    if request.limit == Some(0) {
+        return Err(StoreError::invalid_input(
+            "claim limit is 0: pass at least 1, or no limit",
+        ));
+    }
+    Ok(())
 }
 
 /// Claims every claimable head of the served cursors in `(index, consumer,

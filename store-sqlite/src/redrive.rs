@@ -57,7 +57,7 @@ fn dead_cursors(
 /// Validates a redrive before any database work.
 pub(crate) fn validate_redrive(request: &RedriveRequest) -> Result<(), StoreError> {
     validate_session_id(&request.session_id)?;
-    validate_name("consumer", &request.consumer)?;
+    validate_name("consumer name", &request.consumer)?;
     validate_consumers(request.consumers.as_deref(), &[])
 }
 

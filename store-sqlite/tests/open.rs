@@ -41,7 +41,10 @@ fn a_file_that_is_not_sqlite_is_a_typed_error_and_left_untouched() {
     let error = open_err(&path);
     assert_eq!(error.code(), ErrorCode::Backend);
     assert_names_path(&error, &path);
-    assert!(error.to_string().contains("not a SQLite database"), "{error}");
+    assert!(
+        error.to_string().contains("not a SQLite database"),
+        "{error}"
+    );
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
 }
 
@@ -76,10 +79,7 @@ async fn a_corrupted_database_is_a_typed_error_naming_the_path() {
         let events = (0..50)
             .map(|n| NewEvent::new("msg", json!({ "n": n, "pad": "x".repeat(100) })))
             .collect();
-        store
-            .append("s", events, Default::default())
-            .await
-            .unwrap();
+        store.append("s", events, Default::default()).await.unwrap();
     }
     // Overwrite the schema page after the 100-byte header and everything after it.
     let len = std::fs::metadata(&path).unwrap().len();
@@ -126,7 +126,11 @@ async fn reopening_keeps_the_data_and_applies_no_migration_twice() {
     {
         let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
         store
-            .append("s", vec![NewEvent::new("msg", json!(1)).with_id("a")], Default::default())
+            .append(
+                "s",
+                vec![NewEvent::new("msg", json!(1)).with_id("a")],
+                Default::default(),
+            )
             .await
             .unwrap();
     }
