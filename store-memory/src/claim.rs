@@ -9,8 +9,7 @@ use std::iter::Peekable;
 use std::sync::Arc;
 
 use a2_store_api::{
-    codec, ClaimRequest, ClaimResult, CursorRef, RenewRequest, RenewResult, Result,
-    StoreError,
+    codec, ClaimRequest, ClaimResult, CursorRef, RenewRequest, RenewResult, Result, StoreError,
 };
 
 use crate::cursor::{CursorId, CursorKey, CursorState};
@@ -41,8 +40,12 @@ impl Session {
         self.refresh_log_types(consumers);
         self.cursors.promote_expired(now);
 
-        let served: Option<BTreeSet<&str>> = consumers
-            .map(|consumers| consumers.iter().map(|consumer| consumer.name.as_str()).collect());
+        let served: Option<BTreeSet<&str>> = consumers.map(|consumers| {
+            consumers
+                .iter()
+                .map(|consumer| consumer.name.as_str())
+                .collect()
+        });
         let excluded: HashSet<CursorKey> = request.exclude.iter().map(CursorKey::of_ref).collect();
         let through = request.through.unwrap_or(u64::MAX);
         let limit = request.limit.unwrap_or(usize::MAX);
@@ -94,7 +97,7 @@ impl Session {
         for step in &steps {
             let (Step::Claim(id) | Step::DeadLetter(id)) = step;
             let index = self.cursors.get(*id).and_then(|cursor| cursor.head);
-            if !index.is_some_and(|index| self.log.row(index).is_some()) {
+            if index.is_none_or(|index| self.log.row(index).is_none()) {
                 return Err(self.corrupt(index.unwrap_or(0)));
             }
         }
@@ -196,34 +199,35 @@ impl Session {
                 result.superseded.push(target);
                 continue;
             }
-            let id = match self
-                .cursors
-                .lookup(&target.consumer, target.lane.as_deref(), target.index)
-            {
-                Lookup::Missing => continue,
-                Lookup::Finished(_) => {
-                    result.superseded.push(target);
-                    continue;
-                }
-                Lookup::Live(id, cursor) => {
-                    let on_head = cursor.head == Some(target.index);
-                    if !on_head && cursor.position < target.index {
-                        continue;
-                    }
-                    if !on_head || cursor.dispatch.attempt_count > claim.attempt {
+            let id =
+                match self
+                    .cursors
+                    .lookup(&target.consumer, target.lane.as_deref(), target.index)
+                {
+                    Lookup::Missing => continue,
+                    Lookup::Finished(_) => {
                         result.superseded.push(target);
                         continue;
                     }
-                    let dispatch = &cursor.dispatch;
-                    let held = dispatch.failed_at.is_none()
-                        && dispatch.claim_holder.as_deref() == Some(request.holder.as_str())
-                        && dispatch.claim_expires_at.is_some_and(|expiry| expiry > now);
-                    if !held {
-                        continue;
+                    Lookup::Live(id, cursor) => {
+                        let on_head = cursor.head == Some(target.index);
+                        if !on_head && cursor.position < target.index {
+                            continue;
+                        }
+                        if !on_head || cursor.dispatch.attempt_count > claim.attempt {
+                            result.superseded.push(target);
+                            continue;
+                        }
+                        let dispatch = &cursor.dispatch;
+                        let held = dispatch.failed_at.is_none()
+                            && dispatch.claim_holder.as_deref() == Some(request.holder.as_str())
+                            && dispatch.claim_expires_at.is_some_and(|expiry| expiry > now);
+                        if !held {
+                            continue;
+                        }
+                        id
                     }
-                    id
-                }
-            };
+                };
             self.cursors.modify(id, |cursor| {
                 cursor.dispatch.claim_expires_at = Some(expires_at);
             });
@@ -276,7 +280,9 @@ impl Iterator for Merge<'_> {
     type Item = (u64, CursorId);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let mut best: Option<(usize, u64, &Arc<str>, &Option<Arc<str>>)> = None;
+        // (source, index, consumer, lane) of the least head seen so far.
+        type Best<'b> = (usize, u64, &'b Arc<str>, &'b Option<Arc<str>>);
+        let mut best: Option<Best<'_>> = None;
         for (position, (name, source)) in self.sources.iter_mut().enumerate() {
             let name: &Arc<str> = name;
             let Some((index, lane, _)) = source.peek() else {

@@ -18,7 +18,10 @@ impl Session {
             self.fence(cause)?;
         }
         let head = self.log.head();
-        if request.if_last_index.is_some_and(|expected| expected != head) {
+        if request
+            .if_last_index
+            .is_some_and(|expected| expected != head)
+        {
             return Ok(ClearResult::NotCleared { head });
         }
         let marker = NewEvent {

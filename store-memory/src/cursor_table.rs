@@ -178,9 +178,7 @@ impl CursorTable {
             if cursor.kind == CursorKind::Event && cursor.head.is_none() {
                 return Err(format!("finished event cursor {id} is still live"));
             }
-            if cursor.kind == CursorKind::Lane
-                && cursor.head.is_none()
-                && !cursor.queue.is_empty()
+            if cursor.kind == CursorKind::Lane && cursor.head.is_none() && !cursor.queue.is_empty()
             {
                 return Err(format!("lane cursor {id} has a queue but no head"));
             }
@@ -193,7 +191,8 @@ impl CursorTable {
         {
             return Err("ready index differs from the cursors".into());
         }
-        if expected.busy != self.heads.busy || expected.busy_by_consumer != self.heads.busy_by_consumer
+        if expected.busy != self.heads.busy
+            || expected.busy_by_consumer != self.heads.busy_by_consumer
         {
             return Err("busy index differs from the cursors".into());
         }

@@ -30,6 +30,8 @@ mod clear;
 mod cursor;
 mod cursor_table;
 mod head_index;
+#[cfg(test)]
+mod invariant_tests;
 mod log;
 mod outcome;
 mod presence;

@@ -72,7 +72,11 @@ impl Session {
         self.refresh_log_types(consumers);
         let completion = Completion {
             attempt: request.attempt,
-            returned_ids: request.events.iter().map(|event| event.id.clone()).collect(),
+            returned_ids: request
+                .events
+                .iter()
+                .map(|event| event.id.clone())
+                .collect(),
         };
         self.advance(id, Some(completion));
         Ok(CompleteResult::Completed { events: stored })
@@ -138,41 +142,44 @@ impl Session {
         if request.index <= self.log.clear_index() {
             return Ok(superseded(0));
         }
-        let id = match self
-            .cursors
-            .lookup(&request.consumer, request.lane.as_deref(), request.index)
-        {
-            Lookup::Missing => {
-                return match self.log.row(request.index) {
-                    Some(_) => Ok(superseded(0)),
-                    None => Err(StoreError::no_such_event(&self.id, request.index)),
-                };
-            }
-            Lookup::Finished(_) => return Ok(superseded(0)),
-            Lookup::Live(id, cursor) => {
-                let dispatch = &cursor.dispatch;
-                let on_head = cursor.head == Some(request.index);
-                let released = dispatch.claim_holder.is_none();
-                let repeat = released && dispatch.last_failed_attempt == Some(request.attempt);
-                if !on_head || dispatch.attempt_count != request.attempt || (released && !repeat)
-                {
-                    let count = if on_head { dispatch.failure_count } else { 0 };
-                    return Ok(superseded(count));
-                }
-                if repeat || dispatch.failed_at.is_some() {
-                    let outcome = if dispatch.failed_at.is_some() {
-                        FailOutcome::DeadLettered
-                    } else {
-                        FailOutcome::Failed
+        let id =
+            match self
+                .cursors
+                .lookup(&request.consumer, request.lane.as_deref(), request.index)
+            {
+                Lookup::Missing => {
+                    return match self.log.row(request.index) {
+                        Some(_) => Ok(superseded(0)),
+                        None => Err(StoreError::no_such_event(&self.id, request.index)),
                     };
-                    return Ok(FailResult {
-                        outcome,
-                        failure_count: dispatch.failure_count,
-                    });
                 }
-                id
-            }
-        };
+                Lookup::Finished(_) => return Ok(superseded(0)),
+                Lookup::Live(id, cursor) => {
+                    let dispatch = &cursor.dispatch;
+                    let on_head = cursor.head == Some(request.index);
+                    let released = dispatch.claim_holder.is_none();
+                    let repeat = released && dispatch.last_failed_attempt == Some(request.attempt);
+                    if !on_head
+                        || dispatch.attempt_count != request.attempt
+                        || (released && !repeat)
+                    {
+                        let count = if on_head { dispatch.failure_count } else { 0 };
+                        return Ok(superseded(count));
+                    }
+                    if repeat || dispatch.failed_at.is_some() {
+                        let outcome = if dispatch.failed_at.is_some() {
+                            FailOutcome::DeadLettered
+                        } else {
+                            FailOutcome::Failed
+                        };
+                        return Ok(FailResult {
+                            outcome,
+                            failure_count: dispatch.failure_count,
+                        });
+                    }
+                    id
+                }
+            };
         let now = env.clock.now_ms();
         let outcome = self.cursors.modify(id, |cursor| {
             let dispatch = &mut cursor.dispatch;
@@ -231,7 +238,12 @@ impl Session {
         let found = if request.index <= self.log.clear_index() {
             None
         } else {
-            let start = (request.index, Arc::<str>::from(request.consumer.as_str()), None, 0);
+            let start = (
+                request.index,
+                Arc::<str>::from(request.consumer.as_str()),
+                None,
+                0,
+            );
             self.cursors
                 .heads()
                 .dead

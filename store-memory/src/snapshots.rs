@@ -41,10 +41,13 @@ impl SnapshotCache {
     pub fn write(&mut self, reducer: &str, index: u64, state: Value, pins: &[PinKey]) {
         let cache = self.reducers.entry(reducer.to_owned()).or_default();
         if !pins.is_empty() {
-            let checkpoint = cache.checkpoints.entry(index).or_insert_with(|| Checkpoint {
-                state: Value::Null,
-                pins: HashSet::new(),
-            });
+            let checkpoint = cache
+                .checkpoints
+                .entry(index)
+                .or_insert_with(|| Checkpoint {
+                    state: Value::Null,
+                    pins: HashSet::new(),
+                });
             checkpoint.state = state.clone();
             for pin in pins {
                 checkpoint.pins.insert(*pin);
@@ -132,11 +135,5 @@ impl SnapshotCache {
             });
             !kept.is_empty()
         });
-    }
-
-    /// Whether any pin is held (tests only).
-    #[cfg(test)]
-    pub fn pinned(&self) -> usize {
-        self.pins.len()
     }
 }

@@ -37,7 +37,8 @@ impl Session {
                     }
                 })
                 .collect();
-            self.snapshots.write(reducer, write.index, write.state, &pins);
+            self.snapshots
+                .write(reducer, write.index, write.state, &pins);
         }
         Ok(())
     }

@@ -231,9 +231,7 @@ impl Store for MemoryStore {
     async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>> {
         self.read(session_id, |session, _| {
             let (after, through) = codec::read_bounds(&options, session.log.head())?;
-            Ok(session
-                .log
-                .read(&session.id, after, through, options.limit))
+            Ok(session.log.read(&session.id, after, through, options.limit))
         })
     }
 
@@ -248,8 +246,11 @@ impl Store for MemoryStore {
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
         self.read(session_id, |session, _| {
-            let mut cursors: Vec<Cursor> =
-                session.cursors.iter().map(|cursor| cursor.to_cursor()).collect();
+            let mut cursors: Vec<Cursor> = session
+                .cursors
+                .iter()
+                .map(|cursor| cursor.to_cursor())
+                .collect();
             cursors.sort_by(codec::compare_cursors);
             Ok(cursors)
         })
@@ -271,7 +272,9 @@ impl Store for MemoryStore {
         writes: Vec<StateWrite>,
     ) -> Result<()> {
         codec::validate_name("reducer name", reducer)?;
-        self.write(session_id, |session, _| session.write_state(reducer, writes))
+        self.write(session_id, |session, _| {
+            session.write_state(reducer, writes)
+        })
     }
 
     async fn read_state(
@@ -280,7 +283,9 @@ impl Store for MemoryStore {
         reducer: &str,
         options: ReadStateOptions,
     ) -> Result<StateRead> {
-        self.read(session_id, |session, _| session.read_state(reducer, options))
+        self.read(session_id, |session, _| {
+            session.read_state(reducer, options)
+        })
     }
 
     async fn set_presence(

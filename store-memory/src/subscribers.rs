@@ -49,10 +49,4 @@ impl Subscribers {
                 && !subscriber.sender.is_closed()
         });
     }
-
-    /// How many subscribers are registered (tests only).
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.list.len()
-    }
 }

@@ -127,7 +127,10 @@ async fn the_worked_example() {
         .collect();
     assert_eq!(got, [(2, "agent", Some("L1")), (4, "notifier", None)]);
     for head in &heads {
-        let result = store.complete_attempt(complete(head, vec![])).await.unwrap();
+        let result = store
+            .complete_attempt(complete(head, vec![]))
+            .await
+            .unwrap();
         assert_eq!(result, CompleteResult::Completed { events: vec![] });
     }
     let (heads, _, _) = claimed(store.claim_available(claim("w1")).await.unwrap());
@@ -162,7 +165,10 @@ async fn the_worked_example() {
         store.complete_attempt(newer).await.unwrap(),
         CompleteResult::Superseded
     );
-    let other = complete(first, vec![NewEvent::new("reply", json!("hello")).with_id("reply-2")]);
+    let other = complete(
+        first,
+        vec![NewEvent::new("reply", json!("hello")).with_id("reply-2")],
+    );
     assert_eq!(
         store.complete_attempt(other).await.unwrap_err().code(),
         ErrorCode::PartialDuplicateBatch

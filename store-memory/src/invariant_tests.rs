@@ -1,0 +1,473 @@
+//! Randomised tests: after every operation the indexes must equal a
+//! brute-force recomputation, claims must equal a brute-force scan of the
+//! cursors, and a failed call must change nothing.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use a2_store_api::{
+    AppendOptions, ClaimRequest, ClaimResult, ClearRequest, Clock, CompleteRequest,
+    ConsumerDeclaration, CounterIds, FailRequest, Head, HeldClaim, ManualClock, NewEvent,
+    ReadOptions, RedriveAction, RedriveRequest, RenewRequest, StateWrite, Store, Target,
+};
+use serde_json::json;
+
+use crate::cursor::CursorState;
+use crate::session::Session;
+use crate::{MemoryOptions, MemoryStore};
+
+/// A small deterministic xorshift generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    fn pick<'a, T>(&mut self, items: &'a [T]) -> Option<&'a T> {
+        if items.is_empty() {
+            None
+        } else {
+            items.get(self.below(items.len() as u64) as usize)
+        }
+    }
+}
+
+const SESSION: &str = "s";
+const CONSUMERS: [&str; 3] = ["a", "b", "c"];
+
+fn log_consumer(rng: &mut Rng) -> ConsumerDeclaration {
+    let types = match rng.below(3) {
+        0 => None,
+        1 => Some(vec!["t1".to_owned()]),
+        _ => Some(vec!["t1".to_owned(), "t2".to_owned()]),
+    };
+    ConsumerDeclaration::log("logger", "log", types, rng.chance(50))
+}
+
+fn random_consumers(rng: &mut Rng) -> Option<Vec<ConsumerDeclaration>> {
+    if rng.chance(60) {
+        return None;
+    }
+    let mut list: Vec<ConsumerDeclaration> = CONSUMERS
+        .iter()
+        .filter(|_| rng.chance(50))
+        .map(|name| ConsumerDeclaration::targeted(*name))
+        .collect();
+    if rng.chance(50) {
+        list.push(log_consumer(rng));
+    }
+    Some(list)
+}
+
+fn random_events(rng: &mut Rng, ids: &mut u64) -> Vec<NewEvent> {
+    (0..1 + rng.below(3))
+        .map(|_| {
+            let event_type = if rng.chance(50) { "t1" } else { "t2" };
+            let mut event = NewEvent::new(event_type, json!(rng.below(4)));
+            if rng.chance(40) {
+                // A small id pool makes replays and partial duplicates happen.
+                event = event.with_id(format!("id{}", rng.below(*ids + 1)));
+            } else if rng.chance(30) {
+                *ids += 1;
+                event = event.with_id(format!("id{ids}"));
+            }
+            for _ in 0..rng.below(3) {
+                let consumer = *rng.pick(&CONSUMERS).unwrap_or(&"a");
+                let target = match rng.below(4) {
+                    0 => Target::event(consumer),
+                    1 => Target::lane(consumer, "L1"),
+                    2 => Target::lane(consumer, "L2"),
+                    // Sometimes a target on the log consumer's lane: a conflict.
+                    _ if rng.chance(20) => Target::lane("logger", "log"),
+                    _ => Target::event(consumer),
+                };
+                event = event.with_target(target);
+            }
+            event
+        })
+        .collect()
+}
+
+/// What a failed call must leave untouched.
+async fn fingerprint(store: &MemoryStore) -> String {
+    let cursors = store.cursors(SESSION).await.unwrap();
+    let rows = store.read(SESSION, ReadOptions::default()).await.unwrap();
+    let dead = store.dead_letters(SESSION).await.unwrap();
+    format!("{cursors:?}\n{rows:?}\n{dead:?}")
+}
+
+type HeadId = (u64, String, Option<String>);
+
+fn head_id(head: &Head) -> HeadId {
+    (head.event.index, head.consumer.clone(), head.lane.clone())
+}
+
+fn cursor_id(cursor: &CursorState) -> HeadId {
+    (
+        cursor.head.unwrap_or(0),
+        cursor.consumer.to_string(),
+        cursor.lane.as_deref().map(str::to_owned),
+    )
+}
+
+/// The claim a brute-force scan of every cursor predicts.
+enum Expected {
+    Claimed(Vec<HeadId>, Vec<HeadId>),
+    Busy(i64),
+    Settled,
+}
+
+fn expected_claim(session: &Session, now: i64, request: &ClaimRequest) -> Expected {
+    let served: Option<HashSet<&str>> = request
+        .consumers
+        .as_ref()
+        .map(|list| list.iter().map(|c| c.name.as_str()).collect());
+    let excluded = |cursor: &CursorState| {
+        request.exclude.iter().any(|ex| {
+            ex.consumer == *cursor.consumer
+                && ex.lane.as_deref() == cursor.lane.as_deref()
+                && (ex.lane.is_some() || Some(ex.index) == cursor.head)
+        })
+    };
+    let mut candidates: Vec<&CursorState> = session
+        .cursors
+        .iter()
+        .filter(|c| c.head.is_some() && c.dispatch.failed_at.is_none())
+        .filter(|c| served.as_ref().is_none_or(|s| s.contains(&*c.consumer)))
+        .filter(|c| c.head <= Some(request.through.unwrap_or(u64::MAX)))
+        .filter(|c| !excluded(c))
+        .collect();
+    candidates.sort_by_key(|c| cursor_id(c));
+    let mut claims = Vec::new();
+    let mut dead = Vec::new();
+    let mut busy: Option<i64> = None;
+    for cursor in candidates {
+        if let Some(expiry) = cursor.dispatch.claim_expires_at.filter(|e| *e > now) {
+            busy = Some(busy.map_or(expiry, |b| b.min(expiry)));
+            continue;
+        }
+        if claims.len() >= request.limit.unwrap_or(usize::MAX) {
+            break;
+        }
+        let dies = cursor.dispatch.claim_holder.is_some()
+            && request
+                .max_failures
+                .is_some_and(|max| cursor.dispatch.failure_count + 1 >= max);
+        if dies {
+            dead.push(cursor_id(cursor));
+        } else {
+            claims.push(cursor_id(cursor));
+        }
+    }
+    if !claims.is_empty() || !dead.is_empty() {
+        Expected::Claimed(claims, dead)
+    } else if let Some(retry_at) = busy {
+        Expected::Busy(retry_at)
+    } else {
+        Expected::Settled
+    }
+}
+
+/// How much of the contract a random run exercised.
+#[derive(Debug, Default)]
+struct Coverage {
+    claimed: usize,
+    dead_lettered: usize,
+    busy: usize,
+    settled: usize,
+    errors: usize,
+    log_heads: usize,
+}
+
+async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
+    let clock = ManualClock::new(1_000);
+    let store = MemoryStore::with_options(MemoryOptions {
+        clock: Arc::new(clock.clone()),
+        ids: Arc::new(CounterIds::new("gen")),
+    });
+    let mut rng = Rng(seed);
+    let mut next_id = 0;
+    let mut held: Vec<Head> = Vec::new();
+    for step in 0..steps {
+        let before = fingerprint(&store).await;
+        let op = rng.below(14);
+        let failed = match op {
+            0..=3 => {
+                let events = random_events(&mut rng, &mut next_id);
+                let consumers = random_consumers(&mut rng);
+                let origin_index = rng.chance(10).then(|| rng.below(5));
+                store
+                    .append(
+                        SESSION,
+                        events,
+                        AppendOptions {
+                            consumers,
+                            origin_index,
+                        },
+                    )
+                    .await
+                    .err()
+            }
+            4..=6 => {
+                let head = store.inspect(SESSION, |s| s.log.head());
+                let exclude = match rng.pick(&held) {
+                    Some(h) if rng.chance(30) => vec![h.cursor_ref()],
+                    _ => Vec::new(),
+                };
+                let request = ClaimRequest {
+                    session_id: SESSION.into(),
+                    holder: format!("w{}", rng.below(2)),
+                    ttl_ms: Some(1 + rng.below(40) as i64),
+                    exclude,
+                    consumers: random_consumers(&mut rng),
+                    max_failures: rng.chance(50).then(|| 1 + rng.below(3) as u32),
+                    through: rng.chance(20).then(|| rng.below(head + 2)),
+                    limit: rng.chance(30).then(|| 1 + rng.below(3) as usize),
+                    expires_at_ms: None,
+                };
+                let now = clock.now_ms();
+                let expected = store.inspect(SESSION, |s| expected_claim(s, now, &request));
+                let result = store.claim_available(request).await.unwrap();
+                match (expected, result) {
+                    (
+                        Expected::Claimed(claims, dead),
+                        ClaimResult::Claimed {
+                            heads,
+                            dead_lettered,
+                            ..
+                        },
+                    ) => {
+                        let got: Vec<HeadId> = heads.iter().map(head_id).collect();
+                        let got_dead: Vec<HeadId> = dead_lettered.iter().map(head_id).collect();
+                        assert_eq!(got, claims, "seed {seed} step {step}: claimed heads");
+                        assert_eq!(got_dead, dead, "seed {seed} step {step}: dead letters");
+                        coverage.claimed += got.len();
+                        coverage.dead_lettered += got_dead.len();
+                        coverage.log_heads +=
+                            heads.iter().filter(|h| h.consumer == "logger").count();
+                        held.extend(heads);
+                    }
+                    (Expected::Busy(at), ClaimResult::Busy { retry_at }) => {
+                        assert_eq!(retry_at, at, "seed {seed} step {step}: retry_at");
+                        coverage.busy += 1;
+                    }
+                    (Expected::Settled, ClaimResult::Settled) => coverage.settled += 1,
+                    (_, other) => panic!("seed {seed} step {step}: unexpected {other:?}"),
+                }
+                None
+            }
+            7 | 8 => {
+                let Some(head) = rng.pick(&held).cloned() else {
+                    continue;
+                };
+                let events = if rng.chance(50) {
+                    random_events(&mut rng, &mut next_id)
+                } else {
+                    Vec::new()
+                };
+                store
+                    .complete_attempt(CompleteRequest {
+                        session_id: SESSION.into(),
+                        consumer: head.consumer.clone(),
+                        lane: head.lane.clone(),
+                        index: head.event.index,
+                        attempt: head.dispatch.attempt_count,
+                        events,
+                        consumers: random_consumers(&mut rng),
+                    })
+                    .await
+                    .err()
+            }
+            9 => {
+                let Some(head) = rng.pick(&held).cloned() else {
+                    continue;
+                };
+                store
+                    .fail_attempt(FailRequest {
+                        session_id: SESSION.into(),
+                        consumer: head.consumer.clone(),
+                        lane: head.lane.clone(),
+                        index: head.event.index,
+                        attempt: head.dispatch.attempt_count,
+                        error: "boom".into(),
+                        max_failures: rng.chance(50).then(|| 1 + rng.below(3) as u32),
+                        retry_after_ms: rng.chance(50).then(|| rng.below(20) as i64),
+                    })
+                    .await
+                    .err()
+            }
+            10 => {
+                let claims: Vec<HeldClaim> = held
+                    .iter()
+                    .filter(|_| rng.chance(50))
+                    .map(|h| HeldClaim {
+                        cursor: h.cursor_ref(),
+                        attempt: h.dispatch.attempt_count,
+                    })
+                    .collect();
+                store
+                    .renew_claims(RenewRequest {
+                        session_id: SESSION.into(),
+                        holder: format!("w{}", rng.below(2)),
+                        claims,
+                        ttl_ms: Some(1 + rng.below(40) as i64),
+                        expires_at_ms: None,
+                    })
+                    .await
+                    .err()
+            }
+            11 => {
+                let dead = store.dead_letters(SESSION).await.unwrap();
+                let Some(head) = rng.pick(&dead) else {
+                    continue;
+                };
+                let action = if rng.chance(50) {
+                    RedriveAction::Retry
+                } else {
+                    RedriveAction::Skip
+                };
+                store
+                    .redrive(RedriveRequest {
+                        session_id: SESSION.into(),
+                        consumer: head.consumer.clone(),
+                        index: head.event.index,
+                        action,
+                        consumers: random_consumers(&mut rng),
+                    })
+                    .await
+                    .err()
+            }
+            12 => {
+                if rng.chance(15) {
+                    held.clear();
+                    store
+                        .clear(ClearRequest {
+                            session_id: SESSION.into(),
+                            ..ClearRequest::default()
+                        })
+                        .await
+                        .err()
+                } else if rng.chance(30) {
+                    store.reclaim(SESSION).await.err()
+                } else {
+                    let writes = vec![StateWrite {
+                        index: store.inspect(SESSION, |s| s.log.head()),
+                        state: json!(step),
+                        pins: held.iter().take(2).map(Head::cursor_ref).collect(),
+                    }];
+                    store.write_state(SESSION, "r", writes).await.err()
+                }
+            }
+            _ => {
+                if rng.chance(20) {
+                    let consumer = log_consumer(&mut rng);
+                    store.wake_log(SESSION, &consumer).await.err()
+                } else {
+                    clock.advance(rng.below(30) as i64);
+                    None
+                }
+            }
+        };
+        if let Some(err) = failed {
+            coverage.errors += 1;
+            let after = fingerprint(&store).await;
+            assert_eq!(
+                before, after,
+                "seed {seed} step {step}: {err} changed state"
+            );
+        }
+        if let Err(problem) = store.check_invariants() {
+            panic!("seed {seed} step {step} (op {op}): {problem}");
+        }
+        let pending = store.inspect(SESSION, |s| {
+            let brute = s
+                .cursors
+                .iter()
+                .any(|c| c.head.is_some() && c.dispatch.failed_at.is_none());
+            (brute, s.has_pending(None))
+        });
+        assert_eq!(pending.0, pending.1, "seed {seed} step {step}: has_pending");
+        held.retain(|h| h.dispatch.claim_expires_at.is_some());
+        if held.len() > 12 {
+            held.drain(..held.len() - 12);
+        }
+    }
+}
+
+#[tokio::test]
+async fn indexes_match_a_brute_force_recomputation_after_random_operations() {
+    let mut coverage = Coverage::default();
+    for seed in [1, 7, 42, 1234, 99_991, 31_337, 271_828, 8_675_309] {
+        run_random(seed, 1_500, &mut coverage).await;
+    }
+    eprintln!("{coverage:?}");
+    assert!(coverage.claimed > 500, "{coverage:?}");
+    assert!(coverage.dead_lettered > 10, "{coverage:?}");
+    assert!(coverage.busy > 10 && coverage.settled > 10, "{coverage:?}");
+    assert!(
+        coverage.errors > 50 && coverage.log_heads > 10,
+        "{coverage:?}"
+    );
+}
+
+#[tokio::test]
+async fn finished_event_cursors_leave_nothing_in_the_indexes() {
+    let store = MemoryStore::new();
+    let events: Vec<NewEvent> = (0..500)
+        .map(|n| NewEvent::new("msg", json!(n)).with_target(Target::event("worker")))
+        .collect();
+    store
+        .append(SESSION, events, AppendOptions::default())
+        .await
+        .unwrap();
+    let request = ClaimRequest {
+        session_id: SESSION.into(),
+        holder: "w".into(),
+        ttl_ms: Some(60_000),
+        ..ClaimRequest::default()
+    };
+    let ClaimResult::Claimed { heads, .. } = store.claim_available(request.clone()).await.unwrap()
+    else {
+        panic!("expected claims");
+    };
+    assert_eq!(heads.len(), 500);
+    for head in heads {
+        store
+            .complete_attempt(CompleteRequest {
+                session_id: SESSION.into(),
+                consumer: head.consumer,
+                lane: None,
+                index: head.event.index,
+                attempt: 1,
+                events: Vec::new(),
+                consumers: None,
+            })
+            .await
+            .unwrap();
+    }
+    let (live, ready, busy) = store.inspect(SESSION, |s| {
+        (
+            s.cursors.iter().count(),
+            s.cursors.heads().ready.len(),
+            s.cursors.heads().busy.len(),
+        )
+    });
+    assert_eq!((live, ready, busy), (0, 0, 0));
+    assert_eq!(
+        store.claim_available(request).await.unwrap(),
+        ClaimResult::Settled
+    );
+    store.check_invariants().unwrap();
+}
