@@ -15,6 +15,8 @@ pub(crate) mod cursors;
 pub(crate) mod fail;
 pub(crate) mod read;
 pub(crate) mod renew;
+pub(crate) mod snapshots;
+pub(crate) mod subscribe;
 
 /// A case: its name, area, whether it needs a store pair, and its body.
 pub(crate) struct CaseDef {
@@ -190,6 +192,30 @@ macro_rules! __a2_cases {
                 renew::renew_of_dead_lettered_head_is_neither,
                 renew::renew_reports_refs_in_index_order,
                 renew::renew_with_invalid_lease_is_invalid,
+                snapshots::read_state_without_writes_is_empty,
+                snapshots::read_state_returns_most_recent_write,
+                snapshots::head_snapshot_is_most_recent_even_if_lower,
+                snapshots::writes_of_one_call_apply_in_index_order,
+                snapshots::read_state_never_returns_above_at,
+                snapshots::pinned_checkpoint_readable_while_pin_holds,
+                snapshots::pin_holds_through_claims_and_failures,
+                snapshots::pin_released_when_head_advances,
+                snapshots::pin_released_on_dead_letter,
+                snapshots::pin_released_on_clear,
+                snapshots::pin_on_head_not_held_keeps_nothing,
+                snapshots::highest_pinned_checkpoint_wins,
+                snapshots::read_state_never_returns_below_clear,
+                snapshots::writes_below_clear_are_ignored,
+                snapshots::snapshots_are_per_reducer,
+                subscribe::subscribe_delivers_backlog_then_live,
+                subscribe::subscribe_after_skips_backlog,
+                subscribe::subscribe_after_beyond_head_waits_for_it,
+                subscribe::subscribe_to_new_session_delivers_first_events,
+                subscribe::subscribe_has_no_gap_or_duplicate_while_appends_race,
+                subscribe::subscribe_sees_clear_marker,
+                subscribe::subscribe_sees_completion_returned_events,
+                subscribe::subscribe_sees_only_its_session,
+                subscribe::subscribe_skips_failed_appends,
             ]
             pair: [
             ]
