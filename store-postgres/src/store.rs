@@ -13,11 +13,11 @@ use a2_store_api::codec::{
 };
 use a2_store_api::{
     AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult, Clock,
-    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, CursorRef, EventStream,
-    FailRequest, FailResult, Head, IdGenerator, ListSessions, NewEvent, PresenceMeta,
-    PresenceResult, PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest,
-    RedriveResult, RenewRequest, RenewResult, Result, SessionInfo, StateRead, StateWrite, Store,
-    StoreError, StoredEvent, WakeLogResult,
+    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
+    FailResult, Head, IdGenerator, ListSessions, NewEvent, PresenceMeta, PresenceResult,
+    PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult,
+    RenewRequest, RenewResult, Result, SessionInfo, StateRead, StateWrite, Store, StoreError,
+    StoredEvent, WakeLogResult,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -196,23 +196,6 @@ impl PostgresStore {
     }
 }
 
-fn validate_lane(lane: Option<&str>) -> Result<()> {
-    if lane == Some("") {
-        return Err(StoreError::invalid_input(
-            "lane is empty: omit the lane for an event cursor",
-        ));
-    }
-    Ok(())
-}
-
-fn validate_refs<'a>(refs: impl IntoIterator<Item = &'a CursorRef>) -> Result<()> {
-    for r in refs {
-        validate_name("consumer name", &r.consumer)?;
-        validate_lane(r.lane.as_deref())?;
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl Store for PostgresStore {
     async fn append(
@@ -247,9 +230,13 @@ impl Store for PostgresStore {
         validate_session_id(&request.session_id)?;
         validate_name("holder", &request.holder)?;
         validate_consumers(request.consumers.as_deref(), &[])?;
-        validate_refs(&request.exclude)?;
         let now = self.inner.clock.now_ms();
         let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+        if request.limit == Some(0) {
+            return Err(StoreError::invalid_input(
+                "claim limit is 0: pass at least 1, or no limit",
+            ));
+        }
         transact!(self.inner, "claiming heads", |tx| {
             ops::claim::claim(&tx, &request, now, expires_at).await?
         })
@@ -258,7 +245,6 @@ impl Store for PostgresStore {
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult> {
         validate_session_id(&request.session_id)?;
         validate_name("holder", &request.holder)?;
-        validate_refs(request.claims.iter().map(|claim| &claim.cursor))?;
         let now = self.inner.clock.now_ms();
         let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
         transact!(self.inner, "renewing claims", |tx| {
@@ -277,7 +263,6 @@ impl Store for PostgresStore {
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
         validate_session_id(&request.session_id)?;
         validate_name("consumer name", &request.consumer)?;
-        validate_lane(request.lane.as_deref())?;
         validate_new_events(&request.events)?;
         validate_consumers(request.consumers.as_deref(), &request.events)?;
         let (result, wrote) = transact!(self.inner, "completing an attempt", |tx| {
@@ -292,7 +277,6 @@ impl Store for PostgresStore {
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
         validate_session_id(&request.session_id)?;
         validate_name("consumer name", &request.consumer)?;
-        validate_lane(request.lane.as_deref())?;
         validate_retry_after(request.retry_after_ms)?;
         let now = self.inner.clock.now_ms();
         transact!(self.inner, "failing an attempt", |tx| {
@@ -390,7 +374,6 @@ impl Store for PostgresStore {
     ) -> Result<()> {
         validate_session_id(session_id)?;
         validate_name("reducer name", reducer)?;
-        validate_refs(writes.iter().flat_map(|write| &write.pins))?;
         transact!(self.inner, "writing reducer state", |tx| {
             ops::state::write_state(&tx, session_id, reducer, &writes).await?
         })

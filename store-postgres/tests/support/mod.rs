@@ -17,11 +17,18 @@ pub fn url_or_skip(test: &str) -> Option<String> {
     match std::env::var(URL_VAR) {
         Ok(url) if !url.is_empty() => Some(url),
         _ => {
-            eprintln!(
-                "{test}: PostgreSQL cases NOT run: {URL_VAR} is not set. To run them, start a \
-                 server and set it, e.g. {URL_VAR}=postgres://postgres@127.0.0.1:5432/test \
-                 cargo test -p a2-store-postgres"
-            );
+            // Once per test binary, straight to stderr so the test harness
+            // does not capture it: the skip must be visible.
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| {
+                use std::io::Write;
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "\n{test}: the PostgreSQL cases were NOT run: {URL_VAR} is not set. To run \
+                     them, start PostgreSQL and set it, e.g.\n  \
+                     {URL_VAR}=postgres://postgres@127.0.0.1:5432/test cargo test -p a2-store-postgres\n"
+                );
+            });
             None
         }
     }
@@ -68,11 +75,7 @@ pub fn drop_schemas(url: &str, schemas: Vec<String>) {
 }
 
 /// Options for a test store on `schema`.
-pub fn options(
-    schema: &str,
-    clock: Arc<dyn Clock>,
-    ids: Arc<dyn IdGenerator>,
-) -> PostgresOptions {
+pub fn options(schema: &str, clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>) -> PostgresOptions {
     PostgresOptions {
         clock,
         ids,

@@ -1,0 +1,279 @@
+//! Many workers on separate stores (separate pools, so separate connections)
+//! sharing one schema: no head is ever held by two workers, every head is
+//! completed exactly once, lanes stay FIFO, concurrent appends keep indexes
+//! contiguous, and a lock held past the statement timeout is `Busy`.
+//! Runs only when `A2_POSTGRES_URL` is set.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use a2_store_api::{
+    AppendOptions, ClaimRequest, ClaimResult, CompleteRequest, CompleteResult, ErrorCode, NewEvent,
+    RandomIds, ReadOptions, Store, SystemClock, Target,
+};
+use a2_store_postgres::PostgresStore;
+use serde_json::json;
+use support::PgFactory;
+
+const STORES: usize = 4;
+const WORKERS_PER_STORE: usize = 2;
+
+async fn stores(factory: &PgFactory, schema: &str) -> Vec<PostgresStore> {
+    let mut stores = Vec::new();
+    for _ in 0..STORES {
+        let store = factory
+            .store_on(schema, Arc::new(SystemClock), Arc::new(RandomIds))
+            .await
+            .expect("connect");
+        stores.push(store);
+    }
+    stores
+}
+
+/// One completed head: (consumer, lane, index), and the order it finished in.
+type Done = (String, Option<String>, u64);
+
+#[derive(Default)]
+struct Ledger {
+    /// Heads currently held, by the worker holding them.
+    held: HashMap<Done, String>,
+    /// Every completion in the order they were acknowledged.
+    completed: Vec<Done>,
+    /// Heads two workers held at once (must stay empty).
+    doubles: Vec<(Done, String, String)>,
+}
+
+async fn work(store: PostgresStore, holder: String, session: String, ledger: Arc<Mutex<Ledger>>) {
+    let mut idle = 0;
+    loop {
+        let claimed = store
+            .claim_available(ClaimRequest {
+                session_id: session.clone(),
+                holder: holder.clone(),
+                ttl_ms: Some(60_000),
+                limit: Some(3),
+                ..ClaimRequest::default()
+            })
+            .await
+            .expect("claim");
+        let heads = match claimed {
+            ClaimResult::Claimed { heads, .. } => heads,
+            ClaimResult::Busy { .. } | ClaimResult::Settled => {
+                idle += 1;
+                if idle > 20 {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            }
+        };
+        idle = 0;
+        for head in heads {
+            let key: Done = (head.consumer.clone(), head.lane.clone(), head.event.index);
+            {
+                let mut ledger = ledger.lock().unwrap();
+                if let Some(other) = ledger.held.insert(key.clone(), holder.clone()) {
+                    ledger.doubles.push((key.clone(), other, holder.clone()));
+                }
+            }
+            let done = store
+                .complete_attempt(CompleteRequest {
+                    session_id: session.clone(),
+                    consumer: head.consumer.clone(),
+                    lane: head.lane.clone(),
+                    index: head.event.index,
+                    attempt: head.dispatch.attempt_count,
+                    events: Vec::new(),
+                    consumers: None,
+                })
+                .await
+                .expect("complete");
+            assert!(
+                matches!(done, CompleteResult::Completed { .. }),
+                "{holder} lost {key:?}: {done:?}"
+            );
+            let mut ledger = ledger.lock().unwrap();
+            ledger.held.remove(&key);
+            ledger.completed.push(key);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn workers_on_separate_connections_never_share_a_head() {
+    let Some(factory) = PgFactory::from_env("concurrency") else {
+        return;
+    };
+    let schema = factory.schema();
+    let stores = stores(&factory, &schema).await;
+    let session = "shared-work".to_owned();
+    // 120 events: each for its own event cursor of `fanout`, and queued on
+    // one of 4 FIFO lanes of `ordered`.
+    let mut expected = BTreeSet::new();
+    let producer = {
+        let store = stores[0].clone();
+        let session = session.clone();
+        tokio::spawn(async move {
+            let mut appended = Vec::new();
+            for batch in 0..30_u64 {
+                let events = (0..4_u64)
+                    .map(|k| {
+                        NewEvent::new("job", json!({"batch": batch, "k": k}))
+                            .with_target(Target::event("fanout"))
+                            .with_target(Target::lane("ordered", format!("L{k}")))
+                    })
+                    .collect();
+                let result = store
+                    .append(&session, events, AppendOptions::default())
+                    .await
+                    .expect("append");
+                appended.extend(result.events.into_iter().map(|e| e.index));
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            appended
+        })
+    };
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let mut workers = Vec::new();
+    for (s, store) in stores.iter().enumerate() {
+        for w in 0..WORKERS_PER_STORE {
+            workers.push(tokio::spawn(work(
+                store.clone(),
+                format!("store{s}-worker{w}"),
+                session.clone(),
+                ledger.clone(),
+            )));
+        }
+    }
+    let appended = producer.await.expect("producer");
+    for worker in workers {
+        worker.await.expect("worker");
+    }
+    for index in &appended {
+        expected.insert(("fanout".to_owned(), None, *index));
+        let lane = format!("L{}", (index - 1) % 4);
+        expected.insert(("ordered".to_owned(), Some(lane), *index));
+    }
+    let ledger = ledger.lock().unwrap();
+    assert!(
+        ledger.doubles.is_empty(),
+        "held twice: {:?}",
+        ledger.doubles
+    );
+    let completed: BTreeSet<Done> = ledger.completed.iter().cloned().collect();
+    assert_eq!(
+        ledger.completed.len(),
+        completed.len(),
+        "a head completed twice"
+    );
+    assert_eq!(completed, expected);
+    // Each FIFO lane finished its heads in log order.
+    let mut lanes: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for (consumer, lane, index) in &ledger.completed {
+        if consumer == "ordered" {
+            lanes.entry(lane.clone().unwrap()).or_default().push(*index);
+        }
+    }
+    for (lane, order) in lanes {
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        assert_eq!(order, sorted, "lane {lane} finished out of order");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_appends_keep_indexes_contiguous() {
+    let Some(factory) = PgFactory::from_env("concurrency") else {
+        return;
+    };
+    let schema = factory.schema();
+    let stores = stores(&factory, &schema).await;
+    let mut tasks = Vec::new();
+    for (s, store) in stores.iter().enumerate() {
+        for t in 0..3 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut batches = Vec::new();
+                for b in 0..15 {
+                    let events = (0..3)
+                        .map(|k| NewEvent::new("e", json!(k)).with_id(format!("{s}-{t}-{b}-{k}")))
+                        .collect();
+                    let result = store
+                        .append("race", events, AppendOptions::default())
+                        .await
+                        .expect("append");
+                    batches.push(result.events.iter().map(|e| e.index).collect::<Vec<_>>());
+                }
+                batches
+            }));
+        }
+    }
+    let mut total = 0;
+    for task in tasks {
+        for batch in task.await.expect("task") {
+            assert_eq!(batch.len(), 3);
+            assert_eq!(batch[1], batch[0] + 1, "a batch is contiguous");
+            assert_eq!(batch[2], batch[0] + 2, "a batch is contiguous");
+            total += 3;
+        }
+    }
+    let rows = stores[1]
+        .read("race", ReadOptions::default())
+        .await
+        .expect("read");
+    let indexes: Vec<u64> = rows.iter().map(|row| row.index).collect();
+    assert_eq!(indexes, (1..=total).collect::<Vec<u64>>());
+    let ids: BTreeSet<&str> = rows.iter().map(|row| row.id.as_str()).collect();
+    assert_eq!(ids.len(), rows.len(), "every id stored once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_held_past_the_statement_timeout_is_busy_and_changes_nothing() {
+    let Some(factory) = PgFactory::from_env("concurrency") else {
+        return;
+    };
+    let schema = factory.schema();
+    let mut options = support::options(&schema, Arc::new(SystemClock), Arc::new(RandomIds));
+    options.statement_timeout = Duration::from_millis(200);
+    let store = PostgresStore::connect(factory.url(), options)
+        .await
+        .expect("connect");
+    store
+        .append(
+            "locked",
+            vec![NewEvent::new("e", json!(1))],
+            AppendOptions::default(),
+        )
+        .await
+        .expect("first append");
+    // Another connection holds the session row.
+    let (mut client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
+        .await
+        .expect("raw connect");
+    tokio::spawn(connection);
+    let tx = client.transaction().await.expect("begin");
+    tx.execute(
+        &format!("SELECT 1 FROM \"{schema}\".sessions WHERE session_id = 'locked' FOR UPDATE"),
+        &[],
+    )
+    .await
+    .expect("lock the session row");
+    let error = store
+        .append(
+            "locked",
+            vec![NewEvent::new("e", json!(2))],
+            AppendOptions::default(),
+        )
+        .await
+        .expect_err("the append waits past the timeout");
+    assert_eq!(error.code(), ErrorCode::Busy, "{error}");
+    tx.rollback().await.expect("release");
+    let rows = store
+        .read("locked", ReadOptions::default())
+        .await
+        .expect("read");
+    assert_eq!(rows.len(), 1, "the timed-out append wrote nothing");
+}
