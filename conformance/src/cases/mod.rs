@@ -13,10 +13,12 @@ pub(crate) mod clear;
 pub(crate) mod complete;
 pub(crate) mod cursors;
 pub(crate) mod fail;
+pub(crate) mod presence;
 pub(crate) mod read;
 pub(crate) mod renew;
 pub(crate) mod snapshots;
 pub(crate) mod subscribe;
+pub(crate) mod validation;
 
 /// A case: its name, area, whether it needs a store pair, and its body.
 pub(crate) struct CaseDef {
@@ -169,6 +171,19 @@ macro_rules! __a2_cases {
                 fail::redrive_skip_finishes_event_cursor,
                 fail::redrive_without_dead_head_is_not_redriven,
                 fail::redrive_has_pending_respects_consumers,
+                presence::presence_write_is_read_back,
+                presence::presence_rows_sorted_by_participant_then_field,
+                presence::presence_later_at_wins,
+                presence::presence_older_at_is_skipped,
+                presence::presence_equal_at_newer_call_wins,
+                presence::presence_expired_entries_are_not_read,
+                presence::presence_expired_entry_never_blocks,
+                presence::presence_ttl_counts_from_store_clock,
+                presence::presence_null_is_a_tombstone,
+                presence::presence_tombstone_blocks_older_writes,
+                presence::presence_expired_tombstone_no_longer_blocks,
+                presence::presence_is_per_session_and_participant,
+                presence::presence_invalid_input_writes_nothing,
                 read::read_defaults_to_whole_log,
                 read::read_respects_after_and_through,
                 read::read_limit_caps_rows,
@@ -216,6 +231,18 @@ macro_rules! __a2_cases {
                 subscribe::subscribe_sees_completion_returned_events,
                 subscribe::subscribe_sees_only_its_session,
                 subscribe::subscribe_skips_failed_appends,
+                validation::empty_session_id_is_invalid_for_every_call,
+                validation::empty_holder_is_invalid,
+                validation::empty_consumer_name_is_invalid,
+                validation::empty_reducer_name_is_invalid,
+                validation::empty_event_type_is_invalid,
+                validation::empty_supplied_id_is_invalid,
+                validation::target_with_empty_lane_is_invalid,
+                validation::reserved_clear_type_is_invalid,
+                validation::log_declaration_with_empty_lane_is_invalid,
+                validation::wake_log_without_log_declaration_is_invalid,
+                validation::claim_with_invalid_lease_is_invalid,
+                validation::append_validates_before_replay_and_empty_batch,
             ]
             pair: [
             ]
