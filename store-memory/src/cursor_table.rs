@@ -2,6 +2,7 @@
 //! completion records, and the head indexes kept in step with every change.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use a2_store_api::CursorKind;
 
@@ -30,8 +31,8 @@ pub(crate) struct CursorTable {
     next_id: CursorId,
     cursors: HashMap<CursorId, CursorState>,
     keys: HashMap<CursorKey, CursorId>,
-    /// Finished event cursors by `(consumer, index)`: their completion record.
-    finished: HashMap<(String, u64), Option<Completion>>,
+    /// Finished event cursors by consumer, then index: their completion record.
+    finished: HashMap<Arc<str>, HashMap<u64, Option<Completion>>>,
     heads: HeadIndex,
 }
 
@@ -58,7 +59,11 @@ impl CursorTable {
             return Lookup::Live(id, cursor);
         }
         if lane.is_none() {
-            if let Some(record) = self.finished.get(&(consumer.to_owned(), index)) {
+            let record = self
+                .finished
+                .get(consumer)
+                .and_then(|records| records.get(&index));
+            if let Some(record) = record {
                 return Lookup::Finished(record.as_ref());
             }
         }
@@ -114,7 +119,9 @@ impl CursorTable {
         self.keys
             .remove(&CursorKey::of(&cursor.consumer, None, index));
         self.finished
-            .insert((cursor.consumer.to_string(), index), completion);
+            .entry(cursor.consumer)
+            .or_default()
+            .insert(index, completion);
     }
 
     /// Moves every busy head whose expiry is at or before `now` to the

@@ -123,10 +123,13 @@ impl MemoryStore {
         codec::validate_session_id(session_id)?;
         let session = {
             let mut sessions = lock(&self.shared.sessions, "sessions map")?;
-            sessions
-                .entry(session_id.to_owned())
-                .or_insert_with(|| Arc::new(Mutex::new(Session::new(session_id))))
-                .clone()
+            match sessions.get(session_id) {
+                Some(session) => session.clone(),
+                None => sessions
+                    .entry(session_id.to_owned())
+                    .or_insert_with(|| Arc::new(Mutex::new(Session::new(session_id))))
+                    .clone(),
+            }
         };
         let mut guard = lock(&session, "session")?;
         op(&mut guard, self.env())
