@@ -1,0 +1,214 @@
+//! The command line, as clap parses it.
+
+use clap::{Args, Parser, Subcommand};
+
+/// Benchmark, check, inspect and repair a2 session stores.
+///
+/// A store is named by a URL: `memory:` (in-memory, empty at every start),
+/// `sqlite:PATH` (a SQLite file; options after `?`, e.g.
+/// `sqlite:app.db?durability=full&busy_timeout_ms=5000&pool_size=4`) or
+/// `sqlite::memory:`.
+///
+/// Exit status: 0 on success, 1 when `check` finds a failing case, 2 on any
+/// error (bad arguments, a store that cannot be opened, a failed call).
+#[derive(Debug, Parser)]
+#[command(name = "a2-store", version, about, long_about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the fixed workload mix against each store and compare them side by side.
+    ///
+    /// Workload (per session, repeated until time is up): append a batch of 4
+    /// `msg` events targeted at the FIFO lanes `agent/lane-0` and
+    /// `agent/lane-1` plus one `ping` targeted at the event cursor of
+    /// `notifier`; then claim and work until the session settles: lane heads
+    /// complete with a `reply` event, event heads complete empty, and the log
+    /// consumer `audit` (lane `audit`, types `msg` and `reply`) follows the
+    /// whole log. Every 5th head fails its first attempt and is retried
+    /// (retry delay 0). Every 32 rounds the session is cleared and reclaimed.
+    /// Sessions run concurrently, one task each.
+    ///
+    /// With no URL, runs `memory:` and a SQLite file in a temporary directory
+    /// (removed afterwards). A URL you give is written to: sessions named
+    /// `a2-bench-*` are created there, so point it at a scratch database.
+    Bench(BenchArgs),
+    /// Run the conformance suite against the backend a URL names, on a fresh scratch database.
+    ///
+    /// For `sqlite:PATH` the scratch files are created in a temporary directory
+    /// beside PATH (so the same filesystem is tested) and removed afterwards;
+    /// PATH itself is never opened. Prints each case as pass, fail or skip and
+    /// exits with status 1 when any case fails.
+    Check(CheckArgs),
+    /// Look inside a store: sessions, a session's log, cursors, dead letters, presence.
+    Inspect(InspectArgs),
+    /// Retry or skip a dead-lettered head.
+    Redrive(RedriveArgs),
+    /// Clear a session: append the `a2.cleared` marker, dropping its pending work.
+    Clear(ClearArgs),
+    /// Delete the rows below a session's clear marker.
+    Reclaim(ReclaimArgs),
+}
+
+/// Arguments of `bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Stores to compare (default: `memory:` and a SQLite file in a temporary directory).
+    #[arg(value_name = "URL")]
+    pub urls: Vec<String>,
+    /// How long to run the workload against each store, in seconds.
+    #[arg(long, default_value_t = 3.0, value_parser = parse_seconds)]
+    pub seconds: f64,
+    /// How many sessions run the workload concurrently.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub sessions: u32,
+    /// Print the results as JSON on stdout instead of the table.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print the results as CSV on stdout instead of the table (one row per backend and operation).
+    #[arg(long)]
+    pub csv: bool,
+}
+
+/// Arguments of `check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The backend to check (its data is never touched).
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The store to read.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// Print JSON instead of a table.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// What to show.
+    #[command(subcommand)]
+    pub what: InspectCommand,
+}
+
+/// What `inspect` shows.
+#[derive(Debug, Subcommand)]
+pub enum InspectCommand {
+    /// Sessions with at least one event, by id.
+    Sessions {
+        /// Only sessions whose id sorts after this one.
+        #[arg(long, value_name = "SESSION")]
+        after: Option<String>,
+        /// At most this many sessions.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// A session's events in log order.
+    Log {
+        /// The session.
+        session: String,
+        /// Only events with an index above this one.
+        #[arg(long, value_name = "N")]
+        after: Option<u64>,
+        /// At most this many events.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+    },
+    /// A session's unfinished cursors with their dispatch bookkeeping.
+    Cursors {
+        /// The session.
+        session: String,
+    },
+    /// A session's dead-lettered heads (fix them with `redrive`).
+    DeadLetters {
+        /// The session.
+        session: String,
+    },
+    /// A session's live presence fields.
+    Presence {
+        /// The session.
+        session: String,
+    },
+}
+
+/// Arguments of `redrive`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("action").required(true).args(["retry", "skip"]))]
+pub struct RedriveArgs {
+    /// The store.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// The session.
+    pub session: String,
+    /// The consumer whose head was dead-lettered.
+    pub consumer: String,
+    /// The dead-lettered head's index.
+    pub index: u64,
+    /// Make the head claimable again (failures reset, attempts kept).
+    #[arg(long)]
+    pub retry: bool,
+    /// Move the cursor past the head as if it had been processed.
+    #[arg(long)]
+    pub skip: bool,
+}
+
+/// Arguments of `clear`.
+#[derive(Debug, Args)]
+pub struct ClearArgs {
+    /// The store.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// The session.
+    pub session: String,
+    /// Clear only if the session's last index is exactly N.
+    #[arg(long, value_name = "N")]
+    pub if_last_index: Option<u64>,
+}
+
+/// Arguments of `reclaim`.
+#[derive(Debug, Args)]
+pub struct ReclaimArgs {
+    /// The store.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// The session.
+    pub session: String,
+}
+
+fn parse_seconds(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 => Ok(seconds),
+        _ => Err(format!(
+            "'{text}' is not a duration: give seconds between 0 and 86400, e.g. --seconds 5"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn seconds_must_be_positive() {
+        assert_eq!(parse_seconds("0.5"), Ok(0.5));
+        assert!(parse_seconds("0").is_err());
+        assert!(parse_seconds("-1").is_err());
+        assert!(parse_seconds("NaN").is_err());
+        assert!(parse_seconds("soon").is_err());
+    }
+}

@@ -1,0 +1,74 @@
+//! Writing results to stdout: text or JSON, and a closed pipe is not a crash.
+
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::failure::Failure;
+
+/// Writes `text` to stdout. A reader that went away (`| head`) is not an
+/// error; any other write failure is.
+pub fn print(text: &str) -> Result<(), Failure> {
+    let mut stdout = io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        Err(error) => Err(Failure::new(format!("writing to stdout: {error}"))),
+    }
+}
+
+/// Writes `value` to stdout as pretty JSON followed by a newline.
+pub fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<(), Failure> {
+    let mut text = serde_json::to_string_pretty(value)
+        .map_err(|error| Failure::new(format!("encoding JSON output: {error}")))?;
+    text.push('\n');
+    print(&text)
+}
+
+/// A timestamp in ms since the epoch as RFC 3339 UTC with milliseconds, or
+/// the raw number when it is out of the representable range.
+pub fn timestamp(ms: i64) -> String {
+    let Ok(ms_u) = u64::try_from(ms) else {
+        return ms.to_string();
+    };
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms_u);
+    if ms_u > 253_402_300_799_999 {
+        // Past the year 9999: humantime cannot format it.
+        return ms.to_string();
+    }
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+/// A JSON value on one line, cut to `max` characters with `…`.
+pub fn compact_json(value: &serde_json::Value, max: usize) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= max {
+        return text;
+    }
+    let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn timestamps_are_rfc3339_utc() {
+        assert_eq!(timestamp(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(timestamp(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(timestamp(-5), "-5");
+        assert_eq!(timestamp(i64::MAX), i64::MAX.to_string());
+    }
+
+    #[test]
+    fn long_json_is_cut() {
+        assert_eq!(compact_json(&json!({"a": 1}), 20), "{\"a\":1}");
+        assert_eq!(compact_json(&json!("abcdefghij"), 5), "\"abc…");
+    }
+}

@@ -1,0 +1,140 @@
+//! The operator's fixes: `redrive`, `clear` and `reclaim`, each saying what it changed.
+
+use a2_store::{ClearRequest, ClearResult, RedriveAction, RedriveRequest};
+
+use crate::args::{ClearArgs, ReclaimArgs, RedriveArgs};
+use crate::failure::Failure;
+use crate::output::print;
+use crate::target;
+
+/// Runs `redrive`.
+pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
+    let store = target::open_existing(&args.url).await?;
+    let session = args.session.as_str();
+    let url = args.url.as_str();
+    let action = if args.skip {
+        RedriveAction::Skip
+    } else {
+        RedriveAction::Retry
+    };
+    let dead = store.dead_letters(session).await.map_err(|e| {
+        Failure::store(
+            url,
+            &format!("listing the dead letters of session '{session}'"),
+            &e,
+        )
+    })?;
+    let head = dead
+        .iter()
+        .find(|h| h.consumer == args.consumer && h.event.index == args.index);
+    let result = store
+        .redrive(RedriveRequest {
+            session_id: session.to_owned(),
+            consumer: args.consumer.clone(),
+            index: args.index,
+            action,
+            consumers: None,
+        })
+        .await
+        .map_err(|e| Failure::store(url, &format!("redriving in session '{session}'"), &e))?;
+    if !result.redriven {
+        return Err(Failure::new(format!(
+            "nothing changed: consumer '{}' has no dead-lettered head at index {} in session '{session}' — list them with `a2-store inspect {url} dead-letters {session}`",
+            args.consumer, args.index
+        )));
+    }
+    let what = head.map_or_else(String::new, |h| {
+        format!(
+            " ({} event, lane {}, {} attempts, {} failures)",
+            h.event.event_type,
+            h.lane.as_deref().unwrap_or("-"),
+            h.dispatch.attempt_count,
+            h.dispatch.failure_count
+        )
+    });
+    let done = match action {
+        RedriveAction::Retry => "retried: the head is claimable again with its failures reset",
+        RedriveAction::Skip => {
+            "skipped: the cursor moved past the head as if it had been processed"
+        }
+    };
+    let pending = if result.has_pending {
+        "the session has pending work"
+    } else {
+        "the session has no pending work"
+    };
+    print(&format!(
+        "redrove {} at index {}{what} in session '{session}': {done}; {pending}\n",
+        args.consumer, args.index
+    ))
+}
+
+/// Runs `clear`.
+pub async fn clear(args: &ClearArgs) -> Result<(), Failure> {
+    let store = target::open_existing(&args.url).await?;
+    let session = args.session.as_str();
+    let url = args.url.as_str();
+    let before = store.cursors(session).await.map_err(|e| {
+        Failure::store(
+            url,
+            &format!("listing the cursors of session '{session}'"),
+            &e,
+        )
+    })?;
+    let result = store
+        .clear(ClearRequest {
+            session_id: session.to_owned(),
+            if_last_index: args.if_last_index,
+            cause: None,
+        })
+        .await
+        .map_err(|e| Failure::store(url, &format!("clearing session '{session}'"), &e))?;
+    match result {
+        ClearResult::Cleared { marker } => {
+            let with_work = before.iter().filter(|c| c.head.is_some()).count();
+            let below = marker.index.saturating_sub(1);
+            print(&format!(
+                "cleared session '{session}': marker at index {}; {} cursor(s) had pending work, event and lane cursors were dropped and log cursors parked at the marker; {below} row(s) below it can be deleted with `a2-store reclaim {url} {session}`\n",
+                marker.index, with_work
+            ))
+        }
+        ClearResult::NotCleared { head } => Err(Failure::new(format!(
+            "not cleared: session '{session}' ends at index {head}, not {} — look at its log, then rerun with --if-last-index {head}",
+            args.if_last_index.map_or_else(|| "the index given".to_owned(), |n| n.to_string())
+        ))),
+    }
+}
+
+/// Runs `reclaim`: deletes batches until no row remains below the clear marker.
+pub async fn reclaim(args: &ReclaimArgs) -> Result<(), Failure> {
+    let store = target::open_existing(&args.url).await?;
+    let session = args.session.as_str();
+    let url = args.url.as_str();
+    let mut total: u64 = 0;
+    let mut calls: u64 = 0;
+    loop {
+        let result = store
+            .reclaim(session)
+            .await
+            .map_err(|e| Failure::store(url, &format!("reclaiming session '{session}'"), &e))?;
+        total += result.reclaimed;
+        calls += 1;
+        if result.done {
+            break;
+        }
+        if result.reclaimed == 0 {
+            return Err(Failure::new(format!(
+                "reclaim of session '{session}' on {url} made no progress after {total} row(s) although rows remain: the backend is misbehaving; run `a2-store check {url}`"
+            )));
+        }
+    }
+    if total == 0 {
+        print(&format!(
+            "nothing to reclaim in session '{session}': no rows remain below its clear marker (a session that was never cleared has none; clear it with `a2-store clear {url} {session}`)\n"
+        ))
+    } else {
+        print(&format!(
+            "reclaimed {total} row(s) below the clear marker of session '{session}' in {calls} call(s); none remain\n"
+        ))
+    }
+}

@@ -1,0 +1,487 @@
+//! Runs the real `a2-store` binary against memory and SQLite files.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use a2_store::{
+    ClaimRequest, ClaimResult, Clock, CompleteRequest, FailOutcome, FailRequest, NewEvent,
+    OpenOptions, PresenceMeta, Store, SystemClock, Target,
+};
+use serde_json::{json, Value};
+
+fn a2(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_a2-store"))
+        .args(args)
+        .output()
+        .expect("run a2-store")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Asserts success and returns stdout.
+fn ok(args: &[&str]) -> String {
+    let output = a2(args);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{args:?}\nstdout: {}\nstderr: {}",
+        stdout(&output),
+        stderr(&output)
+    );
+    stdout(&output)
+}
+
+/// Asserts the command failed with status 2 and exactly one line on stderr
+/// containing `needle`; returns that line.
+fn fails(args: &[&str], needle: &str) -> String {
+    let output = a2(args);
+    let err = stderr(&output);
+    assert_eq!(output.status.code(), Some(2), "{args:?}\nstderr: {err}");
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "{args:?}: one line expected:\n{err}"
+    );
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: expected '{needle}' in:\n{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    err
+}
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}):\n{text}"))
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Writes a known session `s1` (4 events, a lane cursor at 2, a dead letter
+/// at 4, presence) and `s2` (1 event) into a new SQLite file.
+fn seed(path: &Path) {
+    runtime().block_on(async {
+        let url = format!("sqlite:{}", path.display());
+        let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
+        seed_store(store.as_ref()).await;
+    });
+}
+
+async fn seed_store(store: &dyn Store) {
+    let mut batch: Vec<NewEvent> = (1..=3)
+        .map(|n| {
+            NewEvent::new("msg", json!({"n": n}))
+                .with_id(format!("m{n}"))
+                .with_target(Target::lane("agent", "L1"))
+        })
+        .collect();
+    batch.push(
+        NewEvent::new("ping", json!(null))
+            .with_id("p4")
+            .with_target(Target::event("notifier")),
+    );
+    store.append("s1", batch, Default::default()).await.unwrap();
+    store
+        .append(
+            "s2",
+            vec![NewEvent::new("msg", json!("hi"))],
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let claimed = store
+        .claim_available(ClaimRequest {
+            session_id: "s1".into(),
+            holder: "w".into(),
+            ttl_ms: Some(600_000),
+            ..ClaimRequest::default()
+        })
+        .await
+        .unwrap();
+    let ClaimResult::Claimed { heads, .. } = claimed else {
+        panic!("expected claims, got {claimed:?}")
+    };
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    let failed = store
+        .fail_attempt(FailRequest {
+            session_id: "s1".into(),
+            consumer: "notifier".into(),
+            lane: None,
+            index: 4,
+            attempt: 1,
+            error: "boom".into(),
+            max_failures: Some(1),
+            retry_after_ms: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(failed.outcome, FailOutcome::DeadLettered);
+    store
+        .complete_attempt(CompleteRequest {
+            session_id: "s1".into(),
+            consumer: "agent".into(),
+            lane: Some("L1".into()),
+            index: 1,
+            attempt: 1,
+            ..CompleteRequest::default()
+        })
+        .await
+        .unwrap();
+    let mut values = BTreeMap::new();
+    values.insert("typing".to_owned(), json!(true));
+    store
+        .set_presence(
+            "s1",
+            "alice",
+            values,
+            PresenceMeta {
+                at: SystemClock.now_ms(),
+                seen: Some(3),
+                ttl_ms: 600_000,
+            },
+        )
+        .await
+        .unwrap();
+}
+
+#[test]
+fn bench_defaults_to_memory_and_a_sqlite_file_and_writes_json() {
+    let out = ok(&["bench", "--seconds", "1", "--sessions", "2", "--json"]);
+    let report = json_of(&out);
+    assert_eq!(report["sessions"], 2);
+    assert_eq!(report["workload_version"], 1);
+    let backends = report["backends"].as_array().unwrap();
+    assert_eq!(backends.len(), 2, "{report}");
+    assert_eq!(backends[0]["url"], "memory:");
+    assert!(backends[1]["url"].as_str().unwrap().starts_with("sqlite:"));
+    let best = backends
+        .iter()
+        .map(|b| b["total"]["ratio_to_fastest"].as_f64().unwrap())
+        .fold(0.0, f64::max);
+    assert_eq!(best, 1.0);
+    for backend in backends {
+        assert!(backend["rounds"].as_u64().unwrap() > 0, "{backend}");
+        let ops = backend["operations"].as_array().unwrap();
+        let names: Vec<&str> = ops
+            .iter()
+            .map(|o| o["operation"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["append", "claim", "complete", "fail", "clear", "reclaim"]
+        );
+        for op in &ops[..4] {
+            assert!(op["count"].as_u64().unwrap() > 0, "{op}");
+            assert!(op["p50_us"].as_f64().unwrap() <= op["p99_us"].as_f64().unwrap());
+        }
+    }
+    // The temporary SQLite file is gone.
+    let path = backends[1]["url"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sqlite:");
+    assert!(!Path::new(path).exists(), "{path} left behind");
+}
+
+#[test]
+fn bench_prints_a_side_by_side_table_and_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = format!(
+        "sqlite:{}?durability=normal",
+        dir.path().join("b.db").display()
+    );
+    let table = ok(&[
+        "bench",
+        "memory:",
+        &file,
+        "--seconds",
+        "0.5",
+        "--sessions",
+        "2",
+    ]);
+    for needle in [
+        "operation",
+        "ops/s",
+        "p50",
+        "p99",
+        "vs best",
+        "memory:",
+        &file,
+        "append",
+        "1.00x",
+    ] {
+        assert!(table.contains(needle), "'{needle}' missing:\n{table}");
+    }
+    let csv = ok(&[
+        "bench",
+        "memory:",
+        "--seconds",
+        "0.3",
+        "--sessions",
+        "1",
+        "--csv",
+    ]);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(
+        lines[0],
+        "backend,operation,count,ops_per_sec,p50_us,p99_us,max_us,ratio_to_fastest"
+    );
+    assert_eq!(lines.len(), 1 + 7, "{csv}");
+    assert!(lines[1].starts_with("memory:,append,"), "{csv}");
+    assert!(lines[7].starts_with("memory:,all,"), "{csv}");
+}
+
+#[test]
+fn bench_rejects_bad_arguments_in_one_line() {
+    fails(&["bench", "memory:", "bogus"], "is not a store URL");
+    fails(
+        &["bench", "sqlite:x.db?speed=max"],
+        "unknown option 'speed'",
+    );
+    fails(&["bench", "postgres://localhost/db"], "`postgres` feature");
+    fails(
+        &[
+            "bench",
+            "sqlite:/nonexistent-dir/sub/b.db",
+            "--seconds",
+            "0.2",
+        ],
+        "does not exist",
+    );
+    let output = a2(&["bench", "--seconds", "0"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--seconds"));
+}
+
+#[test]
+fn check_memory_passes() {
+    let output = a2(&["check", "memory:"]);
+    let out = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{out}\n{}", stderr(&output));
+    assert!(out.contains(" ... ok"), "{out}");
+    assert!(out.contains(" 0 failed"), "{out}");
+}
+
+#[test]
+fn check_sqlite_uses_a_scratch_database_and_removes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let user_file = dir.path().join("mine.db");
+    let url = format!("sqlite:{}", user_file.display());
+    let output = a2(&["check", &url, "--json"]);
+    let out = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{out}\n{}", stderr(&output));
+    let report = json_of(&out);
+    assert_eq!(report["backend"], "sqlite");
+    let cases = report["cases"].as_array().unwrap();
+    assert!(!cases.is_empty());
+    assert!(
+        cases.iter().all(|c| c["outcome"]["outcome"] != "failed"),
+        "{report}"
+    );
+    assert!(
+        !user_file.exists(),
+        "check must never create the user's file"
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert!(left.is_empty(), "scratch files left behind: {left:?}");
+}
+
+#[test]
+fn check_errors_are_one_line() {
+    fails(
+        &["check", "sqlite:/nonexistent-dir/x.db"],
+        "scratch directory",
+    );
+    fails(&["check", "nonsense"], "is not a store URL");
+    fails(&["check", "postgres://h/db"], "`postgres` feature");
+}
+
+#[test]
+fn inspect_a_seeded_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("seeded.db");
+    seed(&path);
+    let url = format!("sqlite:{}", path.display());
+
+    let sessions = ok(&["inspect", &url, "sessions"]);
+    assert!(
+        sessions.contains("session") && sessions.contains("head"),
+        "{sessions}"
+    );
+    let sessions = json_of(&ok(&["inspect", &url, "sessions", "--json"]));
+    assert_eq!(sessions[0]["session_id"], "s1");
+    assert_eq!(sessions[0]["head"], 4);
+    assert_eq!(sessions[1]["session_id"], "s2");
+    let page = json_of(&ok(&[
+        "inspect", &url, "--json", "sessions", "--after", "s1", "--limit", "5",
+    ]));
+    assert_eq!(page.as_array().unwrap().len(), 1);
+
+    let log = ok(&["inspect", &url, "log", "s1"]);
+    assert!(
+        log.contains("m1") && log.contains("ping") && log.contains("{\"n\":2}"),
+        "{log}"
+    );
+    let page = json_of(&ok(&[
+        "inspect", &url, "log", "s1", "--after", "1", "--limit", "2", "--json",
+    ]));
+    let indexes: Vec<u64> = page
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, [2, 3]);
+
+    let cursors = ok(&["inspect", &url, "cursors", "s1"]);
+    assert!(
+        cursors.contains("agent") && cursors.contains("L1") && cursors.contains("lane"),
+        "{cursors}"
+    );
+    assert!(cursors.contains("boom"), "{cursors}");
+    let cursors = json_of(&ok(&["inspect", &url, "cursors", "s1", "--json"]));
+    assert_eq!(cursors[0]["consumer"], "agent");
+    assert_eq!(cursors[0]["head"], 2);
+
+    let dead = ok(&["inspect", &url, "dead-letters", "s1"]);
+    assert!(dead.contains("notifier") && dead.contains("boom"), "{dead}");
+    let dead = json_of(&ok(&["inspect", &url, "dead-letters", "s1", "--json"]));
+    assert_eq!(dead[0]["event"]["index"], 4);
+
+    let presence = ok(&["inspect", &url, "presence", "s1"]);
+    assert!(
+        presence.contains("alice") && presence.contains("typing") && presence.contains("true"),
+        "{presence}"
+    );
+    let presence = json_of(&ok(&["inspect", &url, "presence", "s1", "--json"]));
+    assert_eq!(presence[0]["seen"], 3);
+
+    let empty = ok(&["inspect", &url, "log", "nobody"]);
+    assert!(empty.contains("no events in session 'nobody'"), "{empty}");
+}
+
+#[test]
+fn repair_a_seeded_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("repair.db");
+    seed(&path);
+    let url = format!("sqlite:{}", path.display());
+
+    let out = ok(&["redrive", &url, "s1", "notifier", "4", "--retry"]);
+    assert!(
+        out.contains("redrove notifier at index 4") && out.contains("retried"),
+        "{out}"
+    );
+    assert!(ok(&["inspect", &url, "dead-letters", "s1"]).contains("no dead letters"));
+    fails(
+        &["redrive", &url, "s1", "notifier", "4", "--skip"],
+        "nothing changed",
+    );
+    let output = a2(&["redrive", &url, "s1", "notifier", "4"]);
+    assert_eq!(output.status.code(), Some(2), "an action is required");
+
+    fails(
+        &["clear", &url, "s1", "--if-last-index", "2"],
+        "ends at index 4",
+    );
+    let out = ok(&["clear", &url, "s1", "--if-last-index", "4"]);
+    assert!(out.contains("marker at index 5"), "{out}");
+    assert!(out.contains("2 cursor(s) had pending work"), "{out}");
+    let out = ok(&["reclaim", &url, "s1"]);
+    assert!(out.contains("reclaimed 4 row(s)"), "{out}");
+    let out = ok(&["reclaim", &url, "s1"]);
+    assert!(out.contains("nothing to reclaim"), "{out}");
+    let sessions = json_of(&ok(&["inspect", &url, "sessions", "--json"]));
+    assert_eq!(sessions[0]["clear_index"], 5);
+    assert_eq!(sessions[0]["reclaimed_through"], 4);
+}
+
+#[test]
+fn every_command_runs_against_memory() {
+    assert!(ok(&["inspect", "memory:", "sessions"]).contains("no sessions"));
+    assert_eq!(
+        json_of(&ok(&["inspect", "memory:", "log", "s", "--json"])),
+        json!([])
+    );
+    assert!(ok(&["inspect", "memory:", "cursors", "s"]).contains("no cursors"));
+    assert!(ok(&["inspect", "memory:", "dead-letters", "s"]).contains("no dead letters"));
+    assert!(ok(&["inspect", "memory:", "presence", "s"]).contains("no live presence"));
+    fails(
+        &["redrive", "memory:", "s", "c", "1", "--skip"],
+        "nothing changed",
+    );
+    assert!(ok(&["clear", "memory:", "s"]).contains("marker at index 1"));
+    assert!(ok(&["reclaim", "memory:", "s"]).contains("nothing to reclaim"));
+}
+
+#[test]
+fn operator_errors_say_what_to_do_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = format!("sqlite:{}", dir.path().join("missing.db").display());
+    for command in [
+        vec!["inspect", missing.as_str(), "sessions"],
+        vec!["redrive", missing.as_str(), "s", "c", "1", "--retry"],
+        vec!["clear", missing.as_str(), "s"],
+        vec!["reclaim", missing.as_str(), "s"],
+    ] {
+        fails(&command, "no SQLite database at");
+    }
+    assert!(!dir.path().join("missing.db").exists(), "never created");
+    fails(&["inspect", "app.db", "sessions"], "write sqlite:app.db");
+    fails(
+        &["inspect", "sqlite:x.db?pool_size=0", "sessions"],
+        "at least 1",
+    );
+    fails(&["inspect", "memory:", "log", ""], "invalid input");
+
+    let newer = dir.path().join("newer.db");
+    let conn = rusqlite::Connection::open(&newer).unwrap();
+    conn.execute_batch("PRAGMA user_version = 999;").unwrap();
+    drop(conn);
+    fails(
+        &[
+            "inspect",
+            &format!("sqlite:{}", newer.display()),
+            "sessions",
+        ],
+        "incompatible schema",
+    );
+
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(
+        &garbage,
+        b"this is not a database, just text that is long enough",
+    )
+    .unwrap();
+    fails(
+        &[
+            "inspect",
+            &format!("sqlite:{}", garbage.display()),
+            "sessions",
+        ],
+        "garbage.db",
+    );
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let output = a2(&["inspect"]);
+    assert_eq!(output.status.code(), Some(2));
+    let output = a2(&["frobnicate"]);
+    assert_eq!(output.status.code(), Some(2));
+    let help = ok(&["bench", "--help"]);
+    assert!(help.contains("Workload"), "{help}");
+}
