@@ -22,6 +22,7 @@ impl Session {
         let consumers = options.consumers.as_deref();
         codec::validate_consumers(consumers, &events)?;
         if events.is_empty() {
+            self.refresh_log_types(consumers);
             return Ok(AppendResult {
                 events: Vec::new(),
                 has_pending: self.has_pending(consumers),
@@ -37,6 +38,7 @@ impl Session {
                 )));
             }
             let stored = codec::idempotent_replay(&events, self.rows(&owners)?)?;
+            self.refresh_log_types(consumers);
             return Ok(AppendResult {
                 events: stored,
                 has_pending: self.has_pending(consumers),

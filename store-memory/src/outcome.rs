@@ -22,15 +22,17 @@ impl Session {
         let consumers = request.consumers.as_deref();
         codec::validate_consumers(consumers, &request.events)?;
         if request.index <= self.log.clear_index() {
+            self.refresh_log_types(consumers);
             return Ok(CompleteResult::Superseded);
         }
         let lane = request.lane.as_deref();
         let id = match self.cursors.lookup(&request.consumer, lane, request.index) {
             Lookup::Missing => {
-                return match self.log.row(request.index) {
-                    Some(_) => Ok(CompleteResult::Superseded),
-                    None => Err(StoreError::no_such_event(&self.id, request.index)),
-                };
+                if self.log.row(request.index).is_none() {
+                    return Err(StoreError::no_such_event(&self.id, request.index));
+                }
+                self.refresh_log_types(consumers);
+                return Ok(CompleteResult::Superseded);
             }
             Lookup::Finished(record) => {
                 let record = record.cloned();
@@ -254,13 +256,13 @@ impl Session {
                 })
                 .map(|(.., id)| *id)
         };
+        self.refresh_log_types(consumers);
         let Some(id) = found else {
             return Ok(RedriveResult {
                 redriven: false,
                 has_pending: self.has_pending(consumers),
             });
         };
-        self.refresh_log_types(consumers);
         match request.action {
             RedriveAction::Skip => self.advance(id, None),
             RedriveAction::Retry => {
