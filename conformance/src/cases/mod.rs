@@ -11,8 +11,11 @@ pub(crate) mod append;
 pub(crate) mod claims;
 pub(crate) mod clear;
 pub(crate) mod complete;
+pub(crate) mod concurrency;
 pub(crate) mod cursors;
+pub(crate) mod example;
 pub(crate) mod fail;
+pub(crate) mod multi;
 pub(crate) mod presence;
 pub(crate) mod read;
 pub(crate) mod renew;
@@ -85,6 +88,11 @@ macro_rules! __a2_cases {
                 claims::claim_without_max_failures_never_dead_letters,
                 claims::claimed_heads_carry_clear_index_after_clear,
                 claims::claims_are_per_session,
+                concurrency::concurrent_claims_never_hand_out_a_head_twice,
+                concurrency::concurrent_appends_keep_indexes_contiguous,
+                concurrency::concurrent_completions_apply_once,
+                concurrency::concurrent_identical_appends_write_once,
+                concurrency::concurrent_sessions_stay_independent,
                 clear::clear_appends_marker_event,
                 clear::clear_of_new_session_marks_index_one,
                 clear::clear_with_matching_last_index_clears,
@@ -153,6 +161,8 @@ macro_rules! __a2_cases {
                 cursors::wake_log_refreshes_types_and_wakes_idle_cursor,
                 cursors::wake_log_keeps_current_head,
                 cursors::completion_creates_declared_log_cursor,
+                example::spec_worked_example,
+                example::spec_worked_example_expired_claim_is_retried,
                 fail::fail_counts_failure_and_releases_holder,
                 fail::fail_with_retry_delay_keeps_head_busy,
                 fail::fail_at_max_failures_dead_letters,
@@ -245,6 +255,12 @@ macro_rules! __a2_cases {
                 validation::append_validates_before_replay_and_empty_batch,
             ]
             pair: [
+                multi::second_instance_sees_first_instance_appends,
+                multi::claims_are_exclusive_across_instances,
+                multi::concurrent_claims_across_instances_never_share_a_head,
+                multi::completion_applies_once_across_instances,
+                multi::clear_on_one_instance_fences_the_other,
+                multi::subscribe_sees_appends_from_other_instance,
             ]
         }
     };

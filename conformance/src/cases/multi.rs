@@ -1,0 +1,194 @@
+//! Multi-instance cases: two stores over one database (needs
+//! `shared_database`; subscriptions across instances need
+//! `cross_instance_subscribe`). Skipped when the backend lacks them.
+
+use std::sync::Arc;
+
+use a2_store_api::{
+    AppendOptions, ClaimResult, ClearRequest, CompleteRequest, ErrorCode, ReadOptions, Store,
+    StoreError,
+};
+
+use super::subscribe::take;
+use crate::support::*;
+
+async fn claim(
+    store: &Arc<dyn Store>,
+    cx: &Cx,
+    s: &str,
+    holder: &str,
+) -> a2_store_api::Result<ClaimResult> {
+    store.claim_available(cx.req(s, holder)).await
+}
+
+/// The second instance reads the first one's appends and cursors.
+pub(crate) async fn second_instance_sees_first_instance_appends(cx: Cx) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let s = cx.s("s");
+    let written = a
+        .append(
+            &s,
+            vec![to_lane("x", "agent", "L1"), msg("y")],
+            AppendOptions::default(),
+        )
+        .await?;
+    ensure_eq!(b.read(&s, ReadOptions::default()).await?, written.events);
+    ensure_eq!(b.cursors(&s).await?, a.cursors(&s).await?);
+    let more = b
+        .append(&s, vec![msg("z")], AppendOptions::default())
+        .await?;
+    ensure_eq!(idx(&more.events), vec![3]);
+    let replay = b
+        .append(&s, vec![msg("y")], AppendOptions::default())
+        .await?;
+    ensure_eq!(idx(&replay.events), vec![2]);
+    Ok(())
+}
+
+/// A head claimed through one instance is busy through the other.
+pub(crate) async fn claims_are_exclusive_across_instances(cx: Cx) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let s = cx.s("s");
+    a.append(
+        &s,
+        vec![to_lane("x", "agent", "L1"), to_event("y", "agent")],
+        AppendOptions::default(),
+    )
+    .await?;
+    let (heads, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
+    ensure_eq!(hs(&heads), strs(&["1 agent/L1 #1", "2 agent/- #1"]));
+    ensure_eq!(busy(claim(&b, &cx, &s, "w2").await?)?, T0 + TTL);
+    cx.advance(TTL);
+    let (heads, _, _) = claimed(claim(&b, &cx, &s, "w2").await?)?;
+    ensure_eq!(hs(&heads), strs(&["1 agent/L1 #2", "2 agent/- #2"]));
+    Ok(())
+}
+
+/// Workers racing through both instances never share a head.
+pub(crate) async fn concurrent_claims_across_instances_never_share_a_head(cx: Cx) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let s = cx.s("s");
+    let batch = (0..40)
+        .map(|n| to_event(&format!("e{n}"), "agent"))
+        .collect();
+    a.append(&s, batch, AppendOptions::default()).await?;
+    let mut tasks = Vec::new();
+    for w in 0..6 {
+        let store = if w % 2 == 0 { a.clone() } else { b.clone() };
+        let request = cx.req(&s, &format!("w{w}"));
+        tasks.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            loop {
+                match store.claim_available(request.clone()).await? {
+                    ClaimResult::Claimed { heads, .. } => {
+                        got.extend(heads.iter().map(|head| head.event.index))
+                    }
+                    _ => return Ok::<_, StoreError>(got),
+                }
+            }
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        match task.await {
+            Ok(Ok(got)) => all.extend(got),
+            Ok(Err(error)) => return Err(error.into()),
+            Err(join) => return Err(Failure::Fail(format!("a worker failed: {join}"))),
+        }
+    }
+    all.sort_unstable();
+    ensure_eq!(all, (1..=40).collect::<Vec<u64>>());
+    Ok(())
+}
+
+/// A completion sent through both instances applies once; the second is a replay.
+pub(crate) async fn completion_applies_once_across_instances(cx: Cx) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let s = cx.s("s");
+    a.append(
+        &s,
+        vec![to_lane("x", "agent", "L1"), to_lane("y", "agent", "L1")],
+        AppendOptions::default(),
+    )
+    .await?;
+    let (heads, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
+    let head = nth(&heads, 0)?;
+    let request = CompleteRequest {
+        session_id: s.clone(),
+        consumer: "agent".into(),
+        lane: Some("L1".into()),
+        index: 1,
+        attempt: head.dispatch.attempt_count,
+        events: vec![ev("reply", "r")],
+        consumers: None,
+    };
+    let (first, second) = tokio::join!(
+        a.complete_attempt(request.clone()),
+        b.complete_attempt(request)
+    );
+    let (first, second) = (completed(first?)?, completed(second?)?);
+    ensure_eq!(first, second);
+    ensure_eq!(idx(&first), vec![3]);
+    ensure_eq!(
+        idx(&b.read(&s, ReadOptions::default()).await?),
+        vec![1, 2, 3]
+    );
+    ensure_eq!(
+        cs(&b.cursors(&s).await?),
+        strs(&["agent/L1 lane pos=1 head=2"])
+    );
+    Ok(())
+}
+
+/// A clear through one instance fences work scheduled through the other.
+pub(crate) async fn clear_on_one_instance_fences_the_other(cx: Cx) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let s = cx.s("s");
+    a.append(&s, vec![to_event("x", "agent")], AppendOptions::default())
+        .await?;
+    let (heads, _, _) = claimed(claim(&b, &cx, &s, "w1").await?)?;
+    a.clear(ClearRequest {
+        session_id: s.clone(),
+        ..ClearRequest::default()
+    })
+    .await?;
+    let options = AppendOptions {
+        origin_index: Some(1),
+        ..AppendOptions::default()
+    };
+    ensure_code!(
+        b.append(&s, vec![msg("late")], options).await,
+        ErrorCode::SessionCleared
+    );
+    ensure_code!(
+        b.append(
+            &s,
+            vec![msg("late").with_cause(nth(&heads, 0)?.cause())],
+            AppendOptions::default()
+        )
+        .await,
+        ErrorCode::SupersededAttempt
+    );
+    ensure_eq!(b.cursors(&s).await?, vec![]);
+    Ok(())
+}
+
+/// A subscription on one instance receives appends made through the other.
+pub(crate) async fn subscribe_sees_appends_from_other_instance(cx: Cx) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    if !cx.caps.cross_instance_subscribe {
+        return Err(Failure::Skip(
+            "the backend does not declare `cross_instance_subscribe`".to_owned(),
+        ));
+    }
+    let s = cx.s("s");
+    a.append(&s, vec![msg("x")], AppendOptions::default())
+        .await?;
+    let mut stream = b.subscribe(&s, 0).await?;
+    a.append(&s, vec![msg("y"), msg("z")], AppendOptions::default())
+        .await?;
+    let got = take(&mut stream, 3).await?;
+    ensure_eq!(ids(&got), strs(&["x", "y", "z"]));
+    ensure_eq!(idx(&got), vec![1, 2, 3]);
+    Ok(())
+}
