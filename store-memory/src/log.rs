@@ -176,13 +176,16 @@ impl EventLog {
         if first > through {
             return Vec::new();
         }
-        let skip = usize::try_from(first - self.offset - 1).unwrap_or(usize::MAX);
+        // Both fit: first..=through lies within the stored rows.
+        let start = usize::try_from(first - self.offset - 1).unwrap_or(usize::MAX);
         let count = usize::try_from(through - first + 1).unwrap_or(usize::MAX);
         let count = limit.map_or(count, |limit| count.min(limit));
+        let end = start.saturating_add(count).min(self.rows.len());
+        if start >= end {
+            return Vec::new();
+        }
         self.rows
-            .iter()
-            .skip(skip)
-            .take(count)
+            .range(start..end)
             .zip(first..)
             .map(|(row, index)| to_stored(session_id, index, row))
             .collect()
