@@ -36,7 +36,10 @@ pub(crate) async fn complete_advances_lane_to_next_head(cx: Cx) -> CaseResult {
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(completed(cx.complete(&s, &head, vec![]).await?)?, vec![]);
     let cursor = only(&cx.cursors(&s).await?)?;
-    ensure_eq!(cs(&[cursor.clone()]), strs(&["agent/L1 lane pos=1 head=2"]));
+    ensure_eq!(
+        cs(std::slice::from_ref(&cursor)),
+        strs(&["agent/L1 lane pos=1 head=2"])
+    );
     ensure_eq!(cursor.dispatch, a2_store_api::Dispatch::default());
     Ok(())
 }

@@ -1,0 +1,366 @@
+//! The suite catches broken backends: wrappers around the memory store that
+//! each break one rule must fail the cases named for that rule, and a
+//! panicking backend must yield a report, not a crash.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use a2_conformance::{run, run_case, run_matching, Capabilities, Outcome, Report, StoreFactory};
+use a2_store_api::{
+    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult, Clock,
+    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
+    FailResult, Head, IdGenerator, ListSessions, NewEvent, PresenceMeta, PresenceResult,
+    PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult,
+    RenewRequest, RenewResult, Result, SessionInfo, StateRead, StateWrite, Store, StoredEvent,
+    WakeLogResult,
+};
+use a2_store_memory::{MemoryOptions, MemoryStore};
+use async_trait::async_trait;
+use serde_json::Value;
+
+/// The one rule a [`Broken`] store breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Flaw {
+    /// Drops every cause before appending or clearing: attempts are never fenced.
+    ForgetsFencing,
+    /// Ignores `exclude` on claims.
+    IgnoresExclude,
+    /// Hands busy (claimed, unexpired) heads out again instead of `Busy`,
+    /// so a lane has two claims at once.
+    HandsOutBusyHeads,
+    /// Panics in `reclaim`.
+    PanicsOnReclaim,
+}
+
+struct Broken {
+    inner: MemoryStore,
+    flaw: Flaw,
+}
+
+#[async_trait]
+impl Store for Broken {
+    async fn append(
+        &self,
+        session_id: &str,
+        mut events: Vec<NewEvent>,
+        options: AppendOptions,
+    ) -> Result<AppendResult> {
+        if self.flaw == Flaw::ForgetsFencing {
+            for event in &mut events {
+                event.cause = None;
+            }
+        }
+        self.inner.append(session_id, events, options).await
+    }
+
+    async fn claim_available(&self, mut request: ClaimRequest) -> Result<ClaimResult> {
+        if self.flaw == Flaw::IgnoresExclude {
+            request.exclude.clear();
+        }
+        let result = self.inner.claim_available(request.clone()).await?;
+        if self.flaw != Flaw::HandsOutBusyHeads {
+            return Ok(result);
+        }
+        // Busy lanes are "claimed" anyway: report the busy heads as claimed.
+        match result {
+            ClaimResult::Busy { .. } => {
+                let heads: Vec<Head> = self
+                    .inner
+                    .cursors(&request.session_id)
+                    .await?
+                    .into_iter()
+                    .filter(|cursor| cursor.dispatch.claim_holder.is_some())
+                    .filter_map(|cursor| {
+                        let index = cursor.head?;
+                        Some(Head {
+                            event: StoredEvent {
+                                id: format!("early-{index}"),
+                                event_type: "msg".into(),
+                                payload: Value::Null,
+                                index,
+                                session_id: request.session_id.clone(),
+                                created_at: 0,
+                                cause: None,
+                            },
+                            consumer: cursor.consumer,
+                            lane: cursor.lane,
+                            dispatch: cursor.dispatch,
+                            clear_index: None,
+                        })
+                    })
+                    .collect();
+                Ok(ClaimResult::Claimed {
+                    heads,
+                    dead_lettered: vec![],
+                    head: 0,
+                })
+            }
+            other => Ok(other),
+        }
+    }
+
+    async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult> {
+        self.inner.renew_claims(request).await
+    }
+
+    async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
+        self.inner.complete_attempt(request).await
+    }
+
+    async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
+        self.inner.fail_attempt(request).await
+    }
+
+    async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>> {
+        self.inner.dead_letters(session_id).await
+    }
+
+    async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
+        self.inner.redrive(request).await
+    }
+
+    async fn clear(&self, mut request: ClearRequest) -> Result<ClearResult> {
+        if self.flaw == Flaw::ForgetsFencing {
+            request.cause = None;
+        }
+        self.inner.clear(request).await
+    }
+
+    async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult> {
+        if self.flaw == Flaw::PanicsOnReclaim {
+            panic!("reclaim is broken on purpose");
+        }
+        self.inner.reclaim(session_id).await
+    }
+
+    async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>> {
+        self.inner.read(session_id, options).await
+    }
+
+    async fn wake_log(
+        &self,
+        session_id: &str,
+        consumer: &ConsumerDeclaration,
+    ) -> Result<WakeLogResult> {
+        self.inner.wake_log(session_id, consumer).await
+    }
+
+    async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
+        self.inner.cursors(session_id).await
+    }
+
+    async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream> {
+        self.inner.subscribe(session_id, after).await
+    }
+
+    async fn write_state(
+        &self,
+        session_id: &str,
+        reducer: &str,
+        writes: Vec<StateWrite>,
+    ) -> Result<()> {
+        self.inner.write_state(session_id, reducer, writes).await
+    }
+
+    async fn read_state(
+        &self,
+        session_id: &str,
+        reducer: &str,
+        options: ReadStateOptions,
+    ) -> Result<StateRead> {
+        self.inner.read_state(session_id, reducer, options).await
+    }
+
+    async fn set_presence(
+        &self,
+        session_id: &str,
+        participant: &str,
+        values: BTreeMap<String, Value>,
+        meta: PresenceMeta,
+    ) -> Result<PresenceResult> {
+        self.inner
+            .set_presence(session_id, participant, values, meta)
+            .await
+    }
+
+    async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>> {
+        self.inner.read_presence(session_id).await
+    }
+
+    async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>> {
+        self.inner.sessions(options).await
+    }
+}
+
+/// Memory stores, optionally wrapped with a flaw, with the given capabilities.
+struct Factory {
+    flaw: Option<Flaw>,
+    capabilities: Capabilities,
+}
+
+#[async_trait]
+impl StoreFactory for Factory {
+    fn name(&self) -> &str {
+        match self.flaw {
+            None => "memory",
+            Some(_) => "broken",
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities
+    }
+
+    async fn create(
+        &self,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+    ) -> Result<Arc<dyn Store>> {
+        let inner = MemoryStore::with_options(MemoryOptions { clock, ids });
+        Ok(match self.flaw {
+            None => Arc::new(inner),
+            Some(flaw) => Arc::new(Broken { inner, flaw }),
+        })
+    }
+
+    async fn create_pair(
+        &self,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+    ) -> Result<Option<[Arc<dyn Store>; 2]>> {
+        let store = MemoryStore::with_options(MemoryOptions { clock, ids });
+        Ok(Some([Arc::new(store.clone()), Arc::new(store)]))
+    }
+}
+
+fn broken(flaw: Flaw) -> Factory {
+    Factory {
+        flaw: Some(flaw),
+        capabilities: Capabilities::ALL,
+    }
+}
+
+fn failed(report: &Report) -> Vec<&str> {
+    report.failures().map(|case| case.name.as_str()).collect()
+}
+
+fn assert_fails(report: &Report, expected: &[&str]) {
+    let failed = failed(report);
+    for name in expected {
+        assert!(
+            failed.contains(name),
+            "{name} should fail against {}; failed: {failed:?}\n{report}",
+            report.backend
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_forgets_fencing_fails_the_fencing_cases() {
+    let report = run(&broken(Flaw::ForgetsFencing)).await;
+    assert_fails(
+        &report,
+        &[
+            "append_with_stale_attempt_cause_is_superseded",
+            "append_with_dead_lettered_cause_is_superseded",
+            "append_with_completed_cause_is_superseded",
+            "append_with_cause_below_clear_is_superseded",
+            "append_with_unknown_cause_is_superseded",
+            "append_fenced_batch_is_atomic",
+            "append_with_current_cause_is_accepted",
+            "clear_fenced_by_stale_cause_is_superseded",
+            "attempts_below_clear_are_superseded",
+        ],
+    );
+    // Cases about other rules still pass.
+    for name in [
+        "lane_cursor_hands_out_one_head_at_a_time",
+        "presence_later_at_wins",
+    ] {
+        assert_eq!(
+            report.case(name).map(|c| &c.outcome),
+            Some(&Outcome::Passed)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_ignores_exclude_fails_the_exclude_cases() {
+    let report = run_matching(&broken(Flaw::IgnoresExclude), |name| {
+        name.starts_with("claim_")
+    })
+    .await;
+    assert_fails(
+        &report,
+        &[
+            "claim_excludes_event_cursor_by_index",
+            "claim_excludes_lane_cursor_whatever_its_head",
+            "claim_excludes_log_cursor_whatever_its_head",
+        ],
+    );
+    assert_eq!(report.failed(), 3, "{report}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_hands_out_busy_heads_fails_the_lane_and_busy_cases() {
+    let report = run(&broken(Flaw::HandsOutBusyHeads)).await;
+    assert_fails(
+        &report,
+        &[
+            "lane_cursor_hands_out_one_head_at_a_time",
+            "claim_never_hands_busy_head_to_anyone",
+            "claim_on_busy_heads_is_busy_with_earliest_expiry",
+            "spec_worked_example",
+        ],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_backend_yields_a_failed_row_not_a_crash() {
+    let factory = broken(Flaw::PanicsOnReclaim);
+    let case = run_case(&factory, "reclaim_without_clear_is_done")
+        .await
+        .expect("the case exists");
+    match &case.outcome {
+        Outcome::Failed { reason } => assert!(
+            reason.contains("panicked") && reason.contains("broken on purpose"),
+            "{reason}"
+        ),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+    assert!(run_case(&factory, "no_such_case").await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_capabilities_skip_cases_and_count_them_as_skipped() {
+    let factory = Factory {
+        flaw: None,
+        capabilities: Capabilities::NONE,
+    };
+    let report = run(&factory).await;
+    assert!(report.is_success(), "{report}");
+    assert_eq!(report.skipped(), 6, "{report}");
+    assert_eq!(
+        report.passed() + report.failed() + report.skipped(),
+        report.cases.len()
+    );
+    let skipped = report
+        .case("subscribe_sees_appends_from_other_instance")
+        .expect("listed");
+    assert!(matches!(skipped.outcome, Outcome::Skipped { .. }));
+    assert!(report
+        .to_string()
+        .contains("skipped: the backend does not declare"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_backend_passes_every_case() {
+    let report = run(&Factory {
+        flaw: None,
+        capabilities: Capabilities::ALL,
+    })
+    .await;
+    assert!(report.cases.len() > 150, "{report}");
+    assert_eq!(report.passed(), report.cases.len(), "{report}");
+    assert_eq!(a2_conformance::case_names().count(), report.cases.len());
+}
