@@ -1,0 +1,174 @@
+//! Connecting: option validation (always run), and against a server (when
+//! `A2_POSTGRES_URL` is set) migrations, version refusal, schema isolation.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2_store_api::{
+    AppendOptions, ErrorCode, NewEvent, RandomIds, ReadOptions, Store, SystemClock,
+};
+use a2_store_postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
+use serde_json::json;
+use support::PgFactory;
+
+fn options(schema: &str) -> PostgresOptions {
+    support::options(schema, Arc::new(SystemClock), Arc::new(RandomIds))
+}
+
+#[tokio::test]
+async fn unsafe_schema_names_are_refused_before_connecting() {
+    for schema in [
+        "",
+        "Public",
+        "a-b",
+        "x\"; DROP SCHEMA public; --",
+        "pg_catalog",
+    ] {
+        let error = PostgresStore::connect("postgres://nobody@127.0.0.1:1/none", options(schema))
+            .await
+            .expect_err("refused");
+        assert_eq!(error.code(), ErrorCode::InvalidInput, "{schema}: {error}");
+    }
+}
+
+#[tokio::test]
+async fn a_bad_url_or_pool_size_is_invalid_input() {
+    let error = PostgresStore::connect("postgres://[::1", options("a2"))
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), ErrorCode::InvalidInput, "{error}");
+    let mut empty_pool = options("a2");
+    empty_pool.pool_size = 0;
+    let error = PostgresStore::connect("postgres://u@127.0.0.1/db", empty_pool)
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), ErrorCode::InvalidInput, "{error}");
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_backend_error() {
+    // Port 1 on loopback: nothing listens there.
+    let url = "postgres://postgres@127.0.0.1:1/test?connect_timeout=2";
+    let error = PostgresStore::connect(url, options("a2"))
+        .await
+        .expect_err("no server");
+    assert_eq!(error.code(), ErrorCode::Backend, "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_connects_migrate_once() {
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let schema = factory.schema();
+    let connects = (0..4).map(|_| PostgresStore::connect(factory.url(), options(&schema)));
+    for store in futures::future::join_all(connects).await {
+        store.expect("every concurrent connect succeeds");
+    }
+    let (client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
+        .await
+        .expect("raw connect");
+    tokio::spawn(connection);
+    let rows = client
+        .query(
+            &format!("SELECT version FROM \"{schema}\".schema_version"),
+            &[],
+        )
+        .await
+        .expect("version rows");
+    let versions: Vec<i32> = rows.iter().map(|row| row.get(0)).collect();
+    assert_eq!(versions, vec![SCHEMA_VERSION]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_from_a_newer_version_is_refused() {
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let schema = factory.schema();
+    PostgresStore::connect(factory.url(), options(&schema))
+        .await
+        .expect("first connect creates the schema");
+    let (client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
+        .await
+        .expect("raw connect");
+    tokio::spawn(connection);
+    client
+        .execute(
+            &format!("UPDATE \"{schema}\".schema_version SET version = $1"),
+            &[&(SCHEMA_VERSION + 1)],
+        )
+        .await
+        .expect("pretend a newer build migrated");
+    let error = PostgresStore::connect(factory.url(), options(&schema))
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), ErrorCode::IncompatibleSchema, "{error}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemas_keep_deployments_apart_and_data_outlives_the_store() {
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let (one, two) = (factory.schema(), factory.schema());
+    let first = PostgresStore::connect(factory.url(), options(&one))
+        .await
+        .expect("connect");
+    let other = PostgresStore::connect(factory.url(), options(&two))
+        .await
+        .expect("connect");
+    first
+        .append(
+            "s",
+            vec![NewEvent::new("e", json!({"x": 1}))],
+            AppendOptions::default(),
+        )
+        .await
+        .expect("append");
+    let elsewhere = other.read("s", ReadOptions::default()).await.expect("read");
+    assert!(elsewhere.is_empty(), "another schema sees nothing");
+    drop(first);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let again = PostgresStore::connect(factory.url(), options(&one))
+        .await
+        .expect("reconnect");
+    let rows = again.read("s", ReadOptions::default()).await.expect("read");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].payload, json!({"x": 1}));
+    assert_eq!(again.schema(), one);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_postgres_cannot_hold_are_invalid_input_and_change_nothing() {
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let schema = factory.schema();
+    let store = PostgresStore::connect(factory.url(), options(&schema))
+        .await
+        .expect("connect");
+    // PostgreSQL text and jsonb cannot hold U+0000.
+    let error = store
+        .append(
+            "s",
+            vec![NewEvent::new("e", json!("nul \u{0}"))],
+            AppendOptions::default(),
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), ErrorCode::InvalidInput, "{error}");
+    let error = store
+        .append(
+            "nul\u{0}session",
+            vec![NewEvent::new("e", json!(1))],
+            AppendOptions::default(),
+        )
+        .await
+        .expect_err("refused");
+    assert_eq!(error.code(), ErrorCode::InvalidInput, "{error}");
+    let rows = store.read("s", ReadOptions::default()).await.expect("read");
+    assert!(rows.is_empty(), "nothing was written");
+}
