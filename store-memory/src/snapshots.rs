@@ -137,3 +137,43 @@ impl SnapshotCache {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn checkpoints_live_while_a_pin_holds() {
+        let mut cache = SnapshotCache::default();
+        cache.write("r", 3, json!(3), &[(1, 3), (2, 3)]);
+        cache.write("r", 5, json!(5), &[]);
+        let at = |cache: &SnapshotCache, at| cache.read("r", 0, Some(at)).map(|s| s.index);
+        assert_eq!(at(&cache, 4), Some(3));
+        assert_eq!(at(&cache, 9), Some(5));
+        cache.release((1, 3));
+        assert_eq!(at(&cache, 4), Some(3), "the second pin still holds");
+        cache.release((2, 3));
+        assert_eq!(at(&cache, 4), None);
+        assert!(cache.pins.is_empty());
+        // The head snapshot wins a tie with a checkpoint at the same index.
+        cache.write("r", 7, json!("pinned"), &[(3, 7)]);
+        cache.write("r", 7, json!("newest"), &[]);
+        let read = cache.read("r", 0, None).map(|s| s.state);
+        assert_eq!(read, Some(json!("newest")));
+        // Nothing below the clear is read; drop_below frees it.
+        assert_eq!(cache.read("r", 8, None), None);
+        cache.drop_below(8);
+        assert!(cache.reducers.is_empty() && cache.pins.is_empty());
+    }
+
+    #[test]
+    fn release_all_drops_every_checkpoint_but_keeps_head_snapshots() {
+        let mut cache = SnapshotCache::default();
+        cache.write("r", 2, json!(2), &[(1, 2)]);
+        cache.write("r", 4, json!(4), &[]);
+        cache.release_all();
+        assert_eq!(cache.read("r", 0, Some(3)), None);
+        assert_eq!(cache.read("r", 0, None).map(|s| s.index), Some(4));
+    }
+}

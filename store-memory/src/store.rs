@@ -115,7 +115,7 @@ impl MemoryStore {
     }
 
     /// Runs `op` on session `session_id` under its lock, creating the session.
-    fn write<R>(
+    fn with_session<R>(
         &self,
         session_id: &str,
         op: impl FnOnce(&mut Session, Env<'_>) -> Result<R>,
@@ -137,7 +137,7 @@ impl MemoryStore {
 
     /// Runs `op` on session `session_id` under its lock; a session never
     /// written to is seen as a fresh empty one (and is not created).
-    fn read<R>(
+    fn with_existing<R>(
         &self,
         session_id: &str,
         op: impl FnOnce(&mut Session, Env<'_>) -> Result<R>,
@@ -175,7 +175,7 @@ impl MemoryStore {
     /// Runs `op` on the state of session `session_id` (tests only).
     #[cfg(test)]
     pub(crate) fn inspect<R>(&self, session_id: &str, op: impl FnOnce(&Session) -> R) -> R {
-        self.read(session_id, |session, _| Ok(op(session)))
+        self.with_existing(session_id, |session, _| Ok(op(session)))
             .unwrap_or_else(|err| panic!("{err}"))
     }
 }
@@ -188,51 +188,51 @@ impl Store for MemoryStore {
         events: Vec<NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendResult> {
-        self.write(session_id, |session, env| {
+        self.with_session(session_id, |session, env| {
             session.append(env, events, options)
         })
     }
 
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult> {
         let session_id = request.session_id.clone();
-        self.write(&session_id, |session, env| session.claim(env, request))
+        self.with_session(&session_id, |session, env| session.claim(env, request))
     }
 
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult> {
         let session_id = request.session_id.clone();
-        self.write(&session_id, |session, env| session.renew(env, request))
+        self.with_session(&session_id, |session, env| session.renew(env, request))
     }
 
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
         let session_id = request.session_id.clone();
-        self.write(&session_id, |session, env| session.complete(env, request))
+        self.with_session(&session_id, |session, env| session.complete(env, request))
     }
 
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
         let session_id = request.session_id.clone();
-        self.write(&session_id, |session, env| session.fail(env, request))
+        self.with_session(&session_id, |session, env| session.fail(env, request))
     }
 
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>> {
-        self.read(session_id, |session, _| session.dead_letters())
+        self.with_existing(session_id, |session, _| session.dead_letters())
     }
 
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
         let session_id = request.session_id.clone();
-        self.write(&session_id, |session, _| session.redrive(request))
+        self.with_session(&session_id, |session, _| session.redrive(request))
     }
 
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult> {
         let session_id = request.session_id.clone();
-        self.write(&session_id, |session, env| session.clear(env, request))
+        self.with_session(&session_id, |session, env| session.clear(env, request))
     }
 
     async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult> {
-        self.read(session_id, |session, _| Ok(session.reclaim()))
+        self.with_existing(session_id, |session, _| Ok(session.reclaim()))
     }
 
     async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>> {
-        self.read(session_id, |session, _| {
+        self.with_existing(session_id, |session, _| {
             let (after, through) = codec::read_bounds(&options, session.log.head())?;
             Ok(session.log.read(&session.id, after, through, options.limit))
         })
@@ -244,11 +244,11 @@ impl Store for MemoryStore {
         consumer: &ConsumerDeclaration,
     ) -> Result<WakeLogResult> {
         codec::log_declaration(consumer)?;
-        self.write(session_id, |session, _| session.wake_log(consumer))
+        self.with_session(session_id, |session, _| session.wake_log(consumer))
     }
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
-        self.read(session_id, |session, _| {
+        self.with_existing(session_id, |session, _| {
             let mut cursors: Vec<Cursor> = session
                 .cursors
                 .iter()
@@ -260,7 +260,7 @@ impl Store for MemoryStore {
     }
 
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream> {
-        self.write(session_id, |session, _| {
+        self.with_session(session_id, |session, _| {
             let backlog = session
                 .log
                 .read(&session.id, after, session.log.head(), None);
@@ -275,7 +275,7 @@ impl Store for MemoryStore {
         writes: Vec<StateWrite>,
     ) -> Result<()> {
         codec::validate_name("reducer name", reducer)?;
-        self.write(session_id, |session, _| {
+        self.with_session(session_id, |session, _| {
             session.write_state(reducer, writes)
         })
     }
@@ -286,7 +286,7 @@ impl Store for MemoryStore {
         reducer: &str,
         options: ReadStateOptions,
     ) -> Result<StateRead> {
-        self.read(session_id, |session, _| {
+        self.with_existing(session_id, |session, _| {
             session.read_state(reducer, options)
         })
     }
@@ -301,7 +301,7 @@ impl Store for MemoryStore {
         codec::validate_session_id(session_id)?;
         codec::validate_name("participant", participant)?;
         codec::validate_presence_ttl(meta.ttl_ms)?;
-        self.write(session_id, |session, env| {
+        self.with_session(session_id, |session, env| {
             Ok(session
                 .presence
                 .set(participant, values, meta, env.clock.now_ms()))
@@ -309,7 +309,7 @@ impl Store for MemoryStore {
     }
 
     async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>> {
-        self.read(session_id, |session, env| {
+        self.with_existing(session_id, |session, env| {
             Ok(session.presence.read(env.clock.now_ms()))
         })
     }
@@ -341,5 +341,55 @@ impl Store for MemoryStore {
             });
         }
         Ok(listed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use a2_store_api::ErrorCode;
+
+    #[tokio::test]
+    async fn a_poisoned_session_lock_is_a_backend_error_not_a_panic() {
+        let store = MemoryStore::new();
+        store
+            .append(
+                "s",
+                vec![NewEvent::new("msg", Value::Null)],
+                AppendOptions::default(),
+            )
+            .await
+            .unwrap();
+        let session = lock(&store.shared.sessions, "sessions map")
+            .unwrap()
+            .get("s")
+            .cloned()
+            .unwrap();
+        let poisoner = std::thread::spawn(move || {
+            let _guard = session.lock();
+            panic!("poison the session lock");
+        });
+        assert!(poisoner.join().is_err());
+        let err = store.read("s", ReadOptions::default()).await.unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Backend);
+        assert!(std::error::Error::source(&err).is_some());
+        let err = store
+            .append(
+                "s",
+                vec![NewEvent::new("msg", Value::Null)],
+                AppendOptions::default(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::Backend);
+        // Other sessions are unaffected.
+        store
+            .append(
+                "t",
+                vec![NewEvent::new("msg", Value::Null)],
+                AppendOptions::default(),
+            )
+            .await
+            .unwrap();
     }
 }

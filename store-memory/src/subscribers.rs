@@ -50,3 +50,44 @@ impl Subscribers {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::StreamExt;
+    use serde_json::Value;
+
+    fn event(index: u64) -> StoredEvent {
+        StoredEvent {
+            id: format!("e{index}"),
+            event_type: "msg".into(),
+            payload: Value::Null,
+            index,
+            session_id: "s".into(),
+            created_at: 0,
+            cause: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn backlog_then_live_above_after_and_dead_subscribers_are_dropped() {
+        let mut subscribers = Subscribers::default();
+        let mut stream = subscribers.subscribe(vec![event(3)], 2);
+        let dropped = subscribers.subscribe(Vec::new(), 0);
+        assert_eq!(subscribers.list.len(), 2);
+        drop(dropped);
+        subscribers.notify(&[event(2), event(4)]);
+        assert_eq!(subscribers.list.len(), 1, "the dropped stream is forgotten");
+        let got: Vec<u64> = [
+            stream.next().await.map(|e| e.map(|e| e.index).ok()),
+            stream.next().await.map(|e| e.map(|e| e.index).ok()),
+        ]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .collect();
+        assert_eq!(got, [3, 4], "index 2 is at or below `after`");
+        drop(subscribers);
+        assert!(stream.next().await.is_none(), "ends when the session goes");
+    }
+}

@@ -860,3 +860,53 @@ async fn sessions_are_listed_by_id_with_paging() {
     let all = store.sessions(ListSessions::default()).await.unwrap();
     assert_eq!(all.len(), 3);
 }
+
+#[tokio::test]
+async fn dead_lettering_a_pinned_head_releases_its_checkpoint() {
+    let (store, clock) = store();
+    append(&store, "s", vec![msg(1).with_target(Target::event("c"))]).await;
+    append(&store, "s", vec![msg(2)]).await;
+    let pin = CursorRef::new("c", None, 1);
+    let write = StateWrite {
+        index: 1,
+        state: json!("one"),
+        pins: vec![pin],
+    };
+    store.write_state("s", "r", vec![write]).await.unwrap();
+    let newer = StateWrite {
+        index: 2,
+        state: json!("two"),
+        pins: vec![],
+    };
+    store.write_state("s", "r", vec![newer]).await.unwrap();
+    let at_one = ReadStateOptions { at: Some(1) };
+    let read = store.read_state("s", "r", at_one).await.unwrap();
+    assert_eq!(read.snapshot.map(|s| s.index), Some(1));
+    claim(&store, claim_req("s")).await;
+    clock.advance(100);
+    let expired = ClaimRequest {
+        max_failures: Some(1),
+        ..claim_req("s")
+    };
+    let ClaimResult::Claimed {
+        heads,
+        dead_lettered,
+        ..
+    } = store.claim_available(expired).await.unwrap()
+    else {
+        panic!("expected the expired claim to be dead-lettered");
+    };
+    assert!(heads.is_empty());
+    assert_eq!(dead_lettered.len(), 1);
+    assert_eq!(
+        (
+            dead_lettered[0].dispatch.attempt_count,
+            dead_lettered[0].dispatch.failure_count,
+            dead_lettered[0].dispatch.failed_at,
+            dead_lettered[0].dispatch.last_failed_at,
+        ),
+        (2, 1, Some(T + 100), None)
+    );
+    let read = store.read_state("s", "r", at_one).await.unwrap();
+    assert_eq!(read.snapshot, None);
+}
