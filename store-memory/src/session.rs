@@ -224,8 +224,8 @@ impl Session {
                 created_at: now,
                 cause: cause.cloned().or_else(|| event.cause.clone()),
             };
-            let index = self.log.push(row.clone());
-            stored.push(to_stored(&self.id, index, &row));
+            stored.push(to_stored(&self.id, self.log.head() + 1, &row));
+            self.log.push(row);
         }
         for (event, row) in events.iter().zip(&stored) {
             let mut seen: HashSet<&Target> = HashSet::new();
