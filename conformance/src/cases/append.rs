@@ -461,3 +461,47 @@ pub(crate) async fn append_has_pending_counts_busy_heads(cx: Cx) -> CaseResult {
     ensure!(result.has_pending, "a claimed head is still pending");
     Ok(())
 }
+
+/// Precedence: an empty batch returns before the clear check.
+pub(crate) async fn append_empty_batch_precedes_origin_check(cx: Cx) -> CaseResult {
+    let s = cleared_session(&cx).await?;
+    let before = cx.state(&s).await?;
+    let options = AppendOptions {
+        origin_index: Some(1),
+        ..AppendOptions::default()
+    };
+    let result = cx.store.append(&s, vec![], options).await?;
+    ensure_eq!(result.events, vec![]);
+    ensure!(!result.has_pending, "nothing is pending after the clear");
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// Precedence: a full replay returns the stored rows even with an origin at or below the clear.
+pub(crate) async fn append_replay_precedes_origin_check(cx: Cx) -> CaseResult {
+    let s = cleared_session(&cx).await?;
+    let stored = cx.append(&s, vec![msg("x")]).await?;
+    let options = AppendOptions {
+        origin_index: Some(2),
+        ..AppendOptions::default()
+    };
+    let replay = cx.store.append(&s, vec![msg("x")], options).await?;
+    ensure_eq!(replay.events, stored.events);
+    Ok(())
+}
+
+/// Precedence: a full replay of a fenced append succeeds after its attempt
+/// completed, so a worker retrying a lost response is not rejected.
+pub(crate) async fn append_replay_precedes_cause_fence(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    let out = msg("out").with_cause(head.cause());
+    let stored = cx.append(&s, vec![out.clone()]).await?;
+    completed(cx.complete(&s, &head, vec![]).await?)?;
+    let before = cx.state(&s).await?;
+    let replay = cx.append(&s, vec![out]).await?;
+    ensure_eq!(replay.events, stored.events);
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}

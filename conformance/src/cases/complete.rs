@@ -408,3 +408,34 @@ pub(crate) async fn complete_of_skipped_head_is_superseded(cx: Cx) -> CaseResult
     superseded(cx.complete(&s, &head, vec![]).await?)?;
     Ok(())
 }
+
+/// A finished event cursor keeps its completion record: the completion replays.
+pub(crate) async fn event_cursor_completion_replays(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    let first = completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
+    let before = cx.state(&s).await?;
+    ensure_eq!(
+        completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?,
+        first
+    );
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// A clear drops completion records: replaying a completion from before it is `Superseded`.
+pub(crate) async fn completion_records_end_at_clear(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
+    cx.store
+        .clear(ClearRequest {
+            session_id: s.clone(),
+            ..ClearRequest::default()
+        })
+        .await?;
+    superseded(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
+    Ok(())
+}

@@ -646,3 +646,73 @@ pub(crate) async fn completion_creates_declared_log_cursor(cx: Cx) -> CaseResult
     );
     Ok(())
 }
+
+/// A claim's declarations refresh existing log cursors but never create one.
+pub(crate) async fn claim_declaration_never_creates_log_cursor(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![msg("a"), msg("b")]).await?;
+    let request = ClaimRequest {
+        consumers: Some(vec![log_consumer("audit", "log", None, true)]),
+        ..cx.req(&s, "w1")
+    };
+    settled(cx.store.claim_available(request).await?)?;
+    ensure_eq!(cx.cursors(&s).await?, vec![]);
+    Ok(())
+}
+
+/// A completion's declarations refresh an existing log cursor's types.
+pub(crate) async fn complete_declaration_refreshes_log_types(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append_for(
+        &s,
+        vec![ev("a", "1"), ev("b", "2"), ev("a", "3")],
+        vec![log_consumer("audit", "log", Some(&["a"]), false)],
+    )
+    .await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    let result = cx
+        .store
+        .complete_attempt(CompleteRequest {
+            session_id: s.clone(),
+            consumer: "audit".into(),
+            lane: Some("log".into()),
+            index: 1,
+            attempt: head.dispatch.attempt_count,
+            events: vec![],
+            consumers: Some(vec![log_consumer("audit", "log", Some(&["b"]), false)]),
+        })
+        .await?;
+    completed(result)?;
+    let cursor = only(&cx.cursors(&s).await?)?;
+    ensure_eq!(cursor.types, Some(strs(&["b"])));
+    ensure_eq!(cs(&[cursor]), strs(&["audit/log log pos=1 head=2"]));
+    Ok(())
+}
+
+/// A redrive's declarations refresh an existing log cursor's types.
+pub(crate) async fn redrive_declaration_refreshes_log_types(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append_for(
+        &s,
+        vec![ev("a", "1"), ev("b", "2"), ev("a", "3")],
+        vec![log_consumer("audit", "log", Some(&["a"]), false)],
+    )
+    .await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.fail(&s, &head, Some(1)).await?;
+    let result = cx
+        .store
+        .redrive(a2_store_api::RedriveRequest {
+            session_id: s.clone(),
+            consumer: "audit".into(),
+            index: 1,
+            action: a2_store_api::RedriveAction::Skip,
+            consumers: Some(vec![log_consumer("audit", "log", Some(&["b"]), false)]),
+        })
+        .await?;
+    ensure!(result.redriven, "the dead head is skipped");
+    let cursor = only(&cx.cursors(&s).await?)?;
+    ensure_eq!(cursor.types, Some(strs(&["b"])));
+    ensure_eq!(cs(&[cursor]), strs(&["audit/log log pos=1 head=2"]));
+    Ok(())
+}

@@ -464,3 +464,38 @@ pub(crate) async fn redrive_has_pending_respects_consumers(cx: Cx) -> CaseResult
     );
     Ok(())
 }
+
+/// A claim that expired without being claimed again can still be failed by its attempt.
+pub(crate) async fn fail_after_unreclaimed_expiry_counts(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.advance(2 * TTL);
+    ensure_eq!(
+        cx.fail(&s, &head, Some(5)).await?,
+        failed(FailOutcome::Failed, 1)
+    );
+    let again = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure_eq!(again.dispatch.attempt_count, 2);
+    ensure_eq!(again.dispatch.failure_count, 1);
+    Ok(())
+}
+
+/// Dead letters carry the clear index once the session has been cleared.
+pub(crate) async fn dead_letters_carry_clear_index_after_clear(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![msg("a")]).await?;
+    cx.store
+        .clear(ClearRequest {
+            session_id: s.clone(),
+            ..ClearRequest::default()
+        })
+        .await?;
+    cx.append(&s, vec![to_event("b", "agent")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.fail(&s, &head, Some(1)).await?;
+    let dead = cx.store.dead_letters(&s).await?;
+    ensure_eq!(hs(&dead), strs(&["3 agent/- #1"]));
+    ensure_eq!(nth(&dead, 0)?.clear_index, Some(2));
+    Ok(())
+}

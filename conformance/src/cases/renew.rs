@@ -266,3 +266,19 @@ pub(crate) async fn renew_with_invalid_lease_is_invalid(cx: Cx) -> CaseResult {
     ensure_unchanged!(cx, &s, before);
     Ok(())
 }
+
+/// A failed (released) claim cannot be renewed: neither.
+pub(crate) async fn renew_after_fail_is_neither(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.fail(&s, &head, None).await?;
+    let before = cx.state(&s).await?;
+    let result = cx
+        .store
+        .renew_claims(renew(&s, "w1", vec![held(&head)]))
+        .await?;
+    ensure_eq!(result, neither());
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
