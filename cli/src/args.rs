@@ -31,7 +31,7 @@ pub enum Command {
     /// complete with a `reply` event, event heads complete empty, and the log
     /// consumer `audit` (lane `audit`, types `msg` and `reply`) follows the
     /// whole log. Every 5th head fails its first attempt and is retried
-    /// (retry delay 0). Every 32 rounds the session is cleared and reclaimed.
+    /// (retry delay 0). Every 8 rounds the session is cleared and reclaimed.
     /// Sessions run concurrently, one task each.
     ///
     /// With no URL, runs `memory:` and a SQLite file in a temporary directory

@@ -97,7 +97,9 @@ impl Table {
                 widths[column..end].iter().sum::<usize>() + GAP.len() * (end - column - 1);
             let needed = width(label);
             if needed > spanned {
-                widths[end - 1] += needed - spanned;
+                // Widen the first column of the span, so the columns under
+                // a long label stay together on the right.
+                widths[column] += needed - spanned;
             }
             column = end;
         }
@@ -160,8 +162,8 @@ mod tests {
         let text = table.render();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "    a long group");
-        assert_eq!(lines[1], "op  a  b");
-        assert_eq!(lines[3], "x   1  2");
+        assert_eq!(lines[1], "op  a          b");
+        assert_eq!(lines[3], "x   1          2");
     }
 
     #[test]

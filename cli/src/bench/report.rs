@@ -156,7 +156,7 @@ impl BenchReport {
                         thousands(op.ops_per_sec),
                         op.p50_us.map_or_else(String::new, us_human),
                         op.p99_us.map_or_else(String::new, us_human),
-                        format!("{:.2}x", op.ratio_to_fastest),
+                        times(op.ratio_to_fastest),
                     ]),
                     _ => row.extend(["-", "", "", ""].map(str::to_owned)),
                 }
@@ -169,7 +169,7 @@ impl BenchReport {
                 thousands(backend.total.ops_per_sec),
                 String::new(),
                 String::new(),
-                format!("{:.2}x", backend.total.ratio_to_fastest),
+                times(backend.total.ratio_to_fastest),
             ]);
         }
         table.row(total);
@@ -183,8 +183,11 @@ impl BenchReport {
         out.push('\n');
         for backend in &self.backends {
             out.push_str(&format!(
-                "{}: {} calls in {:.2} s, {} rounds\n",
-                backend.url, backend.total.count, backend.elapsed_s, backend.rounds
+                "{} — {} calls in {:.2} s ({} rounds)\n",
+                backend.url,
+                thousands(backend.total.count as f64),
+                backend.elapsed_s,
+                thousands(backend.rounds as f64)
             ));
         }
         out.push_str(
@@ -223,6 +226,17 @@ fn ratio(value: f64, best: f64) -> f64 {
         value / best
     } else {
         0.0
+    }
+}
+
+/// A ratio as `1.00x`, with more decimals below 0.1 so small ones stay distinct.
+fn times(ratio: f64) -> String {
+    if ratio >= 0.1 {
+        format!("{ratio:.2}x")
+    } else if ratio >= 0.01 {
+        format!("{ratio:.3}x")
+    } else {
+        format!("{ratio:.4}x")
     }
 }
 
@@ -321,6 +335,10 @@ mod tests {
         assert_eq!(thousands(999.0), "999");
         assert_eq!(thousands(0.2), "0");
         assert_eq!(trim_float(3.0), "3");
+        assert_eq!(times(1.0), "1.00x");
+        assert_eq!(times(0.25), "0.25x");
+        assert_eq!(times(0.0312), "0.031x");
+        assert_eq!(times(0.0094), "0.0094x");
         assert_eq!(trim_float(0.25), "0.25");
         assert_eq!(csv_field("a\"b"), "\"a\"\"b\"");
         assert_eq!(csv_field("a,\"b"), "\"a,\"\"b\"");
