@@ -1,0 +1,184 @@
+//! Concrete store calls, as run on every store, and their comparable outcomes.
+
+use std::collections::BTreeMap;
+
+use a2_store_api::{
+    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
+    CompleteRequest, CompleteResult, ConsumerDeclaration, ErrorCode, FailRequest, FailResult,
+    ManualClock, NewEvent, PresenceMeta, PresenceResult, ReadOptions, ReadStateOptions,
+    ReclaimResult, RedriveRequest, RedriveResult, RenewRequest, RenewResult, StateRead, StateWrite,
+    Store, StoredEvent, WakeLogResult,
+};
+use serde_json::Value;
+
+/// One concrete call, with logical session names (the runner prefixes them).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Call {
+    /// `append(session, events, options)`.
+    Append {
+        /// Logical session.
+        session: String,
+        /// The batch.
+        events: Vec<NewEvent>,
+        /// Options.
+        options: AppendOptions,
+    },
+    /// `claim_available`.
+    Claim(ClaimRequest),
+    /// `renew_claims`.
+    Renew(RenewRequest),
+    /// `complete_attempt`.
+    Complete(CompleteRequest),
+    /// `fail_attempt`.
+    Fail(FailRequest),
+    /// `redrive`.
+    Redrive(RedriveRequest),
+    /// `clear`.
+    Clear(ClearRequest),
+    /// `reclaim(session)`.
+    Reclaim(String),
+    /// `read(session, options)`.
+    Read(String, ReadOptions),
+    /// `wake_log(session, consumer)`.
+    WakeLog(String, ConsumerDeclaration),
+    /// `write_state(session, reducer, writes)`.
+    WriteState(String, String, Vec<StateWrite>),
+    /// `read_state(session, reducer, options)`.
+    ReadState(String, String, ReadStateOptions),
+    /// `set_presence(session, participant, values, meta)`.
+    SetPresence(String, String, BTreeMap<String, Value>, PresenceMeta),
+    /// Advance every store's manual clock by this many ms.
+    Advance(i64),
+}
+
+impl Call {
+    /// The logical session the call touches, if any.
+    pub fn session(&self) -> Option<&str> {
+        match self {
+            Self::Append { session, .. } => Some(session),
+            Self::Claim(r) => Some(&r.session_id),
+            Self::Renew(r) => Some(&r.session_id),
+            Self::Complete(r) => Some(&r.session_id),
+            Self::Fail(r) => Some(&r.session_id),
+            Self::Redrive(r) => Some(&r.session_id),
+            Self::Clear(r) => Some(&r.session_id),
+            Self::Reclaim(s)
+            | Self::Read(s, _)
+            | Self::WakeLog(s, _)
+            | Self::WriteState(s, _, _)
+            | Self::ReadState(s, _, _)
+            | Self::SetPresence(s, _, _, _) => Some(s),
+            Self::Advance(_) => None,
+        }
+    }
+}
+
+/// The successful result of a call, comparable across backends.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// Of `append`.
+    Append(AppendResult),
+    /// Of `claim_available`.
+    Claim(ClaimResult),
+    /// Of `renew_claims`.
+    Renew(RenewResult),
+    /// Of `complete_attempt`.
+    Complete(CompleteResult),
+    /// Of `fail_attempt`.
+    Fail(FailResult),
+    /// Of `redrive`.
+    Redrive(RedriveResult),
+    /// Of `clear`.
+    Clear(ClearResult),
+    /// Of `reclaim`.
+    Reclaim(ReclaimResult),
+    /// Of `read`.
+    Read(Vec<StoredEvent>),
+    /// Of `wake_log`.
+    WakeLog(WakeLogResult),
+    /// Of `write_state`.
+    WriteState,
+    /// Of `read_state`.
+    ReadState(StateRead),
+    /// Of `set_presence`.
+    Presence(PresenceResult),
+    /// The clock now reads this.
+    Advanced(i64),
+}
+
+/// A call's result with the error projected to its code (messages may differ).
+pub type Projection = Result<Outcome, ErrorCode>;
+
+/// Renames a logical session to the physical one of this run.
+pub fn physical(prefix: &str, session: &str) -> String {
+    format!("{prefix}{session}")
+}
+
+/// Runs `call` on `store` (sessions prefixed with `prefix`), advancing `clock` for [`Call::Advance`].
+pub async fn execute(
+    store: &dyn Store,
+    clock: &ManualClock,
+    prefix: &str,
+    call: &Call,
+) -> Projection {
+    let result = match call.clone() {
+        Call::Append {
+            session,
+            events,
+            options,
+        } => store
+            .append(&physical(prefix, &session), events, options)
+            .await
+            .map(Outcome::Append),
+        Call::Claim(mut r) => {
+            r.session_id = physical(prefix, &r.session_id);
+            store.claim_available(r).await.map(Outcome::Claim)
+        }
+        Call::Renew(mut r) => {
+            r.session_id = physical(prefix, &r.session_id);
+            store.renew_claims(r).await.map(Outcome::Renew)
+        }
+        Call::Complete(mut r) => {
+            r.session_id = physical(prefix, &r.session_id);
+            store.complete_attempt(r).await.map(Outcome::Complete)
+        }
+        Call::Fail(mut r) => {
+            r.session_id = physical(prefix, &r.session_id);
+            store.fail_attempt(r).await.map(Outcome::Fail)
+        }
+        Call::Redrive(mut r) => {
+            r.session_id = physical(prefix, &r.session_id);
+            store.redrive(r).await.map(Outcome::Redrive)
+        }
+        Call::Clear(mut r) => {
+            r.session_id = physical(prefix, &r.session_id);
+            store.clear(r).await.map(Outcome::Clear)
+        }
+        Call::Reclaim(session) => store
+            .reclaim(&physical(prefix, &session))
+            .await
+            .map(Outcome::Reclaim),
+        Call::Read(session, options) => store
+            .read(&physical(prefix, &session), options)
+            .await
+            .map(Outcome::Read),
+        Call::WakeLog(session, consumer) => store
+            .wake_log(&physical(prefix, &session), &consumer)
+            .await
+            .map(Outcome::WakeLog),
+        Call::WriteState(session, reducer, writes) => store
+            .write_state(&physical(prefix, &session), &reducer, writes)
+            .await
+            .map(|()| Outcome::WriteState),
+        Call::ReadState(session, reducer, options) => store
+            .read_state(&physical(prefix, &session), &reducer, options)
+            .await
+            .map(Outcome::ReadState),
+        Call::SetPresence(session, participant, values, meta) => store
+            .set_presence(&physical(prefix, &session), &participant, values, meta)
+            .await
+            .map(Outcome::Presence),
+        Call::Advance(ms) => Ok(Outcome::Advanced(clock.advance(ms))),
+    };
+    result.map_err(|error| error.code())
+}

@@ -1,0 +1,513 @@
+//! The runner's model: what it remembers between steps to resolve symbolic
+//! ops into concrete calls, and what the invariants check stores against.
+//!
+//! The model follows the reference store's results (which every candidate
+//! must equal): recently claimed heads, each lane's queue of targeted
+//! indexes and which of them finished, and every type list a log consumer
+//! was declared with.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use a2_store_api::{
+    AppendOptions, Cause, ClaimRequest, ClaimResult, ClearRequest, ClearResult, CompleteRequest,
+    CompleteResult, ConsumerDeclaration, CursorRef, FailRequest, HeldClaim, NewEvent, PresenceMeta,
+    ReadOptions, ReadStateOptions, RedriveAction, RedriveRequest, RenewRequest, StateWrite, Target,
+};
+use serde_json::{json, Value};
+
+use crate::call::{Call, Outcome, Projection};
+use crate::op::{EventSpec, IfLast, LeaseSpec, Op};
+use crate::snapshot::StoreState;
+use crate::vocab::{
+    declarations, pick, EVENT_IDS, FIELDS, HOLDERS, LANES, PARTICIPANTS, REDUCERS, REPLY_IDS,
+    SESSIONS, TARGET_CONSUMERS, TYPES,
+};
+
+/// How many recently claimed heads ops can pick from.
+const KNOWN_HEADS: usize = 8;
+
+/// A head some claim returned, with the attempt it was claimed as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KnownHead {
+    /// Logical session index.
+    pub session: usize,
+    /// The head.
+    pub cursor: CursorRef,
+    /// The attempt returned by the claim.
+    pub attempt: u32,
+}
+
+impl KnownHead {
+    fn cause(&self) -> Cause {
+        Cause {
+            consumer: self.cursor.consumer.clone(),
+            lane: self.cursor.lane.clone(),
+            index: self.cursor.index,
+            attempt: self.attempt,
+        }
+    }
+}
+
+/// One lane's FIFO as the model sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaneModel {
+    /// Every index targeted at the lane since the last clear.
+    pub queued: BTreeSet<u64>,
+    /// The queued indexes completed or skipped.
+    pub finished: BTreeSet<u64>,
+}
+
+impl LaneModel {
+    /// The lowest unfinished targeted index: the head the lane cursor must have.
+    pub fn expected_head(&self) -> Option<u64> {
+        self.queued.difference(&self.finished).next().copied()
+    }
+}
+
+/// What the runner remembers between steps.
+#[derive(Debug, Clone, Default)]
+pub struct Model {
+    known: Vec<KnownHead>,
+    /// Lanes by `(session, consumer, lane)`.
+    pub lanes: BTreeMap<(usize, String, String), LaneModel>,
+    /// Every type list declared for a log `(consumer, lane)`.
+    pub log_types: BTreeMap<(String, String), Vec<Option<Vec<String>>>>,
+}
+
+fn session_index(name: &str) -> usize {
+    SESSIONS.iter().position(|s| *s == name).unwrap_or(0)
+}
+
+fn session_name(n: u8) -> String {
+    pick(&SESSIONS, n).to_owned()
+}
+
+fn lease(spec: LeaseSpec, now: i64) -> (Option<i64>, Option<i64>) {
+    match spec {
+        LeaseSpec::Ttl(ttl) => (Some(ttl), None),
+        LeaseSpec::ExpiresIn(offset) => (None, Some(now + offset)),
+        LeaseSpec::Neither => (None, None),
+        LeaseSpec::ZeroTtl => (Some(0), None),
+    }
+}
+
+fn with_delta(attempt: u32, delta: i8) -> u32 {
+    attempt.saturating_add_signed(i32::from(delta))
+}
+
+impl Model {
+    /// The `n`-th most recently claimed head, if any was claimed.
+    fn recent(&self, n: u8) -> Option<&KnownHead> {
+        let len = self.known.len();
+        if len == 0 {
+            return None;
+        }
+        self.known.get(len - 1 - usize::from(n) % len)
+    }
+
+    fn event(&self, spec: &EventSpec, ids: &[&str]) -> NewEvent {
+        let mut event = NewEvent::new(pick(&TYPES, spec.event_type), json!(spec.payload));
+        if let Some(id) = spec.id {
+            event = event.with_id(pick(ids, id));
+        }
+        for (consumer, lane) in &spec.targets {
+            let consumer = pick(&TARGET_CONSUMERS, *consumer);
+            event = event.with_target(match lane {
+                Some(lane) => Target::lane(consumer, pick(&LANES, *lane)),
+                None => Target::event(consumer),
+            });
+        }
+        if let Some(known) = spec.cause.and_then(|n| self.recent(n)) {
+            event = event.with_cause(known.cause());
+        }
+        event
+    }
+
+    /// Turns `op` into a concrete call against the reference's current state.
+    pub fn resolve(&self, op: &Op, state: &StoreState, now: i64) -> Call {
+        match op {
+            Op::Append {
+                session,
+                events,
+                consumers,
+                origin,
+            } => Call::Append {
+                session: session_name(*session),
+                events: events.iter().map(|e| self.event(e, &EVENT_IDS)).collect(),
+                options: AppendOptions {
+                    consumers: declarations(consumers),
+                    origin_index: origin.map(u64::from),
+                },
+            },
+            Op::Claim {
+                session,
+                holder,
+                lease: spec,
+                exclude,
+                consumers,
+                max_failures,
+                through,
+                limit,
+            } => {
+                let (ttl_ms, expires_at_ms) = lease(*spec, now);
+                Call::Claim(ClaimRequest {
+                    session_id: session_name(*session),
+                    holder: pick(&HOLDERS, *holder).to_owned(),
+                    ttl_ms,
+                    expires_at_ms,
+                    exclude: exclude
+                        .iter()
+                        .filter_map(|n| self.recent(*n).map(|k| k.cursor.clone()))
+                        .collect(),
+                    consumers: declarations(consumers),
+                    max_failures: max_failures.map(u32::from),
+                    through: through.map(u64::from),
+                    limit: limit.map(usize::from),
+                })
+            }
+            Op::Renew {
+                holder,
+                picks,
+                attempt_delta,
+                lease: spec,
+            } => {
+                let first = picks.first().and_then(|n| self.recent(*n));
+                let session = first.map_or(0, |k| k.session);
+                let (ttl_ms, expires_at_ms) = lease(*spec, now);
+                let mut claims: Vec<HeldClaim> = Vec::new();
+                for known in picks.iter().filter_map(|n| self.recent(*n)) {
+                    let claim = HeldClaim {
+                        cursor: known.cursor.clone(),
+                        attempt: with_delta(known.attempt, *attempt_delta),
+                    };
+                    if known.session == session && !claims.contains(&claim) {
+                        claims.push(claim);
+                    }
+                }
+                Call::Renew(RenewRequest {
+                    session_id: SESSIONS[session % SESSIONS.len()].to_owned(),
+                    holder: pick(&HOLDERS, *holder).to_owned(),
+                    claims,
+                    ttl_ms,
+                    expires_at_ms,
+                })
+            }
+            Op::Complete {
+                pick: n,
+                attempt_delta,
+                events,
+                consumers,
+            } => {
+                let (session, cursor, attempt) = self.target_of(state, *n, *attempt_delta);
+                Call::Complete(CompleteRequest {
+                    session_id: session,
+                    consumer: cursor.consumer,
+                    lane: cursor.lane,
+                    index: cursor.index,
+                    attempt,
+                    events: events.iter().map(|e| self.event(e, &REPLY_IDS)).collect(),
+                    consumers: declarations(consumers),
+                })
+            }
+            Op::Fail {
+                pick: n,
+                attempt_delta,
+                retry_after,
+                max_failures,
+            } => {
+                let (session, cursor, attempt) = self.target_of(state, *n, *attempt_delta);
+                Call::Fail(FailRequest {
+                    session_id: session,
+                    consumer: cursor.consumer,
+                    lane: cursor.lane,
+                    index: cursor.index,
+                    attempt,
+                    error: "handler failed".to_owned(),
+                    max_failures: max_failures.map(u32::from),
+                    retry_after_ms: *retry_after,
+                })
+            }
+            Op::Redrive {
+                session,
+                pick: n,
+                skip,
+                consumers,
+            } => {
+                let letters = state
+                    .session(usize::from(*session) % SESSIONS.len())
+                    .map(|s| s.dead_letters())
+                    .unwrap_or(&[]);
+                let (consumer, index) = match letters.get(usize::from(*n) % letters.len().max(1)) {
+                    Some(head) => (head.consumer.clone(), head.event.index),
+                    None => ("agent".to_owned(), u64::from(*n) + 1),
+                };
+                Call::Redrive(RedriveRequest {
+                    session_id: session_name(*session),
+                    consumer,
+                    index,
+                    action: if *skip {
+                        RedriveAction::Skip
+                    } else {
+                        RedriveAction::Retry
+                    },
+                    consumers: declarations(consumers),
+                })
+            }
+            Op::Clear {
+                session,
+                if_last,
+                cause,
+            } => {
+                let head = state
+                    .session(usize::from(*session) % SESSIONS.len())
+                    .map_or(0, |s| s.head());
+                Call::Clear(ClearRequest {
+                    session_id: session_name(*session),
+                    if_last_index: if_last.map(|spec| match spec {
+                        IfLast::Head => head,
+                        IfLast::Behind(n) => head.saturating_sub(u64::from(n) + 1),
+                    }),
+                    cause: cause.and_then(|n| self.recent(n)).map(KnownHead::cause),
+                })
+            }
+            Op::Reclaim { session } => Call::Reclaim(session_name(*session)),
+            Op::Read {
+                session,
+                after,
+                through,
+                limit,
+            } => Call::Read(
+                session_name(*session),
+                ReadOptions {
+                    after: after.map(u64::from),
+                    through: through.map(u64::from),
+                    limit: limit.map(usize::from),
+                },
+            ),
+            Op::WakeLog { session, consumer } => {
+                Call::WakeLog(session_name(*session), consumer.declaration())
+            }
+            Op::WriteState {
+                session,
+                reducer,
+                writes,
+            } => {
+                let head = state
+                    .session(usize::from(*session) % SESSIONS.len())
+                    .map_or(0, |s| s.head());
+                let writes = writes
+                    .iter()
+                    .map(|(back, value, pins)| StateWrite {
+                        index: head.saturating_sub(u64::from(*back)),
+                        state: json!({ "n": value }),
+                        pins: pins
+                            .iter()
+                            .filter_map(|n| self.recent(*n).map(|k| k.cursor.clone()))
+                            .collect(),
+                    })
+                    .collect();
+                Call::WriteState(
+                    session_name(*session),
+                    pick(&REDUCERS, *reducer).to_owned(),
+                    writes,
+                )
+            }
+            Op::ReadState {
+                session,
+                reducer,
+                at,
+            } => Call::ReadState(
+                session_name(*session),
+                pick(&REDUCERS, *reducer).to_owned(),
+                ReadStateOptions {
+                    at: at.map(u64::from),
+                },
+            ),
+            Op::SetPresence {
+                session,
+                participant,
+                fields,
+                at,
+                seen,
+                ttl,
+            } => {
+                let values = fields
+                    .iter()
+                    .map(|(field, value)| {
+                        (
+                            pick(&FIELDS, *field).to_owned(),
+                            value.map_or(Value::Null, |v| json!(v)),
+                        )
+                    })
+                    .collect();
+                Call::SetPresence(
+                    session_name(*session),
+                    pick(&PARTICIPANTS, *participant).to_owned(),
+                    values,
+                    PresenceMeta {
+                        at: i64::from(*at),
+                        seen: seen.map(u64::from),
+                        ttl_ms: i64::from(*ttl),
+                    },
+                )
+            }
+            Op::Advance { ms } => Call::Advance(*ms),
+        }
+    }
+
+    /// The head a completion or failure names: a recently claimed one, else
+    /// a current (unclaimed) head of the first session, else a made-up
+    /// `(agent, event cursor, n + 1)`.
+    fn target_of(&self, state: &StoreState, n: u8, delta: i8) -> (String, CursorRef, u32) {
+        if let Some(known) = self.recent(n) {
+            return (
+                SESSIONS[known.session % SESSIONS.len()].to_owned(),
+                known.cursor.clone(),
+                with_delta(known.attempt, delta),
+            );
+        }
+        let current = state
+            .session(0)
+            .map(|s| s.cursors())
+            .unwrap_or(&[])
+            .iter()
+            .filter_map(|c| c.head_ref().map(|r| (r, c.dispatch.attempt_count)))
+            .nth(usize::from(n));
+        match current {
+            Some((cursor, attempt)) => (SESSIONS[0].to_owned(), cursor, with_delta(attempt, delta)),
+            None => (
+                SESSIONS[0].to_owned(),
+                CursorRef::new("agent", None, u64::from(n) + 1),
+                with_delta(1, delta),
+            ),
+        }
+    }
+
+    /// Records the declarations a call passes (before it runs).
+    pub fn note_declarations(&mut self, call: &Call) {
+        let declared: Vec<ConsumerDeclaration> = match call {
+            Call::Append { options, .. } => options.consumers.clone().unwrap_or_default(),
+            Call::Claim(r) => r.consumers.clone().unwrap_or_default(),
+            Call::Complete(r) => r.consumers.clone().unwrap_or_default(),
+            Call::Redrive(r) => r.consumers.clone().unwrap_or_default(),
+            Call::WakeLog(_, consumer) => vec![consumer.clone()],
+            _ => Vec::new(),
+        };
+        for consumer in declared {
+            if let Some(log) = consumer.log {
+                let versions = self
+                    .log_types
+                    .entry((consumer.name.clone(), log.lane.clone()))
+                    .or_default();
+                if !versions.contains(&log.types) {
+                    versions.push(log.types);
+                }
+            }
+        }
+    }
+
+    /// Follows the reference's result of `call`: `before` and `after` are
+    /// the reference's states around it.
+    pub fn observe(
+        &mut self,
+        call: &Call,
+        outcome: &Projection,
+        before: &StoreState,
+        after: &StoreState,
+    ) {
+        let Some(session_name) = call.session() else {
+            return;
+        };
+        let session = session_index(session_name);
+        let head_before = before.session(session).map_or(0, |s| s.head());
+        match (call, outcome) {
+            (Call::Claim(_), Ok(Outcome::Claim(ClaimResult::Claimed { heads, .. }))) => {
+                for head in heads {
+                    let known = KnownHead {
+                        session,
+                        cursor: head.cursor_ref(),
+                        attempt: head.dispatch.attempt_count,
+                    };
+                    self.known
+                        .retain(|k| !(k.session == session && k.cursor == known.cursor));
+                    self.known.push(known);
+                }
+                let excess = self.known.len().saturating_sub(KNOWN_HEADS);
+                self.known.drain(..excess);
+            }
+            (Call::Append { events, .. }, Ok(Outcome::Append(result))) => {
+                self.queue(session, head_before, events, &result.events);
+            }
+            (
+                Call::Complete(request),
+                Ok(Outcome::Complete(CompleteResult::Completed { events })),
+            ) => {
+                if let Some(lane) = &request.lane {
+                    let key = (session, request.consumer.clone(), lane.clone());
+                    if let Some(model) = self.lanes.get_mut(&key) {
+                        if model.expected_head() == Some(request.index) {
+                            model.finished.insert(request.index);
+                        }
+                    }
+                }
+                self.queue(session, head_before, &request.events, events);
+            }
+            (Call::Redrive(request), Ok(Outcome::Redrive(result)))
+                if result.redriven && request.action == RedriveAction::Skip =>
+            {
+                let was = before
+                    .session(session)
+                    .map(|s| s.dead_letters())
+                    .unwrap_or(&[]);
+                let now = after
+                    .session(session)
+                    .map(|s| s.dead_letters())
+                    .unwrap_or(&[]);
+                for letter in was {
+                    let gone = !now.iter().any(|h| h.cursor_ref() == letter.cursor_ref());
+                    if letter.consumer != request.consumer
+                        || letter.event.index != request.index
+                        || !gone
+                    {
+                        continue;
+                    }
+                    let Some(lane) = &letter.lane else { continue };
+                    let key = (session, letter.consumer.clone(), lane.clone());
+                    if let Some(model) = self.lanes.get_mut(&key) {
+                        if model.expected_head() == Some(request.index) {
+                            model.finished.insert(request.index);
+                        }
+                    }
+                }
+            }
+            (Call::Clear(_), Ok(Outcome::Clear(ClearResult::Cleared { .. }))) => {
+                self.lanes.retain(|key, _| key.0 != session);
+            }
+            _ => {}
+        }
+    }
+
+    /// Queues the lane targets of the newly stored rows among `stored`.
+    fn queue(
+        &mut self,
+        session: usize,
+        head_before: u64,
+        requested: &[NewEvent],
+        stored: &[a2_store_api::StoredEvent],
+    ) {
+        for (event, row) in requested.iter().zip(stored) {
+            if row.index <= head_before {
+                continue;
+            }
+            for target in &event.targets {
+                if let Some(lane) = &target.lane {
+                    self.lanes
+                        .entry((session, target.consumer.clone(), lane.clone()))
+                        .or_default()
+                        .queued
+                        .insert(row.index);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,299 @@
+//! Renders calls as ready-to-paste Rust, so a shrunk failing sequence can be
+//! dropped into a test of the failing backend as it is.
+
+use std::fmt::Write;
+
+use a2_store_api::{Cause, ConsumerDeclaration, CursorRef, NewEvent, RedriveAction, StateWrite};
+use serde_json::Value;
+
+use crate::call::Call;
+
+fn text(value: &str) -> String {
+    format!("{value:?}")
+}
+
+fn owned(value: &str) -> String {
+    format!("{value:?}.into()")
+}
+
+fn opt_owned(value: &Option<String>) -> String {
+    match value {
+        Some(value) => format!("Some({})", owned(value)),
+        None => "None".to_owned(),
+    }
+}
+
+fn opt<T: std::fmt::Debug>(value: &Option<T>) -> String {
+    match value {
+        Some(value) => format!("Some({value:?})"),
+        None => "None".to_owned(),
+    }
+}
+
+fn json(value: &Value) -> String {
+    format!("json!({value})")
+}
+
+fn cause(cause: &Cause) -> String {
+    format!(
+        "Cause {{ consumer: {}, lane: {}, index: {}, attempt: {} }}",
+        owned(&cause.consumer),
+        opt_owned(&cause.lane),
+        cause.index,
+        cause.attempt
+    )
+}
+
+fn cursor_ref(cursor: &CursorRef) -> String {
+    format!(
+        "CursorRef::new({}, {}, {})",
+        text(&cursor.consumer),
+        match &cursor.lane {
+            Some(lane) => format!("Some({})", text(lane)),
+            None => "None".to_owned(),
+        },
+        cursor.index
+    )
+}
+
+fn event(event: &NewEvent) -> String {
+    let mut out = format!(
+        "NewEvent::new({}, {})",
+        text(&event.event_type),
+        json(&event.payload)
+    );
+    if let Some(id) = &event.id {
+        let _ = write!(out, ".with_id({})", text(id));
+    }
+    for target in &event.targets {
+        let _ = match &target.lane {
+            Some(lane) => write!(
+                out,
+                ".with_target(Target::lane({}, {}))",
+                text(&target.consumer),
+                text(lane)
+            ),
+            None => write!(
+                out,
+                ".with_target(Target::event({}))",
+                text(&target.consumer)
+            ),
+        };
+    }
+    if let Some(c) = &event.cause {
+        let _ = write!(out, ".with_cause({})", cause(c));
+    }
+    out
+}
+
+fn events(list: &[NewEvent]) -> String {
+    let items: Vec<String> = list.iter().map(event).collect();
+    format!("vec![{}]", items.join(", "))
+}
+
+fn declaration(consumer: &ConsumerDeclaration) -> String {
+    match &consumer.log {
+        None => format!("ConsumerDeclaration::targeted({})", text(&consumer.name)),
+        Some(log) => format!(
+            "ConsumerDeclaration::log({}, {}, {}, {})",
+            text(&consumer.name),
+            text(&log.lane),
+            match &log.types {
+                Some(types) => format!(
+                    "Some(vec![{}])",
+                    types
+                        .iter()
+                        .map(|t| owned(t))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => "None".to_owned(),
+            },
+            log.backfill
+        ),
+    }
+}
+
+fn declarations(consumers: &Option<Vec<ConsumerDeclaration>>) -> String {
+    match consumers {
+        Some(list) => format!(
+            "Some(vec![{}])",
+            list.iter().map(declaration).collect::<Vec<_>>().join(", ")
+        ),
+        None => "None".to_owned(),
+    }
+}
+
+fn refs(list: &[CursorRef]) -> String {
+    format!(
+        "vec![{}]",
+        list.iter().map(cursor_ref).collect::<Vec<_>>().join(", ")
+    )
+}
+
+fn state_write(write: &StateWrite) -> String {
+    format!(
+        "StateWrite {{ index: {}, state: {}, pins: {} }}",
+        write.index,
+        json(&write.state),
+        refs(&write.pins)
+    )
+}
+
+/// The call as a Rust expression on `store` (and `clock` for advances).
+pub fn rust(call: &Call) -> String {
+    match call {
+        Call::Append {
+            session,
+            events: list,
+            options,
+        } => format!(
+            "store.append({}, {}, AppendOptions {{ consumers: {}, origin_index: {} }}).await",
+            text(session),
+            events(list),
+            declarations(&options.consumers),
+            opt(&options.origin_index)
+        ),
+        Call::Claim(r) => format!(
+            "store.claim_available(ClaimRequest {{ session_id: {}, holder: {}, ttl_ms: {}, expires_at_ms: {}, exclude: {}, consumers: {}, max_failures: {}, through: {}, limit: {} }}).await",
+            owned(&r.session_id),
+            owned(&r.holder),
+            opt(&r.ttl_ms),
+            opt(&r.expires_at_ms),
+            refs(&r.exclude),
+            declarations(&r.consumers),
+            opt(&r.max_failures),
+            opt(&r.through),
+            opt(&r.limit)
+        ),
+        Call::Renew(r) => format!(
+            "store.renew_claims(RenewRequest {{ session_id: {}, holder: {}, claims: vec![{}], ttl_ms: {}, expires_at_ms: {} }}).await",
+            owned(&r.session_id),
+            owned(&r.holder),
+            r.claims
+                .iter()
+                .map(|c| format!("HeldClaim {{ cursor: {}, attempt: {} }}", cursor_ref(&c.cursor), c.attempt))
+                .collect::<Vec<_>>()
+                .join(", "),
+            opt(&r.ttl_ms),
+            opt(&r.expires_at_ms)
+        ),
+        Call::Complete(r) => format!(
+            "store.complete_attempt(CompleteRequest {{ session_id: {}, consumer: {}, lane: {}, index: {}, attempt: {}, events: {}, consumers: {} }}).await",
+            owned(&r.session_id),
+            owned(&r.consumer),
+            opt_owned(&r.lane),
+            r.index,
+            r.attempt,
+            events(&r.events),
+            declarations(&r.consumers)
+        ),
+        Call::Fail(r) => format!(
+            "store.fail_attempt(FailRequest {{ session_id: {}, consumer: {}, lane: {}, index: {}, attempt: {}, error: {}, max_failures: {}, retry_after_ms: {} }}).await",
+            owned(&r.session_id),
+            owned(&r.consumer),
+            opt_owned(&r.lane),
+            r.index,
+            r.attempt,
+            owned(&r.error),
+            opt(&r.max_failures),
+            opt(&r.retry_after_ms)
+        ),
+        Call::Redrive(r) => format!(
+            "store.redrive(RedriveRequest {{ session_id: {}, consumer: {}, index: {}, action: RedriveAction::{}, consumers: {} }}).await",
+            owned(&r.session_id),
+            owned(&r.consumer),
+            r.index,
+            match r.action {
+                RedriveAction::Retry => "Retry",
+                RedriveAction::Skip => "Skip",
+            },
+            declarations(&r.consumers)
+        ),
+        Call::Clear(r) => format!(
+            "store.clear(ClearRequest {{ session_id: {}, if_last_index: {}, cause: {} }}).await",
+            owned(&r.session_id),
+            opt(&r.if_last_index),
+            match &r.cause {
+                Some(c) => format!("Some({})", cause(c)),
+                None => "None".to_owned(),
+            }
+        ),
+        Call::Reclaim(session) => format!("store.reclaim({}).await", text(session)),
+        Call::Read(session, options) => format!(
+            "store.read({}, ReadOptions {{ after: {}, through: {}, limit: {} }}).await",
+            text(session),
+            opt(&options.after),
+            opt(&options.through),
+            opt(&options.limit)
+        ),
+        Call::WakeLog(session, consumer) => format!(
+            "store.wake_log({}, &{}).await",
+            text(session),
+            declaration(consumer)
+        ),
+        Call::WriteState(session, reducer, writes) => format!(
+            "store.write_state({}, {}, vec![{}]).await",
+            text(session),
+            text(reducer),
+            writes.iter().map(state_write).collect::<Vec<_>>().join(", ")
+        ),
+        Call::ReadState(session, reducer, options) => format!(
+            "store.read_state({}, {}, ReadStateOptions {{ at: {} }}).await",
+            text(session),
+            text(reducer),
+            opt(&options.at)
+        ),
+        Call::SetPresence(session, participant, values, meta) => format!(
+            "store.set_presence({}, {}, BTreeMap::from([{}]), PresenceMeta {{ at: {}, seen: {}, ttl_ms: {} }}).await",
+            text(session),
+            text(participant),
+            values
+                .iter()
+                .map(|(field, value)| format!("({}, {})", owned(field), json(value)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            meta.at,
+            opt(&meta.seen),
+            meta.ttl_ms
+        ),
+        Call::Advance(ms) => format!("clock.advance({ms})"),
+    }
+}
+
+/// A whole reproduction: setup, every call before the failing one, then the
+/// failing call, and what went wrong as comments.
+pub fn program(calls: &[Call], start_ms: i64, id_prefix: &str, failure: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "// Paste into an async test of the backend under test; `open_store` builds it\n\
+         // on the given clock and id generator.\n\
+         use std::collections::BTreeMap;\n\
+         use std::sync::Arc;\n\
+         use a2_store_api::*;\n\
+         use serde_json::json;\n\
+         let clock = ManualClock::new({start_ms});\n\
+         let store = open_store(Arc::new(clock.clone()), Arc::new(CounterIds::new({})));",
+        text(id_prefix)
+    );
+    let Some((last, before)) = calls.split_last() else {
+        let _ = writeln!(out, "// {failure}");
+        return out;
+    };
+    for call in before {
+        match call {
+            Call::Advance(_) => {
+                let _ = writeln!(out, "{};", rust(call));
+            }
+            _ => {
+                let _ = writeln!(out, "let _ = {};", rust(call));
+            }
+        }
+    }
+    let _ = writeln!(out, "let result = {};", rust(last));
+    for line in failure.lines() {
+        let _ = writeln!(out, "// {line}");
+    }
+    out
+}

@@ -1,0 +1,188 @@
+//! The full observable state of a store, captured after every step and
+//! compared between the reference and the candidate.
+
+use a2_store_api::{
+    Cursor, ErrorCode, Head, ListSessions, PresenceRow, ReadOptions, ReadStateOptions, SessionInfo,
+    StateRead, Store, StoredEvent,
+};
+
+use crate::call::physical;
+use crate::vocab::{REDUCERS, SESSIONS};
+
+/// A read's result with the error projected to its code.
+pub type Read<T> = Result<T, ErrorCode>;
+
+/// What one session looks like through every read of the trait.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionState {
+    /// Every stored row (`read` with default bounds).
+    pub rows: Read<Vec<StoredEvent>>,
+    /// `cursors`.
+    pub cursors: Read<Vec<Cursor>>,
+    /// `dead_letters`.
+    pub dead_letters: Read<Vec<Head>>,
+    /// `read_presence`.
+    pub presence: Read<Vec<PresenceRow>>,
+    /// `read_state` of each reducer at: no bound, the head, the head - 1, the clear.
+    pub states: Vec<(String, Option<u64>, Read<StateRead>)>,
+    /// The session's listing row (`None`: not listed).
+    pub info: Option<SessionInfo>,
+}
+
+impl SessionState {
+    /// The log head (0 when not listed).
+    pub fn head(&self) -> u64 {
+        self.info.as_ref().map_or(0, |info| info.head)
+    }
+
+    /// The clear index (0 when never cleared).
+    pub fn clear_index(&self) -> u64 {
+        self.info.as_ref().map_or(0, |info| info.clear_index)
+    }
+
+    /// The stored rows, empty when reading failed.
+    pub fn rows(&self) -> &[StoredEvent] {
+        self.rows.as_deref().unwrap_or(&[])
+    }
+
+    /// The cursors, empty when listing failed.
+    pub fn cursors(&self) -> &[Cursor] {
+        self.cursors.as_deref().unwrap_or(&[])
+    }
+
+    /// The dead letters, empty when listing failed.
+    pub fn dead_letters(&self) -> &[Head] {
+        self.dead_letters.as_deref().unwrap_or(&[])
+    }
+}
+
+/// Every logical session's state plus the session listing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreState {
+    /// By logical session, in [`SESSIONS`] order.
+    pub sessions: Vec<SessionState>,
+    /// `sessions()` restricted to this run's prefix, with the prefix removed.
+    pub listing: Read<Vec<SessionInfo>>,
+}
+
+impl StoreState {
+    /// The state of logical session `index` (sessions wrap around).
+    pub fn session(&self, index: usize) -> Option<&SessionState> {
+        self.sessions.get(index)
+    }
+
+    /// Names the first part that differs from `other`, with both values.
+    pub fn difference(&self, other: &Self) -> Option<(String, String, String)> {
+        if self.listing != other.listing {
+            return Some((
+                "sessions()".to_owned(),
+                format!("{:#?}", self.listing),
+                format!("{:#?}", other.listing),
+            ));
+        }
+        for (index, (mine, theirs)) in self.sessions.iter().zip(&other.sessions).enumerate() {
+            let name = SESSIONS.get(index).copied().unwrap_or("?");
+            let parts: [(&str, String, String); 4] = [
+                (
+                    "read",
+                    format!("{:#?}", mine.rows),
+                    format!("{:#?}", theirs.rows),
+                ),
+                (
+                    "cursors",
+                    format!("{:#?}", mine.cursors),
+                    format!("{:#?}", theirs.cursors),
+                ),
+                (
+                    "dead_letters",
+                    format!("{:#?}", mine.dead_letters),
+                    format!("{:#?}", theirs.dead_letters),
+                ),
+                (
+                    "read_presence",
+                    format!("{:#?}", mine.presence),
+                    format!("{:#?}", theirs.presence),
+                ),
+            ];
+            for (what, a, b) in parts {
+                if a != b {
+                    return Some((format!("{what}(\"{name}\")"), a, b));
+                }
+            }
+            for (a, b) in mine.states.iter().zip(&theirs.states) {
+                if a != b {
+                    return Some((
+                        format!("read_state(\"{name}\", \"{}\", at: {:?})", a.0, a.1),
+                        format!("{:#?}", a.2),
+                        format!("{:#?}", b.2),
+                    ));
+                }
+            }
+            if mine.states.len() != theirs.states.len() {
+                return Some((
+                    format!("read_state(\"{name}\") probes"),
+                    format!("{:#?}", mine.states),
+                    format!("{:#?}", theirs.states),
+                ));
+            }
+        }
+        None
+    }
+}
+
+/// Reads the whole state of the logical sessions of this run.
+pub async fn capture(store: &dyn Store, prefix: &str) -> StoreState {
+    let listing = list_sessions(store, prefix).await;
+    let mut sessions = Vec::with_capacity(SESSIONS.len());
+    for name in SESSIONS {
+        let id = physical(prefix, name);
+        let info = listing
+            .as_ref()
+            .ok()
+            .and_then(|rows| rows.iter().find(|row| row.session_id == name).cloned());
+        let head = info.as_ref().map_or(0, |info| info.head);
+        let clear = info.as_ref().map_or(0, |info| info.clear_index);
+        let mut probes = vec![None, Some(head), Some(head.saturating_sub(1)), Some(clear)];
+        probes.dedup();
+        let mut states = Vec::new();
+        for reducer in REDUCERS {
+            for at in &probes {
+                let read = store
+                    .read_state(&id, reducer, ReadStateOptions { at: *at })
+                    .await
+                    .map_err(|e| e.code());
+                states.push((reducer.to_owned(), *at, read));
+            }
+        }
+        sessions.push(SessionState {
+            rows: store
+                .read(&id, ReadOptions::default())
+                .await
+                .map_err(|e| e.code()),
+            cursors: store.cursors(&id).await.map_err(|e| e.code()),
+            dead_letters: store.dead_letters(&id).await.map_err(|e| e.code()),
+            presence: store.read_presence(&id).await.map_err(|e| e.code()),
+            states,
+            info,
+        });
+    }
+    StoreState { sessions, listing }
+}
+
+async fn list_sessions(store: &dyn Store, prefix: &str) -> Read<Vec<SessionInfo>> {
+    let rows = store
+        .sessions(ListSessions {
+            after: Some(prefix.to_owned()),
+            limit: None,
+        })
+        .await
+        .map_err(|e| e.code())?;
+    Ok(rows
+        .into_iter()
+        .map_while(|mut row| {
+            let logical = row.session_id.strip_prefix(prefix)?.to_owned();
+            row.session_id = logical;
+            Some(row)
+        })
+        .collect())
+}

@@ -1,0 +1,98 @@
+//! The small alphabets generated operations draw from.
+//!
+//! Few sessions, consumers, lanes, types and ids, so random sequences
+//! actually collide: replays, duplicate ids, lane conflicts and stale
+//! attempts happen in most cases instead of almost never.
+
+use a2_store_api::ConsumerDeclaration;
+
+/// Logical session names (the runner prefixes them per case).
+pub const SESSIONS: [&str; 2] = ["s0", "s1"];
+/// Claim holders.
+pub const HOLDERS: [&str; 2] = ["w0", "w1"];
+/// Consumers targets name; `audit` is also a log consumer, so lane conflicts happen.
+pub const TARGET_CONSUMERS: [&str; 3] = ["agent", "worker", "audit"];
+/// Target lanes; `log` is the lane log consumers use.
+pub const LANES: [&str; 3] = ["L1", "L2", "log"];
+/// Event types.
+pub const TYPES: [&str; 3] = ["msg", "tool", "note"];
+/// Caller-supplied ids of appended events.
+pub const EVENT_IDS: [&str; 4] = ["e0", "e1", "e2", "e3"];
+/// Caller-supplied ids of events returned by completions.
+pub const REPLY_IDS: [&str; 3] = ["r0", "r1", "r2"];
+/// Log consumer names.
+pub const LOG_CONSUMERS: [&str; 2] = ["audit", "tap"];
+/// Log consumer lanes (`L1` collides with target lanes).
+pub const LOG_LANES: [&str; 2] = ["log", "L1"];
+/// Reducer names.
+pub const REDUCERS: [&str; 2] = ["fold", "count"];
+/// Presence participants.
+pub const PARTICIPANTS: [&str; 2] = ["p0", "p1"];
+/// Presence fields.
+pub const FIELDS: [&str; 2] = ["typing", "cursor"];
+/// The clock every store of a case starts at, ms.
+pub const START_MS: i64 = 1_000_000;
+/// The prefix of generated ids (equal on every store, so ids match).
+pub const ID_PREFIX: &str = "id-";
+
+/// Picks `items[n % len]`; every alphabet is non-empty.
+pub fn pick<'a>(items: &[&'a str], n: u8) -> &'a str {
+    items
+        .get(usize::from(n) % items.len().max(1))
+        .copied()
+        .unwrap_or("")
+}
+
+/// The type lists a log declaration may take: all types, `msg` only, `msg` and `tool`.
+pub fn log_types(n: u8) -> Option<Vec<String>> {
+    match n % 3 {
+        0 => None,
+        1 => Some(vec!["msg".to_owned()]),
+        _ => Some(vec!["msg".to_owned(), "tool".to_owned()]),
+    }
+}
+
+/// A consumer declaration in symbolic form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeclSpec {
+    /// A consumer of targeted work only.
+    Targeted(u8),
+    /// A log consumer.
+    Log {
+        /// Index into [`LOG_CONSUMERS`].
+        consumer: u8,
+        /// Index into [`LOG_LANES`].
+        lane: u8,
+        /// See [`log_types`].
+        types: u8,
+        /// Start from the last clear.
+        backfill: bool,
+    },
+}
+
+impl DeclSpec {
+    /// The concrete declaration.
+    pub fn declaration(self) -> ConsumerDeclaration {
+        match self {
+            Self::Targeted(n) => ConsumerDeclaration::targeted(pick(&TARGET_CONSUMERS, n)),
+            Self::Log {
+                consumer,
+                lane,
+                types,
+                backfill,
+            } => ConsumerDeclaration::log(
+                pick(&LOG_CONSUMERS, consumer),
+                pick(&LOG_LANES, lane),
+                log_types(types),
+                backfill,
+            ),
+        }
+    }
+}
+
+/// Concrete declarations of a symbolic list (`None` stays `None`: serve every cursor).
+pub fn declarations(specs: &Option<Vec<DeclSpec>>) -> Option<Vec<ConsumerDeclaration>> {
+    specs
+        .as_ref()
+        .map(|specs| specs.iter().map(|spec| spec.declaration()).collect())
+}

@@ -1,0 +1,161 @@
+//! The runner against the memory backend itself (it must agree with itself),
+//! and against a deliberately broken wrapper (the runner must catch the bug
+//! and shrink it to a short reproduction).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use a2_conformance::StoreFactory;
+use a2_differential::{run_differential, Config, DivergenceKind};
+use a2_store_api::*;
+use a2_store_memory::{MemoryOptions, MemoryStore};
+use serde_json::Value;
+
+struct Memory;
+
+#[async_trait::async_trait]
+impl StoreFactory for Memory {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    async fn create(
+        &self,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+    ) -> Result<Arc<dyn Store>> {
+        Ok(Arc::new(MemoryStore::with_options(MemoryOptions {
+            clock,
+            ids,
+        })))
+    }
+}
+
+#[tokio::test]
+async fn memory_agrees_with_itself() {
+    let config = Config::from_env(128, 40);
+    let summary = run_differential(&Memory, config)
+        .await
+        .unwrap_or_else(|divergence| panic!("{divergence}"));
+    println!("{summary}");
+    assert_eq!(summary.cases, config.cases);
+    assert!(
+        summary
+            .outcomes
+            .get("complete:Completed+events")
+            .copied()
+            .unwrap_or(0)
+            > 0
+    );
+}
+
+/// The memory store, except that claims ignore `limit`.
+struct IgnoresLimit(MemoryStore);
+
+#[async_trait::async_trait]
+impl Store for IgnoresLimit {
+    async fn append(&self, s: &str, e: Vec<NewEvent>, o: AppendOptions) -> Result<AppendResult> {
+        self.0.append(s, e, o).await
+    }
+    async fn claim_available(&self, mut request: ClaimRequest) -> Result<ClaimResult> {
+        request.limit = None;
+        self.0.claim_available(request).await
+    }
+    async fn renew_claims(&self, r: RenewRequest) -> Result<RenewResult> {
+        self.0.renew_claims(r).await
+    }
+    async fn complete_attempt(&self, r: CompleteRequest) -> Result<CompleteResult> {
+        self.0.complete_attempt(r).await
+    }
+    async fn fail_attempt(&self, r: FailRequest) -> Result<FailResult> {
+        self.0.fail_attempt(r).await
+    }
+    async fn dead_letters(&self, s: &str) -> Result<Vec<Head>> {
+        self.0.dead_letters(s).await
+    }
+    async fn redrive(&self, r: RedriveRequest) -> Result<RedriveResult> {
+        self.0.redrive(r).await
+    }
+    async fn clear(&self, r: ClearRequest) -> Result<ClearResult> {
+        self.0.clear(r).await
+    }
+    async fn reclaim(&self, s: &str) -> Result<ReclaimResult> {
+        self.0.reclaim(s).await
+    }
+    async fn read(&self, s: &str, o: ReadOptions) -> Result<Vec<StoredEvent>> {
+        self.0.read(s, o).await
+    }
+    async fn wake_log(&self, s: &str, c: &ConsumerDeclaration) -> Result<WakeLogResult> {
+        self.0.wake_log(s, c).await
+    }
+    async fn cursors(&self, s: &str) -> Result<Vec<Cursor>> {
+        self.0.cursors(s).await
+    }
+    async fn subscribe(&self, s: &str, after: u64) -> Result<EventStream> {
+        self.0.subscribe(s, after).await
+    }
+    async fn write_state(&self, s: &str, r: &str, w: Vec<StateWrite>) -> Result<()> {
+        self.0.write_state(s, r, w).await
+    }
+    async fn read_state(&self, s: &str, r: &str, o: ReadStateOptions) -> Result<StateRead> {
+        self.0.read_state(s, r, o).await
+    }
+    async fn set_presence(
+        &self,
+        s: &str,
+        p: &str,
+        v: BTreeMap<String, Value>,
+        m: PresenceMeta,
+    ) -> Result<PresenceResult> {
+        self.0.set_presence(s, p, v, m).await
+    }
+    async fn read_presence(&self, s: &str) -> Result<Vec<PresenceRow>> {
+        self.0.read_presence(s).await
+    }
+    async fn sessions(&self, o: ListSessions) -> Result<Vec<SessionInfo>> {
+        self.0.sessions(o).await
+    }
+}
+
+struct Broken;
+
+#[async_trait::async_trait]
+impl StoreFactory for Broken {
+    fn name(&self) -> &str {
+        "memory-ignoring-limit"
+    }
+
+    async fn create(
+        &self,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+    ) -> Result<Arc<dyn Store>> {
+        Ok(Arc::new(IgnoresLimit(MemoryStore::with_options(
+            MemoryOptions { clock, ids },
+        ))))
+    }
+}
+
+#[tokio::test]
+async fn a_broken_backend_is_caught_and_shrunk_to_a_short_rust_reproduction() {
+    let divergence = run_differential(&Broken, Config::from_env(256, 40))
+        .await
+        .expect_err("ignoring the claim limit must be caught");
+    let program = divergence.program();
+    println!("{divergence}");
+    assert!(
+        matches!(divergence.kind, DivergenceKind::Result { .. }),
+        "{divergence}"
+    );
+    // Minimal: one append of two targeted events, one claim with a limit.
+    assert!(divergence.calls.len() <= 3, "not shrunk: {divergence}");
+    let last = program
+        .lines()
+        .find(|line| line.starts_with("let result = "))
+        .unwrap_or_default();
+    assert!(
+        last.contains("claim_available(") && last.contains("limit: Some(1)"),
+        "{program}"
+    );
+    assert!(program.contains("ManualClock::new(") && program.contains("CounterIds::new(\"id-\")"));
+}
