@@ -362,3 +362,59 @@ pub(crate) async fn claims_are_per_session(cx: Cx) -> CaseResult {
     );
     Ok(())
 }
+
+/// `retry_at` considers only candidates: busy heads that are excluded, above
+/// `through` or unserved do not count.
+pub(crate) async fn busy_retry_at_ignores_skipped_heads(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent"), to_event("b", "other")])
+        .await?;
+    let short = ClaimRequest {
+        ttl_ms: Some(100),
+        limit: Some(1),
+        ..cx.req(&s, "w1")
+    };
+    ensure_eq!(
+        hs(&claimed(cx.store.claim_available(short).await?)?.0),
+        strs(&["1 agent/- #1"])
+    );
+    cx.claim_heads(&s, "w1").await?;
+    let skip_first = ClaimRequest {
+        exclude: vec![at("agent", None, 1)],
+        ..cx.req(&s, "w2")
+    };
+    ensure_eq!(busy(cx.store.claim_available(skip_first).await?)?, T0 + TTL);
+    let only_first = ClaimRequest {
+        through: Some(1),
+        ..cx.req(&s, "w2")
+    };
+    ensure_eq!(busy(cx.store.claim_available(only_first).await?)?, T0 + 100);
+    let only_other = ClaimRequest {
+        consumers: Some(vec![a2_store_api::ConsumerDeclaration::targeted("other")]),
+        ..cx.req(&s, "w2")
+    };
+    ensure_eq!(busy(cx.store.claim_available(only_other).await?)?, T0 + TTL);
+    ensure_eq!(busy(cx.claim(&s, "w2").await?)?, T0 + 100);
+    Ok(())
+}
+
+/// With `max_failures: 2` the first expired claim is retried and the second dead-letters.
+pub(crate) async fn expired_claims_dead_letter_when_count_reaches_max(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent")]).await?;
+    let request = ClaimRequest {
+        max_failures: Some(2),
+        ..cx.req(&s, "w1")
+    };
+    for attempt in 1..=2u32 {
+        let (heads, dead, _) = claimed(cx.store.claim_available(request.clone()).await?)?;
+        ensure_eq!(dead, vec![]);
+        ensure_eq!(nth(&heads, 0)?.dispatch.attempt_count, attempt);
+        cx.advance(TTL);
+    }
+    let (heads, dead, _) = claimed(cx.store.claim_available(request).await?)?;
+    ensure_eq!(heads, vec![]);
+    ensure_eq!(hs(&dead), strs(&["1 agent/- #3"]));
+    ensure_eq!(nth(&dead, 0)?.dispatch.failure_count, 2);
+    Ok(())
+}

@@ -439,3 +439,21 @@ pub(crate) async fn completion_records_end_at_clear(cx: Cx) -> CaseResult {
     superseded(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
     Ok(())
 }
+
+/// Returned events always carry the completing attempt as cause, whatever cause they name.
+pub(crate) async fn complete_overrides_returned_event_cause(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    let foreign = cause("someone", None, 77, 9);
+    let events = completed(
+        cx.complete(&s, &head, vec![ev("reply", "r").with_cause(foreign)])
+            .await?,
+    )?;
+    ensure_eq!(events[0].cause, Some(cause("agent", Some("L1"), 1, 1)));
+    ensure_eq!(
+        cx.read_all(&s).await?[1].cause,
+        Some(cause("agent", Some("L1"), 1, 1))
+    );
+    Ok(())
+}

@@ -19,6 +19,7 @@ pub(crate) mod multi;
 pub(crate) mod presence;
 pub(crate) mod read;
 pub(crate) mod renew;
+pub(crate) mod robustness;
 pub(crate) mod snapshots;
 pub(crate) mod subscribe;
 pub(crate) mod validation;
@@ -91,6 +92,8 @@ macro_rules! __a2_cases {
                 claims::claim_without_max_failures_never_dead_letters,
                 claims::claimed_heads_carry_clear_index_after_clear,
                 claims::claims_are_per_session,
+                claims::busy_retry_at_ignores_skipped_heads,
+                claims::expired_claims_dead_letter_when_count_reaches_max,
                 clear::clear_appends_marker_event,
                 clear::clear_of_new_session_marks_index_one,
                 clear::clear_with_matching_last_index_clears,
@@ -129,6 +132,7 @@ macro_rules! __a2_cases {
                 complete::complete_of_skipped_head_is_superseded,
                 complete::event_cursor_completion_replays,
                 complete::completion_records_end_at_clear,
+                complete::complete_overrides_returned_event_cause,
                 concurrency::concurrent_claims_never_hand_out_a_head_twice,
                 concurrency::concurrent_appends_keep_indexes_contiguous,
                 concurrency::concurrent_completions_apply_once,
@@ -228,6 +232,8 @@ macro_rules! __a2_cases {
                 renew::renew_reports_refs_in_index_order,
                 renew::renew_with_invalid_lease_is_invalid,
                 renew::renew_after_fail_is_neither,
+                robustness::extreme_numbers_never_panic,
+                robustness::odd_strings_round_trip,
                 snapshots::read_state_without_writes_is_empty,
                 snapshots::read_state_returns_most_recent_write,
                 snapshots::head_snapshot_is_most_recent_even_if_lower,
@@ -252,6 +258,7 @@ macro_rules! __a2_cases {
                 subscribe::subscribe_sees_completion_returned_events,
                 subscribe::subscribe_sees_only_its_session,
                 subscribe::subscribe_skips_failed_appends,
+                subscribe::subscription_ends_when_store_is_dropped,
                 validation::empty_session_id_is_invalid_for_every_call,
                 validation::empty_holder_is_invalid,
                 validation::empty_consumer_name_is_invalid,

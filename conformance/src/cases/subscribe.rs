@@ -175,3 +175,29 @@ pub(crate) async fn subscribe_skips_failed_appends(cx: Cx) -> CaseResult {
     ensure_eq!((got.index, got.id.as_str()), (2, "c"));
     Ok(())
 }
+
+/// A subscription ends once the store (every handle of it) is dropped.
+pub(crate) async fn subscription_ends_when_store_is_dropped(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![msg("a")]).await?;
+    let Cx { store, .. } = cx;
+    let mut stream = store.subscribe(&s, 0).await?;
+    ensure_eq!(next(&mut stream).await?.id, "a");
+    drop(store);
+    match tokio::time::timeout(DELIVERY, stream.next()).await {
+        Ok(None) => Ok(()),
+        Ok(Some(Err(_))) => match tokio::time::timeout(DELIVERY, stream.next()).await {
+            Ok(None) => Ok(()),
+            other => Err(Failure::Fail(format!(
+                "the subscription did not end after its error: {other:?}"
+            ))),
+        },
+        Ok(Some(Ok(event))) => Err(Failure::Fail(format!(
+            "a dropped store delivered {event:?}"
+        ))),
+        Err(_) => Err(Failure::Fail(format!(
+            "the subscription was still open {} s after the store was dropped",
+            DELIVERY.as_secs()
+        ))),
+    }
+}

@@ -1,0 +1,205 @@
+//! No input makes a backend panic: extreme numbers and odd strings get a
+//! result or a typed error, and a failed call changes nothing.
+
+use a2_store_api::{
+    ClaimRequest, CompleteRequest, ErrorCode, FailRequest, HeldClaim, PresenceMeta, ReadOptions,
+    ReadStateOptions, RedriveAction, RedriveRequest, RenewRequest, StateWrite,
+};
+use serde_json::json;
+
+use crate::support::*;
+
+/// Passes when `result` is `Ok` or an error with one of `codes`.
+fn tolerated<T>(what: &str, result: a2_store_api::Result<T>, codes: &[ErrorCode]) -> CaseResult {
+    match result {
+        Ok(_) => Ok(()),
+        Err(error) if codes.contains(&error.code()) => Ok(()),
+        Err(error) => Err(Failure::Fail(format!(
+            "{what}: expected a result or one of {codes:?}, got {}: {error}",
+            error.code()
+        ))),
+    }
+}
+
+/// Indexes at `u64::MAX`, limits at `usize::MAX` and leases at `i64::MAX`
+/// never panic: each call answers or fails with a typed error, changing nothing.
+pub(crate) async fn extreme_numbers_never_panic(cx: Cx) -> CaseResult {
+    const ERR: &[ErrorCode] = &[ErrorCode::InvalidInput, ErrorCode::NoSuchEvent];
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
+        .await?;
+    let before = cx.state(&s).await?;
+    let store = &cx.store;
+    let far = u64::MAX;
+    tolerated(
+        "read",
+        store
+            .read(
+                &s,
+                ReadOptions {
+                    after: Some(far - 1),
+                    through: Some(far),
+                    limit: Some(usize::MAX),
+                },
+            )
+            .await,
+        ERR,
+    )?;
+    tolerated(
+        "complete",
+        store
+            .complete_attempt(CompleteRequest {
+                session_id: s.clone(),
+                consumer: "agent".into(),
+                lane: None,
+                index: far,
+                attempt: u32::MAX,
+                events: vec![],
+                consumers: None,
+            })
+            .await,
+        ERR,
+    )?;
+    tolerated(
+        "fail",
+        store
+            .fail_attempt(FailRequest {
+                session_id: s.clone(),
+                consumer: "agent".into(),
+                lane: Some("L1".into()),
+                index: far,
+                attempt: u32::MAX,
+                error: String::new(),
+                max_failures: Some(u32::MAX),
+                retry_after_ms: Some(i64::MAX),
+            })
+            .await,
+        ERR,
+    )?;
+    tolerated(
+        "renew",
+        store
+            .renew_claims(RenewRequest {
+                session_id: s.clone(),
+                holder: "w1".into(),
+                claims: vec![HeldClaim {
+                    cursor: at("agent", Some("L1"), far),
+                    attempt: u32::MAX,
+                }],
+                ttl_ms: Some(i64::MAX),
+                expires_at_ms: None,
+            })
+            .await,
+        ERR,
+    )?;
+    tolerated(
+        "redrive",
+        store
+            .redrive(RedriveRequest {
+                session_id: s.clone(),
+                consumer: "agent".into(),
+                index: far,
+                action: RedriveAction::Skip,
+                consumers: None,
+            })
+            .await,
+        ERR,
+    )?;
+    tolerated(
+        "read_state",
+        store
+            .read_state(&s, "r", ReadStateOptions { at: Some(far) })
+            .await,
+        ERR,
+    )?;
+    tolerated("subscribe", store.subscribe(&s, far).await, ERR)?;
+    ensure_unchanged!(cx, &s, before);
+    tolerated(
+        "claim",
+        store
+            .claim_available(ClaimRequest {
+                ttl_ms: Some(i64::MAX),
+                through: Some(far),
+                limit: Some(usize::MAX),
+                max_failures: Some(u32::MAX),
+                ..cx.req(&s, "w1")
+            })
+            .await,
+        ERR,
+    )?;
+    tolerated(
+        "write_state",
+        store
+            .write_state(
+                &s,
+                "r",
+                vec![StateWrite {
+                    index: far,
+                    state: json!(null),
+                    pins: vec![at("agent", Some("L1"), far)],
+                }],
+            )
+            .await,
+        ERR,
+    )?;
+    tolerated(
+        "set_presence",
+        store
+            .set_presence(
+                &s,
+                "ann",
+                [("x".to_owned(), json!(1))].into(),
+                PresenceMeta {
+                    at: i64::MIN,
+                    seen: Some(far),
+                    ttl_ms: i64::MAX,
+                },
+            )
+            .await,
+        ERR,
+    )?;
+    tolerated("read_presence", store.read_presence(&s).await, ERR)?;
+    Ok(())
+}
+
+/// Unusual but valid strings (unicode, NUL, separators, very long) are
+/// stored and read back exactly, as ids, types, names and session ids.
+pub(crate) async fn odd_strings_round_trip(cx: Cx) -> CaseResult {
+    let s = cx.s("sé\u{0}ssion/with:odd'chars\"");
+    let long = "x".repeat(10_000);
+    let odd_ids = ["ünïcødé 🚀", "with\u{0}nul", "a'b\"c;--", long.as_str()];
+    let events: Vec<_> = odd_ids
+        .iter()
+        .map(|id| {
+            a2_store_api::NewEvent::new(format!("type:{id}"), json!({ "id": id }))
+                .with_id(*id)
+                .with_target(a2_store_api::Target::lane("cønsumer\u{0}", "lane 🚀"))
+        })
+        .collect();
+    let stored = cx.append(&s, events).await?;
+    let rows = cx.read_all(&s).await?;
+    ensure_eq!(rows, stored.events);
+    ensure_eq!(
+        ids(&rows),
+        odd_ids
+            .iter()
+            .map(|id| (*id).to_owned())
+            .collect::<Vec<_>>()
+    );
+    let head = nth(&cx.claim_heads(&s, "wørker").await?, 0)?;
+    ensure_eq!(head.consumer, "cønsumer\u{0}");
+    ensure_eq!(head.lane.as_deref(), Some("lane 🚀"));
+    ensure_eq!(head.dispatch.claim_holder.as_deref(), Some("wørker"));
+    let replay = cx
+        .append(
+            &s,
+            vec![a2_store_api::NewEvent::new(
+                format!("type:{}", odd_ids[0]),
+                json!({ "id": odd_ids[0] }),
+            )
+            .with_id(odd_ids[0])],
+        )
+        .await?;
+    ensure_eq!(idx(&replay.events), vec![1]);
+    Ok(())
+}
