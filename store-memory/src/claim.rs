@@ -53,7 +53,9 @@ impl Session {
         let mut steps = Vec::new();
         let mut claims = 0;
         let mut early_busy: Option<i64> = None;
+        let mut visited = 0;
         for id in candidates(self.cursors.heads(), served.as_ref(), through) {
+            visited += 1;
             let Some(cursor) = self.cursors.get(id) else {
                 continue;
             };
@@ -81,6 +83,7 @@ impl Session {
             }
         }
 
+        self.last_claim_visits = visited;
         if steps.is_empty() {
             let busy = self.earliest_busy(served.as_ref(), &excluded, through);
             let retry_at = match (busy, early_busy) {

@@ -471,3 +471,99 @@ async fn finished_event_cursors_leave_nothing_in_the_indexes() {
     );
     store.check_invariants().unwrap();
 }
+
+#[tokio::test]
+async fn a_claim_walks_only_the_claimable_heads_it_may_take() {
+    let clock = ManualClock::new(0);
+    let store = MemoryStore::with_options(MemoryOptions {
+        clock: Arc::new(clock.clone()),
+        ids: Arc::new(CounterIds::new("g")),
+    });
+    let bulk = |consumer: &str, n: usize| -> Vec<NewEvent> {
+        (0..n)
+            .map(|k| NewEvent::new("msg", json!(k)).with_target(Target::event(consumer)))
+            .collect()
+    };
+    let request = |consumers: Option<Vec<&str>>| ClaimRequest {
+        session_id: SESSION.into(),
+        holder: "w".into(),
+        ttl_ms: Some(1_000_000),
+        consumers: consumers.map(|names| {
+            names
+                .into_iter()
+                .map(ConsumerDeclaration::targeted)
+                .collect()
+        }),
+        ..ClaimRequest::default()
+    };
+    // 3000 finished heads, 3000 busy heads, 3000 claimable heads of "idle".
+    let options = AppendOptions::default();
+    store
+        .append(SESSION, bulk("done", 3000), options.clone())
+        .await
+        .unwrap();
+    let ClaimResult::Claimed { heads, .. } = store
+        .claim_available(request(Some(vec!["done"])))
+        .await
+        .unwrap()
+    else {
+        panic!("expected claims");
+    };
+    for head in heads {
+        store
+            .complete_attempt(CompleteRequest {
+                session_id: SESSION.into(),
+                consumer: head.consumer,
+                lane: None,
+                index: head.event.index,
+                attempt: 1,
+                events: Vec::new(),
+                consumers: None,
+            })
+            .await
+            .unwrap();
+    }
+    store
+        .append(SESSION, bulk("busy", 3000), options.clone())
+        .await
+        .unwrap();
+    store
+        .claim_available(request(Some(vec!["busy"])))
+        .await
+        .unwrap();
+    store
+        .append(SESSION, bulk("idle", 3000), options.clone())
+        .await
+        .unwrap();
+    store
+        .append(SESSION, bulk("x", 1), options.clone())
+        .await
+        .unwrap();
+
+    let claimed = store
+        .claim_available(request(Some(vec!["x"])))
+        .await
+        .unwrap();
+    assert!(matches!(claimed, ClaimResult::Claimed { ref heads, .. } if heads.len() == 1));
+    assert_eq!(store.inspect(SESSION, |s| s.last_claim_visits), 1);
+
+    let limited = ClaimRequest {
+        limit: Some(2),
+        ..request(None)
+    };
+    store.claim_available(limited).await.unwrap();
+    assert_eq!(store.inspect(SESSION, |s| s.last_claim_visits), 2);
+
+    let below = ClaimRequest {
+        through: Some(6000),
+        ..request(None)
+    };
+    let result = store.claim_available(below).await.unwrap();
+    assert!(matches!(result, ClaimResult::Busy { .. }), "{result:?}");
+    assert_eq!(
+        store.inspect(SESSION, |s| s.last_claim_visits),
+        0,
+        "stops at the first head above `through`"
+    );
+    store.check_invariants().unwrap();
+}

@@ -40,6 +40,9 @@ pub(crate) struct Session {
     pub presence: PresenceTable,
     /// Live subscribers.
     pub subscribers: Subscribers,
+    /// How many heads the last claim walked (the work it did, for tests
+    /// that prove a claim does not scan the session).
+    pub last_claim_visits: usize,
 }
 
 impl Session {
@@ -52,6 +55,7 @@ impl Session {
             snapshots: SnapshotCache::default(),
             presence: PresenceTable::default(),
             subscribers: Subscribers::default(),
+            last_claim_visits: 0,
         }
     }
 
