@@ -716,3 +716,78 @@ pub(crate) async fn redrive_declaration_refreshes_log_types(cx: Cx) -> CaseResul
     ensure_eq!(cs(&[cursor]), strs(&["audit/log log pos=1 head=2"]));
     Ok(())
 }
+
+/// A consumer may have a log lane and target lanes of other names; another
+/// consumer may target a lane with the log lane's name. No conflict.
+pub(crate) async fn log_and_target_lanes_coexist_when_distinct(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append_for(
+        &s,
+        vec![to_lane("a", "audit", "L1"), to_lane("b", "other", "log")],
+        vec![log_consumer("audit", "log", None, false)],
+    )
+    .await?;
+    ensure_eq!(
+        cs(&cx.cursors(&s).await?),
+        strs(&[
+            "audit/L1 lane pos=0 head=1",
+            "audit/log log pos=0 head=1",
+            "other/log lane pos=0 head=2",
+        ])
+    );
+    Ok(())
+}
+
+/// A log cursor created by `wake_log` makes later targets on its lane `InvalidInput`.
+pub(crate) async fn target_on_lane_created_by_wake_log_is_invalid(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![msg("a")]).await?;
+    cx.store
+        .wake_log(&s, &log_consumer("audit", "log", None, true))
+        .await?;
+    let before = cx.state(&s).await?;
+    ensure_code!(
+        cx.append(&s, vec![to_lane("b", "audit", "log")]).await,
+        ErrorCode::InvalidInput
+    );
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// A dead-lettered lane head blocks the lane: later heads wait behind it.
+pub(crate) async fn dead_lettered_lane_head_blocks_the_lane(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(
+        &s,
+        vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
+    )
+    .await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.fail(&s, &head, Some(1)).await?;
+    settled(cx.claim(&s, "w1").await?)?;
+    ensure!(
+        !cx.append(&s, vec![]).await?.has_pending,
+        "the lane's head is dead-lettered"
+    );
+    ensure_eq!(
+        cs(&cx.cursors(&s).await?),
+        strs(&["agent/L1 lane pos=0 head=1"])
+    );
+    Ok(())
+}
+
+/// A lane head waiting out a retry delay keeps the lane busy.
+pub(crate) async fn retrying_lane_head_keeps_the_lane_busy(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(
+        &s,
+        vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
+    )
+    .await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    let mut request = cx.fail_req(&s, &head, "later");
+    request.retry_after_ms = Some(50);
+    cx.store.fail_attempt(request).await?;
+    ensure_eq!(busy(cx.claim(&s, "w1").await?)?, T0 + 50);
+    Ok(())
+}

@@ -236,3 +236,29 @@ pub(crate) async fn sessions_are_isolated(cx: Cx) -> CaseResult {
     ensure_eq!(state.clear_index, 0);
     Ok(())
 }
+
+/// A session holding only a clear marker is listed (its head is the marker).
+pub(crate) async fn sessions_list_a_session_holding_only_a_marker(cx: Cx) -> CaseResult {
+    let base = cx.s("");
+    let s = cx.s("m");
+    cx.store
+        .clear(ClearRequest {
+            session_id: s.clone(),
+            ..ClearRequest::default()
+        })
+        .await?;
+    let rows = cx
+        .store
+        .sessions(ListSessions {
+            after: Some(base.clone()),
+            limit: None,
+        })
+        .await?;
+    let mine: Vec<_> = rows
+        .into_iter()
+        .filter(|row| row.session_id.starts_with(&base))
+        .map(|row| (row.session_id, row.head, row.clear_index))
+        .collect();
+    ensure_eq!(mine, vec![(s, 1, 1)]);
+    Ok(())
+}
