@@ -31,8 +31,16 @@ pub(crate) enum Failure {
 }
 
 impl From<StoreError> for Failure {
+    /// An unexpected store error fails the case, naming where `?` met it.
+    #[track_caller]
     fn from(error: StoreError) -> Self {
-        Failure::Fail(format!("unexpected store error {}: {error}", error.code()))
+        let at = std::panic::Location::caller();
+        Failure::Fail(format!(
+            "{}:{}: unexpected store error {}: {error}",
+            at.file(),
+            at.line(),
+            error.code()
+        ))
     }
 }
 
@@ -415,5 +423,41 @@ impl Cx {
                 },
             )
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fails_with_store_error() -> CaseResult {
+        Err(StoreError::invalid_input("bad"))?;
+        Ok(())
+    }
+
+    #[test]
+    fn store_errors_name_the_line_of_the_question_mark() {
+        match fails_with_store_error() {
+            Err(Failure::Fail(reason)) => {
+                assert!(reason.contains("support.rs:"), "{reason}");
+                assert!(reason.contains("INVALID_INPUT"), "{reason}");
+            }
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn summaries_are_compact() {
+        let cursor = Cursor {
+            consumer: "agent".into(),
+            lane: None,
+            kind: CursorKind::Event,
+            position: 2,
+            head: Some(3),
+            types: None,
+            dispatch: a2_store_api::Dispatch::default(),
+        };
+        assert_eq!(cs(&[cursor]), ["agent/- event pos=2 head=3"]);
+        assert_eq!(rs(&[at("c", Some("L"), 4)]), ["4 c/L"]);
     }
 }
