@@ -2,6 +2,7 @@
 //! rows by id (de-duplication) and by type (log cursors).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::Arc;
 
 use a2_store_api::{Cause, StoredEvent, CLEAR_EVENT_TYPE};
 use serde_json::Value;
@@ -9,10 +10,10 @@ use serde_json::Value;
 /// One stored row; its index is implied by its place in the log.
 #[derive(Debug, Clone)]
 pub(crate) struct Row {
-    /// Unique among the rows at or above the clear.
-    pub id: String,
-    /// The event type.
-    pub event_type: String,
+    /// Unique among the rows at or above the clear (shared with the id index).
+    pub id: Arc<str>,
+    /// The event type (shared with the type index: one allocation per type).
+    pub event_type: Arc<str>,
     /// The payload as appended.
     pub payload: Value,
     /// Store clock at append, ms.
@@ -34,9 +35,9 @@ pub(crate) struct EventLog {
     /// Index of the latest clear marker, 0 when never cleared.
     clear_index: u64,
     /// Id → index of the newest row holding it.
-    ids: HashMap<String, u64>,
+    ids: HashMap<Arc<str>, u64>,
     /// Event type → indexes of the rows of that type (markers excluded).
-    by_type: HashMap<String, BTreeSet<u64>>,
+    by_type: HashMap<Arc<str>, BTreeSet<u64>>,
     /// Indexes of the clear markers still stored.
     markers: BTreeSet<u64>,
 }
@@ -85,11 +86,20 @@ impl EventLog {
             .filter(|index| *index >= self.clear_index && self.row(*index).is_some())
     }
 
+    /// The shared name of `event_type`: the type index's key when the type
+    /// is already stored, so rows of one type share one allocation.
+    pub fn intern_type(&self, event_type: &str) -> Arc<str> {
+        match self.by_type.get_key_value(event_type) {
+            Some((name, _)) => name.clone(),
+            None => Arc::from(event_type),
+        }
+    }
+
     /// Appends `row` and returns its index.
     pub fn push(&mut self, row: Row) -> u64 {
         let index = self.head() + 1;
         self.ids.insert(row.id.clone(), index);
-        if row.event_type == CLEAR_EVENT_TYPE {
+        if &*row.event_type == CLEAR_EVENT_TYPE {
             self.markers.insert(index);
         } else {
             self.by_type
@@ -120,7 +130,7 @@ impl EventLog {
             if self.ids.get(&row.id) == Some(&index) {
                 self.ids.remove(&row.id);
             }
-            if row.event_type == CLEAR_EVENT_TYPE {
+            if &*row.event_type == CLEAR_EVENT_TYPE {
                 self.markers.remove(&index);
             } else if let Some(set) = self.by_type.get_mut(&row.event_type) {
                 set.remove(&index);
@@ -156,7 +166,7 @@ impl EventLog {
                 .iter()
                 .filter_map(|event_type| {
                     self.by_type
-                        .get(event_type)
+                        .get(event_type.as_str())
                         .and_then(|set| set.range(from..).next().copied())
                 })
                 .min(),
@@ -194,12 +204,12 @@ impl EventLog {
     /// Brute-force check of the id and type indexes (tests only).
     #[cfg(test)]
     pub fn check_invariants(&self) -> Result<(), String> {
-        let mut by_type: HashMap<String, BTreeSet<u64>> = HashMap::new();
+        let mut by_type: HashMap<Arc<str>, BTreeSet<u64>> = HashMap::new();
         let mut markers = BTreeSet::new();
-        let mut ids: HashMap<String, u64> = HashMap::new();
+        let mut ids: HashMap<Arc<str>, u64> = HashMap::new();
         for (row, index) in self.rows.iter().zip(self.offset + 1..) {
             ids.insert(row.id.clone(), index);
-            if row.event_type == CLEAR_EVENT_TYPE {
+            if &*row.event_type == CLEAR_EVENT_TYPE {
                 markers.insert(index);
             } else {
                 by_type
@@ -229,8 +239,8 @@ impl EventLog {
 /// The stored form of `row` at `index`.
 pub(crate) fn to_stored(session_id: &str, index: u64, row: &Row) -> StoredEvent {
     StoredEvent {
-        id: row.id.clone(),
-        event_type: row.event_type.clone(),
+        id: row.id.to_string(),
+        event_type: row.event_type.to_string(),
         payload: row.payload.clone(),
         index,
         session_id: session_id.to_owned(),

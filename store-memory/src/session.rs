@@ -2,6 +2,7 @@
 //! lane-conflict checks, inserting a batch, advancing a cursor, building heads.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use a2_store_api::{
     codec, Cause, Clock, ConsumerDeclaration, CursorKind, Dispatch, Head, IdGenerator, NewEvent,
@@ -222,8 +223,8 @@ impl Session {
         let mut stored = Vec::with_capacity(events.len());
         for (event, id) in events.iter().zip(ids) {
             let row = Row {
-                id,
-                event_type: event.event_type.clone(),
+                id: Arc::from(id),
+                event_type: self.log.intern_type(&event.event_type),
                 payload: event.payload.clone(),
                 created_at: now,
                 cause: cause.cloned().or_else(|| event.cause.clone()),
