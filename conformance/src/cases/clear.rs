@@ -104,6 +104,10 @@ pub(crate) async fn clear_fenced_by_current_cause_clears(cx: Cx) -> CaseResult {
         })
         .await?;
     ensure_eq!(marker(result)?.index, 2);
+    ensure_eq!(
+        cx.complete(&s, &head, vec![]).await?,
+        CompleteResult::Superseded
+    );
     Ok(())
 }
 

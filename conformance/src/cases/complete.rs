@@ -457,3 +457,26 @@ pub(crate) async fn complete_overrides_returned_event_cause(cx: Cx) -> CaseResul
     );
     Ok(())
 }
+
+/// A completion may queue work on its own lane: it runs after the lane's
+/// earlier heads, in log order.
+pub(crate) async fn completion_can_queue_on_its_own_lane(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(
+        &s,
+        vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
+    )
+    .await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    let follow_up = ev("follow", "f").with_target(Target::lane("agent", "L1"));
+    ensure_eq!(
+        idx(&completed(cx.complete(&s, &head, vec![follow_up]).await?)?),
+        vec![3]
+    );
+    for expected in ["2 agent/L1 #1", "3 agent/L1 #1"] {
+        let heads = cx.claim_heads(&s, "w1").await?;
+        ensure_eq!(hs(&heads), strs(&[expected]));
+        completed(cx.complete(&s, &heads[0], vec![]).await?)?;
+    }
+    settled(cx.claim(&s, "w1").await?)
+}

@@ -2,8 +2,8 @@
 //! result or a typed error, and a failed call changes nothing.
 
 use a2_store_api::{
-    ClaimRequest, CompleteRequest, ErrorCode, FailRequest, HeldClaim, PresenceMeta, ReadOptions,
-    ReadStateOptions, RedriveAction, RedriveRequest, RenewRequest, StateWrite,
+    ClaimRequest, CompleteRequest, ErrorCode, FailRequest, HeldClaim, NewEvent, PresenceMeta,
+    ReadOptions, ReadStateOptions, RedriveAction, RedriveRequest, RenewRequest, StateWrite, Target,
 };
 use serde_json::json;
 
@@ -162,18 +162,23 @@ pub(crate) async fn extreme_numbers_never_panic(cx: Cx) -> CaseResult {
     Ok(())
 }
 
-/// Unusual but valid strings (unicode, NUL, separators, very long) are
-/// stored and read back exactly, as ids, types, names and session ids.
+/// Unusual strings (unicode, quotes, SQL and path syntax, a 1,000-character
+/// id) are stored and read back exactly, as ids, types, names and session ids.
 pub(crate) async fn odd_strings_round_trip(cx: Cx) -> CaseResult {
-    let s = cx.s("sé\u{0}ssion/with:odd'chars\"");
-    let long = "x".repeat(10_000);
-    let odd_ids = ["ünïcødé 🚀", "with\u{0}nul", "a'b\"c;--", long.as_str()];
+    let s = cx.s("sé ssion/with:odd'chars\"%_");
+    let long = "x".repeat(1_000);
+    let odd_ids = [
+        "ünïcødé 🚀",
+        "a'b\"c;-- DROP TABLE",
+        "%_\\*?",
+        long.as_str(),
+    ];
     let events: Vec<_> = odd_ids
         .iter()
         .map(|id| {
-            a2_store_api::NewEvent::new(format!("type:{id}"), json!({ "id": id }))
+            NewEvent::new(format!("type:{id}"), json!({ "id": id, "k'\"": [id] }))
                 .with_id(*id)
-                .with_target(a2_store_api::Target::lane("cønsumer\u{0}", "lane 🚀"))
+                .with_target(Target::lane("cønsumer'", "lane 🚀"))
         })
         .collect();
     let stored = cx.append(&s, events).await?;
@@ -187,19 +192,62 @@ pub(crate) async fn odd_strings_round_trip(cx: Cx) -> CaseResult {
             .collect::<Vec<_>>()
     );
     let head = nth(&cx.claim_heads(&s, "wørker").await?, 0)?;
-    ensure_eq!(head.consumer, "cønsumer\u{0}");
+    ensure_eq!(head.consumer, "cønsumer'");
     ensure_eq!(head.lane.as_deref(), Some("lane 🚀"));
     ensure_eq!(head.dispatch.claim_holder.as_deref(), Some("wørker"));
     let replay = cx
         .append(
             &s,
-            vec![a2_store_api::NewEvent::new(
+            vec![NewEvent::new(
                 format!("type:{}", odd_ids[0]),
-                json!({ "id": odd_ids[0] }),
+                json!({ "id": odd_ids[0], "k'\"": [odd_ids[0]] }),
             )
             .with_id(odd_ids[0])],
         )
         .await?;
     ensure_eq!(idx(&replay.events), vec![1]);
     Ok(())
+}
+
+/// Strings a storage engine may not hold (NUL characters, a 100,000-character
+/// id) are either stored and read back exactly or rejected as `InvalidInput`
+/// with nothing changed — never a panic or a backend failure.
+pub(crate) async fn nul_and_huge_strings_are_stored_or_rejected(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![msg("first")]).await?;
+    let huge = "y".repeat(100_000);
+    let candidates = [
+        NewEvent::new("msg", json!({ "text": "nul\u{0}inside" })).with_id("nul-payload"),
+        msg("nul\u{0}id"),
+        NewEvent::new("nul\u{0}type", json!(1)).with_id("nul-type"),
+        msg(&huge),
+        msg("nul-target").with_target(Target::event("agent\u{0}")),
+    ];
+    for event in candidates {
+        let before = cx.state(&s).await?;
+        match cx.append(&s, vec![event.clone()]).await {
+            Ok(result) => {
+                let row = nth_event(&result.events)?;
+                ensure_eq!(Some(&row.id), event.id.as_ref());
+                ensure_eq!(row.event_type, event.event_type);
+                ensure_eq!(row.payload, event.payload);
+                let read = cx.read(&s, row.index - 1, Some(row.index)).await?;
+                ensure_eq!(read, vec![row]);
+            }
+            Err(error) => {
+                ensure_eq!(error.code(), ErrorCode::InvalidInput, "{error}");
+                ensure_unchanged!(cx, &s, before);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn nth_event(
+    events: &[a2_store_api::StoredEvent],
+) -> std::result::Result<a2_store_api::StoredEvent, Failure> {
+    events
+        .first()
+        .cloned()
+        .ok_or_else(|| Failure::Fail("an append of one event returned no row".to_owned()))
 }

@@ -201,3 +201,22 @@ pub(crate) async fn subscription_ends_when_store_is_dropped(cx: Cx) -> CaseResul
         ))),
     }
 }
+
+/// After a reclaim the backlog starts at what remains (the marker onwards).
+pub(crate) async fn subscribe_after_reclaim_delivers_what_remains(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![msg("a"), msg("b")]).await?;
+    cx.store
+        .clear(ClearRequest {
+            session_id: s.clone(),
+            ..ClearRequest::default()
+        })
+        .await?;
+    cx.store.reclaim(&s).await?;
+    let mut stream = cx.store.subscribe(&s, 0).await?;
+    cx.append(&s, vec![msg("c")]).await?;
+    let got = take(&mut stream, 2).await?;
+    ensure_eq!(idx(&got), vec![3, 4]);
+    ensure_eq!(got[0].event_type, CLEAR_EVENT_TYPE);
+    Ok(())
+}
