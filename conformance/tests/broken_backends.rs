@@ -331,6 +331,37 @@ async fn a_panicking_backend_yields_a_failed_row_not_a_crash() {
     assert!(run_case(&factory, "no_such_case").await.is_none());
 }
 
+/// A factory that panics while creating stores.
+struct PanickingFactory;
+
+#[async_trait]
+impl StoreFactory for PanickingFactory {
+    fn name(&self) -> &str {
+        "panicking"
+    }
+
+    async fn create(
+        &self,
+        _clock: Arc<dyn Clock>,
+        _ids: Arc<dyn IdGenerator>,
+    ) -> Result<Arc<dyn Store>> {
+        panic!("no database today");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_factory_yields_failed_rows() {
+    let report = run_matching(&PanickingFactory, |name| name.starts_with("read_")).await;
+    assert!(report.cases.len() >= 5, "{report}");
+    assert_eq!(report.failed(), report.cases.len(), "{report}");
+    for case in &report.cases {
+        match &case.outcome {
+            Outcome::Failed { reason } => assert!(reason.contains("no database today"), "{reason}"),
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_capabilities_skip_cases_and_count_them_as_skipped() {
     let factory = Factory {
