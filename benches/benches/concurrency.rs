@@ -19,7 +19,6 @@ fn main() {
         Err(error) => panic!("cannot set up the SQLite file backend: {error}"),
     };
     let mut group = c.benchmark_group("concurrent_claim_complete");
-    settings::configure(&mut group);
     for tasks in [1, 2, 4, 8] {
         for backend in &backends {
             bench::concurrent_claim_complete(&mut group, &rt, backend.as_ref(), tasks, false);

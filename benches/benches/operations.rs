@@ -21,7 +21,6 @@ fn group(
     baselines: impl FnOnce(&mut BenchmarkGroup<'_, WallTime>),
 ) {
     let mut group = c.benchmark_group(name);
-    settings::configure(&mut group);
     for backend in backends {
         body(&mut group, backend.as_ref());
     }

@@ -32,7 +32,6 @@ fn family(
         .collect::<Vec<_>>();
     for op in ops {
         let mut group = c.benchmark_group(format!("scaling_{}_{}", first.family(), op.label()));
-        settings::configure(&mut group);
         for shape in shapes {
             for backend in &mut series {
                 backend.bench(&mut group, rt, *shape, *op);

@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use a2_conformance::bench::BenchSettings;
-use criterion::measurement::WallTime;
-use criterion::{BenchmarkGroup, Criterion};
+use criterion::Criterion;
 use tokio::runtime::Runtime;
 
 /// Samples per benchmark (criterion's minimum).
@@ -23,21 +22,14 @@ pub const MEASUREMENT: Duration = Duration::from_secs(2);
 pub const TEST_MODE_MAX_EVENTS: u64 = 1_000;
 
 /// A criterion instance with this crate's defaults, then the command line
-/// (`cargo bench -p a2-benches -- <filter> --test ...`) applied on top.
+/// (`cargo bench -p a2-benches -- <filter> --test ...`) applied on top;
+/// groups inherit these settings.
 pub fn criterion() -> Criterion {
     Criterion::default()
         .sample_size(SAMPLE_SIZE)
         .warm_up_time(WARM_UP)
         .measurement_time(MEASUREMENT)
         .configure_from_args()
-}
-
-/// Applies this crate's defaults to a group (criterion resets some per group).
-pub fn configure(group: &mut BenchmarkGroup<'_, WallTime>) {
-    group
-        .sample_size(SAMPLE_SIZE)
-        .warm_up_time(WARM_UP)
-        .measurement_time(MEASUREMENT);
 }
 
 /// Whether criterion was asked to run every body once (`--test`).

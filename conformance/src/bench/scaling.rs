@@ -26,6 +26,9 @@ const PREFILL_BATCH: usize = 10_000;
 /// Cycles prepared per untimed append in the claim operations.
 const CHUNK: u64 = 100;
 
+/// Untimed operations run on a freshly built fixture before any is timed.
+const SETTLE_OPS: u64 = 200;
+
 /// The least number of rows a fixture may grow by before it is rebuilt.
 const MIN_GROWTH: u64 = 2_000;
 
@@ -278,9 +281,16 @@ impl<'f> ScalingSeries<'f> {
                 rt.block_on(async {
                     let fixture = match fixtures.get_mut(&shape) {
                         Some(fixture) => fixture,
-                        None => fixtures
-                            .entry(shape)
-                            .or_insert(Fixture::build(factory, shape).await),
+                        None => {
+                            // Criterion's warm-up ends with this first call
+                            // (the build takes longer than it), so settle
+                            // the fresh fixture with untimed operations
+                            // before timing any: the first calls after a
+                            // big build are not representative.
+                            let mut fixture = Fixture::build(factory, shape).await;
+                            fixture.run(factory, op, SETTLE_OPS).await;
+                            fixtures.entry(shape).or_insert(fixture)
+                        }
                     };
                     fixture.run(factory, op, iters).await
                 })
