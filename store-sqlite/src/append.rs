@@ -4,7 +4,7 @@ use a2_store_api::codec::{
     idempotent_replay, validate_consumers, validate_new_events, validate_session_id,
 };
 use a2_store_api::{AppendOptions, AppendResult, NewEvent, StoreError};
-use rusqlite::Transaction;
+use rusqlite::Connection;
 
 use crate::batch;
 use crate::cursor::{fence, has_pending, refresh_log_types};
@@ -35,7 +35,7 @@ pub(crate) fn validate(
 /// Appends in the CONTRACT's order: empty batch → replay / partial
 /// duplicate → cleared origin → fenced causes → lane conflicts → insert.
 pub(crate) fn append(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     session_id: &str,
     events: &[NewEvent],

@@ -8,7 +8,7 @@ use a2_store_api::{
     Cause, CompleteRequest, CompleteResult, CursorKind, FailOutcome, FailRequest, FailResult,
     StoreError, StoredEvent,
 };
-use rusqlite::{OptionalExtension, Transaction};
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::batch;
 use crate::cursor::{self, advance, dead_letter, refresh_log_types, CursorRow};
@@ -45,7 +45,7 @@ impl Completed {
 /// The cursor a completion or failure names, or why there is none:
 /// `Err(Superseded-ish)` is expressed as `Ok(None)` with `NoSuchEvent` raised here.
 fn target_cursor(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: Option<&SessionRow>,
     session_id: &str,
     consumer: &str,
@@ -67,7 +67,7 @@ fn target_cursor(
 /// Completes the current attempt atomically (append with this attempt as
 /// cause, record the completion, advance), or replays a recorded one.
 pub(crate) fn complete(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     request: &CompleteRequest,
 ) -> Result<Completed, StoreError> {
@@ -121,8 +121,12 @@ pub(crate) fn complete(
         request.consumers.as_deref(),
         Some(&cause),
     )?;
-    // The insert may have touched this cursor (types); continue from the stored row.
-    let mut current = cursor::by_id(tx, found.cid)?;
+    // The insert may have refreshed a log cursor's types; continue from the stored row.
+    let mut current = if found.kind == CursorKind::Log && request.consumers.is_some() {
+        cursor::by_id(tx, found.cid)?
+    } else {
+        found
+    };
     if current.kind == CursorKind::Log {
         tx.prepare_cached("DELETE FROM completions WHERE cid = ?1")
             .and_then(|mut stmt| stmt.execute([current.cid]))
@@ -147,7 +151,7 @@ pub(crate) fn complete(
 /// A completion of a head the cursor already moved past: a replay when the
 /// same attempt completed it with the same ids.
 fn replay(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     found: &CursorRow,
     request: &CompleteRequest,
@@ -210,7 +214,7 @@ pub(crate) fn validate_fail(request: &FailRequest) -> Result<(), StoreError> {
 
 /// Records a failed attempt: counted, holder released, retry delay or dead letter.
 pub(crate) fn fail(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     request: &FailRequest,
 ) -> Result<FailResult, StoreError> {

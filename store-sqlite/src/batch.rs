@@ -4,11 +4,11 @@ use a2_store_api::codec::{lane_conflict, takes, to_sql_int};
 use a2_store_api::{
     Cause, ConsumerDeclaration, CursorKind, Dispatch, NewEvent, StoreError, StoredEvent,
 };
-use rusqlite::Transaction;
+use rusqlite::Connection;
 
 use crate::cursor::{self, CursorRow};
 use crate::errors::SqlContext;
-use crate::events::{insert_row, next_log_head, owner_of};
+use crate::events::{insert_row, next_log_head};
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
 
@@ -18,7 +18,7 @@ use crate::session::{self, SessionRow};
 /// event's own cause. Fails with nothing kept (the caller's transaction rolls
 /// back) on an id already owned or a lane conflict.
 pub(crate) fn insert(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     session: &mut SessionRow,
     events: &[NewEvent],
@@ -34,12 +34,6 @@ pub(crate) fn insert(
             Some(id) => id.clone(),
             None => ctx.ids.next_id(),
         };
-        if owner_of(tx, session, &id)?.is_some() {
-            return Err(StoreError::partial_duplicate(format!(
-                "event id '{id}' already exists in session '{}'",
-                session.name
-            )));
-        }
         let row = StoredEvent {
             id,
             event_type: event.event_type.clone(),
@@ -60,7 +54,7 @@ pub(crate) fn insert(
 
 /// A log declaration on a lane that already holds targeted work is a conflict.
 fn check_log_lanes(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     consumers: Option<&[ConsumerDeclaration]>,
 ) -> Result<(), StoreError> {
@@ -75,7 +69,7 @@ fn check_log_lanes(
 
 /// Starts the cursor work of freshly inserted `rows` (`events[i]` made `rows[i]`).
 fn enqueue(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     rows: &[StoredEvent],
     events: &[NewEvent],
@@ -137,7 +131,7 @@ fn enqueue(
 
 /// A fresh event cursor for `(consumer, index)` (a repeated target is one cursor).
 fn add_event_cursor(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     consumer: &str,
     index: u64,
@@ -165,7 +159,7 @@ fn add_event_cursor(
 
 /// Queues `index` on the lane cursor `(consumer, lane)`, creating it at the clear.
 fn queue_on_lane(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     consumer: &str,
     lane: &str,

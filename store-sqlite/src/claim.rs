@@ -10,7 +10,7 @@ use a2_store_api::{
     ClaimRequest, ClaimResult, ConsumerDeclaration, CursorRef, RenewRequest, RenewResult,
     StoreError,
 };
-use rusqlite::Transaction;
+use rusqlite::Connection;
 
 use crate::cursor::{self, cursor_columns, dead_letter, refresh_log_types, CursorRow};
 use crate::errors::SqlContext;
@@ -72,7 +72,7 @@ pub(crate) fn validate_claim(request: &ClaimRequest) -> Result<(), StoreError> {
 /// Claims every claimable head of the served cursors in `(index, consumer,
 /// lane)` order, up to `limit`, counting expired claims as failures first.
 pub(crate) fn claim(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     request: &ClaimRequest,
 ) -> Result<ClaimResult, StoreError> {
@@ -147,7 +147,7 @@ pub(crate) fn claim(
 /// The next page of claimable cursors (head set, not dead-lettered, not busy,
 /// head within `through`) after the key `after`, in `(head, consumer, lane)` order.
 fn claimable_page(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     now: i64,
     through: i64,
@@ -186,7 +186,7 @@ fn claimable_page(
 /// counts a failure first; reaching `max_failures` dead-letters the head
 /// instead (returns `false`).
 fn take(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     cursor: &mut CursorRow,
     holder: &str,
     now: i64,
@@ -216,7 +216,7 @@ fn take(
 
 /// The earliest expiry among busy served candidates, by the expiry index.
 fn earliest_busy(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     now: i64,
     through: i64,
@@ -255,7 +255,7 @@ pub(crate) fn validate_renew(request: &RenewRequest) -> Result<(), StoreError> {
 
 /// Extends the leases `holder` still holds; reports claims that can never complete.
 pub(crate) fn renew(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     request: &RenewRequest,
 ) -> Result<RenewResult, StoreError> {

@@ -6,12 +6,12 @@ use a2_store_api::{
     ClearRequest, ClearResult, ReclaimResult, StoreError, StoredEvent, CLEAR_EVENT_TYPE,
     RECLAIM_BATCH,
 };
-use rusqlite::Transaction;
+use rusqlite::Connection;
 use serde_json::Value;
 
 use crate::cursor::fence;
 use crate::errors::SqlContext;
-use crate::events::{insert_row, owner_of};
+use crate::events::insert_row;
 use crate::pool::Ctx;
 use crate::session;
 use crate::snapshot;
@@ -29,7 +29,7 @@ pub(crate) fn validate_clear(request: &ClearRequest) -> Result<(), StoreError> {
 /// queues and completion records), parks log cursors at the marker and
 /// releases every pin.
 pub(crate) fn clear(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     ctx: &Ctx,
     request: &ClearRequest,
 ) -> Result<ClearResult, StoreError> {
@@ -48,12 +48,6 @@ pub(crate) fn clear(
         None => session::find_or_create(tx, &request.session_id)?,
     };
     let id = ctx.ids.next_id();
-    if owner_of(tx, &session, &id)?.is_some() {
-        return Err(StoreError::partial_duplicate(format!(
-            "generated marker id '{id}' already exists in session '{}'",
-            session.name
-        )));
-    }
     let marker = StoredEvent {
         id,
         event_type: CLEAR_EVENT_TYPE.to_owned(),
@@ -92,7 +86,7 @@ pub(crate) fn clear(
 
 /// Deletes up to [`RECLAIM_BATCH`] rows below the clear marker; when none
 /// remain, snapshots below the clear go too.
-pub(crate) fn reclaim(tx: &Transaction<'_>, session_id: &str) -> Result<ReclaimResult, StoreError> {
+pub(crate) fn reclaim(tx: &Connection, session_id: &str) -> Result<ReclaimResult, StoreError> {
     validate_session_id(session_id)?;
     let Some(mut session) = session::find(tx, session_id)? else {
         return Ok(ReclaimResult {

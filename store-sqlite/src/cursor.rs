@@ -3,7 +3,7 @@
 
 use a2_store_api::codec::{decode_json, encode_json, from_sql_count, from_sql_int, to_sql_int};
 use a2_store_api::{Cause, ConsumerDeclaration, Cursor, CursorKind, Dispatch, Head, StoreError};
-use rusqlite::{OptionalExtension, Row, Transaction};
+use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::errors::SqlContext;
 use crate::events::{head_row, next_log_head};
@@ -60,7 +60,7 @@ impl CursorRow {
     /// The head as returned by claims and dead letters.
     pub(crate) fn to_head(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Connection,
         session: &SessionRow,
     ) -> Result<Head, StoreError> {
         let index = self.head.ok_or_else(|| StoreError::Backend {
@@ -147,7 +147,7 @@ pub(crate) fn key_of(lane: Option<&str>, index: u64) -> Option<(&str, i64)> {
 
 /// The cursor a ref `(consumer, lane, index)` names, if it exists.
 pub(crate) fn find(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     consumer: &str,
     lane: Option<&str>,
@@ -173,7 +173,7 @@ pub(crate) fn find(
 }
 
 /// The cursor with row id `cid`.
-pub(crate) fn by_id(tx: &Transaction<'_>, cid: i64) -> Result<CursorRow, StoreError> {
+pub(crate) fn by_id(tx: &Connection, cid: i64) -> Result<CursorRow, StoreError> {
     let mut stmt = tx
         .prepare_cached(concat!(
             "SELECT ",
@@ -193,7 +193,7 @@ pub(crate) fn by_id(tx: &Transaction<'_>, cid: i64) -> Result<CursorRow, StoreEr
 
 /// Creates a cursor row and returns it with its id.
 pub(crate) fn create(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     mut cursor: CursorRow,
 ) -> Result<CursorRow, StoreError> {
@@ -219,7 +219,7 @@ pub(crate) fn create(
 }
 
 /// Stores a cursor's position, head, types and bookkeeping.
-pub(crate) fn save(tx: &Transaction<'_>, cursor: &CursorRow) -> Result<(), StoreError> {
+pub(crate) fn save(tx: &Connection, cursor: &CursorRow) -> Result<(), StoreError> {
     let position = to_sql_int("cursor position", cursor.position)?;
     let head = cursor
         .head
@@ -259,7 +259,7 @@ pub(crate) fn save(tx: &Transaction<'_>, cursor: &CursorRow) -> Result<(), Store
 /// the next queued index for a lane, the next taken event for a log,
 /// finished for an event cursor. The next head starts with fresh bookkeeping.
 pub(crate) fn advance(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     cursor: &mut CursorRow,
 ) -> Result<(), StoreError> {
@@ -290,7 +290,7 @@ pub(crate) fn advance(
 
 /// Dead-letters a cursor's head at `now` (releasing its pins); the caller saves.
 pub(crate) fn dead_letter(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     cursor: &mut CursorRow,
     now: i64,
 ) -> Result<(), StoreError> {
@@ -303,7 +303,7 @@ pub(crate) fn dead_letter(
 
 /// Whether some served cursor has a head that is not dead-lettered (busy heads count).
 pub(crate) fn has_pending(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: Option<&SessionRow>,
     consumers: Option<&[ConsumerDeclaration]>,
 ) -> Result<bool, StoreError> {
@@ -340,7 +340,7 @@ pub(crate) fn has_pending(
 
 /// Refreshes the types of the declared consumers' existing log cursors.
 pub(crate) fn refresh_log_types(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     consumers: Option<&[ConsumerDeclaration]>,
 ) -> Result<(), StoreError> {
@@ -366,7 +366,7 @@ pub(crate) fn refresh_log_types(
 /// The fence of causes (appends and clears): the attempt must be above the
 /// clear, on its cursor's head, current and not dead-lettered.
 pub(crate) fn fence(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: Option<&SessionRow>,
     session_id: &str,
     cause: &Cause,
@@ -399,7 +399,7 @@ pub(crate) fn fence(
 
 /// Whether a lane or log cursor `(consumer, lane)` exists and of which kind.
 pub(crate) fn lane_kind(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     consumer: &str,
     lane: &str,

@@ -2,7 +2,7 @@
 
 use a2_store_api::codec::{decode_json, encode_json, from_sql_int, takes, to_sql_int};
 use a2_store_api::{Cause, StoreError, StoredEvent, CLEAR_EVENT_TYPE};
-use rusqlite::{OptionalExtension, Row, Transaction};
+use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::errors::SqlContext;
 use crate::session::SessionRow;
@@ -38,7 +38,7 @@ fn decode(session: &str, raw: RawEvent) -> Result<StoredEvent, StoreError> {
 
 /// The stored row at `index`, if it exists (never appended or reclaimed: `None`).
 pub(crate) fn row_at(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     index: u64,
 ) -> Result<Option<StoredEvent>, StoreError> {
@@ -56,7 +56,7 @@ pub(crate) fn row_at(
 
 /// The row at a cursor's head, which must exist.
 pub(crate) fn head_row(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     index: u64,
 ) -> Result<StoredEvent, StoreError> {
@@ -71,7 +71,7 @@ pub(crate) fn head_row(
 
 /// The row owning `id` in the session, ignoring rows below its clear.
 pub(crate) fn owner_of(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     id: &str,
 ) -> Result<Option<StoredEvent>, StoreError> {
@@ -92,7 +92,7 @@ pub(crate) fn owner_of(
 
 /// Rows with `after < index <= through`, in order, at most `limit`.
 pub(crate) fn read_range(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     after: u64,
     through: u64,
@@ -116,13 +116,29 @@ pub(crate) fn read_range(
         .collect()
 }
 
-/// Writes one row and claims its id for the session.
+/// Writes one row and claims its id for the session. An id owned by a row
+/// at or above the clear is a `PartialDuplicateBatch` (the caller's
+/// transaction rolls back); ids below the clear are taken over.
 pub(crate) fn insert_row(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     event: &StoredEvent,
 ) -> Result<(), StoreError> {
     let idx = to_sql_int("event index", event.index)?;
+    let clear = to_sql_int("clear index", session.clear)?;
+    let claimed = tx
+        .prepare_cached(
+            "INSERT INTO event_ids (sid, id, idx) VALUES (?1, ?2, ?3) \
+             ON CONFLICT (sid, id) DO UPDATE SET idx = excluded.idx WHERE event_ids.idx < ?4",
+        )
+        .and_then(|mut stmt| stmt.execute((session.sid, &event.id, idx, clear)))
+        .ctx("indexing an event id")?;
+    if claimed == 0 {
+        return Err(StoreError::partial_duplicate(format!(
+            "event id '{}' already exists in session '{}'",
+            event.id, session.name
+        )));
+    }
     let payload = encode_json(&event.payload)?;
     let cause = event.cause.as_ref().map(encode_json).transpose()?;
     tx.prepare_cached(
@@ -141,16 +157,13 @@ pub(crate) fn insert_row(
         ))
     })
     .ctx("inserting an event")?;
-    tx.prepare_cached("INSERT OR REPLACE INTO event_ids (sid, id, idx) VALUES (?1, ?2, ?3)")
-        .and_then(|mut stmt| stmt.execute((session.sid, &event.id, idx)))
-        .ctx("indexing an event id")?;
     Ok(())
 }
 
 /// The next event after `after` a log cursor taking `types` takes (never the
 /// clear marker): one index probe per listed type.
 pub(crate) fn next_log_head(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     after: u64,
     types: Option<&[String]>,

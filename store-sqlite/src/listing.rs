@@ -2,7 +2,7 @@
 
 use a2_store_api::codec::{compare_cursors, from_sql_int, read_bounds, validate_session_id};
 use a2_store_api::{Cursor, ListSessions, ReadOptions, SessionInfo, StoreError, StoredEvent};
-use rusqlite::Transaction;
+use rusqlite::Connection;
 
 use crate::cursor::{self, cursor_columns};
 use crate::errors::SqlContext;
@@ -11,7 +11,7 @@ use crate::session;
 
 /// Stored rows with `after < index <= through` in order (reclaimed rows are gone).
 pub(crate) fn read(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session_id: &str,
     options: &ReadOptions,
 ) -> Result<Vec<StoredEvent>, StoreError> {
@@ -30,7 +30,7 @@ pub(crate) fn read(
 
 /// Every cursor except finished event cursors, by consumer then lane
 /// (laneless event cursors last by head).
-pub(crate) fn cursors(tx: &Transaction<'_>, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
+pub(crate) fn cursors(tx: &Connection, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
     let Some(session) = session::find(tx, session_id)? else {
         return Ok(Vec::new());
     };
@@ -53,7 +53,7 @@ pub(crate) fn cursors(tx: &Transaction<'_>, session_id: &str) -> Result<Vec<Curs
 
 /// Sessions with at least one appended row, by id, after `after`, at most `limit`.
 pub(crate) fn sessions(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     options: &ListSessions,
 ) -> Result<Vec<SessionInfo>, StoreError> {
     let limit = options

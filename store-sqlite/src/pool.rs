@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use a2_store_api::{Clock, IdGenerator, StoreError};
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::Connection;
 use tokio::sync::Semaphore;
 
 use crate::connection::{open_connection, Location};
@@ -92,7 +92,7 @@ impl Pool {
     ) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: Fn(&Transaction<'_>, &Ctx) -> Result<T, StoreError> + Send + 'static,
+        F: Fn(&Connection, &Ctx) -> Result<T, StoreError> + Send + 'static,
     {
         let permit = self
             .permits
@@ -108,7 +108,7 @@ impl Pool {
     /// The blocking half of [`Pool::run`].
     fn run_blocking<T, F>(&self, access: Access, body: &F) -> Result<T, StoreError>
     where
-        F: Fn(&Transaction<'_>, &Ctx) -> Result<T, StoreError>,
+        F: Fn(&Connection, &Ctx) -> Result<T, StoreError>,
     {
         let mut conn = self.take()?;
         let deadline = Instant::now() + self.options.busy_timeout;
@@ -123,10 +123,12 @@ impl Pool {
                 other => break other,
             }
         };
-        self.idle
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(conn);
+        if conn.is_autocommit() || matches!(self.location, Location::Memory) {
+            self.idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(conn);
+        }
         result.map_err(|error| self.with_path(error))
     }
 
@@ -157,7 +159,8 @@ impl Pool {
         }
     }
 
-    /// One try of one transaction.
+    /// One try of one transaction: `BEGIN` (cached statements), the body,
+    /// `COMMIT`; anything else rolls back.
     fn attempt<T, F>(
         &self,
         conn: &mut Connection,
@@ -165,7 +168,7 @@ impl Pool {
         body: &F,
     ) -> Result<T, StoreError>
     where
-        F: Fn(&Transaction<'_>, &Ctx) -> Result<T, StoreError>,
+        F: Fn(&Connection, &Ctx) -> Result<T, StoreError>,
     {
         let _writer = match access {
             Access::Write => Some(
@@ -175,21 +178,33 @@ impl Pool {
             ),
             Access::Read => None,
         };
-        let behavior = match access {
-            Access::Write => TransactionBehavior::Immediate,
-            Access::Read => TransactionBehavior::Deferred,
+        let begin = match access {
+            Access::Write => "BEGIN IMMEDIATE",
+            Access::Read => "BEGIN DEFERRED",
         };
-        let tx = conn
-            .transaction_with_behavior(behavior)
+        conn.prepare_cached(begin)
+            .and_then(|mut stmt| stmt.execute([]))
             .ctx("starting a transaction")?;
-        let value = catch_unwind(AssertUnwindSafe(|| body(&tx, &self.ctx))).map_err(|_| {
-            StoreError::Backend {
-                message: "internal error: a database call panicked; it was rolled back".to_owned(),
-                source: None,
-            }
-        })??;
-        tx.commit().ctx("committing a transaction")?;
-        Ok(value)
+        let outcome = catch_unwind(AssertUnwindSafe(|| body(conn, &self.ctx)))
+            .unwrap_or_else(|_| {
+                Err(StoreError::Backend {
+                    message: "internal error: a database call panicked; it was rolled back"
+                        .to_owned(),
+                    source: None,
+                })
+            })
+            .and_then(|value| {
+                conn.prepare_cached("COMMIT")
+                    .and_then(|mut stmt| stmt.execute([]))
+                    .ctx("committing a transaction")?;
+                Ok(value)
+            });
+        if outcome.is_err() && !conn.is_autocommit() {
+            // If even the rollback fails, the pool drops this connection
+            // (closing it rolls back); nothing is committed either way.
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        outcome
     }
 
     /// An idle connection; a file store reopens one if a connection was lost.

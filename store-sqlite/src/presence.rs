@@ -7,7 +7,7 @@ use a2_store_api::codec::{
     decode_json, encode_json, from_sql_int, presence_write_wins, to_sql_int,
 };
 use a2_store_api::{PresenceMeta, PresenceResult, PresenceRow, StoreError};
-use rusqlite::{OptionalExtension, Transaction};
+use rusqlite::{Connection, OptionalExtension};
 use serde_json::Value;
 
 use crate::errors::SqlContext;
@@ -17,7 +17,7 @@ use crate::session;
 /// only when its stored entry is unexpired with a strictly greater `at`.
 /// `null` is stored as a tombstone with the same TTL.
 pub(crate) fn set_presence(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session_id: &str,
     participant: &str,
     values: &BTreeMap<String, Value>,
@@ -76,7 +76,7 @@ pub(crate) fn set_presence(
 
 /// Live rows at `now` (unexpired, not tombstones), by participant then field.
 pub(crate) fn read_presence(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session_id: &str,
     now: i64,
 ) -> Result<Vec<PresenceRow>, StoreError> {

@@ -2,17 +2,14 @@
 
 use a2_store_api::codec::{compare_heads, validate_consumers, validate_name, validate_session_id};
 use a2_store_api::{Head, RedriveAction, RedriveRequest, RedriveResult, StoreError};
-use rusqlite::Transaction;
+use rusqlite::Connection;
 
 use crate::cursor::{self, advance, cursor_columns, has_pending, refresh_log_types};
 use crate::errors::SqlContext;
 use crate::session::{self, SessionRow};
 
 /// Dead-lettered heads above the clear, by `(index, consumer, lane)`.
-pub(crate) fn dead_letters(
-    tx: &Transaction<'_>,
-    session_id: &str,
-) -> Result<Vec<Head>, StoreError> {
+pub(crate) fn dead_letters(tx: &Connection, session_id: &str) -> Result<Vec<Head>, StoreError> {
     let Some(session) = session::find(tx, session_id)? else {
         return Ok(Vec::new());
     };
@@ -27,7 +24,7 @@ pub(crate) fn dead_letters(
 
 /// Dead-lettered cursors above the clear, optionally only those at `head`.
 fn dead_cursors(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session: &SessionRow,
     at: Option<i64>,
 ) -> Result<Vec<cursor::CursorRow>, StoreError> {
@@ -63,7 +60,7 @@ pub(crate) fn validate_redrive(request: &RedriveRequest) -> Result<(), StoreErro
 
 /// Retries or skips the consumer's dead-lettered head at `index`.
 pub(crate) fn redrive(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     request: &RedriveRequest,
 ) -> Result<RedriveResult, StoreError> {
     let consumers = request.consumers.as_deref();

@@ -2,7 +2,7 @@
 
 use a2_store_api::codec::{from_sql_int, to_sql_int};
 use a2_store_api::StoreError;
-use rusqlite::{OptionalExtension, Transaction};
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::errors::SqlContext;
 
@@ -29,7 +29,7 @@ impl SessionRow {
 }
 
 /// The session named `name`, if it was ever written to.
-pub(crate) fn find(tx: &Transaction<'_>, name: &str) -> Result<Option<SessionRow>, StoreError> {
+pub(crate) fn find(tx: &Connection, name: &str) -> Result<Option<SessionRow>, StoreError> {
     let mut stmt = tx
         .prepare_cached(
             "SELECT sid, head, clear_index, reclaimed_through FROM sessions WHERE name = ?1",
@@ -59,7 +59,7 @@ pub(crate) fn find(tx: &Transaction<'_>, name: &str) -> Result<Option<SessionRow
 }
 
 /// The session named `name`, created empty if it does not exist yet.
-pub(crate) fn find_or_create(tx: &Transaction<'_>, name: &str) -> Result<SessionRow, StoreError> {
+pub(crate) fn find_or_create(tx: &Connection, name: &str) -> Result<SessionRow, StoreError> {
     if let Some(session) = find(tx, name)? {
         return Ok(session);
     }
@@ -76,7 +76,7 @@ pub(crate) fn find_or_create(tx: &Transaction<'_>, name: &str) -> Result<Session
 }
 
 /// Stores a session's head, clear index and reclaimed offset.
-pub(crate) fn save(tx: &Transaction<'_>, session: &SessionRow) -> Result<(), StoreError> {
+pub(crate) fn save(tx: &Connection, session: &SessionRow) -> Result<(), StoreError> {
     let head = to_sql_int("session head", session.head)?;
     let clear = to_sql_int("clear index", session.clear)?;
     let reclaimed = to_sql_int("reclaimed offset", session.reclaimed)?;

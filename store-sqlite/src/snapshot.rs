@@ -3,7 +3,7 @@
 
 use a2_store_api::codec::{decode_json, encode_json, from_sql_int, to_sql_int};
 use a2_store_api::{Snapshot, StateRead, StateWrite, StoreError};
-use rusqlite::{OptionalExtension, Transaction};
+use rusqlite::{Connection, OptionalExtension};
 
 use crate::cursor;
 use crate::errors::SqlContext;
@@ -11,7 +11,7 @@ use crate::session::{self, SessionRow};
 
 /// Releases the pins a cursor's head `head` holds; checkpoints no pin keeps
 /// any more are dropped.
-pub(crate) fn release_pins(tx: &Transaction<'_>, cid: i64, head: u64) -> Result<(), StoreError> {
+pub(crate) fn release_pins(tx: &Connection, cid: i64, head: u64) -> Result<(), StoreError> {
     let head = to_sql_int("pinned head", head)?;
     let released: Vec<(i64, String, i64)> = tx
         .prepare_cached(
@@ -41,7 +41,7 @@ pub(crate) fn release_pins(tx: &Transaction<'_>, cid: i64, head: u64) -> Result<
 }
 
 /// Releases every pin of a session (a clear): every checkpoint goes.
-pub(crate) fn release_all(tx: &Transaction<'_>, session: &SessionRow) -> Result<(), StoreError> {
+pub(crate) fn release_all(tx: &Connection, session: &SessionRow) -> Result<(), StoreError> {
     tx.prepare_cached("DELETE FROM pins WHERE sid = ?1")
         .and_then(|mut stmt| stmt.execute([session.sid]))
         .ctx("releasing snapshot pins")?;
@@ -52,7 +52,7 @@ pub(crate) fn release_all(tx: &Transaction<'_>, session: &SessionRow) -> Result<
 }
 
 /// Drops snapshots below the clear (after a finished reclaim).
-pub(crate) fn drop_below(tx: &Transaction<'_>, session: &SessionRow) -> Result<(), StoreError> {
+pub(crate) fn drop_below(tx: &Connection, session: &SessionRow) -> Result<(), StoreError> {
     let clear = to_sql_int("clear index", session.clear)?;
     tx.prepare_cached("DELETE FROM snapshot_heads WHERE sid = ?1 AND idx < ?2")
         .and_then(|mut stmt| stmt.execute((session.sid, clear)))
@@ -70,7 +70,7 @@ pub(crate) fn drop_below(tx: &Transaction<'_>, session: &SessionRow) -> Result<(
 /// and, when one of its pins holds, a checkpoint kept by those pins. Writes
 /// below the clear are ignored.
 pub(crate) fn write_state(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session_id: &str,
     reducer: &str,
     mut writes: Vec<StateWrite>,
@@ -130,7 +130,7 @@ pub(crate) fn write_state(
 /// The highest of the head snapshot and the pinned checkpoints with
 /// `clear <= index <= at` (the head snapshot wins a tie: it is newer).
 pub(crate) fn read_state(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session_id: &str,
     reducer: &str,
     at: Option<u64>,

@@ -3,7 +3,7 @@
 
 use a2_store_api::codec::{idle_log_cursor, lane_conflict, log_declaration, validate_session_id};
 use a2_store_api::{ConsumerDeclaration, CursorKind, Dispatch, StoreError, WakeLogResult};
-use rusqlite::Transaction;
+use rusqlite::Connection;
 
 use crate::cursor::{self, CursorRow};
 use crate::events::next_log_head;
@@ -21,7 +21,7 @@ pub(crate) fn validate_wake(
 /// Creates or wakes the consumer's log cursor; on a session with nothing
 /// after its clear, returns an idle cursor without storing one.
 pub(crate) fn wake_log(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     session_id: &str,
     consumer: &ConsumerDeclaration,
 ) -> Result<WakeLogResult, StoreError> {
