@@ -19,23 +19,38 @@
 //! their own (random suffixes), so a factory may hand out stores over one
 //! shared database. Then, in `tests/conformance.rs`:
 //!
-//! ```ignore
+//! ```no_run
 //! use std::sync::Arc;
-//! use a2_conformance::{StoreFactory, Capabilities};
+//! use a2_conformance::{Capabilities, StoreFactory};
 //! use a2_store_api::{Clock, IdGenerator, Result, Store};
+//! # use a2_store_memory::{MemoryOptions, MemoryStore as MyStore};
 //!
 //! struct MyFactory;
 //!
 //! #[async_trait::async_trait]
 //! impl StoreFactory for MyFactory {
-//!     fn name(&self) -> &str { "mine" }
-//!     async fn create(&self, clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>)
-//!         -> Result<Arc<dyn Store>> {
-//!         Ok(Arc::new(MyStore::open_fresh(clock, ids)?))
+//!     fn name(&self) -> &str {
+//!         "mine"
+//!     }
+//!
+//!     // Optional: what your backend supports beyond the contract.
+//!     fn capabilities(&self) -> Capabilities {
+//!         Capabilities::NONE
+//!     }
+//!
+//!     async fn create(
+//!         &self,
+//!         clock: Arc<dyn Clock>,
+//!         ids: Arc<dyn IdGenerator>,
+//!     ) -> Result<Arc<dyn Store>> {
+//!         # let my_store = MyStore::with_options(MemoryOptions { clock, ids });
+//!         // A fresh store on the suite's clock and ids.
+//!         Ok(Arc::new(my_store))
 //!     }
 //! }
 //!
 //! a2_conformance::suite!(mine, MyFactory);
+//! # fn main() {}
 //! ```
 //!
 //! [`suite!`] expands to a module named after its first argument holding one
@@ -62,6 +77,18 @@
 //! and [`case_names`] lists them. Each case runs in its own tokio task, so a
 //! panicking or hanging backend yields a failed row, not a crash: this is
 //! what a CLI `check` command calls.
+//!
+//! ```no_run
+//! # async fn check(factory: &dyn a2_conformance::StoreFactory) -> bool {
+//! let report = a2_conformance::run(factory).await;
+//! println!("{report}"); // one line per case, then the counts
+//! for failure in report.failures() {
+//!     eprintln!("{}: {:?}", failure.name, failure.outcome);
+//! }
+//! let one = a2_conformance::run_case(factory, "spec_worked_example").await;
+//! report.is_success() && one.is_some()
+//! # }
+//! ```
 //!
 //! # Stability of the case list
 //!
@@ -100,6 +127,8 @@ pub mod __private {
 /// ```ignore
 /// a2_conformance::suite!(memory, MemoryFactory);
 /// ```
+///
+/// See the crate docs for a complete `tests/conformance.rs`.
 #[macro_export]
 macro_rules! suite {
     ($backend:ident, $factory:expr $(,)?) => {
