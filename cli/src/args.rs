@@ -81,6 +81,9 @@ pub struct CheckArgs {
     /// The backend to check (its data is never touched).
     #[arg(value_name = "URL")]
     pub url: String,
+    /// Run only the cases whose name contains TEXT (e.g. `--only append`).
+    #[arg(long, value_name = "TEXT")]
+    pub only: Option<String>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
     pub json: bool,

@@ -37,6 +37,9 @@ impl Failure {
                 " — another process holds the database locked: retry, or raise ?busy_timeout_ms= in the URL"
             }
             ErrorCode::StorageFull => " — free disk space and retry",
+            ErrorCode::Backend if url.starts_with("postgres") => {
+                " — check that the server is up and the URL's host, port, user and database"
+            }
             ErrorCode::Backend => " — check the URL, the path and its permissions",
             _ => "",
         };

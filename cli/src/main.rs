@@ -13,6 +13,7 @@ mod failure;
 mod inspect;
 mod output;
 mod repair;
+mod scratch;
 mod table;
 mod target;
 

@@ -251,7 +251,10 @@ fn bench_rejects_bad_arguments_in_one_line() {
         &["bench", "sqlite:x.db?speed=max"],
         "unknown option 'speed'",
     );
-    fails(&["bench", "postgres://localhost/db"], "`postgres` feature");
+    fails(
+        &["bench", "postgres://a2@127.0.0.1:1/db?connect_timeout=2"],
+        "connecting to PostgreSQL",
+    );
     fails(
         &[
             "bench",
@@ -306,7 +309,14 @@ fn check_errors_are_one_line() {
         "scratch directory",
     );
     fails(&["check", "nonsense"], "is not a store URL");
-    fails(&["check", "postgres://h/db"], "`postgres` feature");
+    fails(
+        &["check", "postgres://a2@127.0.0.1:1/db?connect_timeout=2"],
+        "creating a scratch store",
+    );
+    fails(
+        &["check", "memory:", "--only", "no-such-case"],
+        "no conformance case",
+    );
 }
 
 #[test]
@@ -484,4 +494,110 @@ fn usage_errors_exit_2() {
     assert_eq!(output.status.code(), Some(2));
     let help = ok(&["bench", "--help"]);
     assert!(help.contains("Workload"), "{help}");
+}
+
+/// The PostgreSQL server of `A2_POSTGRES_URL`, or `None` (said on stderr)
+/// when it is not set: then the PostgreSQL tests do not run.
+fn postgres_url(test: &str) -> Option<String> {
+    match std::env::var("A2_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!(
+                "{test}: NOT run: set A2_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run it"
+            );
+            None
+        }
+    }
+}
+
+/// Schemas on the server whose name starts with `prefix`.
+fn schemas_like(url: &str, prefix: &str) -> Vec<String> {
+    runtime().block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let driver = tokio::spawn(connection);
+        let pattern = format!("{prefix}%");
+        let rows = client
+            .query(
+                "SELECT nspname FROM pg_namespace WHERE nspname LIKE $1",
+                &[&pattern],
+            )
+            .await
+            .unwrap();
+        drop(client);
+        let _ = driver.await;
+        rows.iter().map(|row| row.get(0)).collect()
+    })
+}
+
+fn drop_schema(url: &str, schema: &str) {
+    runtime().block_on(async {
+        let store = a2_store_postgres::PostgresStore::connect(
+            url,
+            a2_store_postgres::PostgresOptions {
+                schema: schema.to_owned(),
+                pool_size: 1,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        store.drop_schema().await.unwrap();
+    });
+}
+
+#[test]
+fn check_postgres_runs_on_scratch_schemas_and_drops_them() {
+    let Some(url) = postgres_url("check_postgres") else {
+        return;
+    };
+    let before = schemas_like(&url, "a2_check_");
+    let output = a2(&["check", &url, "--only", "append"]);
+    let out = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{out}\n{}", stderr(&output));
+    assert!(out.contains("postgres::append"), "{out}");
+    assert!(out.contains(" 0 failed"), "{out}");
+    let after = schemas_like(&url, "a2_check_");
+    assert_eq!(after, before, "scratch schemas left behind");
+}
+
+#[test]
+fn bench_and_inspect_postgres() {
+    let Some(url) = postgres_url("bench_and_inspect_postgres") else {
+        return;
+    };
+    let schema = format!("a2_clitest_{}", std::process::id());
+    let join = if url.contains('?') { '&' } else { '?' };
+    let store_url = format!("{url}{join}schema={schema}&pool_size=4");
+    let out = ok(&[
+        "bench",
+        &store_url,
+        "--seconds",
+        "0.5",
+        "--sessions",
+        "2",
+        "--json",
+    ]);
+    let report = json_of(&out);
+    assert_eq!(report["backends"][0]["url"], store_url.as_str());
+    assert!(
+        report["backends"][0]["rounds"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    let sessions = json_of(&ok(&["inspect", &store_url, "sessions", "--json"]));
+    let names: Vec<&str> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2, "{sessions}");
+    assert!(
+        names.iter().all(|n| n.starts_with("a2-bench-")),
+        "{names:?}"
+    );
+    let log = ok(&["inspect", &store_url, "log", names[0], "--limit", "3"]);
+    assert!(log.contains("index"), "{log}");
+    drop_schema(&url, &schema);
 }

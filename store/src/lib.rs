@@ -11,6 +11,7 @@
 //! | `memory:` | in-memory reference backend | `memory` (default) |
 //! | `sqlite:PATH?durability=full` | SQLite file, created when missing | `sqlite` |
 //! | `sqlite::memory:` | private in-memory SQLite database | `sqlite` |
+//! | `postgres://USER@HOST/DB?schema=app` | PostgreSQL, tables in schema `app` | `postgres` |
 //!
 //! See [`StoreUrl`] for every option. A URL whose backend is not compiled in
 //! is an [`InvalidInput`](ErrorCode::InvalidInput) error naming the feature
@@ -51,4 +52,6 @@ mod url;
 pub use a2_store_api::*;
 pub use open::{open, open_url};
 pub use options::OpenOptions;
-pub use url::{SqliteDurability, SqliteLocation, SqliteUrlOptions, StoreUrl, URL_FORMS};
+pub use url::{
+    PostgresUrlOptions, SqliteDurability, SqliteLocation, SqliteUrlOptions, StoreUrl, URL_FORMS,
+};

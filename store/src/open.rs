@@ -43,12 +43,14 @@ pub async fn open(url: &str, options: OpenOptions) -> Result<Arc<dyn Store>, Sto
 pub async fn open_url(url: &StoreUrl, options: OpenOptions) -> Result<Arc<dyn Store>, StoreError> {
     match url {
         StoreUrl::Memory => open_memory(url, options),
-        StoreUrl::Sqlite { location, options: sqlite } => {
-            open_sqlite(url, location, sqlite, options).await
-        }
-        StoreUrl::Postgres { .. } => Err(StoreError::invalid_input(format!(
-            "'{url}' needs the `postgres` feature of a2-store, and this release has no PostgreSQL backend yet: use sqlite:PATH"
-        ))),
+        StoreUrl::Sqlite {
+            location,
+            options: sqlite,
+        } => open_sqlite(url, location, sqlite, options).await,
+        StoreUrl::Postgres {
+            url: connection,
+            options: postgres,
+        } => open_postgres(url, connection, postgres, options).await,
     }
 }
 
@@ -116,6 +118,45 @@ async fn open_sqlite(
     Ok(Arc::new(store))
 }
 
+#[cfg(feature = "postgres")]
+async fn open_postgres(
+    _url: &StoreUrl,
+    connection: &str,
+    url_options: &crate::url::PostgresUrlOptions,
+    options: OpenOptions,
+) -> Result<Arc<dyn Store>, StoreError> {
+    use std::time::Duration;
+
+    use a2_store_postgres::{PostgresOptions, PostgresStore};
+
+    let mut postgres = PostgresOptions {
+        clock: options.clock,
+        ids: options.ids,
+        ..PostgresOptions::default()
+    };
+    if let Some(schema) = &url_options.schema {
+        postgres.schema = schema.clone();
+    }
+    if let Some(size) = url_options.pool_size {
+        postgres.pool_size = size;
+    }
+    if let Some(ms) = url_options.statement_timeout_ms {
+        postgres.statement_timeout = Duration::from_millis(ms);
+    }
+    let store = PostgresStore::connect(connection, postgres).await?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn open_postgres(
+    url: &StoreUrl,
+    _connection: &str,
+    _url_options: &crate::url::PostgresUrlOptions,
+    _options: OpenOptions,
+) -> Result<Arc<dyn Store>, StoreError> {
+    Err(disabled(url))
+}
+
 #[cfg(not(feature = "sqlite"))]
 async fn open_sqlite(
     url: &StoreUrl,
@@ -150,13 +191,28 @@ mod tests {
         assert!(message.contains("`memory` feature"), "{message}");
     }
 
+    #[cfg(not(feature = "postgres"))]
     #[test]
-    fn postgres_is_not_in_this_release() {
+    fn postgres_off_is_a_clear_error() {
         let err = block_on(open("postgres://localhost/db", OpenOptions::default()))
             .err()
             .unwrap();
         assert_eq!(err.code(), ErrorCode::InvalidInput);
         assert!(err.to_string().contains("`postgres` feature"), "{err}");
+    }
+
+    #[cfg(feature = "postgres")]
+    #[test]
+    fn postgres_options_reach_the_backend() {
+        // The backend rejects an invalid schema name before connecting.
+        let err = block_on(open(
+            "postgres://localhost/db?schema=Not-Valid",
+            OpenOptions::default(),
+        ))
+        .err()
+        .unwrap();
+        assert_eq!(err.code(), ErrorCode::InvalidInput);
+        assert!(err.to_string().contains("Not-Valid"), "{err}");
     }
 
     #[test]

@@ -11,7 +11,8 @@ use std::str::FromStr;
 use a2_store_api::StoreError;
 
 /// The URL forms [`open`](crate::open) accepts, for error messages.
-pub const URL_FORMS: &str = "memory:, sqlite:PATH[?OPTIONS] or sqlite::memory:";
+pub const URL_FORMS: &str =
+    "memory:, sqlite:PATH[?OPTIONS], sqlite::memory: or postgres://USER@HOST/DATABASE[?OPTIONS]";
 
 /// A parsed store URL.
 ///
@@ -20,13 +21,18 @@ pub const URL_FORMS: &str = "memory:, sqlite:PATH[?OPTIONS] or sqlite::memory:";
 /// | `memory:` | the in-memory reference backend (feature `memory`) |
 /// | `sqlite:PATH`, `sqlite://PATH` | a SQLite database file, created when missing (feature `sqlite`) |
 /// | `sqlite::memory:` | a private in-memory SQLite database (feature `sqlite`) |
-/// | `postgres://...`, `postgresql://...` | PostgreSQL (feature `postgres`, not in this release) |
+/// | `postgres://USER@HOST:PORT/DB`, `postgresql://...` | PostgreSQL (feature `postgres`) |
 ///
 /// SQLite URLs take query options after `?`, joined by `&`:
 /// `durability=full|normal`, `busy_timeout_ms=N`, `pool_size=N` (at least 1)
 /// and `poll_interval_ms=N` (at least 1). Unknown or repeated options are an
 /// error. The path is taken verbatim (no percent-decoding), so it cannot
 /// contain `?`.
+///
+/// PostgreSQL URLs take the store's options `schema=NAME` (default `a2`),
+/// `pool_size=N` (at least 1) and `statement_timeout_ms=N` (at least 1);
+/// every other query parameter (`sslmode`, `connect_timeout`, ...) is left in
+/// the connection URL for the driver, which rejects the ones it does not know.
 ///
 /// ```
 /// use a2_store::{SqliteDurability, SqliteLocation, StoreUrl};
@@ -54,11 +60,29 @@ pub enum StoreUrl {
         /// Options given in the query string; `None` keeps the backend default.
         options: SqliteUrlOptions,
     },
-    /// `postgres://...` — kept verbatim for the PostgreSQL backend.
+    /// `postgres://...` or `postgresql://...`.
     Postgres {
-        /// The whole URL as given.
+        /// The connection URL for the driver: the URL as given without the
+        /// store's own options.
         url: String,
+        /// The store's options from the query string; `None` keeps the default.
+        options: PostgresUrlOptions,
     },
+}
+
+/// The store's own query options of a PostgreSQL URL; each `None` keeps the
+/// backend's default.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PostgresUrlOptions {
+    /// `schema=NAME`: the PostgreSQL schema holding the tables (created when
+    /// missing).
+    pub schema: Option<String>,
+    /// `pool_size=N`: most connections open at once (at least 1).
+    pub pool_size: Option<usize>,
+    /// `statement_timeout_ms=N`: a statement running or waiting longer fails
+    /// with `Busy` (at least 1).
+    pub statement_timeout_ms: Option<u64>,
 }
 
 /// Where a SQLite store lives.
@@ -116,9 +140,7 @@ impl StoreUrl {
         match scheme {
             "memory" => parse_memory(url, rest),
             "sqlite" => parse_sqlite(url, rest),
-            "postgres" | "postgresql" => Ok(Self::Postgres {
-                url: url.to_owned(),
-            }),
+            "postgres" | "postgresql" => parse_postgres(url),
             "" => Err(not_a_url(url)),
             other => Err(StoreError::invalid_input(format!(
                 "unknown store URL scheme '{other}' in '{url}': use {URL_FORMS}"
@@ -145,7 +167,7 @@ impl StoreUrl {
         match self {
             Self::Memory => cfg!(feature = "memory"),
             Self::Sqlite { .. } => cfg!(feature = "sqlite"),
-            Self::Postgres { .. } => false,
+            Self::Postgres { .. } => cfg!(feature = "postgres"),
         }
     }
 }
@@ -163,7 +185,24 @@ impl fmt::Display for StoreUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Memory => f.write_str("memory:"),
-            Self::Postgres { url } => f.write_str(url),
+            Self::Postgres { url, options } => {
+                f.write_str(url)?;
+                let mut pairs = Vec::new();
+                if let Some(schema) = &options.schema {
+                    pairs.push(format!("schema={schema}"));
+                }
+                if let Some(size) = options.pool_size {
+                    pairs.push(format!("pool_size={size}"));
+                }
+                if let Some(ms) = options.statement_timeout_ms {
+                    pairs.push(format!("statement_timeout_ms={ms}"));
+                }
+                if !pairs.is_empty() {
+                    let join = if url.contains('?') { "&" } else { "?" };
+                    write!(f, "{join}{}", pairs.join("&"))?;
+                }
+                Ok(())
+            }
             Self::Sqlite { location, options } => {
                 match location {
                     SqliteLocation::Memory => f.write_str("sqlite::memory:")?,
@@ -281,6 +320,48 @@ fn parse_sqlite(url: &str, rest: &str) -> Result<StoreUrl, StoreError> {
         }
     }
     Ok(StoreUrl::Sqlite { location, options })
+}
+
+fn parse_postgres(url: &str) -> Result<StoreUrl, StoreError> {
+    let (base, query) = split_query(url);
+    if !base.contains("://") {
+        return Err(StoreError::invalid_input(format!(
+            "'{url}' is not a PostgreSQL URL: write postgres://USER@HOST:PORT/DATABASE"
+        )));
+    }
+    let mut options = PostgresUrlOptions::default();
+    let mut passed_on = Vec::new();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "schema" => {
+                if value.is_empty() {
+                    return Err(StoreError::invalid_input(format!(
+                        "empty schema in '{url}': write schema=NAME or leave it out for the default"
+                    )));
+                }
+                set_once(url, key, &mut options.schema, value.to_owned())?;
+            }
+            "pool_size" => {
+                let size = number(url, key, value, 1)?;
+                let size = usize::try_from(size).map_err(|_| {
+                    StoreError::invalid_input(format!("pool_size={value} in '{url}' is too large"))
+                })?;
+                set_once(url, key, &mut options.pool_size, size)?;
+            }
+            "statement_timeout_ms" => {
+                let ms = number(url, key, value, 1)?;
+                set_once(url, key, &mut options.statement_timeout_ms, ms)?;
+            }
+            _ => passed_on.push(pair),
+        }
+    }
+    let url = if passed_on.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", passed_on.join("&"))
+    };
+    Ok(StoreUrl::Postgres { url, options })
 }
 
 /// Splits `rest` at its first `?` into the path and the query.
@@ -433,12 +514,34 @@ mod tests {
     }
 
     #[test]
-    fn postgres_urls_are_recognised() {
+    fn postgres_urls_keep_driver_options_and_take_the_stores() {
         let url = parse("postgres://user@localhost/db");
         assert_eq!(url.backend(), "postgres");
         assert_eq!(url.to_string(), "postgres://user@localhost/db");
-        assert!(!url.is_enabled());
+        assert_eq!(url.is_enabled(), cfg!(feature = "postgres"));
         assert_eq!(parse("postgresql://h/db").feature(), "postgres");
+        let url = parse(
+            "postgres://u@h:5432/db?sslmode=disable&schema=app_1&pool_size=4&statement_timeout_ms=500&connect_timeout=3",
+        );
+        let StoreUrl::Postgres { url: conn, options } = &url else {
+            panic!("{url:?}")
+        };
+        assert_eq!(
+            conn,
+            "postgres://u@h:5432/db?sslmode=disable&connect_timeout=3"
+        );
+        assert_eq!(options.schema.as_deref(), Some("app_1"));
+        assert_eq!(options.pool_size, Some(4));
+        assert_eq!(options.statement_timeout_ms, Some(500));
+        assert_eq!(
+            url.to_string(),
+            "postgres://u@h:5432/db?sslmode=disable&connect_timeout=3&schema=app_1&pool_size=4&statement_timeout_ms=500"
+        );
+        assert_eq!(parse(&url.to_string()), url);
+        assert!(error("postgres:localhost").contains("not a PostgreSQL URL"));
+        assert!(error("postgres://h/db?pool_size=0").contains("at least 1"));
+        assert!(error("postgres://h/db?schema=").contains("empty schema"));
+        assert!(error("postgres://h/db?schema=a&schema=b").contains("given twice"));
     }
 
     #[test]
