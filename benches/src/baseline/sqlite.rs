@@ -182,7 +182,7 @@ impl RawSqlite {
 
     /// Queues `indexes` on the session's lane cursor, creating it (and
     /// pointing its head at the first queued index) when needed.
-    fn queue(&mut self, cid: &mut Option<i64>, indexes: &[i64]) {
+    pub fn queue(&mut self, cid: &mut Option<i64>, indexes: &[i64]) {
         let tx = sql("begin", self.conn.transaction());
         let id = match *cid {
             Some(id) => id,
