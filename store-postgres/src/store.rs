@@ -155,8 +155,13 @@ impl PostgresStore {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
+        // Waiting for a free connection is bounded like a statement: past
+        // the timeout the call fails with `Busy` instead of hanging.
         let pool = Pool::builder(manager)
             .max_size(options.pool_size)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(options.statement_timeout))
+            .create_timeout(Some(options.statement_timeout))
             .build()
             .map_err(|error| StoreError::backend("building the connection pool", error))?;
         let (wakes, _) = broadcast::channel(1024);
@@ -208,13 +213,8 @@ impl Store for PostgresStore {
         validate_new_events(&events)?;
         validate_consumers(options.consumers.as_deref(), &events)?;
         if events.is_empty() {
-            let consumers = options.consumers.as_deref();
-            let has_pending = transact!(self.inner, "checking pending work", |tx| {
-                crate::cursors::has_pending(&tx, session_id, consumers).await?
-            })?;
-            return Ok(AppendResult {
-                events: Vec::new(),
-                has_pending,
+            return transact!(self.inner, "checking pending work", |tx| {
+                ops::append::append_nothing(&tx, session_id, &options).await?
             });
         }
         let (result, wrote) = transact!(self.inner, "appending events", |tx| {

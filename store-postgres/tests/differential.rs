@@ -119,7 +119,7 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut heads: Vec<Head> = Vec::new();
     let mut dead: Vec<Head> = Vec::new();
-    for step in 0..400 {
+    for step in 0..500 {
         let session = SESSIONS[usize::try_from(rng.below(2)).unwrap()].to_owned();
         let mine: Vec<Head> = heads
             .iter()
@@ -377,7 +377,7 @@ async fn random_operations_match_the_reference() {
     let Some(factory) = PgFactory::from_env("differential") else {
         return;
     };
-    for seed in 1..=4_u64 {
+    for seed in 1..=8_u64 {
         let clock = ManualClock::new(1_700_000_000_000);
         let memory = MemoryStore::with_options(MemoryOptions {
             clock: Arc::new(clock.clone()),

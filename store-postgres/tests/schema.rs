@@ -172,3 +172,41 @@ async fn values_postgres_cannot_hold_are_invalid_input_and_change_nothing() {
     let rows = store.read("s", ReadOptions::default()).await.expect("read");
     assert!(rows.is_empty(), "nothing was written");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_payloads_round_trip_through_jsonb() {
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let schema = factory.schema();
+    let store = PostgresStore::connect(factory.url(), options(&schema))
+        .await
+        .expect("connect");
+    let payloads = [
+        json!(null),
+        json!(true),
+        json!(0.1),
+        json!(1.5e300),
+        json!(-2.5e-300),
+        json!(u64::MAX),
+        json!(i64::MIN),
+        json!(-0.0),
+        json!("ünïcödé \u{1F600} \"quoted\" \\ back\nslash"),
+        json!({"b": [1, {"a": null}], "a": {}, "": []}),
+        json!([]),
+    ];
+    let events = payloads
+        .iter()
+        .map(|payload| NewEvent::new("e", payload.clone()))
+        .collect();
+    store
+        .append("json", events, AppendOptions::default())
+        .await
+        .expect("append");
+    let rows = store
+        .read("json", ReadOptions::default())
+        .await
+        .expect("read");
+    let read: Vec<_> = rows.into_iter().map(|row| row.payload).collect();
+    assert_eq!(read, payloads);
+}

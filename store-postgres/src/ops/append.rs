@@ -4,7 +4,7 @@ use a2_store_api::codec::idempotent_replay;
 use a2_store_api::{AppendOptions, AppendResult, NewEvent, StoreError};
 
 use crate::batch::{insert, lane_cursors, notify, stored_ids, InsertContext};
-use crate::cursors::{fence, has_pending};
+use crate::cursors::{fence, has_pending, refresh_log_types};
 use crate::db::{lock_exclusive, Tx};
 use crate::error::TxResult;
 use crate::store::Inner;
@@ -33,6 +33,7 @@ pub(crate) async fn append(
                 }
             }
             let events = idempotent_replay(events, rows)?;
+            refresh_log_types(tx, session_id, consumers).await?;
             let has_pending = has_pending(tx, session_id, consumers).await?;
             return Ok((
                 AppendResult {
@@ -77,4 +78,24 @@ fn mixed(stored: usize, total: usize) -> StoreError {
         "batch mixes {stored} already-appended and {} fresh events",
         total - stored
     ))
+}
+
+/// The body of [`Store::append`](a2_store_api::Store::append) for an empty
+/// batch: refreshes declared log types and reports `has_pending`.
+pub(crate) async fn append_nothing(
+    tx: &Tx<'_>,
+    session_id: &str,
+    options: &AppendOptions,
+) -> TxResult<AppendResult> {
+    let consumers = options.consumers.as_deref();
+    if consumers.is_some_and(|list| list.iter().any(|c| c.log.is_some())) {
+        // Only the declared log cursors' rows change: hold the session shared.
+        if crate::db::lock_shared(tx, session_id).await?.is_some() {
+            refresh_log_types(tx, session_id, consumers).await?;
+        }
+    }
+    Ok(AppendResult {
+        events: Vec::new(),
+        has_pending: has_pending(tx, session_id, consumers).await?,
+    })
 }

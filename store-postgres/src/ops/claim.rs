@@ -38,8 +38,8 @@ pub(crate) async fn claim(
         let Ok(slot) = slot_key(excluded.lane.as_deref(), excluded.index) else {
             continue;
         };
-        ex_consumers.push(excluded.consumer.as_str());
-        ex_lanes.push(lane_key(excluded.lane.as_deref()));
+        ex_consumers.push(excluded.consumer.clone());
+        ex_lanes.push(lane_key(excluded.lane.as_deref()).to_owned());
         ex_slots.push(slot);
     }
     const CANDIDATES: &str = "c.session_id = $1 AND c.head IS NOT NULL AND c.failed_at IS NULL \
@@ -52,65 +52,84 @@ pub(crate) async fn claim(
         "SELECT {CURSOR_COLUMNS}, {EVENT_COLUMNS} FROM cursors c \
          JOIN events e ON e.session_id = c.session_id AND e.idx = c.head \
          WHERE {CANDIDATES} AND (c.claim_expires_at IS NULL OR c.claim_expires_at <= $7) \
-         ORDER BY c.head, c.consumer, c.lane FOR UPDATE OF c SKIP LOCKED"
+         ORDER BY c.head, c.consumer, c.lane LIMIT $8 FOR UPDATE OF c SKIP LOCKED"
     );
-    let rows = query(
-        tx,
-        &sql,
-        &[
-            &session_id,
-            &through,
-            &served,
-            &ex_consumers,
-            &ex_lanes,
-            &ex_slots,
-            &now,
-        ],
-    )
-    .await?;
-    let mut claimable = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let cursor = CursorRow::decode(row, 0)?;
-        let event = decode_event(row, CURSOR_WIDTH, session_id)?;
-        claimable.push((cursor, event));
-    }
-    claimable.sort_by(|(a, _), (b, _)| {
-        (a.head, &a.consumer, &a.lane).cmp(&(b.head, &b.consumer, &b.lane))
-    });
     let mut heads = Vec::new();
     let mut dead_lettered = Vec::new();
-    let mut changed = Vec::new();
-    for (mut cursor, event) in claimable {
-        if request.limit.is_some_and(|limit| heads.len() >= limit) {
+    // Lock only as many heads as the limit still needs (dead letters do not
+    // count, so fetch again after them), lowest first; heads other claimers
+    // hold are skipped, so workers pass each other.
+    loop {
+        let wanted = request
+            .limit
+            .map(|limit| i64::try_from(limit.saturating_sub(heads.len())).unwrap_or(i64::MAX));
+        let rows = query(
+            tx,
+            &sql,
+            &[
+                &session_id,
+                &through,
+                &served,
+                &ex_consumers,
+                &ex_lanes,
+                &ex_slots,
+                &now,
+                &wanted,
+            ],
+        )
+        .await?;
+        let mut claimable = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let cursor = CursorRow::decode(row, 0)?;
+            let event = decode_event(row, CURSOR_WIDTH, session_id)?;
+            claimable.push((cursor, event));
+        }
+        claimable.sort_by(|(a, _), (b, _)| {
+            (a.head, &a.consumer, &a.lane).cmp(&(b.head, &b.consumer, &b.lane))
+        });
+        let mut changed = Vec::with_capacity(claimable.len());
+        let mut dead_now = 0;
+        for (mut cursor, event) in claimable {
+            // Never visit a head twice in this call (a lease may already be
+            // over when `expires_at_ms` is in the past).
+            ex_consumers.push(cursor.consumer.clone());
+            ex_lanes.push(cursor.lane.clone());
+            ex_slots.push(cursor.slot);
+            let d = &mut cursor.dispatch;
+            if d.claim_holder.is_some() {
+                d.failure_count += 1;
+                if request
+                    .max_failures
+                    .is_some_and(|max| d.failure_count >= i64::from(max))
+                {
+                    d.attempt_count += 1;
+                    d.claim_holder = None;
+                    d.claim_expires_at = None;
+                    d.failed_at = Some(now);
+                    release_pins(tx, session_id, &cursor).await?;
+                    dead_lettered.push(cursor.to_head(event, state.clear)?);
+                    changed.push(cursor);
+                    dead_now += 1;
+                    continue;
+                }
+            }
+            d.attempt_count += 1;
+            d.first_claimed_at.get_or_insert(now);
+            d.last_claimed_at = Some(now);
+            d.claim_holder = Some(request.holder.clone());
+            d.claim_expires_at = Some(expires_at);
+            heads.push(cursor.to_head(event, state.clear)?);
+            changed.push(cursor);
+        }
+        put_all(tx, session_id, &changed).await?;
+        // Without a limit one pass took every candidate; with one, fetch
+        // again only when dead letters used up part of the rows fetched.
+        let full = wanted.is_some_and(|wanted| i64::try_from(rows.len()).unwrap_or(0) >= wanted);
+        if wanted.is_none() || dead_now == 0 || !full {
             break;
         }
-        let d = &mut cursor.dispatch;
-        if d.claim_holder.is_some() {
-            d.failure_count += 1;
-            if request
-                .max_failures
-                .is_some_and(|max| d.failure_count >= i64::from(max))
-            {
-                d.attempt_count += 1;
-                d.claim_holder = None;
-                d.claim_expires_at = None;
-                d.failed_at = Some(now);
-                release_pins(tx, session_id, &cursor).await?;
-                dead_lettered.push(cursor.to_head(event, state.clear)?);
-                changed.push(cursor);
-                continue;
-            }
-        }
-        d.attempt_count += 1;
-        d.first_claimed_at.get_or_insert(now);
-        d.last_claimed_at = Some(now);
-        d.claim_holder = Some(request.holder.clone());
-        d.claim_expires_at = Some(expires_at);
-        heads.push(cursor.to_head(event, state.clear)?);
-        changed.push(cursor);
     }
-    if !changed.is_empty() {
-        put_all(tx, session_id, &changed).await?;
+    if !heads.is_empty() || !dead_lettered.is_empty() {
         heads.sort_by(compare_heads);
         dead_lettered.sort_by(compare_heads);
         return Ok(ClaimResult::Claimed {

@@ -43,7 +43,9 @@ pub(crate) async fn complete(
     let Ok(index) = i64::try_from(request.index) else {
         return Err(StoreError::no_such_event(session_id, request.index).into());
     };
+    let consumers = request.consumers.as_deref();
     if index <= state.clear {
+        refresh_log_types(tx, session_id, consumers).await?;
         return Ok((CompleteResult::Superseded, false));
     }
     let Some(mut cursor) = load_ref(
@@ -57,11 +59,11 @@ pub(crate) async fn complete(
     .await?
     else {
         if row_exists(tx, session_id, index).await? {
+            refresh_log_types(tx, session_id, consumers).await?;
             return Ok((CompleteResult::Superseded, false));
         }
         return Err(StoreError::no_such_event(session_id, request.index).into());
     };
-    let consumers = request.consumers.as_deref();
     refresh_log_types(tx, session_id, consumers).await?;
     if let Some(log) = consumers
         .unwrap_or_default()
@@ -114,47 +116,40 @@ pub(crate) async fn complete(
     } else {
         insert(tx, &cx, &mut state, &request.events, lanes).await?
     };
-    // The insert may have woken or created cursors; reload ours (its head
-    // and bookkeeping are unchanged, but a log cursor's types may be new).
-    if let Some(fresh) = load_ref(
-        tx,
-        session_id,
-        &request.consumer,
-        lane,
-        request.index,
-        false,
-    )
-    .await?
-    {
-        cursor = fresh;
-    }
+    // The insert left our cursor's head and bookkeeping as loaded (it may
+    // only have queued more of its lane, or refreshed its types, set above).
     let lane_stored = lane_key(lane);
-    if cursor.kind == CursorKind::Log {
+    let returned: Vec<Option<&str>> = request.events.iter().map(|e| e.id.as_deref()).collect();
+    let returned = Json(&returned);
+    let is_log = cursor.kind == CursorKind::Log;
+    let record = async {
+        if is_log {
+            execute(
+                tx,
+                "DELETE FROM completions WHERE session_id = $1 AND consumer = $2 AND lane = $3",
+                &[&session_id, &request.consumer, &lane_stored],
+            )
+            .await?;
+        }
         execute(
             tx,
-            "DELETE FROM completions WHERE session_id = $1 AND consumer = $2 AND lane = $3",
-            &[&session_id, &request.consumer, &lane_stored],
+            "INSERT INTO completions (session_id, consumer, lane, idx, attempt, returned_ids) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (session_id, consumer, lane, idx) DO UPDATE \
+             SET attempt = EXCLUDED.attempt, returned_ids = EXCLUDED.returned_ids",
+            &[
+                &session_id,
+                &request.consumer,
+                &lane_stored,
+                &index,
+                &attempt,
+                &returned,
+            ],
         )
-        .await?;
-    }
-    let returned: Vec<Option<&str>> = request.events.iter().map(|e| e.id.as_deref()).collect();
-    execute(
-        tx,
-        "INSERT INTO completions (session_id, consumer, lane, idx, attempt, returned_ids) \
-         VALUES ($1, $2, $3, $4, $5, $6) \
-         ON CONFLICT (session_id, consumer, lane, idx) DO UPDATE \
-         SET attempt = EXCLUDED.attempt, returned_ids = EXCLUDED.returned_ids",
-        &[
-            &session_id,
-            &request.consumer,
-            &lane_stored,
-            &index,
-            &attempt,
-            &Json(&returned),
-        ],
-    )
-    .await?;
-    advance(tx, session_id, &mut cursor).await?;
+        .await
+    };
+    // Independent statements under the session lock: pipelined.
+    futures::try_join!(record, advance(tx, session_id, &mut cursor))?;
     let wrote = !stored.is_empty();
     if wrote {
         notify(tx, &inner.channel, session_id).await?;
@@ -351,13 +346,13 @@ pub(crate) async fn redrive(tx: &Tx<'_>, request: &RedriveRequest) -> TxResult<R
             found = Some(CursorRow::decode(&row, 0)?);
         }
     }
+    refresh_log_types(tx, session_id, consumers).await?;
     let Some(mut cursor) = found else {
         return Ok(RedriveResult {
             redriven: false,
             has_pending: has_pending(tx, session_id, consumers).await?,
         });
     };
-    refresh_log_types(tx, session_id, consumers).await?;
     if let Some(log) = consumers
         .unwrap_or_default()
         .iter()
