@@ -16,6 +16,7 @@ pub(crate) mod cursors;
 pub(crate) mod example;
 pub(crate) mod fail;
 pub(crate) mod multi;
+pub(crate) mod precedence;
 pub(crate) mod presence;
 pub(crate) mod read;
 pub(crate) mod renew;
@@ -200,6 +201,12 @@ macro_rules! __a2_cases {
                 fail::redrive_has_pending_respects_consumers,
                 fail::fail_after_unreclaimed_expiry_counts,
                 fail::dead_letters_carry_clear_index_after_clear,
+                precedence::append_checks_cause_before_lane_conflicts,
+                precedence::append_checks_origin_before_lane_conflicts,
+                precedence::complete_supersession_precedes_duplicate_check,
+                precedence::complete_validates_before_clear_check,
+                precedence::fail_validates_before_lookup,
+                precedence::clear_checks_last_index_after_fence,
                 presence::presence_write_is_read_back,
                 presence::presence_rows_sorted_by_participant_then_field,
                 presence::presence_later_at_wins,
