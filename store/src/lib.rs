@@ -21,6 +21,7 @@
 //! use a2_store::{NewEvent, OpenOptions, ReadOptions, Target};
 //! use serde_json::json;
 //!
+//! # #[cfg(feature = "memory")]
 //! # async fn demo() -> Result<(), a2_store::StoreError> {
 //! let store = a2_store::open("memory:", OpenOptions::default()).await?;
 //! let appended = store
@@ -35,6 +36,7 @@
 //! assert_eq!(rows[0].index, 1);
 //! # Ok(())
 //! # }
+//! # #[cfg(feature = "memory")]
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
 //!

@@ -19,6 +19,7 @@ use crate::url::StoreUrl;
 /// rejected.
 ///
 /// ```
+/// # #[cfg(feature = "memory")]
 /// # async fn demo() -> Result<(), a2_store::StoreError> {
 /// use a2_store::{ErrorCode, ListSessions, OpenOptions};
 ///
@@ -32,6 +33,7 @@ use crate::url::StoreUrl;
 /// assert_eq!(err.code(), ErrorCode::InvalidInput);
 /// # Ok(())
 /// # }
+/// # #[cfg(feature = "memory")]
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 /// ```
 pub async fn open(url: &str, options: OpenOptions) -> Result<Arc<dyn Store>, StoreError> {
