@@ -13,6 +13,7 @@
 #![warn(missing_docs)]
 
 mod call;
+mod fencing;
 mod invariants;
 mod model;
 mod op;
@@ -22,5 +23,6 @@ mod snapshot;
 pub mod vocab;
 
 pub use call::{Call, Outcome, Projection};
+pub use fencing::check_lease_fencing;
 pub use op::{EventSpec, IfLast, LeaseSpec, Op};
 pub use runner::{run_differential, Config, Divergence, DivergenceKind, Summary};

@@ -90,9 +90,18 @@ impl DeclSpec {
     }
 }
 
-/// Concrete declarations of a symbolic list (`None` stays `None`: serve every cursor).
+/// Concrete declarations of a symbolic list (`None` stays `None`: serve
+/// every cursor). A consumer named twice keeps its first declaration: the
+/// contract does not say which of two declarations of one name wins, and
+/// the backends differ (see the README).
 pub fn declarations(specs: &Option<Vec<DeclSpec>>) -> Option<Vec<ConsumerDeclaration>> {
-    specs
-        .as_ref()
-        .map(|specs| specs.iter().map(|spec| spec.declaration()).collect())
+    specs.as_ref().map(|specs| {
+        let mut list: Vec<ConsumerDeclaration> = Vec::new();
+        for declaration in specs.iter().map(|spec| spec.declaration()) {
+            if !list.iter().any(|d| d.name == declaration.name) {
+                list.push(declaration);
+            }
+        }
+        list
+    })
 }

@@ -1,0 +1,192 @@
+//! Factories of the backends under test, shared by the differential, fencing
+//! and load tests.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use a2_conformance::StoreFactory;
+use a2_store_api::{Clock, IdGenerator, Result, Store};
+use a2_store_postgres::{PostgresOptions, PostgresStore};
+use a2_store_sqlite::{Durability, SqliteOptions, SqliteStore};
+
+/// SQLite options on `clock` and `ids`.
+pub fn sqlite_options(clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>) -> SqliteOptions {
+    SqliteOptions {
+        clock,
+        ids,
+        durability: Durability::Normal,
+        ..SqliteOptions::default()
+    }
+}
+
+/// A fresh SQLite file per store, in a temporary directory that lives as long as the factory.
+pub struct SqliteFile {
+    dir: tempfile::TempDir,
+    files: AtomicUsize,
+}
+
+impl SqliteFile {
+    /// A factory over a new temporary directory.
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("a temporary directory"),
+            files: AtomicUsize::new(0),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl StoreFactory for SqliteFile {
+    fn name(&self) -> &str {
+        "sqlite-file"
+    }
+
+    async fn create(
+        &self,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+    ) -> Result<Arc<dyn Store>> {
+        let n = self.files.fetch_add(1, Ordering::SeqCst);
+        let path = self.dir.path().join(format!("diff-{n}.db"));
+        Ok(Arc::new(SqliteStore::open(
+            path,
+            sqlite_options(clock, ids),
+        )?))
+    }
+}
+
+/// A private in-memory SQLite database per store.
+pub struct SqliteMemory;
+
+#[async_trait::async_trait]
+impl StoreFactory for SqliteMemory {
+    fn name(&self) -> &str {
+        "sqlite-memory"
+    }
+
+    async fn create(
+        &self,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+    ) -> Result<Arc<dyn Store>> {
+        Ok(Arc::new(SqliteStore::open_in_memory(sqlite_options(
+            clock, ids,
+        ))?))
+    }
+}
+
+/// The variable naming the PostgreSQL server.
+pub const POSTGRES_URL: &str = "A2_POSTGRES_URL";
+
+/// The PostgreSQL URL, or `None` after saying on stderr that the test did not run.
+pub fn postgres_url(test: &str) -> Option<String> {
+    match std::env::var(POSTGRES_URL) {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            eprintln!(
+                "{test}: NOT RUN against PostgreSQL: {POSTGRES_URL} is not set \
+                 (e.g. {POSTGRES_URL}=postgres://postgres@127.0.0.1:5432/test)"
+            );
+            None
+        }
+    }
+}
+
+/// A fresh schema name no other run uses.
+pub fn fresh_schema() -> String {
+    format!("a2d_{}", uuid::Uuid::new_v4().simple())
+}
+
+/// PostgreSQL options on `schema`.
+pub fn postgres_options(
+    schema: &str,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdGenerator>,
+) -> PostgresOptions {
+    PostgresOptions {
+        clock,
+        ids,
+        pool_size: 4,
+        schema: schema.to_owned(),
+        ..PostgresOptions::default()
+    }
+}
+
+/// Drops `schemas` at `url`, from a thread of its own (works inside a runtime and in `Drop`).
+pub fn drop_schemas(url: &str, schemas: Vec<String>) {
+    if schemas.is_empty() {
+        return;
+    }
+    let url = url.to_owned();
+    let joined = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime to drop test schemas");
+        runtime.block_on(async move {
+            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+                .await
+                .expect("connect to drop test schemas");
+            let driver = tokio::spawn(connection);
+            for schema in schemas {
+                // Names come from fresh_schema(): plain identifiers, safe to quote.
+                client
+                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .await
+                    .expect("drop a test schema");
+            }
+            drop(client);
+            let _ = driver.await;
+        });
+    })
+    .join();
+    if joined.is_err() {
+        eprintln!("could not drop the test schemas");
+    }
+}
+
+/// One fresh schema per store; every schema is dropped when the factory is.
+pub struct Postgres {
+    url: String,
+    schemas: Mutex<Vec<String>>,
+}
+
+impl Postgres {
+    /// A factory on `A2_POSTGRES_URL`, or `None` when it is unset.
+    pub fn from_env(test: &str) -> Option<Self> {
+        postgres_url(test).map(|url| Self {
+            url,
+            schemas: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let schemas = std::mem::take(&mut *self.schemas.lock().expect("schema list"));
+        drop_schemas(&self.url, schemas);
+    }
+}
+
+#[async_trait::async_trait]
+impl StoreFactory for Postgres {
+    fn name(&self) -> &str {
+        "postgres"
+    }
+
+    async fn create(
+        &self,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+    ) -> Result<Arc<dyn Store>> {
+        let schema = fresh_schema();
+        self.schemas
+            .lock()
+            .expect("schema list")
+            .push(schema.clone());
+        Ok(Arc::new(
+            PostgresStore::connect(&self.url, postgres_options(&schema, clock, ids)).await?,
+        ))
+    }
+}
