@@ -14,6 +14,18 @@
 //! and stores are rotated while a benchmark runs so a session never grows
 //! past a bound, whatever number of iterations criterion asks for.
 //!
+//! A backend's own criterion target needs only its factory (`MyFactory`
+//! below stands for it):
+//!
+//! ```text
+//! use a2_conformance::bench;
+//! let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+//! let mut c = criterion::Criterion::default().configure_from_args();
+//! let mut group = c.benchmark_group("claim_complete");
+//! bench::claim_complete(&mut group, &rt, &MyFactory, bench::CursorKindBench::Lane);
+//! group.finish();
+//! ```
+//!
 //! A store call that fails aborts the benchmark with a panic naming the step:
 //! criterion has no error channel, and a figure measured over failing calls
 //! would be meaningless.
