@@ -791,3 +791,39 @@ pub(crate) async fn retrying_lane_head_keeps_the_lane_busy(cx: Cx) -> CaseResult
     ensure_eq!(busy(cx.claim(&s, "w1").await?)?, T0 + 50);
     Ok(())
 }
+
+/// A log consumer declaring an empty type list takes nothing: no cursor is created.
+pub(crate) async fn log_consumer_with_empty_types_takes_nothing(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    let result = cx
+        .append_for(
+            &s,
+            vec![ev("x", "1"), ev("y", "2")],
+            vec![log_consumer("audit", "log", Some(&[]), true)],
+        )
+        .await?;
+    ensure!(!result.has_pending, "nothing is taken, nothing pending");
+    ensure_eq!(cx.cursors(&s).await?, vec![]);
+    Ok(())
+}
+
+/// `wake_log` with backfill on a log holding nothing it takes creates the
+/// cursor (listed, no head); a later taken append gives it a head.
+pub(crate) async fn wake_log_with_nothing_taken_creates_headless_cursor(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![ev("y", "1")]).await?;
+    let audit = log_consumer("audit", "log", Some(&["x"]), true);
+    let woken = cx.store.wake_log(&s, &audit).await?;
+    ensure_eq!(woken.head, 1);
+    ensure_eq!(cs(&[woken.cursor]), strs(&["audit/log log pos=0 head=-"]));
+    ensure_eq!(
+        cs(&cx.cursors(&s).await?),
+        strs(&["audit/log log pos=0 head=-"])
+    );
+    cx.append_for(&s, vec![ev("x", "2")], vec![audit]).await?;
+    ensure_eq!(
+        cs(&cx.cursors(&s).await?),
+        strs(&["audit/log log pos=0 head=2"])
+    );
+    Ok(())
+}

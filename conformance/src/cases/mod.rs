@@ -179,6 +179,8 @@ macro_rules! __a2_cases {
                 cursors::target_on_lane_created_by_wake_log_is_invalid,
                 cursors::dead_lettered_lane_head_blocks_the_lane,
                 cursors::retrying_lane_head_keeps_the_lane_busy,
+                cursors::log_consumer_with_empty_types_takes_nothing,
+                cursors::wake_log_with_nothing_taken_creates_headless_cursor,
                 example::spec_worked_example,
                 example::spec_worked_example_expired_claim_is_retried,
                 fail::fail_counts_failure_and_releases_holder,
