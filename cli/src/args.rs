@@ -6,8 +6,9 @@ use clap::{Args, Parser, Subcommand};
 ///
 /// A store is named by a URL: `memory:` (in-memory, empty at every start),
 /// `sqlite:PATH` (a SQLite file; options after `?`, e.g.
-/// `sqlite:app.db?durability=full&busy_timeout_ms=5000&pool_size=4`) or
-/// `sqlite::memory:`.
+/// `sqlite:app.db?durability=full&busy_timeout_ms=5000&pool_size=4`),
+/// `sqlite::memory:`, or `postgres://USER@HOST:PORT/DB` (options
+/// `schema=NAME`, `pool_size=N`, `statement_timeout_ms=N`).
 ///
 /// Exit status: 0 on success, 1 when `check` finds a failing case, 2 on any
 /// error (bad arguments, a store that cannot be opened, a failed call).
@@ -42,8 +43,9 @@ pub enum Command {
     ///
     /// For `sqlite:PATH` the scratch files are created in a temporary directory
     /// beside PATH (so the same filesystem is tested) and removed afterwards;
-    /// PATH itself is never opened. Prints each case as pass, fail or skip and
-    /// exits with status 1 when any case fails.
+    /// PATH itself is never opened. For PostgreSQL each case runs on a new
+    /// schema `a2_check_*` of that server, dropped afterwards. Prints each case
+    /// as ok, FAILED or skipped and exits with status 1 when any case fails.
     Check(CheckArgs),
     /// Look inside a store: sessions, a session's log, cursors, dead letters, presence.
     Inspect(InspectArgs),

@@ -159,6 +159,9 @@ pub async fn run_session(
             return Err(failure);
         }
         shared.rounds.fetch_add(1, Ordering::Relaxed);
+        // An in-memory store never suspends: yield so the other sessions
+        // and the progress bar get their turn.
+        tokio::task::yield_now().await;
     }
     Ok(session.recorder)
 }
