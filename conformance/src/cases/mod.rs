@@ -288,6 +288,7 @@ macro_rules! __a2_cases {
                 validation::wake_log_without_log_declaration_is_invalid,
                 validation::claim_with_invalid_lease_is_invalid,
                 validation::append_validates_before_replay_and_empty_batch,
+                validation::claim_with_zero_limit_is_invalid,
             ]
             pair: [
                 multi::second_instance_sees_first_instance_appends,

@@ -340,3 +340,18 @@ pub(crate) async fn append_validates_before_replay_and_empty_batch(cx: Cx) -> Ca
     ensure_unchanged!(cx, &s, before);
     Ok(())
 }
+
+/// A claim with `limit: Some(0)` is `InvalidInput` (it could never claim;
+/// every backend agrees, the CONTRACT does not list it yet).
+pub(crate) async fn claim_with_zero_limit_is_invalid(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent")]).await?;
+    let before = cx.state(&s).await?;
+    let request = ClaimRequest {
+        limit: Some(0),
+        ..cx.req(&s, "w1")
+    };
+    ensure_code!(cx.store.claim_available(request).await, INVALID);
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
