@@ -250,6 +250,7 @@ macro_rules! __a2_cases {
                 robustness::extreme_numbers_never_panic,
                 robustness::odd_strings_round_trip,
                 robustness::nul_and_huge_strings_are_stored_or_rejected,
+                robustness::empty_requests_are_no_ops,
                 snapshots::read_state_without_writes_is_empty,
                 snapshots::read_state_returns_most_recent_write,
                 snapshots::head_snapshot_is_most_recent_even_if_lower,

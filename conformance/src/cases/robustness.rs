@@ -251,3 +251,56 @@ fn nth_event(
         .cloned()
         .ok_or_else(|| Failure::Fail("an append of one event returned no row".to_owned()))
 }
+
+/// Requests with nothing in them are valid no-ops: renewing no claims,
+/// writing no snapshots or presence fields, listing zero sessions.
+pub(crate) async fn empty_requests_are_no_ops(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_event("a", "agent")]).await?;
+    cx.claim_heads(&s, "w1").await?;
+    let before = cx.state(&s).await?;
+    let renewed = cx
+        .store
+        .renew_claims(RenewRequest {
+            session_id: s.clone(),
+            holder: "w1".into(),
+            claims: vec![],
+            ttl_ms: Some(TTL),
+            expires_at_ms: None,
+        })
+        .await?;
+    ensure_eq!(renewed, a2_store_api::RenewResult::default());
+    cx.store.write_state(&s, "r", vec![]).await?;
+    ensure_eq!(
+        cx.store
+            .read_state(&s, "r", ReadStateOptions::default())
+            .await?
+            .snapshot,
+        None
+    );
+    let presence = cx
+        .store
+        .set_presence(
+            &s,
+            "ann",
+            Default::default(),
+            PresenceMeta {
+                at: 1,
+                seen: None,
+                ttl_ms: TTL,
+            },
+        )
+        .await?;
+    ensure_eq!(presence, a2_store_api::PresenceResult::default());
+    ensure_eq!(cx.store.read_presence(&s).await?, vec![]);
+    let none = cx
+        .store
+        .sessions(a2_store_api::ListSessions {
+            after: None,
+            limit: Some(0),
+        })
+        .await?;
+    ensure_eq!(none, vec![]);
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
