@@ -600,4 +600,10 @@ fn bench_and_inspect_postgres() {
     let log = ok(&["inspect", &store_url, "log", names[0], "--limit", "3"]);
     assert!(log.contains("index"), "{log}");
     drop_schema(&url, &schema);
+
+    // Operator commands never create a schema.
+    let missing = format!("{url}{join}schema={schema}_missing");
+    fails(&["inspect", &missing, "sessions"], "no schema");
+    fails(&["clear", &missing, "s"], "no schema");
+    assert!(schemas_like(&url, &format!("{schema}_missing")).is_empty());
 }
