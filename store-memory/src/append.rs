@@ -109,7 +109,7 @@ impl Session {
             .cursors
             .get(id)
             .map(CursorState::to_cursor)
-            .ok_or_else(|| self.corrupt(0))?;
+            .ok_or_else(|| self.inconsistent("an indexed cursor is missing"))?;
         Ok(WakeLogResult { cursor, head })
     }
 }

@@ -151,7 +151,10 @@ impl Session {
 
     /// The head of live cursor `id` as a claim reports it.
     fn view(&self, id: CursorId) -> Result<a2_store_api::Head> {
-        let cursor = self.cursors.get(id).ok_or_else(|| self.corrupt(0))?;
+        let cursor = self
+            .cursors
+            .get(id)
+            .ok_or_else(|| self.inconsistent("an indexed cursor is missing"))?;
         self.head_view(cursor)
     }
 

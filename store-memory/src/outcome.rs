@@ -203,7 +203,7 @@ impl Session {
             (dead, dispatch.failure_count)
         });
         let Some((dead, failure_count)) = outcome else {
-            return Err(self.corrupt(request.index));
+            return Err(self.inconsistent("the failed cursor vanished"));
         };
         if dead {
             self.snapshots.release((id, request.index));
@@ -225,7 +225,10 @@ impl Session {
             .dead
             .iter()
             .map(|(.., id)| {
-                let cursor = self.cursors.get(*id).ok_or_else(|| self.corrupt(0))?;
+                let cursor = self
+                    .cursors
+                    .get(*id)
+                    .ok_or_else(|| self.inconsistent("an indexed cursor is missing"))?;
                 self.head_view(cursor)
             })
             .collect()

@@ -166,9 +166,15 @@ impl Session {
 
     /// The error for a row an index says exists but does not (a bug).
     pub fn corrupt(&self, index: u64) -> StoreError {
+        self.inconsistent(&format!("no row at index {index}"))
+    }
+
+    /// The error for state the indexes say exists but does not (a bug):
+    /// reported, never a panic.
+    pub fn inconsistent(&self, what: &str) -> StoreError {
         StoreError::Backend {
             message: format!(
-                "in-memory state of session '{}' is inconsistent: no row at index {index}",
+                "in-memory state of session '{}' is inconsistent: {what}",
                 self.id
             ),
             source: None,
@@ -177,7 +183,9 @@ impl Session {
 
     /// A cursor's head as claims and `dead_letters` report it.
     pub fn head_view(&self, cursor: &CursorState) -> Result<Head> {
-        let index = cursor.head.ok_or_else(|| self.corrupt(0))?;
+        let index = cursor
+            .head
+            .ok_or_else(|| self.inconsistent("a reported cursor has no head"))?;
         let event = self
             .log
             .stored(&self.id, index)
