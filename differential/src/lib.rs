@@ -26,3 +26,4 @@ pub use call::{Call, Outcome, Projection};
 pub use fencing::check_lease_fencing;
 pub use op::{EventSpec, IfLast, LeaseSpec, Op};
 pub use runner::{run_differential, Config, Divergence, DivergenceKind, Summary};
+pub use vocab::Avoid;

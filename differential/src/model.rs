@@ -19,8 +19,8 @@ use crate::call::{Call, Outcome, Projection};
 use crate::op::{EventSpec, IfLast, LeaseSpec, Op};
 use crate::snapshot::StoreState;
 use crate::vocab::{
-    declarations, pick, EVENT_IDS, FIELDS, HOLDERS, LANES, PARTICIPANTS, REDUCERS, REPLY_IDS,
-    SESSIONS, TARGET_CONSUMERS, TYPES,
+    declarations, pick, Avoid, EVENT_IDS, FIELDS, HOLDERS, LANES, PARTICIPANTS, REDUCERS,
+    REPLY_IDS, SESSIONS, TARGET_CONSUMERS, TYPES,
 };
 
 /// How many recently claimed heads ops can pick from.
@@ -72,6 +72,8 @@ pub struct Model {
     pub lanes: BTreeMap<(usize, String, String), LaneModel>,
     /// Every type list declared for a log `(consumer, lane)`.
     pub log_types: BTreeMap<(String, String), Vec<Option<Vec<String>>>>,
+    /// Input patterns left out.
+    pub avoid: Avoid,
 }
 
 fn session_index(name: &str) -> usize {
@@ -96,6 +98,14 @@ fn with_delta(attempt: u32, delta: i8) -> u32 {
 }
 
 impl Model {
+    /// An empty model whose resolutions leave out what `avoid` asks.
+    pub fn new(avoid: Avoid) -> Self {
+        Self {
+            avoid,
+            ..Self::default()
+        }
+    }
+
     /// The `n`-th most recently claimed head, if any was claimed.
     fn recent(&self, n: u8) -> Option<&KnownHead> {
         let len = self.known.len();
@@ -113,6 +123,9 @@ impl Model {
         for (consumer, lane) in &spec.targets {
             let consumer = pick(&TARGET_CONSUMERS, *consumer);
             event = event.with_target(match lane {
+                Some(lane) if self.avoid.target_lane_conflicts => {
+                    Target::lane(consumer, pick(&LANES[..2], *lane))
+                }
                 Some(lane) => Target::lane(consumer, pick(&LANES, *lane)),
                 None => Target::event(consumer),
             });
@@ -135,7 +148,7 @@ impl Model {
                 session: session_name(*session),
                 events: events.iter().map(|e| self.event(e, &EVENT_IDS)).collect(),
                 options: AppendOptions {
-                    consumers: declarations(consumers),
+                    consumers: declarations(consumers, self.avoid),
                     origin_index: origin.map(u64::from),
                 },
             },
@@ -159,7 +172,7 @@ impl Model {
                         .iter()
                         .filter_map(|n| self.recent(*n).map(|k| k.cursor.clone()))
                         .collect(),
-                    consumers: declarations(consumers),
+                    consumers: declarations(consumers, self.avoid),
                     max_failures: max_failures.map(u32::from),
                     through: through.map(u64::from),
                     limit: limit.map(usize::from),
@@ -206,7 +219,7 @@ impl Model {
                     index: cursor.index,
                     attempt,
                     events: events.iter().map(|e| self.event(e, &REPLY_IDS)).collect(),
-                    consumers: declarations(consumers),
+                    consumers: declarations(consumers, self.avoid),
                 })
             }
             Op::Fail {
@@ -250,7 +263,7 @@ impl Model {
                     } else {
                         RedriveAction::Retry
                     },
-                    consumers: declarations(consumers),
+                    consumers: declarations(consumers, self.avoid),
                 })
             }
             Op::Clear {
@@ -285,7 +298,7 @@ impl Model {
                 },
             ),
             Op::WakeLog { session, consumer } => {
-                Call::WakeLog(session_name(*session), consumer.declaration())
+                Call::WakeLog(session_name(*session), consumer.declaration(self.avoid))
             }
             Op::WriteState {
                 session,

@@ -1,27 +1,46 @@
 //! The differential test of every backend against the memory reference.
 //! `A2_DIFF_CASES`, `A2_DIFF_OPS` and `A2_DIFF_SEED` change the run (see the README).
+//!
+//! While a backend has a known open divergence, its run here avoids the
+//! input pattern that triggers it (so new divergences are still found) and
+//! `tests/known_bugs.rs` holds a test that fails until the bug is fixed.
+//! Drop the `Avoid` flag when the fix lands.
 
 mod support;
 
 use a2_conformance::StoreFactory;
-use a2_differential::{run_differential, Config};
+use a2_differential::{run_differential, Avoid, Config};
 
-async fn differential(factory: &dyn StoreFactory, cases: u32) {
-    let config = Config::from_env(cases, 40);
+async fn differential(factory: &dyn StoreFactory, cases: u32, avoid: Avoid) {
+    let config = Config {
+        avoid,
+        ..Config::from_env(cases, 40)
+    };
     match run_differential(factory, config).await {
         Ok(summary) => println!("{}: {summary}", factory.name()),
         Err(divergence) => panic!("{divergence}"),
     }
 }
 
+/// Known bugs 1 (log cursor types not refreshed on every path) and 2 (a
+/// refused batch draws ids) are open on SQLite; PostgreSQL has none open.
+const SQLITE_KNOWN: Avoid = Avoid {
+    log_type_changes: true,
+    target_lane_conflicts: true,
+};
+const POSTGRES_KNOWN: Avoid = Avoid {
+    log_type_changes: false,
+    target_lane_conflicts: false,
+};
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_memory_matches_the_reference() {
-    differential(&support::SqliteMemory, 256).await;
+    differential(&support::SqliteMemory, 256, SQLITE_KNOWN).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_file_matches_the_reference() {
-    differential(&support::SqliteFile::new(), 64).await;
+    differential(&support::SqliteFile::new(), 64, SQLITE_KNOWN).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -29,5 +48,5 @@ async fn postgres_matches_the_reference() {
     let Some(factory) = support::Postgres::from_env("postgres_matches_the_reference") else {
         return;
     };
-    differential(&factory, 32).await;
+    differential(&factory, 32, POSTGRES_KNOWN).await;
 }

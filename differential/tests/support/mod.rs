@@ -7,8 +7,30 @@ use std::sync::{Arc, Mutex};
 
 use a2_conformance::StoreFactory;
 use a2_store_api::{Clock, IdGenerator, Result, Store};
+use a2_store_memory::{MemoryOptions, MemoryStore};
 use a2_store_postgres::{PostgresOptions, PostgresStore};
 use a2_store_sqlite::{Durability, SqliteOptions, SqliteStore};
+
+/// Fresh memory stores (the reference itself).
+pub struct Memory;
+
+#[async_trait::async_trait]
+impl StoreFactory for Memory {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    async fn create(
+        &self,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+    ) -> Result<Arc<dyn Store>> {
+        Ok(Arc::new(MemoryStore::with_options(MemoryOptions {
+            clock,
+            ids,
+        })))
+    }
+}
 
 /// SQLite options on `clock` and `ids`.
 pub fn sqlite_options(clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>) -> SqliteOptions {
