@@ -312,3 +312,44 @@ pub(crate) async fn complete_of_reclaimed_index_is_superseded(cx: Cx) -> CaseRes
     );
     Ok(())
 }
+
+/// The marker sits at the clear, not below it: its id is still taken, so an
+/// event reusing it is a (conflicting) replay.
+pub(crate) async fn marker_id_stays_taken_after_clear(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![msg("a")]).await?;
+    let mark = marker(cx.store.clear(request(&s)).await?)?;
+    let before = cx.state(&s).await?;
+    ensure_code!(
+        cx.append(&s, vec![msg(&mark.id)]).await,
+        ErrorCode::IdempotencyConflict
+    );
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
+/// A second clear moves the clear index to its own marker; the first marker
+/// falls below it and its id becomes reusable.
+pub(crate) async fn second_clear_moves_the_clear_index(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![msg("a")]).await?;
+    let first = marker(cx.store.clear(request(&s)).await?)?;
+    cx.append(&s, vec![msg("b")]).await?;
+    let second = marker(cx.store.clear(request(&s)).await?)?;
+    ensure_eq!((first.index, second.index), (2, 4));
+    let state = cx
+        .store
+        .read_state(&s, "r", a2_store_api::ReadStateOptions::default())
+        .await?;
+    ensure_eq!(state.clear_index, 4);
+    let reused = cx
+        .append(&s, vec![msg(&first.id), to_event("c", "agent")])
+        .await?;
+    ensure_eq!(idx(&reused.events), vec![5, 6]);
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure_eq!(head.clear_index, Some(4));
+    let result = cx.store.reclaim(&s).await?;
+    ensure_eq!((result.reclaimed, result.done), (3, true));
+    ensure_eq!(idx(&cx.read_all(&s).await?), vec![4, 5, 6]);
+    Ok(())
+}

@@ -110,6 +110,8 @@ macro_rules! __a2_cases {
                 clear::reclaim_deletes_in_batches_never_the_marker,
                 clear::appends_continue_after_reclaim,
                 clear::complete_of_reclaimed_index_is_superseded,
+                clear::marker_id_stays_taken_after_clear,
+                clear::second_clear_moves_the_clear_index,
                 complete::complete_advances_lane_to_next_head,
                 complete::complete_appends_returned_events_with_cause,
                 complete::complete_returned_events_fan_out_to_other_consumers,
