@@ -41,6 +41,12 @@ pub(crate) struct CaseDef {
 /// `single: [area::case, ...]` (cases on one store) and `pair: [...]`
 /// (multi-instance cases). Adding a case here reaches every backend that
 /// expands [`suite!`](crate::suite) and every [`run`](crate::run).
+///
+/// To add a case: write `pub(crate) async fn <behaviour_it_proves>(cx: Cx) ->
+/// CaseResult` in the area's module (fresh sessions from `cx.s(..)`, time
+/// from `cx.advance(..)`, exact expectations with `ensure_eq!`/`ensure_code!`,
+/// `ensure_unchanged!` after every expected error), then list it here. Names
+/// are unique across areas: they are the test names.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __a2_cases {
