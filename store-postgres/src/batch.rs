@@ -58,7 +58,7 @@ pub(crate) async fn lane_cursors(
         }
     }
     let keys: Vec<CursorKey> = keys.into_iter().collect();
-    let found = load_many(tx, session_id, &keys, false).await?;
+    let found = load_many(tx, session_id, &keys, true).await?;
     let map: BTreeMap<(String, String), CursorRow> = found
         .into_iter()
         .map(|cursor| ((cursor.consumer.clone(), cursor.lane.clone()), cursor))

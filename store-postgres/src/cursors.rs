@@ -251,7 +251,7 @@ pub(crate) async fn fence(
         &cause.consumer,
         cause.lane.as_deref(),
         cause.index,
-        false,
+        true,
     )
     .await?;
     match cursor {

@@ -54,7 +54,8 @@ fn decode_state(row: &Row) -> TxResult<SessionState> {
 
 /// Locks the session row exclusively (creating it when the session was never
 /// written), so writers of one session run one at a time and see each
-/// other's commits. Holders of the shared lock ([`lock_shared`]) are waited for.
+/// other's commits. Claimers take no session lock; writers lock every cursor
+/// row they read before writing it, so the two meet only on cursor rows.
 pub(crate) async fn lock_exclusive(tx: &Tx<'_>, session_id: &str) -> TxResult<SessionState> {
     const LOCK: &str = "SELECT head, clear_index, reclaimed_through FROM sessions \
                         WHERE session_id = $1 FOR UPDATE";
@@ -71,20 +72,6 @@ pub(crate) async fn lock_exclusive(tx: &Tx<'_>, session_id: &str) -> TxResult<Se
         Some(row) => decode_state(&row),
         None => Ok(SessionState::default()),
     }
-}
-
-/// Locks the session row shared: many claimers, renewers and failers run
-/// together (each locking only the cursor rows it changes) while no writer
-/// (append, complete, clear...) can run. `None` when never written.
-pub(crate) async fn lock_shared(tx: &Tx<'_>, session_id: &str) -> TxResult<Option<SessionState>> {
-    let row = query_opt(
-        tx,
-        "SELECT head, clear_index, reclaimed_through FROM sessions \
-         WHERE session_id = $1 FOR SHARE",
-        &[&session_id],
-    )
-    .await?;
-    row.as_ref().map(decode_state).transpose()
 }
 
 /// Reads the session row without locking it (zeros when never written).

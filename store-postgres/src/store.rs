@@ -51,11 +51,13 @@ pub(crate) struct Inner {
 /// database, shared safely by any number of stores in any number of processes.
 ///
 /// Every call is one transaction. Writers of a session (append, complete,
-/// clear, reclaim, redrive, wake_log) lock its `sessions` row exclusively;
-/// claims, renewals, failures and snapshot writes lock it shared and lock
-/// only the cursor rows they change (claims `SKIP LOCKED`, so concurrent
-/// workers pass each other). Deadlocks and serialization failures are retried
-/// up to [`MAX_RETRIES`] times, then surface as `StoreError::Busy`.
+/// clear, reclaim, redrive, wake_log) lock its `sessions` row exclusively, so
+/// they run one at a time and indexes stay contiguous. Claims, renewals,
+/// failures and snapshot writes take no session lock: they lock only the
+/// cursor rows they change (claims `SKIP LOCKED`, so concurrent workers pass
+/// each other), and writers lock every cursor row they read before writing
+/// it. Deadlocks and serialization failures are retried up to
+/// [`MAX_RETRIES`] times, then surface as `StoreError::Busy`.
 #[derive(Clone)]
 pub struct PostgresStore {
     inner: Arc<Inner>,

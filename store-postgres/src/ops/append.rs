@@ -88,12 +88,8 @@ pub(crate) async fn append_nothing(
     options: &AppendOptions,
 ) -> TxResult<AppendResult> {
     let consumers = options.consumers.as_deref();
-    if consumers.is_some_and(|list| list.iter().any(|c| c.log.is_some())) {
-        // Only the declared log cursors' rows change: hold the session shared.
-        if crate::db::lock_shared(tx, session_id).await?.is_some() {
-            refresh_log_types(tx, session_id, consumers).await?;
-        }
-    }
+    // Only the declared log cursors' rows change (each under its row lock).
+    refresh_log_types(tx, session_id, consumers).await?;
     Ok(AppendResult {
         events: Vec::new(),
         has_pending: has_pending(tx, session_id, consumers).await?,

@@ -1,6 +1,6 @@
-//! `claim_available` and `renew_claims`: the lease operations. Both hold the
-//! session row shared, so claimers run side by side; each locks only the
-//! cursor rows it changes, and claimers skip rows another claimer holds.
+//! `claim_available` and `renew_claims`: the lease operations. They take no
+//! session lock: each locks only the cursor rows it changes (claims skip
+//! rows another transaction holds), then reads the clear index.
 
 use a2_store_api::codec::{compare_heads, compare_refs};
 use a2_store_api::{ClaimRequest, ClaimResult, CursorRef, HeldClaim, RenewResult};
@@ -8,7 +8,7 @@ use a2_store_api::{ClaimRequest, ClaimResult, CursorRef, HeldClaim, RenewResult}
 use crate::cursors::{
     load_many, put_all, refresh_log_types, release_pins, served_names, CursorKey,
 };
-use crate::db::{lock_shared, query, query_opt, sql_index, Tx};
+use crate::db::{query, query_opt, read_state, sql_index, Tx};
 use crate::error::TxResult;
 use crate::rows::{
     decode_event, lane_key, slot_key, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS,
@@ -23,9 +23,6 @@ pub(crate) async fn claim(
     expires_at: i64,
 ) -> TxResult<ClaimResult> {
     let session_id = request.session_id.as_str();
-    let Some(state) = lock_shared(tx, session_id).await? else {
-        return Ok(ClaimResult::Settled);
-    };
     let consumers = request.consumers.as_deref();
     refresh_log_types(tx, session_id, consumers).await?;
     let served = served_names(consumers);
@@ -107,7 +104,7 @@ pub(crate) async fn claim(
                     d.claim_expires_at = None;
                     d.failed_at = Some(now);
                     release_pins(tx, session_id, &cursor).await?;
-                    dead_lettered.push(cursor.to_head(event, state.clear)?);
+                    dead_lettered.push(cursor.to_head(event, 0)?);
                     changed.push(cursor);
                     dead_now += 1;
                     continue;
@@ -118,7 +115,7 @@ pub(crate) async fn claim(
             d.last_claimed_at = Some(now);
             d.claim_holder = Some(request.holder.clone());
             d.claim_expires_at = Some(expires_at);
-            heads.push(cursor.to_head(event, state.clear)?);
+            heads.push(cursor.to_head(event, 0)?);
             changed.push(cursor);
         }
         put_all(tx, session_id, &changed).await?;
@@ -130,6 +127,15 @@ pub(crate) async fn claim(
         }
     }
     if !heads.is_empty() || !dead_lettered.is_empty() {
+        // Read after the heads are locked: any clear that touched them has
+        // committed, so the clear index reported is the one they live under.
+        let state = read_state(tx, session_id).await?;
+        let clear_index = (state.clear > 0)
+            .then(|| crate::rows::index_of(state.clear))
+            .transpose()?;
+        for head in heads.iter_mut().chain(dead_lettered.iter_mut()) {
+            head.clear_index = clear_index;
+        }
         heads.sort_by(compare_heads);
         dead_lettered.sort_by(compare_heads);
         return Ok(ClaimResult::Claimed {
@@ -177,10 +183,6 @@ pub(crate) async fn renew(
     now: i64,
     expires_at: i64,
 ) -> TxResult<RenewResult> {
-    let clear = lock_shared(tx, session_id)
-        .await?
-        .map(|state| state.clear)
-        .unwrap_or_default();
     let mut ordered: Vec<&HeldClaim> = claims.iter().collect();
     ordered.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
     let mut keys: Vec<CursorKey> = Vec::new();
@@ -202,6 +204,8 @@ pub(crate) async fn renew(
             .into_iter()
             .map(|c| ((c.consumer.clone(), c.lane.clone(), c.slot), c))
             .collect();
+    // Read after the rows are locked (see `fail`).
+    let clear = read_state(tx, session_id).await?.clear;
     let mut result = RenewResult::default();
     let mut renewed_keys = std::collections::BTreeSet::new();
     for claim in ordered {

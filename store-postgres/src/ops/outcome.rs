@@ -10,7 +10,7 @@ use tokio_postgres::types::Json;
 
 use crate::batch::{insert, lane_cursors, notify, stored_ids, InsertContext};
 use crate::cursors::{advance, has_pending, load_ref, put, refresh_log_types, release_pins};
-use crate::db::{execute, lock_exclusive, lock_shared, query, query_opt, read_state, Tx};
+use crate::db::{execute, lock_exclusive, query, query_opt, read_state, Tx};
 use crate::error::TxResult;
 use crate::rows::{decode_event, lane_key, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS};
 use crate::store::Inner;
@@ -48,15 +48,8 @@ pub(crate) async fn complete(
         refresh_log_types(tx, session_id, consumers).await?;
         return Ok((CompleteResult::Superseded, false));
     }
-    let Some(mut cursor) = load_ref(
-        tx,
-        session_id,
-        &request.consumer,
-        lane,
-        request.index,
-        false,
-    )
-    .await?
+    let Some(mut cursor) =
+        load_ref(tx, session_id, &request.consumer, lane, request.index, true).await?
     else {
         if row_exists(tx, session_id, index).await? {
             refresh_log_types(tx, session_id, consumers).await?;
@@ -229,20 +222,18 @@ pub(crate) async fn fail(tx: &Tx<'_>, request: &FailRequest, now: i64) -> TxResu
         outcome: FailOutcome::Superseded,
         failure_count,
     };
-    let clear = lock_shared(tx, session_id)
-        .await?
-        .map(|state| state.clear)
-        .unwrap_or_default();
     let Ok(index) = i64::try_from(request.index) else {
         return Err(StoreError::no_such_event(session_id, request.index).into());
     };
+    // Lock the cursor row first, then read the clear: a clear that touched
+    // the row has committed by then, and no clear can start touching it.
+    let lane = request.lane.as_deref();
+    let cursor = load_ref(tx, session_id, &request.consumer, lane, request.index, true).await?;
+    let clear = read_state(tx, session_id).await?.clear;
     if index <= clear {
         return Ok(superseded(0));
     }
-    let lane = request.lane.as_deref();
-    let Some(mut cursor) =
-        load_ref(tx, session_id, &request.consumer, lane, request.index, true).await?
-    else {
+    let Some(mut cursor) = cursor else {
         if row_exists(tx, session_id, index).await? {
             return Ok(superseded(0));
         }
@@ -340,7 +331,8 @@ pub(crate) async fn redrive(tx: &Tx<'_>, request: &RedriveRequest) -> TxResult<R
     if let Some(index) = index {
         let sql = format!(
             "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 AND c.consumer = $2 \
-             AND c.head = $3 AND c.failed_at IS NOT NULL ORDER BY c.lane, c.slot LIMIT 1"
+             AND c.head = $3 AND c.failed_at IS NOT NULL ORDER BY c.lane, c.slot LIMIT 1 \
+             FOR UPDATE OF c"
         );
         if let Some(row) = query_opt(tx, &sql, &[&session_id, &request.consumer, &index]).await? {
             found = Some(CursorRow::decode(&row, 0)?);

@@ -61,7 +61,7 @@ pub(crate) async fn wake_log(
 ) -> TxResult<WakeLogResult> {
     let state = lock_exclusive(tx, session_id).await?;
     let head = index_of(state.head)?;
-    let existing = load(tx, session_id, &consumer.name, &log.lane, 0, false).await?;
+    let existing = load(tx, session_id, &consumer.name, &log.lane, 0, true).await?;
     let cursor = match existing {
         Some(cursor) if cursor.kind != CursorKind::Log => {
             return Err(lane_conflict(&consumer.name, &log.lane).into());

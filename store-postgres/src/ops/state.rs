@@ -5,7 +5,7 @@ use a2_store_api::{Snapshot, StateRead, StateWrite};
 use tokio_postgres::types::Json;
 
 use crate::cursors::load_ref;
-use crate::db::{bound, execute, lock_shared, query_opt, read_state as session_state, Tx};
+use crate::db::{bound, execute, query_opt, read_state as session_state, Tx};
 use crate::error::TxResult;
 use crate::rows::index_of;
 
@@ -19,10 +19,7 @@ pub(crate) async fn write_state(
     reducer: &str,
     writes: &[StateWrite],
 ) -> TxResult<()> {
-    let clear = lock_shared(tx, session_id)
-        .await?
-        .map(|state| state.clear)
-        .unwrap_or_default();
+    let clear = session_state(tx, session_id).await?.clear;
     let mut ordered: Vec<&StateWrite> = writes.iter().collect();
     ordered.sort_by_key(|write| write.index);
     let mut head: Option<(i64, &StateWrite)> = None;
