@@ -567,3 +567,56 @@ async fn a_claim_walks_only_the_claimable_heads_it_may_take() {
     );
     store.check_invariants().unwrap();
 }
+
+#[tokio::test]
+async fn a_clock_moving_back_keeps_a_promoted_claim_busy() {
+    let clock = ManualClock::new(1_000);
+    let store = MemoryStore::with_options(MemoryOptions {
+        clock: Arc::new(clock.clone()),
+        ids: Arc::new(CounterIds::new("g")),
+    });
+    let event = NewEvent::new("msg", json!(1)).with_target(Target::event("c"));
+    store
+        .append(SESSION, vec![event], AppendOptions::default())
+        .await
+        .unwrap();
+    let request = |consumers: Option<Vec<ConsumerDeclaration>>| ClaimRequest {
+        session_id: SESSION.into(),
+        holder: "w".into(),
+        ttl_ms: Some(100),
+        consumers,
+        ..ClaimRequest::default()
+    };
+    assert!(matches!(
+        store.claim_available(request(None)).await.unwrap(),
+        ClaimResult::Claimed { .. }
+    ));
+    clock.advance(200);
+    // A claim for another consumer promotes the expired head without taking it.
+    let other = Some(vec![ConsumerDeclaration::targeted("other")]);
+    assert_eq!(
+        store.claim_available(request(other)).await.unwrap(),
+        ClaimResult::Settled
+    );
+    let promoted = store.inspect(SESSION, |s| s.cursors.heads().ready.len());
+    assert_eq!(promoted, 1);
+    clock.set(1_050);
+    assert_eq!(
+        store.claim_available(request(None)).await.unwrap(),
+        ClaimResult::Busy { retry_at: 1_100 }
+    );
+    store.check_invariants().unwrap();
+    clock.set(1_100);
+    let ClaimResult::Claimed { heads, .. } = store.claim_available(request(None)).await.unwrap()
+    else {
+        panic!("expected the expired claim to be claimed again");
+    };
+    assert_eq!(
+        (
+            heads[0].dispatch.attempt_count,
+            heads[0].dispatch.failure_count
+        ),
+        (2, 1)
+    );
+    store.check_invariants().unwrap();
+}
