@@ -499,3 +499,27 @@ pub(crate) async fn dead_letters_carry_clear_index_after_clear(cx: Cx) -> CaseRe
     ensure_eq!(nth(&dead, 0)?.clear_index, Some(2));
     Ok(())
 }
+
+/// A retried dead letter is claimed, completed and the lane moves on.
+pub(crate) async fn redriven_head_completes_and_lane_advances(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(
+        &s,
+        vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
+    )
+    .await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.fail(&s, &head, Some(1)).await?;
+    cx.store
+        .redrive(redrive(&s, "agent", 1, RedriveAction::Retry))
+        .await?;
+    let again = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure_eq!(hs(std::slice::from_ref(&again)), strs(&["1 agent/L1 #2"]));
+    let events = completed(cx.complete(&s, &again, vec![ev("reply", "r")]).await?)?;
+    ensure_eq!(events[0].cause, Some(again.cause()));
+    ensure_eq!(
+        hs(&cx.claim_heads(&s, "w1").await?),
+        strs(&["2 agent/L1 #1"])
+    );
+    Ok(())
+}

@@ -282,3 +282,47 @@ pub(crate) async fn renew_after_fail_is_neither(cx: Cx) -> CaseResult {
     ensure_unchanged!(cx, &s, before);
     Ok(())
 }
+
+/// A lease handed over after expiry supersedes the old holder everywhere
+/// (renew, complete, fail, fenced append) while the new holder proceeds.
+pub(crate) async fn lease_handover_supersedes_the_old_holder(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let old = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    cx.advance(TTL / 2);
+    let result = cx
+        .store
+        .renew_claims(renew(&s, "w1", vec![held(&old)]))
+        .await?;
+    ensure_eq!(rs(&result.renewed), strs(&["1 agent/L1"]));
+    cx.advance(TTL);
+    let new = nth(&cx.claim_heads(&s, "w2").await?, 0)?;
+    ensure_eq!(new.dispatch.attempt_count, 2);
+    let before = cx.state(&s).await?;
+    let result = cx
+        .store
+        .renew_claims(renew(&s, "w1", vec![held(&old)]))
+        .await?;
+    ensure_eq!(rs(&result.superseded), strs(&["1 agent/L1"]));
+    ensure_eq!(
+        cx.complete(&s, &old, vec![]).await?,
+        a2_store_api::CompleteResult::Superseded
+    );
+    ensure_eq!(
+        cx.fail(&s, &old, None).await?.outcome,
+        a2_store_api::FailOutcome::Superseded
+    );
+    ensure_code!(
+        cx.append(&s, vec![msg("late").with_cause(old.cause())])
+            .await,
+        ErrorCode::SupersededAttempt
+    );
+    ensure_unchanged!(cx, &s, before);
+    let result = cx
+        .store
+        .renew_claims(renew(&s, "w2", vec![held(&new)]))
+        .await?;
+    ensure_eq!(rs(&result.renewed), strs(&["1 agent/L1"]));
+    completed(cx.complete(&s, &new, vec![]).await?)?;
+    Ok(())
+}
