@@ -15,6 +15,7 @@
 mod call;
 mod fencing;
 mod invariants;
+pub mod load;
 mod model;
 mod op;
 mod render;

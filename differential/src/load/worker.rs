@@ -1,0 +1,272 @@
+//! Producing the load and the worker tasks that drain it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2_store_api::{
+    AppendOptions, ClaimRequest, ClaimResult, Clock, CompleteRequest, CompleteResult, ErrorCode,
+    FailOutcome, FailRequest, Head, HeldClaim, NewEvent, RenewRequest, Store, StoreError,
+    SystemClock,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use super::plan::{Action, LoadPlan, DONE, MAX_FAILURES};
+
+/// How many events one append carries.
+const BATCH: u64 = 10;
+/// How often a call refused with `Busy` is retried before the run fails.
+const BUSY_RETRIES: u32 = 200;
+
+/// What the workers of one process did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerReport {
+    /// Completions answered `Completed` (stalled ones included).
+    pub completed: u64,
+    /// Failures answered `Failed`.
+    pub failed: u64,
+    /// Failures answered `DeadLettered`.
+    pub dead_lettered: u64,
+    /// Stalled attempts whose late completion was accepted (nobody reclaimed).
+    pub stalls_completed: u64,
+    /// Stalled attempts fenced on completion: `(session, index)`.
+    pub stalls_superseded: Vec<(String, u64)>,
+    /// Non-stalled outcomes answered `Superseded` (must stay empty).
+    pub unexpected: Vec<String>,
+    /// Calls retried after `Busy`.
+    pub busy_retries: u64,
+}
+
+impl WorkerReport {
+    /// Adds `other` into `self`.
+    pub fn merge(&mut self, other: WorkerReport) {
+        self.completed += other.completed;
+        self.failed += other.failed;
+        self.dead_lettered += other.dead_lettered;
+        self.stalls_completed += other.stalls_completed;
+        self.stalls_superseded.extend(other.stalls_superseded);
+        self.unexpected.extend(other.unexpected);
+        self.busy_retries += other.busy_retries;
+    }
+}
+
+/// Retries `call` while the store answers `Busy`, counting retries.
+async fn patient<T, F, Fut>(busy: &mut u64, mut call: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    let mut tries = 0;
+    loop {
+        match call().await {
+            Err(error) if error.code() == ErrorCode::Busy && tries < BUSY_RETRIES => {
+                tries += 1;
+                *busy += 1;
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Appends every event of `plan`, in batches, declaring the log consumer.
+pub async fn produce(store: &dyn Store, plan: &LoadPlan) -> Result<(), StoreError> {
+    let mut busy = 0;
+    for k in 0..plan.sessions {
+        let session = plan.session_id(k);
+        let numbers: Vec<u64> = (k..plan.events).step_by(plan.sessions as usize).collect();
+        for chunk in numbers.chunks(BATCH as usize) {
+            let events: Vec<NewEvent> = chunk.iter().map(|n| LoadPlan::event(*n)).collect();
+            patient(&mut busy, || {
+                store.append(
+                    &session,
+                    events.clone(),
+                    AppendOptions {
+                        consumers: Some(LoadPlan::consumers()),
+                        origin_index: None,
+                    },
+                )
+            })
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `plan.workers_per_process` worker tasks on `store` until every
+/// session is settled, and sums what they did.
+pub async fn drain(
+    store: Arc<dyn Store>,
+    plan: LoadPlan,
+    process: usize,
+) -> Result<WorkerReport, StoreError> {
+    let mut tasks = Vec::new();
+    for worker in 0..plan.workers_per_process {
+        let store = Arc::clone(&store);
+        let holder = format!("p{process}-w{worker}");
+        let start = (process * plan.workers_per_process + worker) as u64 * 13;
+        tasks.push(tokio::spawn(async move {
+            work(store.as_ref(), &plan, &holder, start).await
+        }));
+    }
+    let mut report = WorkerReport::default();
+    for task in tasks {
+        let done = task
+            .await
+            .map_err(|error| StoreError::backend("a worker task panicked", error))??;
+        report.merge(done);
+    }
+    Ok(report)
+}
+
+/// One worker: sweeps the sessions claiming and handling heads until a
+/// whole sweep finds every session settled.
+async fn work(
+    store: &dyn Store,
+    plan: &LoadPlan,
+    holder: &str,
+    start: u64,
+) -> Result<WorkerReport, StoreError> {
+    let mut report = WorkerReport::default();
+    loop {
+        let mut settled = true;
+        for offset in 0..plan.sessions {
+            let session = plan.session_id((start + offset) % plan.sessions);
+            let claim = patient(&mut report.busy_retries, || {
+                store.claim_available(ClaimRequest {
+                    session_id: session.clone(),
+                    holder: holder.to_owned(),
+                    ttl_ms: Some(plan.ttl_ms),
+                    consumers: Some(LoadPlan::consumers()),
+                    max_failures: Some(MAX_FAILURES),
+                    limit: Some(4),
+                    ..ClaimRequest::default()
+                })
+            })
+            .await?;
+            match claim {
+                ClaimResult::Settled => {}
+                ClaimResult::Busy { .. } => settled = false,
+                ClaimResult::Claimed {
+                    heads,
+                    dead_lettered,
+                    ..
+                } => {
+                    settled = false;
+                    for head in dead_lettered {
+                        report.unexpected.push(format!(
+                            "{session}: {:?} dead-lettered by an expired claim",
+                            head.cursor_ref()
+                        ));
+                    }
+                    for head in heads {
+                        handle(store, plan, holder, &session, &head, &mut report).await?;
+                    }
+                }
+            }
+        }
+        if settled {
+            return Ok(report);
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+fn complete_request(session: &str, head: &Head, holder: &str) -> CompleteRequest {
+    CompleteRequest {
+        session_id: session.to_owned(),
+        consumer: head.consumer.clone(),
+        lane: head.lane.clone(),
+        index: head.event.index,
+        attempt: head.dispatch.attempt_count,
+        events: vec![NewEvent::new(DONE, json!({ "by": holder }))],
+        consumers: Some(LoadPlan::consumers()),
+    }
+}
+
+/// Handles one claimed head as the plan injects.
+async fn handle(
+    store: &dyn Store,
+    plan: &LoadPlan,
+    holder: &str,
+    session: &str,
+    head: &Head,
+    report: &mut WorkerReport,
+) -> Result<(), StoreError> {
+    let n = head
+        .event
+        .payload
+        .get("n")
+        .and_then(serde_json::Value::as_u64)
+        .ok_or_else(|| StoreError::invalid_input(format!("head without n: {head:?}")))?;
+    let attempt = head.dispatch.attempt_count;
+    match LoadPlan::action(&head.consumer, n, attempt) {
+        Action::Fail => {
+            let failed = patient(&mut report.busy_retries, || {
+                store.fail_attempt(FailRequest {
+                    session_id: session.to_owned(),
+                    consumer: head.consumer.clone(),
+                    lane: head.lane.clone(),
+                    index: head.event.index,
+                    attempt,
+                    error: format!("injected failure of attempt {attempt}"),
+                    max_failures: Some(MAX_FAILURES),
+                    retry_after_ms: None,
+                })
+            })
+            .await?;
+            match failed.outcome {
+                FailOutcome::Failed => report.failed += 1,
+                FailOutcome::DeadLettered => report.dead_lettered += 1,
+                FailOutcome::Superseded => report
+                    .unexpected
+                    .push(format!("{session}: failing {:?} superseded", head.cause())),
+            }
+        }
+        Action::Stall => {
+            // The handler hangs: its lease ends now, and it only reports
+            // after another worker has had time to claim the head again.
+            patient(&mut report.busy_retries, || {
+                store.renew_claims(RenewRequest {
+                    session_id: session.to_owned(),
+                    holder: holder.to_owned(),
+                    claims: vec![HeldClaim {
+                        cursor: head.cursor_ref(),
+                        attempt,
+                    }],
+                    ttl_ms: None,
+                    expires_at_ms: Some(SystemClock.now_ms() + 1),
+                })
+            })
+            .await?;
+            tokio::time::sleep(Duration::from_millis(plan.stall_ms)).await;
+            let late = patient(&mut report.busy_retries, || {
+                store.complete_attempt(complete_request(session, head, holder))
+            })
+            .await?;
+            match late {
+                CompleteResult::Completed { .. } => {
+                    report.completed += 1;
+                    report.stalls_completed += 1;
+                }
+                CompleteResult::Superseded => report
+                    .stalls_superseded
+                    .push((session.to_owned(), head.event.index)),
+            }
+        }
+        Action::Complete => {
+            let done = patient(&mut report.busy_retries, || {
+                store.complete_attempt(complete_request(session, head, holder))
+            })
+            .await?;
+            match done {
+                CompleteResult::Completed { .. } => report.completed += 1,
+                CompleteResult::Superseded => report.unexpected.push(format!(
+                    "{session}: completing {:?} superseded",
+                    head.cause()
+                )),
+            }
+        }
+    }
+    Ok(())
+}
