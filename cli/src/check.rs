@@ -7,7 +7,7 @@ use a2_store::{CounterIds, ManualClock};
 
 use crate::args::CheckArgs;
 use crate::failure::{Failure, EXIT_CHECK_FAILED};
-use crate::output::{print, print_json};
+use crate::output::{eprint_line, print, print_json};
 use crate::scratch::ScratchFactory;
 use crate::target;
 
@@ -55,7 +55,7 @@ pub async fn run(args: &CheckArgs) -> Result<u8, Failure> {
         print(&format!("{report}\n"))?;
     }
     for problem in leftovers {
-        eprintln!("warning: {problem}");
+        eprint_line(&format!("warning: {problem}"));
     }
     Ok(if report.is_success() {
         0

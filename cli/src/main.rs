@@ -37,10 +37,10 @@ fn main() -> ExitCode {
             .map(|s| (*s).to_owned())
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".to_owned());
-        eprintln!(
+        output::eprint_line(&format!(
             "error: internal error{location}: {} — please report this bug",
             message.split_whitespace().collect::<Vec<_>>().join(" ")
-        );
+        ));
     }));
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -61,7 +61,7 @@ fn main() -> ExitCode {
 }
 
 fn fail(failure: &Failure) -> ExitCode {
-    eprintln!("error: {failure}");
+    output::eprint_line(&format!("error: {failure}"));
     ExitCode::from(EXIT_ERROR)
 }
 

@@ -20,6 +20,13 @@ pub fn print(text: &str) -> Result<(), Failure> {
     }
 }
 
+/// Writes one line to stderr; a closed stderr is ignored (there is nowhere
+/// left to report it).
+pub fn eprint_line(line: &str) {
+    let mut stderr = io::stderr().lock();
+    let _ = writeln!(stderr, "{line}");
+}
+
 /// Writes `value` to stdout as pretty JSON followed by a newline.
 pub fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<(), Failure> {
     let mut text = serde_json::to_string_pretty(value)
