@@ -13,8 +13,10 @@ pub(crate) mod clear;
 pub(crate) mod complete;
 pub(crate) mod concurrency;
 pub(crate) mod cursors;
+pub(crate) mod declarations;
 pub(crate) mod example;
 pub(crate) mod fail;
+pub(crate) mod generated_ids;
 pub(crate) mod multi;
 pub(crate) mod precedence;
 pub(crate) mod presence;
@@ -189,6 +191,14 @@ macro_rules! __a2_cases {
                 cursors::retrying_lane_head_keeps_the_lane_busy,
                 cursors::log_consumer_with_empty_types_takes_nothing,
                 cursors::wake_log_with_nothing_taken_creates_headless_cursor,
+                declarations::empty_append_declaration_refreshes_log_types,
+                declarations::replay_append_declaration_refreshes_log_types,
+                declarations::superseded_completion_declaration_refreshes_log_types,
+                declarations::replayed_completion_declaration_refreshes_log_types,
+                declarations::unredriven_redrive_declaration_refreshes_log_types,
+                declarations::claim_declaration_refreshes_log_types,
+                declarations::wake_log_declaration_refreshes_log_types,
+                declarations::failed_call_declaration_refreshes_nothing,
                 example::spec_worked_example,
                 example::spec_worked_example_expired_claim_is_retried,
                 fail::fail_counts_failure_and_releases_holder,
@@ -212,6 +222,12 @@ macro_rules! __a2_cases {
                 fail::fail_after_unreclaimed_expiry_counts,
                 fail::dead_letters_carry_clear_index_after_clear,
                 fail::redriven_head_completes_and_lane_advances,
+                generated_ids::lane_conflict_append_draws_no_ids,
+                generated_ids::partial_duplicate_append_draws_no_ids,
+                generated_ids::superseded_cause_append_draws_no_ids,
+                generated_ids::cleared_origin_append_draws_no_ids,
+                generated_ids::superseded_completion_draws_no_ids,
+                generated_ids::lane_conflict_completion_draws_no_ids,
                 precedence::append_checks_cause_before_lane_conflicts,
                 precedence::append_checks_origin_before_lane_conflicts,
                 precedence::complete_supersession_precedes_duplicate_check,
