@@ -19,8 +19,8 @@ use proptest::test_runner::{Config as ProptestConfig, RngAlgorithm, TestRng, Tes
 use crate::call::{execute, Call, Outcome, Projection};
 use crate::model::Model;
 use crate::op::{ops, Op};
-use crate::snapshot::capture;
-use crate::vocab::{Avoid, ID_PREFIX, START_MS};
+use crate::snapshot::{backlog, capture};
+use crate::vocab::{Avoid, ID_PREFIX, SESSIONS, START_MS};
 use crate::{invariants, render};
 
 /// How many cases of how many ops to run, from which seed.
@@ -427,6 +427,37 @@ async fn run_case(
         }
         reference_state = reference_after;
         candidate_state = candidate_after;
+    }
+    // Subscriptions deliver the same backlog as `read`, from the start and
+    // from the middle of what remains.
+    for (index, session) in SESSIONS.iter().enumerate() {
+        let Some(state) = reference_state.session(index) else {
+            continue;
+        };
+        let rows = state.rows();
+        let middle = rows.get(rows.len() / 2).map_or(0, |row| row.index);
+        for after in [0, middle] {
+            let expected: Vec<_> = rows.iter().filter(|r| r.index > after).cloned().collect();
+            let stores: [(&str, &dyn Store); 2] = [
+                ("memory (the reference)", &reference),
+                (candidate.name(), store.as_ref()),
+            ];
+            for (backend, subscribed) in stores {
+                let got = backlog(subscribed, &prefix, session, after, expected.len()).await;
+                if got.as_ref() != Ok(&expected) {
+                    let kind = DivergenceKind::Invariant {
+                        backend: backend.to_owned(),
+                        message: strip(
+                            &prefix,
+                            format!(
+                                "subscribe(\"{session}\", {after}) delivered {got:#?}\nbut read returns {expected:#?}"
+                            ),
+                        ),
+                    };
+                    return Err((kind, calls));
+                }
+            }
+        }
     }
     Ok(())
 }

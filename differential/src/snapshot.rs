@@ -186,3 +186,30 @@ async fn list_sessions(store: &dyn Store, prefix: &str) -> Read<Vec<SessionInfo>
         })
         .collect())
 }
+
+/// How long a subscription may take to deliver its backlog.
+const BACKLOG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The first `count` events `subscribe(session, after)` delivers (fewer if
+/// the stream ends, errs or stalls for [`BACKLOG_TIMEOUT`]).
+pub async fn backlog(
+    store: &dyn Store,
+    prefix: &str,
+    session: &str,
+    after: u64,
+    count: usize,
+) -> Read<Vec<StoredEvent>> {
+    use futures::StreamExt;
+    let mut stream = store
+        .subscribe(&physical(prefix, session), after)
+        .await
+        .map_err(|e| e.code())?;
+    let mut rows = Vec::with_capacity(count);
+    while rows.len() < count {
+        match tokio::time::timeout(BACKLOG_TIMEOUT, stream.next()).await {
+            Ok(Some(row)) => rows.push(row.map_err(|e| e.code())?),
+            Ok(None) | Err(_) => break,
+        }
+    }
+    Ok(rows)
+}
