@@ -11,10 +11,14 @@ use tokio::runtime::Runtime;
 pub const SAMPLE_SIZE: usize = 10;
 
 /// Warm-up time per benchmark.
-pub const WARM_UP: Duration = Duration::from_millis(500);
+pub const WARM_UP: Duration = Duration::from_millis(300);
 
 /// Measurement time per benchmark.
-pub const MEASUREMENT: Duration = Duration::from_secs(2);
+pub const MEASUREMENT: Duration = Duration::from_millis(1_500);
+
+/// Bootstrap resamples of criterion's analysis (its default, 100,000, takes
+/// longer than many of the measurements).
+pub const RESAMPLES: usize = 10_000;
 
 /// The largest session the scaling series builds when the target runs in
 /// criterion's `--test` mode (every body once), unless
@@ -29,6 +33,7 @@ pub fn criterion() -> Criterion {
         .sample_size(SAMPLE_SIZE)
         .warm_up_time(WARM_UP)
         .measurement_time(MEASUREMENT)
+        .nresamples(RESAMPLES)
         .configure_from_args()
 }
 

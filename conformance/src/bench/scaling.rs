@@ -3,6 +3,7 @@
 //! A backend meets the contract when each figure stays flat (within 2x) as
 //! the session grows.
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -277,24 +278,20 @@ impl<'f> ScalingSeries<'f> {
         let fixtures = &mut self.fixtures;
         group.throughput(Throughput::Elements(1));
         group.bench_function(BenchmarkId::new(factory.name(), shape.size()), |b| {
-            b.iter_custom(|iters| {
-                rt.block_on(async {
-                    let fixture = match fixtures.get_mut(&shape) {
-                        Some(fixture) => fixture,
-                        None => {
-                            // Criterion's warm-up ends with this first call
-                            // (the build takes longer than it), so settle
-                            // the fresh fixture with untimed operations
-                            // before timing any: the first calls after a
-                            // big build are not representative.
-                            let mut fixture = Fixture::build(factory, shape).await;
-                            fixture.run(factory, op, SETTLE_OPS).await;
-                            fixtures.entry(shape).or_insert(fixture)
-                        }
-                    };
-                    fixture.run(factory, op, iters).await
-                })
-            })
+            // Build outside `iter_custom`: criterion's warm-up sizes the
+            // measurement by the wall time of those calls, so a build inside
+            // one would leave a single iteration per sample.
+            let fixture = match fixtures.entry(shape) {
+                Entry::Occupied(entry) => entry.into_mut(),
+                Entry::Vacant(entry) => entry.insert(rt.block_on(async {
+                    // The first calls after a big build are not
+                    // representative: settle the fixture untimed.
+                    let mut fixture = Fixture::build(factory, shape).await;
+                    fixture.run(factory, op, SETTLE_OPS).await;
+                    fixture
+                })),
+            };
+            b.iter_custom(|iters| rt.block_on(fixture.run(factory, op, iters)))
         });
     }
 
