@@ -253,3 +253,212 @@ fn claims_respect_leases(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use a2_store_api::{
+        ClaimRequest, Cursor, CursorKind, Dispatch, Head, SessionInfo, StoredEvent,
+    };
+    use serde_json::json;
+
+    use super::*;
+    use crate::snapshot::SessionState;
+
+    fn row(index: u64, event_type: &str) -> StoredEvent {
+        StoredEvent {
+            id: format!("e{index}"),
+            event_type: event_type.to_owned(),
+            payload: json!(null),
+            index,
+            session_id: "s0".to_owned(),
+            created_at: 0,
+            cause: None,
+        }
+    }
+
+    fn cursor(kind: CursorKind, consumer: &str, lane: Option<&str>, head: Option<u64>) -> Cursor {
+        Cursor {
+            consumer: consumer.to_owned(),
+            lane: lane.map(str::to_owned),
+            kind,
+            position: head.map_or(0, |h| h - 1),
+            head,
+            types: None,
+            dispatch: Dispatch::default(),
+        }
+    }
+
+    fn state(rows: Vec<StoredEvent>, cursors: Vec<Cursor>, clear: u64) -> StoreState {
+        let head = rows.last().map_or(0, |r| r.index);
+        let session = SessionState {
+            rows: Ok(rows),
+            cursors: Ok(cursors),
+            dead_letters: Ok(Vec::new()),
+            presence: Ok(Vec::new()),
+            states: Vec::new(),
+            info: Some(SessionInfo {
+                session_id: "s0".to_owned(),
+                head,
+                clear_index: clear,
+                reclaimed_through: 0,
+            }),
+        };
+        let empty = SessionState {
+            rows: Ok(Vec::new()),
+            cursors: Ok(Vec::new()),
+            dead_letters: Ok(Vec::new()),
+            presence: Ok(Vec::new()),
+            states: Vec::new(),
+            info: None,
+        };
+        StoreState {
+            sessions: vec![session, empty],
+            listing: Ok(Vec::new()),
+        }
+    }
+
+    fn check_state(model: &Model, after: &StoreState) -> Result<(), String> {
+        check(
+            model,
+            &Call::Advance(1),
+            &Ok(Outcome::Advanced(1)),
+            after,
+            after,
+            0,
+        )
+    }
+
+    #[test]
+    fn a_consistent_state_passes() {
+        let mut model = Model::default();
+        model
+            .lanes
+            .entry((0, "agent".to_owned(), "L1".to_owned()))
+            .or_default()
+            .queued
+            .extend([1, 2]);
+        let after = state(
+            vec![row(1, "msg"), row(2, "msg")],
+            vec![cursor(CursorKind::Lane, "agent", Some("L1"), Some(1))],
+            0,
+        );
+        assert_eq!(check_state(&model, &after), Ok(()));
+    }
+
+    #[test]
+    fn a_gap_in_the_log_is_caught() {
+        let after = state(vec![row(1, "msg"), row(3, "msg")], Vec::new(), 0);
+        assert!(check_state(&Model::default(), &after)
+            .unwrap_err()
+            .contains("read returned"));
+    }
+
+    #[test]
+    fn two_cursors_on_one_head_are_caught() {
+        let after = state(
+            vec![row(1, "msg")],
+            vec![
+                cursor(CursorKind::Event, "agent", None, Some(1)),
+                cursor(CursorKind::Event, "agent", None, Some(1)),
+            ],
+            0,
+        );
+        assert!(check_state(&Model::default(), &after)
+            .unwrap_err()
+            .contains("two cursors"));
+    }
+
+    #[test]
+    fn a_lane_ahead_of_its_lowest_unfinished_index_is_caught() {
+        let mut model = Model::default();
+        model
+            .lanes
+            .entry((0, "agent".to_owned(), "L1".to_owned()))
+            .or_default()
+            .queued
+            .extend([1, 2]);
+        let after = state(
+            vec![row(1, "msg"), row(2, "msg")],
+            vec![cursor(CursorKind::Lane, "agent", Some("L1"), Some(2))],
+            0,
+        );
+        assert!(check_state(&model, &after)
+            .unwrap_err()
+            .contains("lowest unfinished"));
+    }
+
+    #[test]
+    fn a_log_head_of_a_type_not_taken_is_caught() {
+        let mut model = Model::default();
+        model.log_types.insert(
+            ("audit".to_owned(), "log".to_owned()),
+            vec![Some(vec!["msg".to_owned()])],
+        );
+        let after = state(
+            vec![row(1, "tool")],
+            vec![cursor(CursorKind::Log, "audit", Some("log"), Some(1))],
+            0,
+        );
+        assert!(check_state(&model, &after)
+            .unwrap_err()
+            .contains("no declaration"));
+        let skipped = state(
+            vec![row(1, "msg"), row(2, "msg")],
+            vec![Cursor {
+                position: 0,
+                ..cursor(CursorKind::Log, "audit", Some("log"), Some(2))
+            }],
+            0,
+        );
+        assert!(check_state(&model, &skipped)
+            .unwrap_err()
+            .contains("skipped"));
+    }
+
+    #[test]
+    fn a_head_below_the_clear_is_caught() {
+        let after = state(
+            vec![row(1, "msg"), row(2, CLEAR_EVENT_TYPE)],
+            vec![cursor(CursorKind::Event, "agent", None, Some(1))],
+            2,
+        );
+        assert!(check_state(&Model::default(), &after)
+            .unwrap_err()
+            .contains("at or below the clear"));
+    }
+
+    #[test]
+    fn claiming_a_held_head_is_caught() {
+        let mut held = cursor(CursorKind::Event, "agent", None, Some(1));
+        held.dispatch.claim_holder = Some("w0".to_owned());
+        held.dispatch.claim_expires_at = Some(100);
+        let before = state(vec![row(1, "msg")], vec![held.clone()], 0);
+        let mut taken = held.clone();
+        taken.dispatch.claim_holder = Some("w1".to_owned());
+        let after = state(vec![row(1, "msg")], vec![taken.clone()], 0);
+        let call = Call::Claim(ClaimRequest {
+            session_id: "s0".to_owned(),
+            holder: "w1".to_owned(),
+            ttl_ms: Some(10),
+            ..ClaimRequest::default()
+        });
+        let outcome = Ok(Outcome::Claim(ClaimResult::Claimed {
+            heads: vec![Head {
+                event: row(1, "msg"),
+                consumer: "agent".to_owned(),
+                lane: None,
+                dispatch: taken.dispatch,
+                clear_index: None,
+            }],
+            dead_lettered: Vec::new(),
+            head: 1,
+        }));
+        let message = check(&Model::default(), &call, &outcome, &before, &after, 50).unwrap_err();
+        assert!(message.contains("while"), "{message}");
+        // Once the lease has expired, the same claim is fine.
+        assert_eq!(
+            check(&Model::default(), &call, &outcome, &before, &after, 100),
+            Ok(())
+        );
+    }
+}
