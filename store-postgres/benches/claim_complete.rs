@@ -202,7 +202,9 @@ async fn drain(store: Arc<dyn Store>, session: String, holder: String) -> u64 {
         let heads = match claimed {
             ClaimResult::Claimed { heads, .. } => heads,
             ClaimResult::Busy { .. } => {
-                tokio::task::yield_now().await;
+                // The rest is held by other workers: wait a moment, as a
+                // worker honouring `retry_at` would.
+                tokio::time::sleep(Duration::from_millis(1)).await;
                 continue;
             }
             ClaimResult::Settled => return done,

@@ -44,6 +44,10 @@ struct Ledger {
     completed: Vec<Done>,
     /// Heads two workers held at once (must stay empty).
     doubles: Vec<(Done, String, String)>,
+    /// Per lane, the indexes in the order they were handed out. A worker
+    /// notes a head before completing it, and the next head of a lane can
+    /// only be claimed after that completion commits, so this order is exact.
+    lane_claims: BTreeMap<String, Vec<u64>>,
 }
 
 async fn work(store: PostgresStore, holder: String, session: String, ledger: Arc<Mutex<Ledger>>) {
@@ -77,6 +81,10 @@ async fn work(store: PostgresStore, holder: String, session: String, ledger: Arc
                 let mut ledger = ledger.lock().unwrap();
                 if let Some(other) = ledger.held.insert(key.clone(), holder.clone()) {
                     ledger.doubles.push((key.clone(), other, holder.clone()));
+                }
+                if let Some(lane) = &head.lane {
+                    let claims = ledger.lane_claims.entry(lane.clone()).or_default();
+                    claims.push(head.event.index);
                 }
             }
             let done = store
@@ -170,17 +178,13 @@ async fn workers_on_separate_connections_never_share_a_head() {
         "a head completed twice"
     );
     assert_eq!(completed, expected);
-    // Each FIFO lane finished its heads in log order.
-    let mut lanes: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for (consumer, lane, index) in &ledger.completed {
-        if consumer == "ordered" {
-            lanes.entry(lane.clone().unwrap()).or_default().push(*index);
-        }
-    }
-    for (lane, order) in lanes {
+    // Each FIFO lane handed its heads out once each, in log order.
+    assert_eq!(ledger.lane_claims.len(), 4);
+    for (lane, order) in &ledger.lane_claims {
         let mut sorted = order.clone();
         sorted.sort_unstable();
-        assert_eq!(order, sorted, "lane {lane} finished out of order");
+        sorted.dedup();
+        assert_eq!(order, &sorted, "lane {lane} handed out of order");
     }
 }
 
@@ -276,4 +280,116 @@ async fn a_lock_held_past_the_statement_timeout_is_busy_and_changes_nothing() {
         .await
         .expect("read");
     assert_eq!(rows.len(), 1, "the timed-out append wrote nothing");
+}
+
+/// Workers that complete, fail with a retry delay, or vanish without an
+/// outcome (their lease expires and the head is claimed again as a new
+/// attempt): every head still completes exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn expiring_leases_and_failures_still_complete_each_head_once() {
+    let Some(factory) = PgFactory::from_env("concurrency") else {
+        return;
+    };
+    let schema = factory.schema();
+    let stores = stores(&factory, &schema).await;
+    let session = "chaos";
+    let mut expected = BTreeSet::new();
+    for batch in 0..20_u64 {
+        let events = (0..3_u64)
+            .map(|k| {
+                NewEvent::new("job", json!(batch * 3 + k))
+                    .with_target(Target::event("fanout"))
+                    .with_target(Target::lane("ordered", format!("L{k}")))
+            })
+            .collect();
+        let appended = stores[0]
+            .append(session, events, AppendOptions::default())
+            .await
+            .expect("append");
+        for event in appended.events {
+            expected.insert(("fanout".to_owned(), None, event.index));
+            let lane = format!("L{}", (event.index - 1) % 3);
+            expected.insert(("ordered".to_owned(), Some(lane), event.index));
+        }
+    }
+    let total = expected.len();
+    let completed: Arc<Mutex<Vec<Done>>> = Arc::default();
+    let mut workers = Vec::new();
+    for w in 0..6_u64 {
+        let store = stores[usize::try_from(w).unwrap() % STORES].clone();
+        let completed = completed.clone();
+        workers.push(tokio::spawn(async move {
+            let holder = format!("chaos-{w}");
+            let mut seed = 0x9E37_79B9_7F4A_7C15_u64 ^ (w + 1);
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+            while completed.lock().unwrap().len() < total {
+                assert!(tokio::time::Instant::now() < deadline, "workers stalled");
+                let claimed = store
+                    .claim_available(ClaimRequest {
+                        session_id: session.to_owned(),
+                        holder: holder.clone(),
+                        ttl_ms: Some(150),
+                        limit: Some(2),
+                        ..ClaimRequest::default()
+                    })
+                    .await
+                    .expect("claim");
+                let ClaimResult::Claimed { heads, .. } = claimed else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
+                for head in heads {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    match seed % 100 {
+                        0..=14 => continue, // vanish: the lease runs out
+                        15..=29 => {
+                            store
+                                .fail_attempt(a2_store_api::FailRequest {
+                                    session_id: session.to_owned(),
+                                    consumer: head.consumer.clone(),
+                                    lane: head.lane.clone(),
+                                    index: head.event.index,
+                                    attempt: head.dispatch.attempt_count,
+                                    error: "flaky".to_owned(),
+                                    max_failures: None,
+                                    retry_after_ms: Some(20),
+                                })
+                                .await
+                                .expect("fail");
+                        }
+                        _ => {
+                            let result = store
+                                .complete_attempt(CompleteRequest {
+                                    session_id: session.to_owned(),
+                                    consumer: head.consumer.clone(),
+                                    lane: head.lane.clone(),
+                                    index: head.event.index,
+                                    attempt: head.dispatch.attempt_count,
+                                    events: Vec::new(),
+                                    consumers: None,
+                                })
+                                .await
+                                .expect("complete");
+                            if matches!(result, CompleteResult::Completed { .. }) {
+                                completed.lock().unwrap().push((
+                                    head.consumer.clone(),
+                                    head.lane.clone(),
+                                    head.event.index,
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    for worker in workers {
+        worker.await.expect("worker");
+    }
+    let completed = completed.lock().unwrap();
+    let unique: BTreeSet<Done> = completed.iter().cloned().collect();
+    assert_eq!(unique.len(), completed.len(), "a head completed twice");
+    assert_eq!(unique, expected);
 }

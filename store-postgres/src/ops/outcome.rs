@@ -39,18 +39,32 @@ pub(crate) async fn complete(
 ) -> TxResult<(CompleteResult, bool)> {
     let session_id = request.session_id.as_str();
     let lane = request.lane.as_deref();
-    let mut state = lock_exclusive(tx, session_id).await?;
     let Ok(index) = i64::try_from(request.index) else {
         return Err(StoreError::no_such_event(session_id, request.index).into());
+    };
+    // Returned events are an append: they need the session's writer lock
+    // (taken first, like every writer). A completion without events changes
+    // only its own cursor, so it locks just that row and completions of one
+    // session commit side by side.
+    let appends = !request.events.is_empty();
+    let locked = if appends {
+        Some(lock_exclusive(tx, session_id).await?)
+    } else {
+        None
+    };
+    let found = load_ref(tx, session_id, &request.consumer, lane, request.index, true).await?;
+    // Without the session lock the clear is read after the cursor row is
+    // locked: a clear that touched it has committed, none can start.
+    let mut state = match locked {
+        Some(state) => state,
+        None => read_state(tx, session_id).await?,
     };
     let consumers = request.consumers.as_deref();
     if index <= state.clear {
         refresh_log_types(tx, session_id, consumers).await?;
         return Ok((CompleteResult::Superseded, false));
     }
-    let Some(mut cursor) =
-        load_ref(tx, session_id, &request.consumer, lane, request.index, true).await?
-    else {
+    let Some(mut cursor) = found else {
         if row_exists(tx, session_id, index).await? {
             refresh_log_types(tx, session_id, consumers).await?;
             return Ok((CompleteResult::Superseded, false));
