@@ -43,6 +43,9 @@ pub(crate) fn append(
 ) -> Result<Appended, StoreError> {
     let consumers = options.consumers.as_deref();
     let existing_session = session::find(tx, session_id)?;
+    if let Some(session) = &existing_session {
+        refresh_log_types(tx, session, consumers)?;
+    }
     if events.is_empty() {
         return Ok(Appended {
             result: AppendResult {
@@ -94,7 +97,6 @@ pub(crate) fn append(
         Some(session) => session,
         None => session::find_or_create(tx, session_id)?,
     };
-    refresh_log_types(tx, &session, consumers)?;
     let rows = batch::insert(tx, ctx, &mut session, events, consumers, None)?;
     Ok(Appended {
         result: AppendResult {

@@ -25,7 +25,10 @@ pub(crate) fn insert(
     consumers: Option<&[ConsumerDeclaration]>,
     cause: Option<&Cause>,
 ) -> Result<Vec<StoredEvent>, StoreError> {
-    check_log_lanes(tx, session, consumers)?;
+    check_lane_conflicts(tx, session, events, consumers)?;
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
     let now = ctx.clock.now_ms();
     let base = session.head;
     let mut rows = Vec::with_capacity(events.len());
@@ -52,12 +55,20 @@ pub(crate) fn insert(
     Ok(rows)
 }
 
-/// A log declaration on a lane that already holds targeted work is a conflict.
-fn check_log_lanes(
+/// Lane conflicts with stored cursors, checked before any id is drawn: a
+/// target on a stored log lane, or a log declaration on a stored target lane.
+fn check_lane_conflicts(
     tx: &Connection,
     session: &SessionRow,
+    events: &[NewEvent],
     consumers: Option<&[ConsumerDeclaration]>,
 ) -> Result<(), StoreError> {
+    for target in events.iter().flat_map(|event| &event.targets) {
+        let Some(lane) = &target.lane else { continue };
+        if cursor::lane_kind(tx, session, &target.consumer, lane)? == Some(CursorKind::Log) {
+            return Err(lane_conflict(&target.consumer, lane));
+        }
+    }
     for consumer in consumers.unwrap_or_default() {
         let Some(log) = &consumer.log else { continue };
         if cursor::lane_kind(tx, session, &consumer.name, &log.lane)? == Some(CursorKind::Lane) {

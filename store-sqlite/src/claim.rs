@@ -93,8 +93,11 @@ pub(crate) fn claim(
     // while a page's statement is open.
     let mut after: (i64, String, String) = (-1, String::new(), String::new());
     'walk: while heads.len() < limit {
-        let page = claimable_page(tx, &session, now, through, &after)?;
-        let last_page = page.len() < PAGE as usize;
+        // Fetch no more rows than claims still allowed (dead letters and
+        // filtered cursors just lead to another page).
+        let want = i64::try_from(limit - heads.len()).map_or(PAGE, |want| want.clamp(1, PAGE));
+        let page = claimable_page(tx, &session, now, through, &after, want)?;
+        let last_page = page.len() < usize::try_from(want).unwrap_or(usize::MAX);
         for mut candidate in page {
             let head = candidate.head.unwrap_or_default();
             after = (
@@ -152,6 +155,7 @@ fn claimable_page(
     now: i64,
     through: i64,
     after: &(i64, String, String),
+    want: i64,
 ) -> Result<Vec<CursorRow>, StoreError> {
     let mut stmt = tx
         .prepare_cached(concat!(
@@ -172,7 +176,7 @@ fn claimable_page(
             after.0,
             after.1,
             after.2,
-            PAGE
+            want
         ])
         .ctx("finding claimable heads")?;
     let mut page = Vec::new();

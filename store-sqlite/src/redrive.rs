@@ -70,6 +70,7 @@ pub(crate) fn redrive(
             has_pending: false,
         });
     };
+    refresh_log_types(tx, &session, consumers)?;
     let target = match i64::try_from(request.index) {
         Ok(at) => dead_cursors(tx, &session, Some(at))?
             .into_iter()
@@ -82,10 +83,6 @@ pub(crate) fn redrive(
             has_pending: has_pending(tx, Some(&session), consumers)?,
         });
     };
-    refresh_log_types(tx, &session, consumers)?;
-    if found.kind == a2_store_api::CursorKind::Log {
-        found = cursor::by_id(tx, found.cid)?;
-    }
     match request.action {
         RedriveAction::Skip => advance(tx, &session, &mut found)?,
         RedriveAction::Retry => {
