@@ -164,6 +164,9 @@ pub struct RedriveArgs {
     /// Move the cursor past the head as if it had been processed.
     #[arg(long)]
     pub skip: bool,
+    /// Print what changed as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `clear`.
@@ -177,6 +180,9 @@ pub struct ClearArgs {
     /// Clear only if the session's last index is exactly N.
     #[arg(long, value_name = "N")]
     pub if_last_index: Option<u64>,
+    /// Print what changed as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `reclaim`.
@@ -187,6 +193,9 @@ pub struct ReclaimArgs {
     pub url: String,
     /// The session.
     pub session: String,
+    /// Print what changed as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {

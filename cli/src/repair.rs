@@ -1,10 +1,11 @@
 //! The operator's fixes: `redrive`, `clear` and `reclaim`, each saying what it changed.
 
 use a2_store::{ClearRequest, ClearResult, RedriveAction, RedriveRequest};
+use serde_json::json;
 
 use crate::args::{ClearArgs, ReclaimArgs, RedriveArgs};
 use crate::failure::Failure;
-use crate::output::print;
+use crate::output::{print, print_json};
 use crate::target;
 
 /// Runs `redrive`.
@@ -42,6 +43,17 @@ pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
             "nothing changed: consumer '{}' has no dead-lettered head at index {} in session '{session}' — list them with `a2-store inspect {url} dead-letters {session}`",
             args.consumer, args.index
         )));
+    }
+    if args.json {
+        return print_json(&json!({
+            "session_id": session,
+            "consumer": args.consumer,
+            "index": args.index,
+            "action": action,
+            "redriven": result.redriven,
+            "has_pending": result.has_pending,
+            "head": head,
+        }));
     }
     let what = head.map_or_else(String::new, |h| {
         format!(
@@ -92,6 +104,14 @@ pub async fn clear(args: &ClearArgs) -> Result<(), Failure> {
     match result {
         ClearResult::Cleared { marker } => {
             let with_work = before.iter().filter(|c| c.head.is_some()).count();
+            if args.json {
+                return print_json(&json!({
+                    "session_id": session,
+                    "outcome": "cleared",
+                    "marker": marker,
+                    "cursors_with_work": with_work,
+                }));
+            }
             let below = marker.index.saturating_sub(1);
             print(&format!(
                 "cleared session '{session}': marker at index {}; {} cursor(s) had pending work, event and lane cursors were dropped and log cursors parked at the marker; {below} row(s) below it can be deleted with `a2-store reclaim {url} {session}`\n",
@@ -127,6 +147,14 @@ pub async fn reclaim(args: &ReclaimArgs) -> Result<(), Failure> {
                 "reclaim of session '{session}' on {url} made no progress after {total} row(s) although rows remain: the backend is misbehaving; run `a2-store check {url}`"
             )));
         }
+    }
+    if args.json {
+        return print_json(&json!({
+            "session_id": session,
+            "reclaimed": total,
+            "calls": calls,
+            "done": true,
+        }));
     }
     if total == 0 {
         print(&format!(

@@ -396,9 +396,55 @@ fn repair_a_seeded_sqlite_file() {
         "{out}"
     );
     assert!(ok(&["inspect", &url, "dead-letters", "s1"]).contains("no dead letters"));
+    // Dead-letter it again through a claim, then skip it with --json.
+    runtime().block_on(async {
+        let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
+        let claimed = store
+            .claim_available(ClaimRequest {
+                session_id: "s1".into(),
+                holder: "w".into(),
+                ttl_ms: Some(600_000),
+                consumers: Some(vec![a2_store::ConsumerDeclaration::targeted("notifier")]),
+                ..ClaimRequest::default()
+            })
+            .await
+            .unwrap();
+        let ClaimResult::Claimed { heads, .. } = claimed else {
+            panic!("expected a claim, got {claimed:?}")
+        };
+        let failed = store
+            .fail_attempt(FailRequest {
+                session_id: "s1".into(),
+                consumer: "notifier".into(),
+                lane: None,
+                index: 4,
+                attempt: heads[0].dispatch.attempt_count,
+                error: "boom again".into(),
+                max_failures: Some(1),
+                retry_after_ms: None,
+            })
+            .await
+            .unwrap();
+        assert_eq!(failed.outcome, FailOutcome::DeadLettered);
+    });
+    let skipped = json_of(&ok(&[
+        "redrive", &url, "s1", "notifier", "4", "--skip", "--json",
+    ]));
+    assert_eq!(skipped["redriven"], true);
+    assert_eq!(skipped["action"], "skip");
+    assert_eq!(skipped["head"]["dispatch"]["last_error"], "boom again");
     fails(
         &["redrive", &url, "s1", "notifier", "4", "--skip"],
         "nothing changed",
+    );
+    let cursors = json_of(&ok(&["inspect", &url, "cursors", "s1", "--json"]));
+    assert!(
+        cursors
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["consumer"] != "notifier"),
+        "the skipped event cursor is finished: {cursors}"
     );
     let output = a2(&["redrive", &url, "s1", "notifier", "4"]);
     assert_eq!(output.status.code(), Some(2), "an action is required");
@@ -409,11 +455,20 @@ fn repair_a_seeded_sqlite_file() {
     );
     let out = ok(&["clear", &url, "s1", "--if-last-index", "4"]);
     assert!(out.contains("marker at index 5"), "{out}");
-    assert!(out.contains("2 cursor(s) had pending work"), "{out}");
+    assert!(out.contains("1 cursor(s) had pending work"), "{out}");
     let out = ok(&["reclaim", &url, "s1"]);
     assert!(out.contains("reclaimed 4 row(s)"), "{out}");
     let out = ok(&["reclaim", &url, "s1"]);
     assert!(out.contains("nothing to reclaim"), "{out}");
+    let done = json_of(&ok(&["reclaim", &url, "s1", "--json"]));
+    assert_eq!(done["reclaimed"], 0);
+    assert_eq!(done["done"], true);
+    let cleared = json_of(&ok(&["clear", &url, "s2", "--json"]));
+    assert_eq!(cleared["outcome"], "cleared");
+    assert_eq!(cleared["marker"]["index"], 2);
+    assert_eq!(cleared["marker"]["type"], "a2.cleared");
+    let reclaimed = json_of(&ok(&["reclaim", &url, "s2", "--json"]));
+    assert_eq!(reclaimed["reclaimed"], 1);
     let sessions = json_of(&ok(&["inspect", &url, "sessions", "--json"]));
     assert_eq!(sessions[0]["clear_index"], 5);
     assert_eq!(sessions[0]["reclaimed_through"], 4);
