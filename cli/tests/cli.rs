@@ -586,6 +586,20 @@ fn schemas_like(url: &str, prefix: &str) -> Vec<String> {
     })
 }
 
+/// Drops a test schema when the test ends, passed or failed.
+struct DropSchema {
+    url: String,
+    schema: String,
+}
+
+impl Drop for DropSchema {
+    fn drop(&mut self) {
+        let (url, schema) = (self.url.clone(), self.schema.clone());
+        // Its own thread: a runtime cannot start inside a panicking test's.
+        let _ = std::thread::spawn(move || drop_schema(&url, &schema)).join();
+    }
+}
+
 fn drop_schema(url: &str, schema: &str) {
     runtime().block_on(async {
         let store = a2_store_postgres::PostgresStore::connect(
@@ -622,7 +636,15 @@ fn bench_and_inspect_postgres() {
     let Some(url) = postgres_url("bench_and_inspect_postgres") else {
         return;
     };
-    let schema = format!("a2_clitest_{}", std::process::id());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let schema = format!("a2_clitest_{}_{nanos}", std::process::id());
+    let _cleanup = DropSchema {
+        url: url.clone(),
+        schema: schema.clone(),
+    };
     let join = if url.contains('?') { '&' } else { '?' };
     let store_url = format!("{url}{join}schema={schema}&pool_size=4");
     let out = ok(&[
@@ -654,7 +676,6 @@ fn bench_and_inspect_postgres() {
     );
     let log = ok(&["inspect", &store_url, "log", names[0], "--limit", "3"]);
     assert!(log.contains("index"), "{log}");
-    drop_schema(&url, &schema);
 
     // Operator commands never create a schema.
     let missing = format!("{url}{join}schema={schema}_missing");
