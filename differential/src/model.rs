@@ -370,7 +370,7 @@ impl Model {
 
     /// The head a completion or failure names: a recently claimed one, else
     /// a current (unclaimed) head of the first session, else a made-up
-    /// `(agent, event cursor, n + 1)`.
+    /// `(agent, event cursor, i)` with `i` in `0..=head + 1`.
     fn target_of(&self, state: &StoreState, n: u8, delta: i8) -> (String, CursorRef, u32) {
         if let Some(known) = self.recent(n) {
             return (
@@ -390,7 +390,11 @@ impl Model {
             Some((cursor, attempt)) => (SESSIONS[0].to_owned(), cursor, with_delta(attempt, delta)),
             None => (
                 SESSIONS[0].to_owned(),
-                CursorRef::new("agent", None, u64::from(n) + 1),
+                CursorRef::new(
+                    "agent",
+                    None,
+                    u64::from(n) % (state.session(0).map_or(0, |s| s.head()) + 2),
+                ),
                 with_delta(1, delta),
             ),
         }

@@ -327,7 +327,10 @@ fn fail() -> impl Strategy<Value = Op> {
             0.4,
             prop_oneof![Just(0i64), Just(400), Just(2000), Just(-1)],
         ),
-        option::weighted(0.6, 1u8..=3),
+        option::weighted(
+            0.6,
+            prop_oneof![3 => Just(1u8), 1 => Just(2u8), 1 => Just(3u8)],
+        ),
     )
         .prop_map(
             |(pick, attempt_delta, retry_after, max_failures)| Op::Fail {
@@ -341,7 +344,7 @@ fn fail() -> impl Strategy<Value = Op> {
 
 fn misc() -> impl Strategy<Value = Op> {
     prop_oneof![
-        3 => (session(), small(3), any::<bool>(), decls()).prop_map(|(session, pick, skip, consumers)| Op::Redrive { session, pick, skip, consumers }),
+        5 => (session(), small(3), any::<bool>(), decls()).prop_map(|(session, pick, skip, consumers)| Op::Redrive { session, pick, skip, consumers }),
         2 => (session(), option::weighted(0.4, prop_oneof![3 => Just(IfLast::Head), 1 => small(2).prop_map(IfLast::Behind)]), option::weighted(0.1, small(3)))
             .prop_map(|(session, if_last, cause)| Op::Clear { session, if_last, cause }),
         2 => session().prop_map(|session| Op::Reclaim { session }),
