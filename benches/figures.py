@@ -208,7 +208,9 @@ def targets(figures):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--criterion", default=os.path.join(HERE, "..", "target", "criterion"))
+    default_dir = os.environ.get("CRITERION_HOME") or os.path.join(HERE, "..", "target", "criterion")
+    parser.add_argument("--criterion", default=default_dir,
+                        help="criterion's output (default: $CRITERION_HOME, else target/criterion)")
     parser.add_argument("--readme", default=os.path.join(HERE, "README.md"))
     parser.add_argument("--stdout", action="store_true", help="print instead of rewriting the README")
     args = parser.parse_args()
