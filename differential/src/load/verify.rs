@@ -8,7 +8,9 @@ use a2_store_api::{ReadOptions, Store};
 use super::plan::{LoadPlan, AGENT, AUDIT, AUDIT_LANE, DONE, JOB, MAX_FAILURES, NOTIFIER};
 use super::worker::WorkerReport;
 
-/// Checks that every targeted consumer completed each event exactly once
+/// Checks that no head and attempt was handed out twice, that each
+/// worker's lane completions went up, that every targeted consumer
+/// completed each event exactly once
 /// (one `done` marker per head, none for dead-lettered ones), that lanes and
 /// the log consumer completed in log order, that attempts match the
 /// injected failures and stalls, that the dead letters are exactly the
@@ -46,6 +48,35 @@ pub async fn verify(
             return Err(format!(
                 "workers report {got} {what}, the plan injects {want}"
             ));
+        }
+    }
+    let mut claims = BTreeSet::new();
+    for claim in &report.claims {
+        if !claims.insert(claim) {
+            return Err(format!(
+                "{claim:?} was handed out twice: two holders had the same head and attempt"
+            ));
+        }
+    }
+    let outcomes = report.completed
+        + report.failed
+        + report.dead_lettered
+        + report.stalls_superseded.len() as u64;
+    if claims.len() as u64 != outcomes {
+        return Err(format!(
+            "{} claims handed out but {outcomes} outcomes reported",
+            claims.len()
+        ));
+    }
+    for order in &report.lane_orders {
+        let mut last: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
+        for (session, consumer, lane, index) in order {
+            let previous = last.insert((session, consumer, lane), *index);
+            if previous.is_some_and(|previous| previous >= *index) {
+                return Err(format!(
+                    "a worker completed {session} ({consumer}, {lane}) {index} after {previous:?}: lane order violated"
+                ));
+            }
         }
     }
     let superseded: BTreeSet<(String, u64)> = report.stalls_superseded.iter().cloned().collect();

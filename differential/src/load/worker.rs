@@ -35,6 +35,11 @@ pub struct WorkerReport {
     pub unexpected: Vec<String>,
     /// Calls retried after `Busy`.
     pub busy_retries: u64,
+    /// Every claim handed out: `(session, consumer, lane, index, attempt)`.
+    pub claims: Vec<(String, String, Option<String>, u64, u32)>,
+    /// Per worker, its accepted lane completions in the order it made them:
+    /// `(session, consumer, lane, index)`.
+    pub lane_orders: Vec<Vec<(String, String, String, u64)>>,
 }
 
 impl WorkerReport {
@@ -47,6 +52,8 @@ impl WorkerReport {
         self.stalls_superseded.extend(other.stalls_superseded);
         self.unexpected.extend(other.unexpected);
         self.busy_retries += other.busy_retries;
+        self.claims.extend(other.claims);
+        self.lane_orders.extend(other.lane_orders);
     }
 }
 
@@ -127,7 +134,10 @@ async fn work(
     holder: &str,
     start: u64,
 ) -> Result<WorkerReport, StoreError> {
-    let mut report = WorkerReport::default();
+    let mut report = WorkerReport {
+        lane_orders: vec![Vec::new()],
+        ..WorkerReport::default()
+    };
     loop {
         let mut settled = true;
         for offset in 0..plan.sessions {
@@ -160,6 +170,13 @@ async fn work(
                         ));
                     }
                     for head in heads {
+                        report.claims.push((
+                            session.clone(),
+                            head.consumer.clone(),
+                            head.lane.clone(),
+                            head.event.index,
+                            head.dispatch.attempt_count,
+                        ));
                         handle(store, plan, holder, &session, &head, &mut report).await?;
                     }
                 }
@@ -248,6 +265,7 @@ async fn handle(
                 CompleteResult::Completed { .. } => {
                     report.completed += 1;
                     report.stalls_completed += 1;
+                    record_lane(report, session, head);
                 }
                 CompleteResult::Superseded => report
                     .stalls_superseded
@@ -260,7 +278,10 @@ async fn handle(
             })
             .await?;
             match done {
-                CompleteResult::Completed { .. } => report.completed += 1,
+                CompleteResult::Completed { .. } => {
+                    report.completed += 1;
+                    record_lane(report, session, head);
+                }
                 CompleteResult::Superseded => report.unexpected.push(format!(
                     "{session}: completing {:?} superseded",
                     head.cause()
@@ -269,4 +290,16 @@ async fn handle(
         }
     }
     Ok(())
+}
+
+/// Notes an accepted completion of a lane (or log) head in this worker's order.
+fn record_lane(report: &mut WorkerReport, session: &str, head: &Head) {
+    if let (Some(lane), Some(order)) = (&head.lane, report.lane_orders.last_mut()) {
+        order.push((
+            session.to_owned(),
+            head.consumer.clone(),
+            lane.clone(),
+            head.event.index,
+        ));
+    }
 }
