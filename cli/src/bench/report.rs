@@ -138,13 +138,17 @@ impl BenchReport {
     }
 
     /// The side-by-side table: one row per operation, for each store its
-    /// ops/s, p50, p99 and ratio to the fastest.
+    /// ops/s, p50, p99 and ratio to the fastest. Stores are headed `[n]` and
+    /// a short form of their URL; the full URLs follow the table.
     pub fn table(&self) -> String {
         let mut headers = vec!["operation".to_owned()];
         let mut groups = vec![(String::new(), 1)];
-        for backend in &self.backends {
+        for (n, backend) in self.backends.iter().enumerate() {
             headers.extend(["ops/s", "p50", "p99", "vs best"].map(str::to_owned));
-            groups.push((backend.url.clone(), 4));
+            groups.push((
+                format!("[{}] {}", n + 1, shorten(&backend.url, LABEL_MAX)),
+                4,
+            ));
         }
         let numeric = 1..headers.len();
         let mut table = Table::new(headers).groups(groups).right_align(numeric);
@@ -181,9 +185,10 @@ impl BenchReport {
         );
         out.push_str(&table.render());
         out.push('\n');
-        for backend in &self.backends {
+        for (n, backend) in self.backends.iter().enumerate() {
             out.push_str(&format!(
-                "{} — {} calls in {:.2} s ({} rounds)\n",
+                "[{}] {} — {} calls in {:.2} s ({} rounds)\n",
+                n + 1,
                 backend.url,
                 thousands(backend.total.count as f64),
                 backend.elapsed_s,
@@ -219,6 +224,23 @@ impl BenchReport {
         }
         out
     }
+}
+
+/// Longest store label in the table header; longer URLs are cut in the middle.
+const LABEL_MAX: usize = 30;
+
+/// `text` cut to `max` characters with `…` in the middle.
+fn shorten(text: &str, max: usize) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    if chars.len() <= max {
+        return text.to_owned();
+    }
+    let head = (max - 1) / 2;
+    let tail = max - 1 - head;
+    let mut out: String = chars[..head].iter().collect();
+    out.push('…');
+    out.extend(&chars[chars.len() - tail..]);
+    out
 }
 
 fn ratio(value: f64, best: f64) -> f64 {
@@ -335,6 +357,17 @@ mod tests {
         assert_eq!(thousands(999.0), "999");
         assert_eq!(thousands(0.2), "0");
         assert_eq!(trim_float(3.0), "3");
+        assert_eq!(shorten("memory:", 30), "memory:");
+        assert_eq!(
+            shorten("sqlite:/tmp/a2-bench-abc/bench.db", 11),
+            "sqlit…ch.db"
+        );
+        assert_eq!(
+            shorten("sqlite:/tmp/a2-bench-abc/bench.db", 11)
+                .chars()
+                .count(),
+            11
+        );
         assert_eq!(times(1.0), "1.00x");
         assert_eq!(times(0.25), "0.25x");
         assert_eq!(times(0.0312), "0.031x");
