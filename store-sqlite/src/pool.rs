@@ -14,6 +14,13 @@ use crate::errors::{is_busy, SqlContext};
 use crate::options::SqliteOptions;
 use crate::schema::migrate;
 
+/// Whether the caller runs on a multi-threaded tokio runtime, where
+/// `block_in_place` is allowed (on a current-thread runtime it is not).
+fn on_multi_thread_runtime() -> bool {
+    tokio::runtime::Handle::try_current()
+        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+}
+
 /// What a call's body may use besides its transaction: the injected clock and ids.
 #[derive(Debug, Clone)]
 pub(crate) struct Ctx {
@@ -83,8 +90,12 @@ impl Pool {
         &self.ctx
     }
 
-    /// Runs `body` as one transaction on a blocking thread. A `Busy` failure
-    /// is retried until the busy timeout; any failure rolls everything back.
+    /// Runs `body` as one transaction without blocking the async runtime: on
+    /// a multi-threaded runtime through `block_in_place` (the worker's other
+    /// tasks move to another thread first), elsewhere on the blocking pool
+    /// (`spawn_blocking`). A `Busy` failure is retried until the busy
+    /// timeout; any failure rolls everything back. Dropping the future never
+    /// interrupts a transaction half-way.
     pub(crate) async fn run<T, F>(
         self: &Arc<Self>,
         access: Access,
@@ -99,10 +110,18 @@ impl Pool {
             .acquire()
             .await
             .map_err(|error| StoreError::backend("waiting for a database connection", error))?;
-        let pool = Arc::clone(self);
-        let joined = tokio::task::spawn_blocking(move || pool.run_blocking(access, &body)).await;
+        let result = if on_multi_thread_runtime() {
+            // The worker hands its other tasks to another thread, then runs
+            // the call here: no thread hop, and the runtime is not blocked.
+            tokio::task::block_in_place(|| self.run_blocking(access, &body))
+        } else {
+            let pool = Arc::clone(self);
+            tokio::task::spawn_blocking(move || pool.run_blocking(access, &body))
+                .await
+                .map_err(|error| StoreError::backend("running a database call", error))?
+        };
         drop(permit);
-        joined.map_err(|error| StoreError::backend("running a database call", error))?
+        result
     }
 
     /// The blocking half of [`Pool::run`].
