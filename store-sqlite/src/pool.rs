@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use a2_store_api::{Clock, IdGenerator, StoreError};
 use rusqlite::Connection;
+use tokio::runtime::RuntimeFlavor;
 use tokio::sync::Semaphore;
 
 use crate::connection::{open_connection, Location};
@@ -14,11 +15,11 @@ use crate::errors::{is_busy, SqlContext};
 use crate::options::SqliteOptions;
 use crate::schema::migrate;
 
-/// Whether the caller runs on a multi-threaded tokio runtime, where
-/// `block_in_place` is allowed (on a current-thread runtime it is not).
-fn on_multi_thread_runtime() -> bool {
+/// The flavor of the tokio runtime the caller runs on, if any.
+fn runtime_flavor() -> Option<RuntimeFlavor> {
     tokio::runtime::Handle::try_current()
-        .is_ok_and(|handle| handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+        .ok()
+        .map(|handle| handle.runtime_flavor())
 }
 
 /// What a call's body may use besides its transaction: the injected clock and ids.
@@ -93,7 +94,8 @@ impl Pool {
     /// Runs `body` as one transaction without blocking the async runtime: on
     /// a multi-threaded runtime through `block_in_place` (the worker's other
     /// tasks move to another thread first), elsewhere on the blocking pool
-    /// (`spawn_blocking`). A `Busy` failure is retried until the busy
+    /// (`spawn_blocking`), and inline when the caller is not on a tokio
+    /// runtime at all. A `Busy` failure is retried until the busy
     /// timeout; any failure rolls everything back. Dropping the future never
     /// interrupts a transaction half-way.
     pub(crate) async fn run<T, F>(
@@ -110,15 +112,20 @@ impl Pool {
             .acquire()
             .await
             .map_err(|error| StoreError::backend("waiting for a database connection", error))?;
-        let result = if on_multi_thread_runtime() {
+        let result = match runtime_flavor() {
             // The worker hands its other tasks to another thread, then runs
             // the call here: no thread hop, and the runtime is not blocked.
-            tokio::task::block_in_place(|| self.run_blocking(access, &body))
-        } else {
-            let pool = Arc::clone(self);
-            tokio::task::spawn_blocking(move || pool.run_blocking(access, &body))
-                .await
-                .map_err(|error| StoreError::backend("running a database call", error))?
+            Some(RuntimeFlavor::MultiThread) => {
+                tokio::task::block_in_place(|| self.run_blocking(access, &body))
+            }
+            Some(_) => {
+                let pool = Arc::clone(self);
+                tokio::task::spawn_blocking(move || pool.run_blocking(access, &body))
+                    .await
+                    .map_err(|error| StoreError::backend("running a database call", error))?
+            }
+            // Not on a tokio runtime: there is no runtime to block.
+            None => self.run_blocking(access, &body),
         };
         drop(permit);
         result
