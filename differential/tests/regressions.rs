@@ -1,6 +1,6 @@
-//! One test per divergence the differential test found and that is still
-//! open, as the shrunk reproduction. Each fails, saying what is expected,
-//! until the backend is fixed; then it stays as a regression test.
+//! One test per divergence the differential test found, as the shrunk
+//! reproduction, run on every backend. Each failed, saying what is
+//! expected, until the backend was fixed; they stay as regression tests.
 
 mod support;
 
@@ -20,7 +20,7 @@ async fn open(factory: &dyn StoreFactory) -> Arc<dyn Store> {
         .unwrap()
 }
 
-/// Known bug 1: declarations passed with an empty batch (or a replay, or a
+/// Divergence 1 (fixed in SQLite and PostgreSQL): declarations passed with an empty batch (or a replay, or a
 /// redrive that finds nothing) must refresh log cursor types (CONTRACT,
 /// Cursors: "Declarations passed to any call refresh the cursor's types").
 async fn empty_append_refreshes_log_types(factory: &dyn StoreFactory) {
@@ -82,7 +82,78 @@ async fn postgres_empty_append_refreshes_log_types() {
     empty_append_refreshes_log_types(&factory).await;
 }
 
-/// Known bug 2: a batch refused for a target-lane conflict must not draw
+/// Divergence 3 (open in SQLite): a completion at or below the clear is
+/// superseded, but its declarations must still refresh log cursor types,
+/// as on every other path.
+async fn completion_below_the_clear_refreshes_log_types(factory: &dyn StoreFactory) {
+    let store = open(factory).await;
+    store
+        .append(
+            "s0",
+            vec![NewEvent::new("msg", json!(0))],
+            AppendOptions {
+                consumers: Some(vec![ConsumerDeclaration::log(
+                    "audit",
+                    "L1",
+                    Some(vec!["msg".into()]),
+                    false,
+                )]),
+                origin_index: None,
+            },
+        )
+        .await
+        .unwrap();
+    store
+        .clear(ClearRequest {
+            session_id: "s0".into(),
+            if_last_index: None,
+            cause: None,
+        })
+        .await
+        .unwrap();
+    let result = store
+        .complete_attempt(CompleteRequest {
+            session_id: "s0".into(),
+            consumer: "agent".into(),
+            lane: None,
+            index: 0,
+            attempt: 1,
+            events: vec![],
+            consumers: Some(vec![ConsumerDeclaration::log("audit", "L1", None, false)]),
+        })
+        .await
+        .unwrap();
+    assert_eq!(result, CompleteResult::Superseded);
+    let cursors = store.cursors("s0").await.unwrap();
+    assert_eq!(
+        cursors[0].types,
+        None,
+        "{}: a superseded completion below the clear declaring (audit, L1) with all types must refresh the cursor's types, as the memory reference does",
+        factory.name()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_completion_below_the_clear_refreshes_log_types() {
+    completion_below_the_clear_refreshes_log_types(&support::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_completion_below_the_clear_refreshes_log_types() {
+    completion_below_the_clear_refreshes_log_types(&support::SqliteMemory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_completion_below_the_clear_refreshes_log_types() {
+    let Some(factory) =
+        support::Postgres::from_env("postgres_completion_below_the_clear_refreshes_log_types")
+    else {
+        return;
+    };
+    completion_below_the_clear_refreshes_log_types(&factory).await;
+}
+
+/// Divergence 2 (fixed in SQLite): a batch refused for a target-lane conflict must not draw
 /// ids from the generator ("a failed call changes nothing"; stores on equal
 /// generators must agree).
 async fn refused_batch_draws_no_ids(factory: &dyn StoreFactory) {
