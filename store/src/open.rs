@@ -113,11 +113,26 @@ async fn open_sqlite(
     if let Some(ms) = url_options.poll_interval_ms {
         sqlite.poll_interval = Duration::from_millis(ms);
     }
-    let store = match location {
-        SqliteLocation::File(path) => SqliteStore::open(path, sqlite)?,
-        SqliteLocation::Memory => SqliteStore::open_in_memory(sqlite)?,
-    };
+    // Opening runs migrations and may wait out another writer's lock: keep
+    // that off the async worker the way the backend keeps its calls off it.
+    let store = off_the_worker(|| match location {
+        SqliteLocation::File(path) => SqliteStore::open(path, sqlite),
+        SqliteLocation::Memory => SqliteStore::open_in_memory(sqlite),
+    })?;
     Ok(Arc::new(store))
+}
+
+/// Runs blocking `work` through `block_in_place` on a multi-thread tokio
+/// runtime (other tasks move to other workers), directly anywhere else.
+#[cfg(feature = "sqlite")]
+fn off_the_worker<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(work)
+        }
+        _ => work(),
+    }
 }
 
 #[cfg(feature = "postgres")]
@@ -233,6 +248,28 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.to_string().contains("`memory` feature"), "{err}");
+    }
+
+    #[cfg(feature = "sqlite")]
+    #[test]
+    fn sqlite_opens_on_any_runtime_flavor() {
+        // `block_on` here is a current-thread runtime: opened directly.
+        let store = block_on(open("sqlite::memory:", OpenOptions::default())).unwrap();
+        drop(store);
+        // A multi-thread runtime: opened through `block_in_place`.
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let store = runtime
+            .block_on(async {
+                tokio::spawn(open("sqlite::memory:", OpenOptions::default()))
+                    .await
+                    .unwrap()
+            })
+            .unwrap();
+        drop(store);
     }
 
     #[cfg(not(feature = "sqlite"))]
