@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use a2_store::{IdGenerator, RandomIds, SqliteLocation, StoreUrl};
+use a2_store::{IdGenerator, RandomIds, SqliteLocation, SqliteUrlOptions, StoreUrl};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::args::BenchArgs;
@@ -38,8 +38,12 @@ pub async fn run(args: &BenchArgs) -> Result<(), Failure> {
             .map_err(|e| Failure::new(format!("creating a temporary directory for the SQLite bench file: {e} — set TMPDIR to a writable directory")))?;
         let path = dir.path().join("bench.db");
         targets.push(("memory:".to_owned(), StoreUrl::Memory));
-        let sqlite: StoreUrl = target::parse(&format!("sqlite:{}", path.display()))?;
-        targets.push((format!("sqlite:{}", path.display()), sqlite));
+        // Built, not parsed: a temporary directory's name may hold any character.
+        let sqlite = StoreUrl::Sqlite {
+            location: SqliteLocation::File(path),
+            options: SqliteUrlOptions::default(),
+        };
+        targets.push((sqlite.to_string(), sqlite));
         Some(dir)
     } else {
         None
