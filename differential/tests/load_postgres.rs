@@ -1,8 +1,8 @@
 //! Load on PostgreSQL: 4 processes of 4 worker tasks each drain targeted
 //! work across 100 sessions on one fresh schema (dropped afterwards), with
 //! the same injected failures, stalls and checks as the SQLite load test.
-//! Runs only when `A2_POSTGRES_URL` is set; 2,000 events, or 50,000 with
-//! `A2_LOAD_FULL=1`. The children are this binary re-executed.
+//! Runs only when `A2_POSTGRES_URL` is set; 2,000 events, 50,000 with
+//! `A2_LOAD_FULL=1`, N with `A2_LOAD_EVENTS=N`. The children are this binary re-executed.
 
 mod support;
 
@@ -22,8 +22,7 @@ const PROCESSES: usize = 4;
 const TEST: &str = "postgres_processes_drain_targeted_load_exactly_once";
 
 fn plan() -> LoadPlan {
-    let full = std::env::var("A2_LOAD_FULL").is_ok_and(|v| v == "1");
-    LoadPlan::new(if full { 50_000 } else { 2_000 })
+    LoadPlan::from_env()
 }
 
 async fn open(url: &str, schema: &str) -> Arc<dyn Store> {

@@ -4,7 +4,7 @@
 //! completed exactly once per targeted consumer, in lane order, and the
 //! failures and dead letters are exactly the injected ones.
 //!
-//! 2,000 events by default; `A2_LOAD_FULL=1` runs 50,000. The children are
+//! 2,000 events by default; `A2_LOAD_FULL=1` runs 50,000, `A2_LOAD_EVENTS=N` N. The children are
 //! this test binary re-executed with `A2_LOAD_ROLE=worker`.
 
 use std::path::Path;
@@ -24,8 +24,7 @@ const PROCESSES: usize = 2;
 const TEST: &str = "sqlite_processes_drain_targeted_load_exactly_once";
 
 fn plan() -> LoadPlan {
-    let full = std::env::var("A2_LOAD_FULL").is_ok_and(|v| v == "1");
-    LoadPlan::new(if full { 50_000 } else { 2_000 })
+    LoadPlan::from_env()
 }
 
 fn open(path: &Path) -> Arc<dyn Store> {

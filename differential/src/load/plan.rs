@@ -60,7 +60,17 @@ impl LoadPlan {
         }
     }
 
-    /// Events per session (the last sessions may get one fewer).
+    /// The plan of a test run: 2,000 events, 50,000 with `A2_LOAD_FULL=1`,
+    /// or exactly `A2_LOAD_EVENTS` when that is set to a number.
+    pub fn from_env() -> Self {
+        let events = std::env::var("A2_LOAD_EVENTS")
+            .ok()
+            .and_then(|n| n.trim().parse::<u64>().ok());
+        let full = std::env::var("A2_LOAD_FULL").is_ok_and(|v| v == "1");
+        Self::new(events.unwrap_or(if full { 50_000 } else { 2_000 }))
+    }
+
+    /// The session event `n` belongs to.
     pub fn session_of(&self, n: u64) -> u64 {
         n % self.sessions
     }
