@@ -20,7 +20,9 @@ pub struct PostgresOptions {
     /// store opens one more, dedicated to `LISTEN`.
     pub pool_size: usize,
     /// Server-side `statement_timeout` of every connection; a statement that
-    /// runs (or waits for a lock) longer fails with `StoreError::Busy`.
+    /// runs (or waits for a lock) longer fails with `StoreError::Busy`. Also
+    /// bounds the wait for a pooled connection and, as
+    /// `idle_in_transaction_session_timeout`, a transaction left idle.
     pub statement_timeout: Duration,
     /// The PostgreSQL schema holding the tables; every connection sets its
     /// `search_path` to it, so deployments sharing one server stay apart.

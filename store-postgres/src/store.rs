@@ -131,8 +131,13 @@ impl PostgresStore {
         })?;
         let timeout_ms = options.statement_timeout.as_millis().max(1);
         let schema = options.schema.clone();
-        // Both values are validated: a plain identifier and an integer.
-        let startup = format!("-c search_path={schema} -c statement_timeout={timeout_ms}");
+        // Both values are validated: a plain identifier and an integer. A
+        // transaction left idle (a stalled client holding a session's lock)
+        // is ended by the server after the same timeout.
+        let startup = format!(
+            "-c search_path={schema} -c statement_timeout={timeout_ms} \
+             -c idle_in_transaction_session_timeout={timeout_ms}"
+        );
         let startup = match config.get_options() {
             Some(existing) if !existing.is_empty() => format!("{existing} {startup}"),
             _ => startup,
