@@ -102,6 +102,15 @@ macro_rules! transact {
     }};
 }
 
+/// The `NOTIFY` channel of a schema: `a2_store_<schema>`, cut to the 63
+/// bytes PostgreSQL allows (schema names are ASCII). Two long names sharing
+/// a prefix share a channel, which only wakes streams for a needless re-read.
+pub(crate) fn notify_channel(schema: &str) -> String {
+    let mut channel = format!("a2_store_{schema}");
+    channel.truncate(crate::options::MAX_SCHEMA_NAME_LEN);
+    channel
+}
+
 /// A short randomized pause before retry `tries` (1-based): up to 2^tries ms.
 fn backoff(tries: u32) -> Duration {
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
@@ -177,7 +186,7 @@ impl PostgresStore {
                 pool,
                 clock: options.clock,
                 ids: options.ids,
-                channel: format!("a2_store_{schema}"),
+                channel: notify_channel(&schema),
                 schema,
                 config,
                 wakes,

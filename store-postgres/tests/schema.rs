@@ -210,3 +210,36 @@ async fn json_payloads_round_trip_through_jsonb() {
     let read: Vec<_> = rows.into_iter().map(|row| row.payload).collect();
     assert_eq!(read, payloads);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_longest_schema_name_still_notifies_subscribers() {
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let schema = factory.schema_with_suffix(&"x".repeat(27));
+    assert_eq!(schema.len(), 63);
+    let reader = PostgresStore::connect(factory.url(), options(&schema))
+        .await
+        .expect("connect");
+    let writer = PostgresStore::connect(factory.url(), options(&schema))
+        .await
+        .expect("connect");
+    let mut stream = reader.subscribe("s", 0).await.expect("subscribe");
+    writer
+        .append(
+            "s",
+            vec![NewEvent::new("e", json!(1))],
+            AppendOptions::default(),
+        )
+        .await
+        .expect("append on a 63-byte schema");
+    let event = tokio::time::timeout(
+        Duration::from_secs(10),
+        futures::StreamExt::next(&mut stream),
+    )
+    .await
+    .expect("delivered")
+    .expect("open")
+    .expect("row");
+    assert_eq!(event.index, 1);
+}

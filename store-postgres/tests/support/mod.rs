@@ -108,7 +108,12 @@ impl PgFactory {
 
     /// A new schema, remembered for dropping.
     pub fn schema(&self) -> String {
-        let schema = fresh_schema();
+        self.schema_with_suffix("")
+    }
+
+    /// A new schema whose name ends with `suffix`, remembered for dropping.
+    pub fn schema_with_suffix(&self, suffix: &str) -> String {
+        let schema = format!("{}{suffix}", fresh_schema());
         self.schemas
             .lock()
             .expect("schema list lock")
