@@ -121,7 +121,11 @@ impl Model {
             event = event.with_id(pick(ids, id));
         }
         for (consumer, lane) in &spec.targets {
-            let consumer = pick(&TARGET_CONSUMERS, *consumer);
+            let consumer = match (self.avoid.shared_consumer_heads, lane) {
+                (true, None) => "notifier",
+                (true, Some(_)) => pick(&TARGET_CONSUMERS[..2], *consumer),
+                (false, _) => pick(&TARGET_CONSUMERS, *consumer),
+            };
             event = event.with_target(match lane {
                 Some(lane) if self.avoid.target_lane_conflicts => {
                     Target::lane(consumer, pick(&LANES[..2], *lane))

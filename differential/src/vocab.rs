@@ -63,6 +63,10 @@ pub struct Avoid {
     /// Never target a lane that a log consumer uses (`log`, `L1`), so no
     /// batch is refused for a target-lane conflict.
     pub target_lane_conflicts: bool,
+    /// Never give one consumer two kinds of cursor: event targets name
+    /// `notifier`, lane targets only `agent` and `worker`, so no consumer
+    /// has two dead-lettered heads at one index for `redrive` to choose from.
+    pub shared_consumer_heads: bool,
 }
 
 /// A consumer declaration in symbolic form.

@@ -153,6 +153,81 @@ async fn postgres_completion_below_the_clear_refreshes_log_types() {
     completion_below_the_clear_refreshes_log_types(&factory).await;
 }
 
+/// Divergence 4 (open in SQLite): one consumer has a dead-lettered lane
+/// head and a dead-lettered event head at the same index; `redrive` names
+/// only the consumer and index, and must pick the first of them in
+/// `dead_letters` order, `(index, consumer, lane)` with no lane first, as
+/// the reference does (SQLite picked the cursor created first).
+async fn redrive_picks_the_first_dead_letter_in_order(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(1_000_000);
+    let store = factory
+        .create(Arc::new(clock.clone()), Arc::new(CounterIds::new("id-")))
+        .await
+        .unwrap();
+    let event = NewEvent::new("msg", json!(0))
+        .with_target(Target::lane("worker", "L2"))
+        .with_target(Target::event("worker"));
+    store
+        .append("s0", vec![event], AppendOptions::default())
+        .await
+        .unwrap();
+    let claim = |max_failures| ClaimRequest {
+        session_id: "s0".into(),
+        holder: "w0".into(),
+        ttl_ms: Some(500),
+        max_failures,
+        ..ClaimRequest::default()
+    };
+    store.claim_available(claim(None)).await.unwrap();
+    clock.advance(1000);
+    store.claim_available(claim(Some(1))).await.unwrap();
+    assert_eq!(store.dead_letters("s0").await.unwrap().len(), 2);
+    let redriven = store
+        .redrive(RedriveRequest {
+            session_id: "s0".into(),
+            consumer: "worker".into(),
+            index: 1,
+            action: RedriveAction::Retry,
+            consumers: None,
+        })
+        .await
+        .unwrap();
+    assert!(redriven.redriven);
+    let left: Vec<Option<String>> = store
+        .dead_letters("s0")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|head| head.lane)
+        .collect();
+    assert_eq!(
+        left,
+        vec![Some("L2".to_owned())],
+        "{}: redrive(worker, 1) must retry the event cursor (no lane sorts first) and leave the lane's dead letter",
+        factory.name()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_redrive_picks_the_first_dead_letter_in_order() {
+    redrive_picks_the_first_dead_letter_in_order(&support::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_redrive_picks_the_first_dead_letter_in_order() {
+    redrive_picks_the_first_dead_letter_in_order(&support::SqliteMemory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_redrive_picks_the_first_dead_letter_in_order() {
+    let Some(factory) =
+        support::Postgres::from_env("postgres_redrive_picks_the_first_dead_letter_in_order")
+    else {
+        return;
+    };
+    redrive_picks_the_first_dead_letter_in_order(&factory).await;
+}
+
 /// Divergence 2 (fixed in SQLite): a batch refused for a target-lane conflict must not draw
 /// ids from the generator ("a failed call changes nothing"; stores on equal
 /// generators must agree).
