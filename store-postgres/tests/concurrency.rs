@@ -393,3 +393,88 @@ async fn expiring_leases_and_failures_still_complete_each_head_once() {
     assert_eq!(unique.len(), completed.len(), "a head completed twice");
     assert_eq!(unique, expected);
 }
+
+/// A deadlock the store's transaction loses is retried, not reported: the
+/// renewal locks cursor 1 then waits for cursor 2, held by another
+/// connection that then waits for cursor 1. PostgreSQL aborts the store's
+/// transaction (its deadlock check runs first), the store runs it again
+/// once the other side committed, and the renewal succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadlock_is_retried_and_the_call_succeeds() {
+    let Some(factory) = PgFactory::from_env("concurrency") else {
+        return;
+    };
+    let schema = factory.schema();
+    let store = factory
+        .store_on(&schema, Arc::new(SystemClock), Arc::new(RandomIds))
+        .await
+        .expect("connect");
+    let events = (0..2)
+        .map(|n| NewEvent::new("e", json!(n)).with_target(Target::event("a")))
+        .collect();
+    store
+        .append("dl", events, AppendOptions::default())
+        .await
+        .expect("append");
+    let claimed = store
+        .claim_available(ClaimRequest {
+            session_id: "dl".to_owned(),
+            holder: "w".to_owned(),
+            ttl_ms: Some(60_000),
+            ..ClaimRequest::default()
+        })
+        .await
+        .expect("claim");
+    let ClaimResult::Claimed { heads, .. } = claimed else {
+        panic!("claimed both heads: {claimed:?}");
+    };
+    assert_eq!(heads.len(), 2);
+    let (mut client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
+        .await
+        .expect("raw connect");
+    tokio::spawn(connection);
+    let other = client.transaction().await.expect("begin");
+    // This side must not be the one PostgreSQL picks as the victim.
+    other
+        .batch_execute("SET LOCAL deadlock_timeout = '20s'")
+        .await
+        .expect("deadlock timeout");
+    let lock = |slot: i64| {
+        format!("SELECT 1 FROM \"{schema}\".cursors WHERE session_id = 'dl' AND slot = {slot} FOR UPDATE")
+    };
+    other.batch_execute(&lock(2)).await.expect("lock cursor 2");
+    let renewal = {
+        let store = store.clone();
+        let claims = heads
+            .iter()
+            .map(|head| a2_store_api::HeldClaim {
+                cursor: head.cursor_ref(),
+                attempt: head.dispatch.attempt_count,
+            })
+            .collect();
+        tokio::spawn(async move {
+            store
+                .renew_claims(a2_store_api::RenewRequest {
+                    session_id: "dl".to_owned(),
+                    holder: "w".to_owned(),
+                    claims,
+                    ttl_ms: Some(90_000),
+                    expires_at_ms: None,
+                })
+                .await
+        })
+    };
+    // Let the renewal lock cursor 1 and wait for cursor 2, then close the cycle.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    other
+        .batch_execute(&lock(1))
+        .await
+        .expect("lock cursor 1 once the store gave up");
+    other.commit().await.expect("commit");
+    let renewed = tokio::time::timeout(Duration::from_secs(30), renewal)
+        .await
+        .expect("the renewal finishes")
+        .expect("task")
+        .expect("the deadlock was retried, not reported");
+    assert_eq!(renewed.renewed.len(), 2, "{renewed:?}");
+}
