@@ -70,9 +70,19 @@ impl LoadPlan {
         Self::new(events.unwrap_or(if full { 50_000 } else { 2_000 }))
     }
 
-    /// The session event `n` belongs to.
+    /// The session event `n` belongs to (0 when the plan has no sessions).
     pub fn session_of(&self, n: u64) -> u64 {
-        n % self.sessions
+        n.checked_rem(self.sessions).unwrap_or(0)
+    }
+
+    /// Refuses a plan that cannot run: no sessions or no workers.
+    pub fn validate(&self) -> Result<(), a2_store_api::StoreError> {
+        if self.sessions == 0 || self.workers_per_process == 0 {
+            return Err(a2_store_api::StoreError::invalid_input(
+                "a load plan needs at least one session and one worker per process",
+            ));
+        }
+        Ok(())
     }
 
     /// The id of session `k`.

@@ -78,10 +78,13 @@ where
 
 /// Appends every event of `plan`, in batches, declaring the log consumer.
 pub async fn produce(store: &dyn Store, plan: &LoadPlan) -> Result<(), StoreError> {
+    plan.validate()?;
     let mut busy = 0;
     for k in 0..plan.sessions {
         let session = plan.session_id(k);
-        let numbers: Vec<u64> = (k..plan.events).step_by(plan.sessions as usize).collect();
+        let numbers: Vec<u64> = (k..plan.events)
+            .filter(|n| plan.session_of(*n) == k)
+            .collect();
         for chunk in numbers.chunks(BATCH as usize) {
             let events: Vec<NewEvent> = chunk.iter().map(|n| LoadPlan::event(*n)).collect();
             patient(&mut busy, || {
@@ -107,6 +110,7 @@ pub async fn drain(
     plan: LoadPlan,
     process: usize,
 ) -> Result<WorkerReport, StoreError> {
+    plan.validate()?;
     let mut tasks = Vec::new();
     for worker in 0..plan.workers_per_process {
         let store = Arc::clone(&store);
@@ -141,7 +145,7 @@ async fn work(
     loop {
         let mut settled = true;
         for offset in 0..plan.sessions {
-            let session = plan.session_id((start + offset) % plan.sessions);
+            let session = plan.session_id(plan.session_of(start + offset));
             let claim = patient(&mut report.busy_retries, || {
                 store.claim_available(ClaimRequest {
                     session_id: session.clone(),
