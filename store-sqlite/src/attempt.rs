@@ -278,11 +278,12 @@ pub(crate) fn fail(
     let failure_count = d.failure_count;
     let outcome = if reached {
         dead_letter(tx, &mut found, now)?;
+        cursor::save(tx, &found)?;
         FailOutcome::DeadLettered
     } else {
+        cursor::save_claim(tx, &found)?;
         FailOutcome::Failed
     };
-    cursor::save(tx, &found)?;
     Ok(FailResult {
         outcome,
         failure_count,

@@ -214,7 +214,7 @@ fn take(
     dispatch.last_claimed_at = Some(now);
     dispatch.claim_holder = Some(holder.to_owned());
     dispatch.claim_expires_at = Some(expires_at);
-    cursor::save(tx, cursor)?;
+    cursor::save_claim(tx, cursor)?;
     Ok(true)
 }
 
@@ -294,7 +294,7 @@ pub(crate) fn renew(
             && d.claim_expires_at.is_some_and(|expiry| expiry > now);
         if held {
             d.claim_expires_at = Some(expires_at);
-            cursor::save(tx, &found)?;
+            cursor::save_claim(tx, &found)?;
             result.renewed.push(r);
         }
     }

@@ -255,6 +255,35 @@ pub(crate) fn save(tx: &Connection, cursor: &CursorRow) -> Result<(), StoreError
     Ok(())
 }
 
+/// Stores only a cursor's claim bookkeeping (not its head, position, types
+/// or dead-letter mark): claims, renewals and failures that do not
+/// dead-letter. Only the expiry index is touched, so a commit writes fewer
+/// pages than [`save`].
+pub(crate) fn save_claim(tx: &Connection, cursor: &CursorRow) -> Result<(), StoreError> {
+    let d = &cursor.dispatch;
+    tx.prepare_cached(
+        "UPDATE cursors SET attempt_count = ?2, first_claimed_at = ?3, last_claimed_at = ?4, \
+         claim_holder = ?5, claim_expires_at = ?6, failure_count = ?7, last_failed_at = ?8, \
+         last_failed_attempt = ?9, last_error = ?10 WHERE cid = ?1",
+    )
+    .and_then(|mut stmt| {
+        stmt.execute(rusqlite::params![
+            cursor.cid,
+            d.attempt_count,
+            d.first_claimed_at,
+            d.last_claimed_at,
+            d.claim_holder,
+            d.claim_expires_at,
+            d.failure_count,
+            d.last_failed_at,
+            d.last_failed_attempt,
+            d.last_error,
+        ])
+    })
+    .ctx("updating a claim")?;
+    Ok(())
+}
+
 /// Moves a cursor past its head (releasing the head's pins) and saves it:
 /// the next queued index for a lane, the next taken event for a log,
 /// finished for an event cursor. The next head starts with fresh bookkeeping.
