@@ -72,6 +72,10 @@ pub(crate) fn complete(
     request: &CompleteRequest,
 ) -> Result<Completed, StoreError> {
     let session = session::find(tx, &request.session_id)?;
+    if let Some(session) = &session {
+        // Every outcome refreshes the declared log types (an error rolls it back).
+        refresh_log_types(tx, session, request.consumers.as_deref())?;
+    }
     if request.index <= session.as_ref().map_or(0, |s| s.clear) {
         return Ok(Completed::superseded());
     }
@@ -90,7 +94,6 @@ pub(crate) fn complete(
     let Some(mut session) = session else {
         return Ok(Completed::superseded());
     };
-    refresh_log_types(tx, &session, request.consumers.as_deref())?;
     let cause = Cause {
         consumer: request.consumer.clone(),
         lane: request.lane.clone(),
@@ -121,12 +124,9 @@ pub(crate) fn complete(
         request.consumers.as_deref(),
         Some(&cause),
     )?;
-    // The insert may have refreshed a log cursor's types; continue from the stored row.
-    let mut current = if found.kind == CursorKind::Log && request.consumers.is_some() {
-        cursor::by_id(tx, found.cid)?
-    } else {
-        found
-    };
+    // The cursor was read after the types refresh, and the insert changes
+    // nothing of it but those same types (its head is set), so it is current.
+    let mut current = found;
     if current.kind == CursorKind::Log {
         tx.prepare_cached("DELETE FROM completions WHERE cid = ?1")
             .and_then(|mut stmt| stmt.execute([current.cid]))

@@ -172,25 +172,6 @@ pub(crate) fn find(
     }
 }
 
-/// The cursor with row id `cid`.
-pub(crate) fn by_id(tx: &Connection, cid: i64) -> Result<CursorRow, StoreError> {
-    let mut stmt = tx
-        .prepare_cached(concat!(
-            "SELECT ",
-            cursor_columns!(),
-            " FROM cursors WHERE cid = ?1"
-        ))
-        .ctx("reloading a cursor")?;
-    let mut rows = stmt.query([cid]).ctx("reloading a cursor")?;
-    match rows.next().ctx("reloading a cursor")? {
-        Some(row) => decode(row),
-        None => Err(StoreError::Backend {
-            message: format!("internal error: cursor {cid} vanished inside its transaction"),
-            source: None,
-        }),
-    }
-}
-
 /// Creates a cursor row and returns it with its id.
 pub(crate) fn create(
     tx: &Connection,

@@ -38,7 +38,7 @@ fn dead_cursors(
             "SELECT ",
             cursor_columns!(),
             " FROM cursors INDEXED BY cursors_dead WHERE sid = ?1 AND head IS NOT NULL \
-             AND failed_at IS NOT NULL AND head >= ?2 AND head <= ?3 ORDER BY head, cid"
+             AND failed_at IS NOT NULL AND head >= ?2 AND head <= ?3 ORDER BY head, consumer, lane"
         ))
         .ctx("reading dead letters")?;
     let mut rows = stmt
