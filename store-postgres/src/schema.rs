@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[r#"
@@ -109,7 +109,22 @@ CREATE TABLE presence (
     expires_at  bigint NOT NULL,
     PRIMARY KEY (session_id, participant, field)
 );
-"#];
+"#,
+    // Version 2: partial cursor indexes shaped like the queries (as in the
+    // SQLite backend): claims walk ready heads in claim order without a
+    // sort, `retry_at` and `has_pending` and dead letters each have theirs.
+    r#"
+DROP INDEX cursors_with_head;
+CREATE INDEX cursors_ready ON cursors (session_id, head, consumer, lane)
+    WHERE head IS NOT NULL AND failed_at IS NULL;
+CREATE INDEX cursors_busy ON cursors (session_id, claim_expires_at)
+    WHERE head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NOT NULL;
+CREATE INDEX cursors_pending ON cursors (session_id, consumer)
+    WHERE head IS NOT NULL AND failed_at IS NULL;
+CREATE INDEX cursors_dead ON cursors (session_id, head)
+    WHERE head IS NOT NULL AND failed_at IS NOT NULL;
+"#,
+];
 
 /// Creates the schema if needed and applies the missing migrations, under a
 /// transaction-scoped advisory lock so concurrent connects migrate once.
