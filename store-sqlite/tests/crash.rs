@@ -1,5 +1,7 @@
 //! Crash safety: a child process appends acknowledged batches and claims and
 //! completes heads in a loop, and is killed with SIGKILL at random moments.
+//! Runs alternate between `Durability::Full` and `Durability::Normal` (both
+//! must keep every acknowledged call through a process crash).
 //! After every kill the database must hold every acknowledged batch whole,
 //! no partial batch, every acknowledged completion, and cursors that agree
 //! with the log.
@@ -215,8 +217,13 @@ fn child(db: &Path) {
         .build()
         .unwrap();
     runtime.block_on(async {
+        let durability = if run.parse::<u64>().unwrap_or_default() % 2 == 0 {
+            Durability::Full
+        } else {
+            Durability::Normal
+        };
         let options = SqliteOptions {
-            durability: Durability::Full,
+            durability,
             ..SqliteOptions::default()
         };
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(db, options).unwrap());
