@@ -121,11 +121,7 @@ impl Model {
             event = event.with_id(pick(ids, id));
         }
         for (consumer, lane) in &spec.targets {
-            let consumer = match (self.avoid.shared_consumer_heads, lane) {
-                (true, None) => "notifier",
-                (true, Some(_)) => pick(&TARGET_CONSUMERS[..2], *consumer),
-                (false, _) => pick(&TARGET_CONSUMERS, *consumer),
-            };
+            let consumer = pick(&TARGET_CONSUMERS, *consumer);
             event = event.with_target(match lane {
                 Some(lane) if self.avoid.target_lane_conflicts => {
                     Target::lane(consumer, pick(&LANES[..2], *lane))
@@ -250,10 +246,24 @@ impl Model {
                 skip,
                 consumers,
             } => {
-                let letters = state
+                let all = state
                     .session(usize::from(*session) % SESSIONS.len())
                     .map(|s| s.dead_letters())
                     .unwrap_or(&[]);
+                let letters: Vec<_> = all
+                    .iter()
+                    .filter(|letter| {
+                        !self.avoid.ambiguous_redrives
+                            || all
+                                .iter()
+                                .filter(|other| {
+                                    other.consumer == letter.consumer
+                                        && other.event.index == letter.event.index
+                                })
+                                .count()
+                                == 1
+                    })
+                    .collect();
                 let (consumer, index) = match letters.get(usize::from(*n) % letters.len().max(1)) {
                     Some(head) => (head.consumer.clone(), head.event.index),
                     None => ("agent".to_owned(), u64::from(*n) + 1),

@@ -63,10 +63,9 @@ pub struct Avoid {
     /// Never target a lane that a log consumer uses (`log`, `L1`), so no
     /// batch is refused for a target-lane conflict.
     pub target_lane_conflicts: bool,
-    /// Never give one consumer two kinds of cursor: event targets name
-    /// `notifier`, lane targets only `agent` and `worker`, so no consumer
-    /// has two dead-lettered heads at one index for `redrive` to choose from.
-    pub shared_consumer_heads: bool,
+    /// Never redrive a `(consumer, index)` that names two dead letters (on
+    /// two lanes, or a lane and an event cursor).
+    pub ambiguous_redrives: bool,
 }
 
 /// A consumer declaration in symbolic form.

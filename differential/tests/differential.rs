@@ -30,12 +30,12 @@ async fn differential(factory: &dyn StoreFactory, cases: u32, avoid: Avoid) {
 const SQLITE_KNOWN: Avoid = Avoid {
     log_type_changes: true,
     target_lane_conflicts: false,
-    shared_consumer_heads: true,
+    ambiguous_redrives: true,
 };
 const POSTGRES_KNOWN: Avoid = Avoid {
     log_type_changes: false,
     target_lane_conflicts: false,
-    shared_consumer_heads: false,
+    ambiguous_redrives: false,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
