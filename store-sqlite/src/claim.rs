@@ -1,13 +1,13 @@
 //! `claim_available` and `renew_claims`: handing out heads under leases.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 
 use a2_store_api::codec::{
     compare_heads, compare_refs, lease_expiry, validate_consumers, validate_name,
     validate_session_id,
 };
 use a2_store_api::{
-    ClaimRequest, ClaimResult, ConsumerDeclaration, CursorRef, RenewRequest, RenewResult,
+    ClaimRequest, ClaimResult, ConsumerDeclaration, CursorRef, Head, RenewRequest, RenewResult,
     StoreError,
 };
 use rusqlite::Connection;
@@ -69,8 +69,25 @@ pub(crate) fn validate_claim(request: &ClaimRequest) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The claim-order key of a cursor's head: `(index, consumer, lane)`, no lane first.
+type HeadKey = (u64, String, String);
+
+fn key_of(cursor: &CursorRow) -> HeadKey {
+    (
+        cursor.head.unwrap_or_default(),
+        cursor.consumer.clone(),
+        cursor.lane.clone().unwrap_or_default(),
+    )
+}
+
 /// Claims every claimable head of the served cursors in `(index, consumer,
 /// lane)` order, up to `limit`, counting expired claims as failures first.
+///
+/// Claimable heads come from two places: idle heads (never claimed, or
+/// released without a retry delay), walked in claim order on the
+/// `cursors_ready` index page by page, and heads whose claim or retry delay
+/// has expired, read by expiry from `cursors_busy`. Heads still busy are in
+/// neither, so work in flight costs a claim nothing.
 pub(crate) fn claim(
     tx: &Connection,
     ctx: &Ctx,
@@ -83,55 +100,84 @@ pub(crate) fn claim(
     };
     refresh_log_types(tx, &session, request.consumers.as_deref())?;
     let filter = Filter::new(request.consumers.as_deref(), &request.exclude);
+    let admits = |cursor: &CursorRow| {
+        filter.admits(&cursor.consumer, cursor.lane.as_deref(), cursor.ev_index)
+    };
     let through = request.through.map_or(i64::MAX, |through| {
         i64::try_from(through).unwrap_or(i64::MAX)
     });
     let limit = request.limit.unwrap_or(usize::MAX);
-    let mut heads = Vec::new();
-    let mut dead_lettered = Vec::new();
-    // Keyset walk over the ready index; rows are updated between pages, never
-    // while a page's statement is open.
-    let mut after: (i64, String, String) = (-1, String::new(), String::new());
-    'walk: while heads.len() < limit {
-        // Fetch no more rows than claims still allowed (dead letters and
-        // filtered cursors just lead to another page).
-        let want = i64::try_from(limit - heads.len()).map_or(PAGE, |want| want.clamp(1, PAGE));
-        let page = claimable_page(tx, &session, now, through, &after, want)?;
-        let last_page = page.len() < usize::try_from(want).unwrap_or(usize::MAX);
-        for mut candidate in page {
-            let head = candidate.head.unwrap_or_default();
-            after = (
-                i64::try_from(head).unwrap_or(i64::MAX),
-                candidate.consumer.clone(),
-                candidate.lane.clone().unwrap_or_default(),
-            );
-            if !filter.admits(
-                &candidate.consumer,
-                candidate.lane.as_deref(),
-                candidate.ev_index,
-            ) {
-                continue;
-            }
-            if take(
-                tx,
-                &mut candidate,
-                &request.holder,
-                now,
-                expires_at,
-                request.max_failures,
-            )? {
-                heads.push(candidate.to_head(tx, &session)?);
-                if heads.len() >= limit {
-                    break 'walk;
-                }
-            } else {
-                dead_lettered.push(candidate.to_head(tx, &session)?);
-            }
+    let mut expired: Vec<CursorRow> = expired_heads(tx, &session, now, through)?;
+    expired.retain(|cursor| admits(cursor));
+    expired.sort_by_key(key_of);
+    let mut expired: VecDeque<CursorRow> = expired.into();
+    let mut claimed = Claimed::default();
+    let take_one = |mut candidate: CursorRow, claimed: &mut Claimed| {
+        let head_taken = take(
+            tx,
+            &mut candidate,
+            &request.holder,
+            now,
+            expires_at,
+            request.max_failures,
+        )?;
+        let head = candidate.to_head(tx, &session)?;
+        if head_taken {
+            claimed.heads.push(head);
+        } else {
+            claimed.dead_lettered.push(head);
         }
-        if last_page {
+        Ok::<_, StoreError>(())
+    };
+    // Keyset walk over the idle heads, merged with the expired ones; rows
+    // are updated between pages, never while a page's statement is open.
+    let mut after: (i64, String, String) = (-1, String::new(), String::new());
+    let mut idle_done = false;
+    'walk: while claimed.heads.len() < limit {
+        let page = if idle_done {
+            Vec::new()
+        } else {
+            // No more rows than claims still allowed (dead letters and
+            // filtered cursors just lead to another page).
+            let left = limit - claimed.heads.len();
+            let want = i64::try_from(left).map_or(PAGE, |want| want.clamp(1, PAGE));
+            let page = idle_page(tx, &session, through, &after, want)?;
+            idle_done = page.len() < usize::try_from(want).unwrap_or(usize::MAX);
+            page
+        };
+        if page.is_empty() {
+            while claimed.heads.len() < limit {
+                let Some(candidate) = expired.pop_front() else {
+                    break 'walk;
+                };
+                take_one(candidate, &mut claimed)?;
+            }
             break;
         }
+        for candidate in page {
+            let key = key_of(&candidate);
+            while expired.front().is_some_and(|first| key_of(first) < key) {
+                if let Some(first) = expired.pop_front() {
+                    take_one(first, &mut claimed)?;
+                }
+                if claimed.heads.len() >= limit {
+                    break 'walk;
+                }
+            }
+            after = (i64::try_from(key.0).unwrap_or(i64::MAX), key.1, key.2);
+            if !admits(&candidate) {
+                continue;
+            }
+            take_one(candidate, &mut claimed)?;
+            if claimed.heads.len() >= limit {
+                break 'walk;
+            }
+        }
     }
+    let Claimed {
+        mut heads,
+        mut dead_lettered,
+    } = claimed;
     if !heads.is_empty() || !dead_lettered.is_empty() {
         heads.sort_by(compare_heads);
         dead_lettered.sort_by(compare_heads);
@@ -147,12 +193,18 @@ pub(crate) fn claim(
     }
 }
 
-/// The next page of claimable cursors (head set, not dead-lettered, not busy,
-/// head within `through`) after the key `after`, in `(head, consumer, lane)` order.
-fn claimable_page(
+/// What one claim call handed out.
+#[derive(Default)]
+struct Claimed {
+    heads: Vec<Head>,
+    dead_lettered: Vec<Head>,
+}
+
+/// The next page of idle heads (head set, not dead-lettered, no claim
+/// expiry, head within `through`) after the key `after`, in claim order.
+fn idle_page(
     tx: &Connection,
     session: &SessionRow,
-    now: i64,
     through: i64,
     after: &(i64, String, String),
     want: i64,
@@ -162,17 +214,15 @@ fn claimable_page(
             "SELECT ",
             cursor_columns!(),
             " FROM cursors INDEXED BY cursors_ready WHERE sid = ?1 AND head IS NOT NULL \
-             AND failed_at IS NULL AND head <= ?2 \
-             AND (claim_expires_at IS NULL OR claim_expires_at <= ?3) \
-             AND (head, consumer, lane) > (?4, ?5, ?6) \
-             ORDER BY head, consumer, lane LIMIT ?7"
+             AND failed_at IS NULL AND claim_expires_at IS NULL AND head <= ?2 \
+             AND (head, consumer, lane) > (?3, ?4, ?5) \
+             ORDER BY head, consumer, lane LIMIT ?6"
         ))
         .ctx("finding claimable heads")?;
     let mut rows = stmt
         .query(rusqlite::params![
             session.sid,
             through,
-            now,
             after.0,
             after.1,
             after.2,
@@ -184,6 +234,33 @@ fn claimable_page(
         page.push(cursor::decode(row)?);
     }
     Ok(page)
+}
+
+/// Heads whose claim or retry delay expired at or before `now` (claimable
+/// again), by the expiry index.
+fn expired_heads(
+    tx: &Connection,
+    session: &SessionRow,
+    now: i64,
+    through: i64,
+) -> Result<Vec<CursorRow>, StoreError> {
+    let mut stmt = tx
+        .prepare_cached(concat!(
+            "SELECT ",
+            cursor_columns!(),
+            " FROM cursors INDEXED BY cursors_busy WHERE sid = ?1 AND head IS NOT NULL \
+             AND failed_at IS NULL AND claim_expires_at IS NOT NULL \
+             AND claim_expires_at <= ?2 AND head <= ?3"
+        ))
+        .ctx("finding expired claims")?;
+    let mut rows = stmt
+        .query((session.sid, now, through))
+        .ctx("finding expired claims")?;
+    let mut found = Vec::new();
+    while let Some(row) = rows.next().ctx("finding expired claims")? {
+        found.push(cursor::decode(row)?);
+    }
+    Ok(found)
 }
 
 /// Claims one head for `holder` and saves it. An expired claim still held

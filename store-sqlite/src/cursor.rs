@@ -323,8 +323,8 @@ pub(crate) fn has_pending(
     match consumers {
         None => tx
             .prepare_cached(
-                "SELECT 1 FROM cursors WHERE sid = ?1 AND head IS NOT NULL AND failed_at IS NULL \
-                 LIMIT 1",
+                "SELECT 1 FROM cursors INDEXED BY cursors_pending WHERE sid = ?1 \
+                 AND head IS NOT NULL AND failed_at IS NULL LIMIT 1",
             )
             .and_then(|mut stmt| stmt.exists([session.sid]))
             .ctx("checking for pending work"),

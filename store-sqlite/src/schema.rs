@@ -62,7 +62,7 @@ CREATE TABLE cursors (
 );
 CREATE UNIQUE INDEX cursors_by_key ON cursors (sid, consumer, lane, ev_index);
 CREATE INDEX cursors_ready ON cursors (sid, head, consumer, lane)
-    WHERE head IS NOT NULL AND failed_at IS NULL;
+    WHERE head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NULL;
 CREATE INDEX cursors_busy ON cursors (sid, claim_expires_at)
     WHERE head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NOT NULL;
 CREATE INDEX cursors_pending ON cursors (sid, consumer)

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use a2_store_api::{
-    ClaimRequest, ClaimResult, CompleteRequest, CursorKind, NewEvent, ReadOptions, Store,
-    StoredEvent, Target,
+    ClaimRequest, ClaimResult, CompleteRequest, CompleteResult, CursorKind, NewEvent, ReadOptions,
+    Store, StoredEvent, Target,
 };
 use a2_store_sqlite::{Durability, SqliteOptions, SqliteStore};
 use serde_json::json;
@@ -67,7 +67,12 @@ fn acknowledged_work_survives_sigkill() {
         process.kill().expect("SIGKILL the child");
         kills += 1;
         process.wait().unwrap();
-        for line in std::fs::read_to_string(&log).unwrap_or_default().lines() {
+        // Only whole lines count: a kill may cut the last one short.
+        let written = std::fs::read_to_string(&log).unwrap_or_default();
+        for line in written
+            .split_inclusive('\n')
+            .filter_map(|line| line.strip_suffix('\n'))
+        {
             if let Some(batch) = line.strip_prefix("BATCH ") {
                 acked_batches.insert(batch.to_owned());
             } else if let Some(done) = line.strip_prefix("DONE ") {
@@ -151,7 +156,11 @@ fn verify(db: &Path, batches: &BTreeSet<String>, completions: &BTreeSet<String>)
         for done in completions {
             assert!(
                 reply_ids.contains(done),
-                "acknowledged completion {done} is lost"
+                "acknowledged completion {done} is lost; replies: {:?}",
+                rows.iter()
+                    .filter(|row| row.event_type == "done")
+                    .map(|row| (&row.id, row.index, &row.cause))
+                    .collect::<Vec<_>>()
             );
         }
         // Cursors agree with the log.
@@ -202,6 +211,12 @@ fn verify(db: &Path, batches: &BTreeSet<String>, completions: &BTreeSet<String>)
     });
 }
 
+/// Records an acknowledged call with one `write` (a kill cuts no line in two
+/// unless the write itself is short, which the parent also tolerates).
+fn acknowledge(log: &mut std::fs::File, line: &str) {
+    log.write_all(line.as_bytes()).unwrap();
+}
+
 /// The child role: append, claim and complete until killed, logging each
 /// acknowledged call after it returns.
 fn child(db: &Path) {
@@ -241,7 +256,7 @@ fn child(db: &Path) {
                 })
                 .collect();
             store.append("s", events, Default::default()).await.unwrap();
-            writeln!(log, "BATCH {batch}").unwrap();
+            acknowledge(&mut log, &format!("BATCH {batch}\n"));
             let claimed = store
                 .claim_available(ClaimRequest {
                     session_id: "s".into(),
@@ -260,7 +275,7 @@ fn child(db: &Path) {
                     "r{run}-done-{}-{}-a{}",
                     head.consumer, head.event.index, head.dispatch.attempt_count
                 );
-                store
+                let outcome = store
                     .complete_attempt(CompleteRequest {
                         session_id: "s".into(),
                         consumer: head.consumer.clone(),
@@ -272,7 +287,11 @@ fn child(db: &Path) {
                     })
                     .await
                     .unwrap();
-                writeln!(log, "DONE {id}").unwrap();
+                assert!(
+                    matches!(outcome, CompleteResult::Completed { .. }),
+                    "completing {id}: {outcome:?}"
+                );
+                acknowledge(&mut log, &format!("DONE {id}\n"));
             }
         }
     });
