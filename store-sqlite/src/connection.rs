@@ -1,6 +1,7 @@
 //! Opening one SQLite connection with the store's pragmas.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use a2_store_api::StoreError;
 use rusqlite::{Connection, DatabaseName, OpenFlags};
@@ -50,7 +51,9 @@ pub(crate) fn open_connection(
         Location::Memory => Connection::open_in_memory()
             .map_err(|error| open_error(&shown, "opening the database", error))?,
     };
-    conn.busy_timeout(options.busy_timeout)
+    // SQLite takes the timeout in milliseconds as a C int.
+    let busy_ms = u64::try_from(i32::MAX).unwrap_or(u64::MAX);
+    conn.busy_timeout(options.busy_timeout.min(Duration::from_millis(busy_ms)))
         .map_err(|error| open_error(&shown, "setting the busy timeout", error))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     if let Location::File(_) = location {

@@ -83,7 +83,7 @@ impl Pool {
 
     /// The poll interval subscribers use for other processes' appends.
     pub(crate) fn poll_interval(&self) -> Duration {
-        self.options.poll_interval
+        self.options.poll_interval.max(Duration::from_millis(1))
     }
 
     /// The injected clock and ids.
@@ -137,12 +137,14 @@ impl Pool {
         F: Fn(&Connection, &Ctx) -> Result<T, StoreError>,
     {
         let mut conn = self.take()?;
-        let deadline = Instant::now() + self.options.busy_timeout;
+        let deadline = Instant::now().checked_add(self.options.busy_timeout);
         let mut pause = Duration::from_millis(1);
         let result = loop {
             let result = self.attempt(&mut conn, access, body);
             match result {
-                Err(error) if is_busy(&error) && Instant::now() < deadline => {
+                Err(error)
+                    if is_busy(&error) && deadline.is_none_or(|end| Instant::now() < end) =>
+                {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(20));
                 }

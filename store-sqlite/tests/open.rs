@@ -168,3 +168,33 @@ async fn corrupted_data_pages_fail_reads_with_a_typed_error_naming_the_path() {
     assert_eq!(error.code(), ErrorCode::Backend);
     assert_names_path(&error, &path);
 }
+
+#[tokio::test]
+async fn extreme_options_are_clamped_not_fatal() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SqliteOptions {
+        busy_timeout: std::time::Duration::MAX,
+        poll_interval: std::time::Duration::ZERO,
+        pool_size: 0,
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open(dir.path().join("store.db"), options).unwrap();
+    store
+        .append(
+            "s",
+            vec![NewEvent::new("msg", json!(1))],
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let mut stream = store.subscribe("s", 0).await.unwrap();
+    let first = futures::StreamExt::next(&mut stream)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.index, 1);
+    assert_eq!(
+        store.read("s", ReadOptions::default()).await.unwrap().len(),
+        1
+    );
+}
