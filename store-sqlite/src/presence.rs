@@ -3,9 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use a2_store_api::codec::{
-    decode_json, encode_json, from_sql_int, presence_write_wins, to_sql_int,
-};
+use a2_store_api::codec::{decode_json, encode_json, presence_write_wins};
 use a2_store_api::{PresenceMeta, PresenceResult, PresenceRow, StoreError};
 use rusqlite::{Connection, OptionalExtension};
 use serde_json::Value;
@@ -26,10 +24,8 @@ pub(crate) fn set_presence(
 ) -> Result<PresenceResult, StoreError> {
     let session = session::find_or_create(tx, session_id)?;
     let expires_at = now.saturating_add(meta.ttl_ms);
-    let seen = meta
-        .seen
-        .map(|seen| to_sql_int("presence seen index", seen))
-        .transpose()?;
+    // `seen` is opaque to the store: kept bit for bit, whatever its size.
+    let seen = meta.seen.map(|seen| i64::from_ne_bytes(seen.to_ne_bytes()));
     let mut applied = BTreeMap::new();
     for (field, value) in values {
         let existing: Option<(i64, i64)> = tx
@@ -110,9 +106,7 @@ pub(crate) fn read_presence(
                 participant,
                 field,
                 value: decode_json("presence value", &value)?,
-                seen: seen
-                    .map(|seen| from_sql_int("presence seen index", seen))
-                    .transpose()?,
+                seen: seen.map(|seen| u64::from_ne_bytes(seen.to_ne_bytes())),
                 at,
                 expires_at,
             })
