@@ -9,7 +9,7 @@ use a2_store_api::{
 use rusqlite::Connection;
 use serde_json::Value;
 
-use crate::cursor::fence;
+use crate::cursor::{self, fence};
 use crate::errors::SqlContext;
 use crate::events::insert_row;
 use crate::pool::Ctx;
@@ -64,20 +64,28 @@ pub(crate) fn clear(
     snapshot::release_all(tx, &session)?;
     let sid = session.sid;
     let marker_idx = to_sql_int("marker index", marker.index)?;
+    // Event and lane cursors go stale (born below the new clear): they lose
+    // their heads now, which takes them out of every dispatch index, and
+    // `reclaim` deletes them with their queues and completion records later,
+    // so a clear costs the work in flight, not all the work ever done.
     for sql in [
-        "DELETE FROM lane_queue WHERE cid IN (SELECT cid FROM cursors WHERE sid = ?1)",
-        "DELETE FROM completions WHERE cid IN (SELECT cid FROM cursors WHERE sid = ?1)",
-        "DELETE FROM cursors WHERE sid = ?1 AND kind <> 2",
+        "UPDATE cursors INDEXED BY cursors_pending SET head = NULL \
+         WHERE sid = ?1 AND head IS NOT NULL AND failed_at IS NULL AND kind <> 2",
+        "UPDATE cursors INDEXED BY cursors_dead SET head = NULL \
+         WHERE sid = ?1 AND head IS NOT NULL AND failed_at IS NOT NULL AND kind <> 2",
+        "DELETE FROM completions WHERE cid IN \
+         (SELECT cid FROM cursors INDEXED BY cursors_logs WHERE sid = ?1 AND kind = 2)",
     ] {
         tx.prepare_cached(sql)
             .and_then(|mut stmt| stmt.execute([sid]))
             .ctx("dropping cleared cursors")?;
     }
     tx.prepare_cached(
-        "UPDATE cursors SET position = ?2, head = NULL, attempt_count = 0, first_claimed_at = NULL, \
-         last_claimed_at = NULL, claim_holder = NULL, claim_expires_at = NULL, failure_count = 0, \
-         last_failed_at = NULL, last_failed_attempt = NULL, last_error = NULL, failed_at = NULL \
-         WHERE sid = ?1",
+        "UPDATE cursors INDEXED BY cursors_logs SET position = ?2, head = NULL, attempt_count = 0, \
+         first_claimed_at = NULL, last_claimed_at = NULL, claim_holder = NULL, \
+         claim_expires_at = NULL, failure_count = 0, last_failed_at = NULL, \
+         last_failed_attempt = NULL, last_error = NULL, failed_at = NULL, born = ?2 \
+         WHERE sid = ?1 AND kind = 2",
     )
     .and_then(|mut stmt| stmt.execute((sid, marker_idx)))
     .ctx("parking log cursors at the marker")?;
@@ -121,6 +129,8 @@ pub(crate) fn reclaim(tx: &Connection, session_id: &str) -> Result<ReclaimResult
         session.reclaimed = to;
         session::save(tx, &session)?;
     }
+    // Cursors of cleared generations go at the same pace (not counted as rows).
+    cursor::purge_stale(tx, &session, RECLAIM_BATCH)?;
     let done = session.reclaimed >= last;
     if done {
         snapshot::drop_below(tx, &session)?;

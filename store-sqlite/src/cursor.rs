@@ -145,7 +145,9 @@ pub(crate) fn key_of(lane: Option<&str>, index: u64) -> Option<(&str, i64)> {
     }
 }
 
-/// The cursor a ref `(consumer, lane, index)` names, if it exists.
+/// The cursor a ref `(consumer, lane, index)` names, if it exists. Event and
+/// lane cursors created before the session's last clear are gone (they
+/// stay as *stale* rows, with no head, until `reclaim` deletes them).
 pub(crate) fn find(
     tx: &Connection,
     session: &SessionRow,
@@ -160,11 +162,13 @@ pub(crate) fn find(
         .prepare_cached(concat!(
             "SELECT ",
             cursor_columns!(),
-            " FROM cursors WHERE sid = ?1 AND consumer = ?2 AND lane = ?3 AND ev_index = ?4"
+            " FROM cursors WHERE sid = ?1 AND consumer = ?2 AND lane = ?3 AND ev_index = ?4 \
+             AND (kind = 2 OR born >= ?5)"
         ))
         .ctx("looking up a cursor")?;
+    let clear = to_sql_int("clear index", session.clear)?;
     let mut rows = stmt
-        .query((session.sid, consumer, lane, ev_index))
+        .query((session.sid, consumer, lane, ev_index, clear))
         .ctx("looking up a cursor")?;
     match rows.next().ctx("looking up a cursor")? {
         Some(row) => decode(row).map(Some),
@@ -180,9 +184,27 @@ pub(crate) fn create(
 ) -> Result<CursorRow, StoreError> {
     let lane = cursor.lane.clone().unwrap_or_default();
     let ev_index = to_sql_int("cursor index", cursor.ev_index)?;
+    let clear = to_sql_int("clear index", session.clear)?;
+    // A stale cursor of a cleared generation may still hold the key.
+    let stale: Option<i64> = tx
+        .prepare_cached(
+            "SELECT cid FROM cursors WHERE sid = ?1 AND consumer = ?2 AND lane = ?3 \
+             AND ev_index = ?4 AND kind <> 2 AND born < ?5",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_row(
+                (session.sid, &cursor.consumer, &lane, ev_index, clear),
+                |row| row.get(0),
+            )
+            .optional()
+        })
+        .ctx("creating a cursor")?;
+    if let Some(stale) = stale {
+        purge(tx, stale)?;
+    }
     tx.prepare_cached(
-        "INSERT INTO cursors (sid, consumer, lane, ev_index, kind, position) \
-         VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+        "INSERT INTO cursors (sid, consumer, lane, ev_index, kind, position, born) \
+         VALUES (?1, ?2, ?3, ?4, ?5, 0, ?6)",
     )
     .and_then(|mut stmt| {
         stmt.execute((
@@ -191,12 +213,52 @@ pub(crate) fn create(
             lane,
             ev_index,
             kind_code(cursor.kind),
+            clear,
         ))
     })
     .ctx("creating a cursor")?;
     cursor.cid = tx.last_insert_rowid();
     save(tx, &cursor)?;
     Ok(cursor)
+}
+
+/// Deletes a cursor row with its lane queue and completion records.
+pub(crate) fn purge(tx: &Connection, cid: i64) -> Result<(), StoreError> {
+    for sql in [
+        "DELETE FROM lane_queue WHERE cid = ?1",
+        "DELETE FROM completions WHERE cid = ?1",
+        "DELETE FROM cursors WHERE cid = ?1",
+    ] {
+        tx.prepare_cached(sql)
+            .and_then(|mut stmt| stmt.execute([cid]))
+            .ctx("deleting a cleared cursor")?;
+    }
+    Ok(())
+}
+
+/// Deletes up to `batch` stale cursors (event and lane cursors of cleared
+/// generations) with their queues and completion records; returns how many.
+pub(crate) fn purge_stale(
+    tx: &Connection,
+    session: &SessionRow,
+    batch: usize,
+) -> Result<usize, StoreError> {
+    let clear = to_sql_int("clear index", session.clear)?;
+    let batch = i64::try_from(batch).unwrap_or(i64::MAX);
+    let stale: Vec<i64> = tx
+        .prepare_cached(
+            "SELECT cid FROM cursors INDEXED BY cursors_stale WHERE sid = ?1 AND kind <> 2 \
+             AND born < ?2 LIMIT ?3",
+        )
+        .and_then(|mut stmt| {
+            stmt.query_map((session.sid, clear, batch), |row| row.get(0))?
+                .collect()
+        })
+        .ctx("finding cleared cursors")?;
+    for cid in &stale {
+        purge(tx, *cid)?;
+    }
+    Ok(stale.len())
 }
 
 /// Stores a cursor's position, head, types and bookkeeping.
@@ -414,12 +476,14 @@ pub(crate) fn lane_kind(
     consumer: &str,
     lane: &str,
 ) -> Result<Option<CursorKind>, StoreError> {
+    let clear = to_sql_int("clear index", session.clear)?;
     let code: Option<i64> = tx
         .prepare_cached(
-            "SELECT kind FROM cursors WHERE sid = ?1 AND consumer = ?2 AND lane = ?3 AND ev_index = 0",
+            "SELECT kind FROM cursors WHERE sid = ?1 AND consumer = ?2 AND lane = ?3 \
+             AND ev_index = 0 AND (kind = 2 OR born >= ?4)",
         )
         .and_then(|mut stmt| {
-            stmt.query_row((session.sid, consumer, lane), |row| row.get(0))
+            stmt.query_row((session.sid, consumer, lane, clear), |row| row.get(0))
                 .optional()
         })
         .ctx("looking up a lane")?;

@@ -39,10 +39,11 @@ pub(crate) fn cursors(tx: &Connection, session_id: &str) -> Result<Vec<Cursor>, 
             "SELECT ",
             cursor_columns!(),
             " FROM cursors INDEXED BY cursors_listed WHERE sid = ?1 \
-             AND (head IS NOT NULL OR kind <> 0)"
+             AND (head IS NOT NULL OR kind <> 0) AND (kind = 2 OR born >= ?2)"
         ))
         .ctx("listing cursors")?;
-    let mut rows = stmt.query([session.sid]).ctx("listing cursors")?;
+    let clear = i64::try_from(session.clear).unwrap_or(i64::MAX);
+    let mut rows = stmt.query((session.sid, clear)).ctx("listing cursors")?;
     let mut listed = Vec::new();
     while let Some(row) = rows.next().ctx("listing cursors")? {
         listed.push(cursor::decode(row)?.to_cursor());

@@ -58,7 +58,8 @@ CREATE TABLE cursors (
     last_failed_at      INTEGER,
     last_failed_attempt INTEGER,
     last_error          TEXT,
-    failed_at           INTEGER
+    failed_at           INTEGER,
+    born                INTEGER NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX cursors_by_key ON cursors (sid, consumer, lane, ev_index);
 CREATE INDEX cursors_ready ON cursors (sid, head, consumer, lane)
@@ -71,6 +72,8 @@ CREATE INDEX cursors_dead ON cursors (sid, head)
     WHERE head IS NOT NULL AND failed_at IS NOT NULL;
 CREATE INDEX cursors_listed ON cursors (sid)
     WHERE head IS NOT NULL OR kind <> 0;
+CREATE INDEX cursors_stale ON cursors (sid, born) WHERE kind <> 2;
+CREATE INDEX cursors_logs ON cursors (sid) WHERE kind = 2;
 
 CREATE TABLE lane_queue (
     cid INTEGER NOT NULL,

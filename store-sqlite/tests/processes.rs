@@ -51,7 +51,7 @@ fn child_env() -> Option<(String, String, String)> {
     ))
 }
 
-const HEADS: u64 = 150;
+const HEADS: u64 = 300;
 
 #[test]
 fn processes_sharing_a_file_never_claim_a_head_twice() {
@@ -90,6 +90,17 @@ fn processes_sharing_a_file_never_claim_a_head_twice() {
             )
         })
         .collect();
+    // Start them together: each reports ready, then waits for the go file.
+    let ready = |n: usize| dir.path().join(format!("ready-{n}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !(0..logs.len()).all(|n| ready(n).exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the claimers never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::fs::write(dir.path().join("go"), b"go").unwrap();
     for mut child in children {
         assert!(child.wait().unwrap().success(), "a claimer failed");
     }
@@ -117,9 +128,16 @@ fn processes_sharing_a_file_never_claim_a_head_twice() {
 }
 
 /// A child: claim and complete until nothing is left, logging each claim.
+/// It reports ready (a file next to the database) and starts on the go file.
 async fn claimer(role: &str, db: &Path, log: &Path) {
     let mut log = std::fs::File::create(log).unwrap();
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(db, SqliteOptions::default()).unwrap());
+    let dir = db.parent().unwrap();
+    let n = role.trim_start_matches('p');
+    std::fs::write(dir.join(format!("ready-{n}")), b"ready").unwrap();
+    while !dir.join("go").exists() {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     loop {
         let result = store
             .claim_available(ClaimRequest {
@@ -142,6 +160,8 @@ async fn claimer(role: &str, db: &Path, log: &Path) {
         for head in heads {
             let lane = head.lane.clone().unwrap_or_default();
             writeln!(log, "{}/{lane}/{} {role}", head.consumer, head.event.index).unwrap();
+            // The handler's work happens outside any transaction.
+            tokio::time::sleep(Duration::from_millis(1)).await;
             let done = store
                 .complete_attempt(CompleteRequest {
                     session_id: "s".into(),
