@@ -82,7 +82,7 @@ async fn postgres_empty_append_refreshes_log_types() {
     empty_append_refreshes_log_types(&factory).await;
 }
 
-/// Divergence 3 (open in SQLite): a completion at or below the clear is
+/// Divergence 3 (fixed in SQLite): a completion at or below the clear is
 /// superseded, but its declarations must still refresh log cursor types,
 /// as on every other path.
 async fn completion_below_the_clear_refreshes_log_types(factory: &dyn StoreFactory) {
@@ -153,7 +153,7 @@ async fn postgres_completion_below_the_clear_refreshes_log_types() {
     completion_below_the_clear_refreshes_log_types(&factory).await;
 }
 
-/// Divergence 4 (open in SQLite): one consumer has a dead-lettered lane
+/// Divergence 4 (fixed in SQLite): one consumer has a dead-lettered lane
 /// head and a dead-lettered event head at the same index; `redrive` names
 /// only the consumer and index, and must pick the first of them in
 /// `dead_letters` order, `(index, consumer, lane)` with no lane first, as
