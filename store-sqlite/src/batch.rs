@@ -8,9 +8,9 @@ use rusqlite::Connection;
 
 use crate::cursor::{self, CursorRow};
 use crate::errors::SqlContext;
-use crate::events::{insert_row, next_log_head};
+use crate::events::{next_log_head, RowWriter};
 use crate::pool::Ctx;
-use crate::session::{self, SessionRow};
+use crate::session::SessionRow;
 
 /// Appends `events` at the session's head with one `created_at`, then creates
 /// or extends the cursors their targets name and creates or wakes the
@@ -32,6 +32,7 @@ pub(crate) fn insert(
     let now = ctx.clock.now_ms();
     let base = session.head;
     let mut rows = Vec::with_capacity(events.len());
+    let mut writer = RowWriter::new(tx, session)?;
     for (offset, event) in (1u64..).zip(events) {
         let id = match &event.id {
             Some(id) => id.clone(),
@@ -46,11 +47,11 @@ pub(crate) fn insert(
             created_at: now,
             cause: cause.cloned().or_else(|| event.cause.clone()),
         };
-        insert_row(tx, session, &row)?;
+        writer.write(&session.name, &row)?;
         rows.push(row);
     }
+    drop(writer);
     session.head = base + events.len() as u64;
-    session::save(tx, session)?;
     enqueue(tx, session, &rows, events, base, consumers)?;
     Ok(rows)
 }

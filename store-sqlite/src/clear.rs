@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::cursor::{self, fence};
 use crate::errors::SqlContext;
-use crate::events::insert_row;
+use crate::events::RowWriter;
 use crate::pool::Ctx;
 use crate::session;
 use crate::snapshot;
@@ -57,7 +57,7 @@ pub(crate) fn clear(
         created_at: ctx.clock.now_ms(),
         cause: None,
     };
-    insert_row(tx, &session, &marker)?;
+    RowWriter::new(tx, &session)?.write(&session.name, &marker)?;
     session.head = marker.index;
     session.clear = marker.index;
     session::save(tx, &session)?;

@@ -116,48 +116,66 @@ pub(crate) fn read_range(
         .collect()
 }
 
-/// Writes one row and claims its id for the session. An id owned by a row
-/// at or above the clear is a `PartialDuplicateBatch` (the caller's
-/// transaction rolls back); ids below the clear are taken over.
-pub(crate) fn insert_row(
-    tx: &Connection,
-    session: &SessionRow,
-    event: &StoredEvent,
-) -> Result<(), StoreError> {
-    let idx = to_sql_int("event index", event.index)?;
-    let clear = to_sql_int("clear index", session.clear)?;
-    let claimed = tx
-        .prepare_cached(
-            "INSERT INTO event_ids (sid, id, idx) VALUES (?1, ?2, ?3) \
-             ON CONFLICT (sid, id) DO UPDATE SET idx = excluded.idx WHERE event_ids.idx < ?4",
-        )
-        .and_then(|mut stmt| stmt.execute((session.sid, &event.id, idx, clear)))
-        .ctx("indexing an event id")?;
-    if claimed == 0 {
-        return Err(StoreError::partial_duplicate(format!(
-            "event id '{}' already exists in session '{}'",
-            event.id, session.name
-        )));
+/// Writes rows of one session, with its statements prepared once per batch.
+pub(crate) struct RowWriter<'c> {
+    claim_id: rusqlite::CachedStatement<'c>,
+    insert: rusqlite::CachedStatement<'c>,
+    sid: i64,
+    clear: i64,
+}
+
+impl<'c> RowWriter<'c> {
+    /// A writer of rows of `session`.
+    pub(crate) fn new(tx: &'c Connection, session: &SessionRow) -> Result<Self, StoreError> {
+        Ok(Self {
+            claim_id: tx
+                .prepare_cached(
+                    "INSERT INTO event_ids (sid, id, idx) VALUES (?1, ?2, ?3) \
+                     ON CONFLICT (sid, id) DO UPDATE SET idx = excluded.idx \
+                     WHERE event_ids.idx < ?4",
+                )
+                .ctx("indexing an event id")?,
+            insert: tx
+                .prepare_cached(
+                    "INSERT INTO events (sid, idx, id, type, payload, created_at, cause) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )
+                .ctx("inserting an event")?,
+            sid: session.sid,
+            clear: to_sql_int("clear index", session.clear)?,
+        })
     }
-    let payload = encode_json(&event.payload)?;
-    let cause = event.cause.as_ref().map(encode_json).transpose()?;
-    tx.prepare_cached(
-        "INSERT INTO events (sid, idx, id, type, payload, created_at, cause) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )
-    .and_then(|mut stmt| {
-        stmt.execute((
-            session.sid,
-            idx,
-            &event.id,
-            &event.event_type,
-            payload,
-            event.created_at,
-            cause,
-        ))
-    })
-    .ctx("inserting an event")?;
-    Ok(())
+
+    /// Writes one row and claims its id. An id owned by a row at or above
+    /// the clear is a `PartialDuplicateBatch` (the caller's transaction
+    /// rolls back); ids below the clear are taken over.
+    pub(crate) fn write(&mut self, session: &str, event: &StoredEvent) -> Result<(), StoreError> {
+        let idx = to_sql_int("event index", event.index)?;
+        let claimed = self
+            .claim_id
+            .execute((self.sid, &event.id, idx, self.clear))
+            .ctx("indexing an event id")?;
+        if claimed == 0 {
+            return Err(StoreError::partial_duplicate(format!(
+                "event id '{}' already exists in session '{session}'",
+                event.id
+            )));
+        }
+        let payload = encode_json(&event.payload)?;
+        let cause = event.cause.as_ref().map(encode_json).transpose()?;
+        self.insert
+            .execute((
+                self.sid,
+                idx,
+                &event.id,
+                &event.event_type,
+                payload,
+                event.created_at,
+                cause,
+            ))
+            .ctx("inserting an event")?;
+        Ok(())
+    }
 }
 
 /// The next event after `after` a log cursor taking `types` takes (never the

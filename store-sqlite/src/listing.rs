@@ -64,8 +64,12 @@ pub(crate) fn sessions(
     let raws: Vec<Raw> = match &options.after {
         Some(after) => tx
             .prepare_cached(
-                "SELECT name, head, clear_index, reclaimed_through FROM sessions \
-                 WHERE head > 0 AND name > ?1 ORDER BY name LIMIT ?2",
+                "SELECT name, head, clear_index, reclaimed_through FROM \
+                 (SELECT s.name AS name, \
+                 COALESCE((SELECT MAX(e.idx) FROM events AS e WHERE e.sid = s.sid), 0) AS head, \
+                 s.clear_index AS clear_index, s.reclaimed_through AS reclaimed_through \
+                 FROM sessions AS s WHERE s.name > ?1) \
+                 WHERE head > 0 ORDER BY name LIMIT ?2",
             )
             .and_then(|mut stmt| {
                 stmt.query_map((after, limit), |row| {
@@ -75,7 +79,11 @@ pub(crate) fn sessions(
             }),
         None => tx
             .prepare_cached(
-                "SELECT name, head, clear_index, reclaimed_through FROM sessions \
+                "SELECT name, head, clear_index, reclaimed_through FROM \
+                 (SELECT s.name AS name, \
+                 COALESCE((SELECT MAX(e.idx) FROM events AS e WHERE e.sid = s.sid), 0) AS head, \
+                 s.clear_index AS clear_index, s.reclaimed_through AS reclaimed_through \
+                 FROM sessions AS s) \
                  WHERE head > 0 ORDER BY name LIMIT ?1",
             )
             .and_then(|mut stmt| {

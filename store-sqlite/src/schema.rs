@@ -15,7 +15,6 @@ const MIGRATIONS: &[&str] = &[
 CREATE TABLE sessions (
     sid               INTEGER PRIMARY KEY,
     name              TEXT    NOT NULL UNIQUE,
-    head              INTEGER NOT NULL DEFAULT 0,
     clear_index       INTEGER NOT NULL DEFAULT 0,
     reclaimed_through INTEGER NOT NULL DEFAULT 0
 );

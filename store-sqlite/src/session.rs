@@ -13,7 +13,7 @@ pub(crate) struct SessionRow {
     pub sid: i64,
     /// The session's name.
     pub name: String,
-    /// The last index (0 when empty).
+    /// The last index (0 when empty): the highest stored row's index.
     pub head: u64,
     /// The index of the latest clear marker (0 when never cleared).
     pub clear: u64,
@@ -32,7 +32,8 @@ impl SessionRow {
 pub(crate) fn find(tx: &Connection, name: &str) -> Result<Option<SessionRow>, StoreError> {
     let mut stmt = tx
         .prepare_cached(
-            "SELECT sid, head, clear_index, reclaimed_through FROM sessions WHERE name = ?1",
+            "SELECT s.sid, COALESCE((SELECT MAX(e.idx) FROM events AS e WHERE e.sid = s.sid), 0), \
+             s.clear_index, s.reclaimed_through FROM sessions AS s WHERE s.name = ?1",
         )
         .ctx("looking up a session")?;
     let raw = stmt
@@ -75,15 +76,16 @@ pub(crate) fn find_or_create(tx: &Connection, name: &str) -> Result<SessionRow, 
     })
 }
 
-/// Stores a session's head, clear index and reclaimed offset.
+/// Stores a session's clear index and reclaimed offset. The head is not
+/// stored: it is the last row's index (the clear marker is never reclaimed),
+/// so an append dirties no session page.
 pub(crate) fn save(tx: &Connection, session: &SessionRow) -> Result<(), StoreError> {
-    let head = to_sql_int("session head", session.head)?;
     let clear = to_sql_int("clear index", session.clear)?;
     let reclaimed = to_sql_int("reclaimed offset", session.reclaimed)?;
     tx.prepare_cached(
-        "UPDATE sessions SET head = ?2, clear_index = ?3, reclaimed_through = ?4 WHERE sid = ?1",
+        "UPDATE sessions SET clear_index = ?2, reclaimed_through = ?3 WHERE sid = ?1",
     )
-    .and_then(|mut stmt| stmt.execute((session.sid, head, clear, reclaimed)))
+    .and_then(|mut stmt| stmt.execute((session.sid, clear, reclaimed)))
     .ctx("updating a session")?;
     Ok(())
 }
