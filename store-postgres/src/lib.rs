@@ -9,6 +9,26 @@
 //! rows they take (`FOR UPDATE SKIP LOCKED`), and `subscribe` follows a
 //! session across processes through `LISTEN`/`NOTIFY`. See the README for
 //! the schema, the statements it relies on and the concurrency model.
+//!
+//! ```no_run
+//! use a2_store_api::{AppendOptions, NewEvent, Store, Target};
+//! use a2_store_postgres::{PostgresOptions, PostgresStore};
+//!
+//! # async fn demo() -> a2_store_api::Result<()> {
+//! let store = PostgresStore::connect(
+//!     "postgres://postgres@127.0.0.1:5432/test",
+//!     PostgresOptions {
+//!         schema: "agents".into(),
+//!         ..PostgresOptions::default()
+//!     },
+//! )
+//! .await?;
+//! let event = NewEvent::new("msg", serde_json::json!({"text": "hi"}))
+//!     .with_target(Target::lane("agent", "main"));
+//! store.append("session-1", vec![event], AppendOptions::default()).await?;
+//! # Ok(())
+//! # }
+//! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -15,7 +15,8 @@ use crate::error::{db_error, TxResult};
 pub const SCHEMA_VERSION: i32 = 2;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
-const MIGRATIONS: &[&str] = &[r#"
+const MIGRATIONS: &[&str] = &[
+    r#"
 CREATE TABLE sessions (
     session_id        text COLLATE "C" PRIMARY KEY,
     head              bigint NOT NULL DEFAULT 0,
