@@ -478,3 +478,59 @@ async fn a_deadlock_is_retried_and_the_call_succeeds() {
         .expect("the deadlock was retried, not reported");
     assert_eq!(renewed.renewed.len(), 2, "{renewed:?}");
 }
+
+/// With every pooled connection busy past the statement timeout, a call
+/// waiting for a connection fails with `Busy` instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_for_an_exhausted_pool_is_busy() {
+    let Some(factory) = PgFactory::from_env("concurrency") else {
+        return;
+    };
+    let schema = factory.schema();
+    let mut options = support::options(&schema, Arc::new(SystemClock), Arc::new(RandomIds));
+    options.pool_size = 1;
+    options.statement_timeout = Duration::from_millis(300);
+    let store = PostgresStore::connect(factory.url(), options)
+        .await
+        .expect("connect");
+    store
+        .append(
+            "s",
+            vec![NewEvent::new("e", json!(0))],
+            AppendOptions::default(),
+        )
+        .await
+        .expect("first append");
+    let (mut client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
+        .await
+        .expect("raw connect");
+    tokio::spawn(connection);
+    let tx = client.transaction().await.expect("begin");
+    tx.execute(
+        &format!("SELECT 1 FROM \"{schema}\".sessions WHERE session_id = 's' FOR UPDATE"),
+        &[],
+    )
+    .await
+    .expect("hold the session row");
+    // The first call takes the only connection and waits for the row lock;
+    // the second waits for the connection. Both give up as Busy.
+    let calls = (0..2).map(|n| {
+        let store = store.clone();
+        async move {
+            store
+                .append(
+                    "s",
+                    vec![NewEvent::new("e", json!(n))],
+                    AppendOptions::default(),
+                )
+                .await
+        }
+    });
+    for result in futures::future::join_all(calls).await {
+        let error = result.expect_err("busy");
+        assert_eq!(error.code(), ErrorCode::Busy, "{error}");
+    }
+    tx.rollback().await.expect("release");
+    let rows = store.read("s", ReadOptions::default()).await.expect("read");
+    assert_eq!(rows.len(), 1, "the refused appends wrote nothing");
+}
