@@ -1,5 +1,6 @@
-//! In-process commit notifications: every store of this process on the same
-//! database file shares one notifier, so its subscribers wake at once.
+//! What the stores of this process on one database file share: the commit
+//! notifier (so subscribers wake at once) and the writers' queue (so writers
+//! wait for each other in process instead of in SQLite's busy handler).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -9,17 +10,25 @@ use tokio::sync::watch;
 
 use crate::connection::Location;
 
-/// Wakes subscribers after a commit that appended rows.
+/// Wakes subscribers after a commit that appended rows, and queues writers.
 #[derive(Debug)]
 pub(crate) struct Notifier {
     commits: watch::Sender<u64>,
+    writers: Arc<Mutex<()>>,
 }
 
 impl Notifier {
     fn new() -> Self {
         Self {
             commits: watch::Sender::new(0),
+            writers: Arc::new(Mutex::new(())),
         }
+    }
+
+    /// The lock every writer of this process on the database holds for the
+    /// length of its transaction.
+    pub(crate) fn writers(&self) -> Arc<Mutex<()>> {
+        Arc::clone(&self.writers)
     }
 
     /// Tells every subscriber that rows were committed.

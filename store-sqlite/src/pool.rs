@@ -47,15 +47,16 @@ pub(crate) struct Pool {
     options: SqliteOptions,
     idle: Mutex<Vec<Connection>>,
     permits: Semaphore,
-    /// Serializes this process's writers so they queue here instead of
-    /// spinning in SQLite's busy handler; other processes still meet the
-    /// busy timeout.
-    write_lock: Mutex<()>,
+    /// Serializes this process's writers on the database (every store on the
+    /// file shares it) so they queue here instead of sleeping in SQLite's
+    /// busy handler; other processes still meet the busy timeout.
+    write_lock: Arc<Mutex<()>>,
     ctx: Ctx,
 }
 
 impl Pool {
-    /// Opens the pool's connections, applying migrations on the first.
+    /// Opens the pool's connections, applying migrations on the first. Its
+    /// writers queue on a lock of their own until [`Pool::with_write_lock`].
     pub(crate) fn open(location: Location, options: SqliteOptions) -> Result<Self, StoreError> {
         let size = match location {
             Location::Memory => 1,
@@ -75,10 +76,16 @@ impl Pool {
             location,
             idle: Mutex::new(idle),
             permits: Semaphore::new(size),
-            write_lock: Mutex::new(()),
+            write_lock: Arc::default(),
             options,
             ctx,
         })
+    }
+
+    /// The same pool, its writers queued on `write_lock` (shared in process).
+    pub(crate) fn with_write_lock(mut self, write_lock: Arc<Mutex<()>>) -> Self {
+        self.write_lock = write_lock;
+        self
     }
 
     /// The poll interval subscribers use for other processes' appends.

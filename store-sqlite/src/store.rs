@@ -43,20 +43,22 @@ impl SqliteStore {
     /// untouched) when a newer build wrote it.
     pub fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, StoreError> {
         let location = Location::File(path.as_ref().to_path_buf());
-        let pool = Pool::open(location.clone(), options)?;
-        Ok(Self {
-            notifier: notifier_for(&location),
-            pool: Arc::new(pool),
-        })
+        Self::open_at(location, options)
     }
 
     /// Opens a private in-memory database (one connection; gone when the
     /// store and its clones are dropped).
     pub fn open_in_memory(options: SqliteOptions) -> Result<Self, StoreError> {
-        let location = Location::Memory;
+        Self::open_at(Location::Memory, options)
+    }
+
+    fn open_at(location: Location, options: SqliteOptions) -> Result<Self, StoreError> {
         let pool = Pool::open(location.clone(), options)?;
+        // The file exists now, so its canonical path names it in the registry.
+        let notifier = notifier_for(&location);
+        let pool = pool.with_write_lock(notifier.writers());
         Ok(Self {
-            notifier: notifier_for(&location),
+            notifier,
             pool: Arc::new(pool),
         })
     }
