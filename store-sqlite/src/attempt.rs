@@ -42,8 +42,9 @@ impl Completed {
     }
 }
 
-/// The cursor a completion or failure names, or why there is none:
-/// `Err(Superseded-ish)` is expressed as `Ok(None)` with `NoSuchEvent` raised here.
+/// The cursor a completion or failure names: `Ok(None)` when there is none
+/// but the event exists (the call is superseded), `NoSuchEvent` when neither
+/// exists (never appended, or reclaimed).
 fn target_cursor(
     tx: &Connection,
     session: Option<&SessionRow>,

@@ -2,7 +2,9 @@
 //!
 //! [`SqliteStore`] implements [`a2_store_api::Store`] on one SQLite database
 //! (a WAL-journaled file, or private memory) with rusqlite's bundled SQLite.
-//! Every call is one transaction run on tokio's blocking pool; several
+//! Every call is one transaction that never blocks the async runtime
+//! (`block_in_place` on a multi-threaded runtime, `spawn_blocking` on a
+//! current-thread one); several
 //! stores, in one process or many, may share a file. The crate README
 //! documents the schema, its indexes and the concurrency model.
 //!

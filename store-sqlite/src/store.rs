@@ -25,8 +25,9 @@ use crate::{append, attempt, claim, clear, listing, presence, redrive, snapshot,
 ///
 /// Guarantees: every call is one SQLite transaction (writers take the write
 /// lock up front with `BEGIN IMMEDIATE`), so a failed or interrupted call
-/// changes nothing; calls run on tokio's blocking pool, never on the async
-/// runtime; several stores (in this or other processes) may share one file
+/// changes nothing; calls never block the async runtime (`block_in_place`
+/// on a multi-threaded runtime, `spawn_blocking` on a current-thread one);
+/// several stores (in this or other processes) may share one file
 /// safely, waiting up to the busy timeout for each other. Cheap to clone:
 /// clones share the connections.
 #[derive(Debug, Clone)]
