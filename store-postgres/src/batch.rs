@@ -314,14 +314,18 @@ async fn enqueue(
     Ok(())
 }
 
-/// Tells listeners in every process (on commit) that the session grew.
+/// Tells listeners in every process (on commit) that the session grew,
+/// when the session has a registered subscriber (see `subscribe.rs`; the
+/// caller holds the session's writer lock, which registration also takes).
 pub(crate) async fn notify(tx: &Tx<'_>, channel: &str, session_id: &str) -> TxResult<()> {
     execute(
         tx,
-        "SELECT pg_notify($1, $2)",
+        "SELECT pg_notify($1, $2) \
+         WHERE EXISTS (SELECT 1 FROM subscribers WHERE session_id = $3)",
         &[
             &channel,
             &crate::subscribe::notification_payload(session_id),
+            &session_id,
         ],
     )
     .await?;

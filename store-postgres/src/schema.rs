@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -124,6 +124,16 @@ CREATE INDEX cursors_pending ON cursors (session_id, consumer)
     WHERE head IS NOT NULL AND failed_at IS NULL;
 CREATE INDEX cursors_dead ON cursors (session_id, head)
     WHERE head IS NOT NULL AND failed_at IS NOT NULL;
+"#,
+    // Version 3: live subscriptions per session, so only commits to
+    // sessions someone follows pay for NOTIFY (whose commits PostgreSQL
+    // serializes cluster-wide).
+    r#"
+CREATE TABLE subscribers (
+    session_id text COLLATE "C" NOT NULL,
+    token      text COLLATE "C" NOT NULL,
+    PRIMARY KEY (session_id, token)
+);
 "#,
 ];
 

@@ -377,9 +377,14 @@ impl Store for PostgresStore {
                 )
             })
             .await;
-        // Take the receiver before the first read: nothing can slip between.
+        // Take the receiver and register before the first read: nothing
+        // can slip between.
         let wakes = inner.wakes.subscribe();
-        Ok(follow(inner.pool.clone(), session_id, after, wakes))
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        transact!(self.inner, "registering a subscriber", |tx| {
+            crate::subscribe::register(&tx, session_id, &token).await?
+        })?;
+        Ok(follow(inner.pool.clone(), session_id, token, after, wakes))
     }
 
     async fn write_state(

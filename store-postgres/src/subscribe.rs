@@ -1,5 +1,8 @@
-//! Live subscriptions across processes: every commit that grows a session
-//! sends `NOTIFY` on the schema's channel; one dedicated connection per store
+//! Live subscriptions across processes: a stream registers its session in
+//! `subscribers` (under the session's writer lock); every commit that grows
+//! a registered session sends `NOTIFY` on the schema's channel (sessions
+//! nobody follows skip it: PostgreSQL serializes notifying commits
+//! cluster-wide); one dedicated connection per store
 //! `LISTEN`s and fans the session ids out to the streams of this process,
 //! which then read what is new from the table. After (re)connecting, the
 //! listener wakes every stream for a catch-up read, so nothing is missed.
@@ -15,7 +18,8 @@ use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, NoTls};
 
-use crate::error::{db_error, pool_error};
+use crate::db::{execute, lock_exclusive, Tx};
+use crate::error::{db_error, pool_error, TxResult};
 use crate::rows::{decode_event, EVENT_COLUMNS};
 
 /// The message that wakes every stream (after a reconnect, or for a session
@@ -108,14 +112,53 @@ async fn listen_once(
     }
 }
 
+/// Registers a subscription of `session_id` under the session's writer
+/// lock: every append either committed before (its rows are in the backlog
+/// the stream reads next) or sees the registration and notifies.
+pub(crate) async fn register(tx: &Tx<'_>, session_id: &str, token: &str) -> TxResult<()> {
+    lock_exclusive(tx, session_id).await?;
+    execute(
+        tx,
+        "INSERT INTO subscribers (session_id, token) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        &[&session_id, &token],
+    )
+    .await?;
+    Ok(())
+}
+
 struct Follow {
     pool: Pool,
     session_id: String,
+    /// This stream's registration in `subscribers`, removed when it ends.
+    token: String,
     last: u64,
     buffer: VecDeque<StoredEvent>,
     wakes: broadcast::Receiver<Arc<str>>,
     stale: bool,
     ended: bool,
+}
+
+impl Drop for Follow {
+    /// Removes the registration, best effort (a leftover one only costs its
+    /// session needless notifications).
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let pool = self.pool.clone();
+        let session_id = std::mem::take(&mut self.session_id);
+        let token = std::mem::take(&mut self.token);
+        runtime.spawn(async move {
+            if let Ok(client) = pool.get().await {
+                let _ = client
+                    .execute(
+                        "DELETE FROM subscribers WHERE session_id = $1 AND token = $2",
+                        &[&session_id, &token],
+                    )
+                    .await;
+            }
+        });
+    }
 }
 
 impl Follow {
@@ -183,12 +226,14 @@ impl Follow {
 pub(crate) fn follow(
     pool: Pool,
     session_id: &str,
+    token: String,
     after: u64,
     wakes: broadcast::Receiver<Arc<str>>,
 ) -> EventStream {
     let state = Follow {
         pool,
         session_id: session_id.to_owned(),
+        token,
         last: after,
         buffer: VecDeque::new(),
         wakes,

@@ -108,3 +108,79 @@ async fn a_stream_ends_when_its_store_is_dropped() {
         .expect("the stream ends");
     assert!(end.is_none(), "no item after the store is gone: {end:?}");
 }
+
+/// Only sessions someone subscribes to pay for NOTIFY, and a dropped
+/// stream removes its registration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_subscribed_sessions_are_notified() {
+    let Some(factory) = PgFactory::from_env("subscribe") else {
+        return;
+    };
+    let schema = factory.schema();
+    let store = factory
+        .store_on(&schema, Arc::new(SystemClock), Arc::new(RandomIds))
+        .await
+        .expect("connect");
+    // A raw listener on the schema's channel records every notification.
+    let (client, mut connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
+        .await
+        .expect("raw connect");
+    let (sender, mut heard) = tokio::sync::mpsc::unbounded_channel::<String>();
+    tokio::spawn(async move {
+        let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(note) = message {
+                let _ = sender.send(note.payload().to_owned());
+            }
+        }
+    });
+    client
+        .batch_execute(&format!("LISTEN \"a2_store_{schema}\""))
+        .await
+        .expect("listen");
+    let append = |session: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .append(
+                    session,
+                    vec![NewEvent::new("e", json!(1))],
+                    AppendOptions::default(),
+                )
+                .await
+                .expect("append")
+        }
+    };
+    append("quiet").await;
+    let stream = store.subscribe("loud", 0).await.expect("subscribe");
+    append("loud").await;
+    let first = tokio::time::timeout(Duration::from_secs(10), heard.recv())
+        .await
+        .expect("a notification")
+        .expect("open");
+    assert_eq!(first, "loud", "the unsubscribed session sent nothing");
+    drop(stream);
+    let mut registered = 1;
+    for _ in 0..100 {
+        let row = client
+            .query_one(
+                &format!("SELECT count(*) FROM \"{schema}\".subscribers WHERE session_id = 'loud'"),
+                &[],
+            )
+            .await
+            .expect("count");
+        registered = row.get::<_, i64>(0);
+        if registered == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(registered, 0, "the dropped stream removed its registration");
+    append("loud").await;
+    append("quiet").await;
+    let more = tokio::time::timeout(Duration::from_millis(500), heard.recv()).await;
+    assert!(
+        more.is_err(),
+        "no subscriber left, no notification: {more:?}"
+    );
+}
