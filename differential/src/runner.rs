@@ -54,7 +54,8 @@ impl Default for Config {
 impl Config {
     /// `cases` cases of up to `max_ops` ops, overridden by the environment:
     /// `A2_DIFF_CASES` (case count), `A2_DIFF_OPS` (longest sequence) and
-    /// `A2_DIFF_SEED` (a number; unset keeps the fixed default seed).
+    /// `A2_DIFF_SEED` (a number, or `random` for a fresh seed that failures
+    /// and the summary report; unset keeps the fixed default seed).
     pub fn from_env(cases: u32, max_ops: usize) -> Self {
         // `Avoid` is set by the caller, never by the environment.
         let read = |name: &str| {
@@ -70,11 +71,24 @@ impl Config {
             max_ops: read("A2_DIFF_OPS")
                 .and_then(|n| usize::try_from(n).ok())
                 .unwrap_or(max_ops),
-            seed: read("A2_DIFF_SEED").unwrap_or(defaults.seed),
+            seed: read("A2_DIFF_SEED")
+                .or_else(random_seed)
+                .unwrap_or(defaults.seed),
             max_shrink_iters: defaults.max_shrink_iters,
             avoid: Avoid::default(),
         }
     }
+}
+
+/// A fresh seed when `A2_DIFF_SEED=random`, from the wall clock.
+fn random_seed() -> Option<u64> {
+    if std::env::var("A2_DIFF_SEED").ok()?.trim() != "random" {
+        return None;
+    }
+    let elapsed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some(elapsed.as_nanos() as u64 ^ u64::from(std::process::id()))
 }
 
 /// What differed.
@@ -181,6 +195,8 @@ impl std::error::Error for Divergence {}
 /// What a passing run covered.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Summary {
+    /// The seed the cases were generated from.
+    pub seed: u64,
     /// Cases run.
     pub cases: u32,
     /// Calls run on each store.
@@ -192,7 +208,11 @@ pub struct Summary {
 
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{} cases, {} calls per store", self.cases, self.calls)?;
+        writeln!(
+            f,
+            "{} cases (seed {}), {} calls per store",
+            self.cases, self.seed, self.calls
+        )?;
         for (outcome, count) in &self.outcomes {
             writeln!(f, "  {outcome}: {count}")?;
         }
@@ -222,7 +242,10 @@ pub async fn run_differential(
         TestRng::from_seed(RngAlgorithm::ChaCha, &seed),
     );
     let strategy = ops(config.max_ops);
-    let mut summary = Summary::default();
+    let mut summary = Summary {
+        seed: config.seed,
+        ..Summary::default()
+    };
     for case in 0..config.cases {
         let mut tree = strategy.new_tree(&mut runner).map_err(|reason| {
             Box::new(Divergence {
