@@ -68,7 +68,8 @@ impl StoreFactory for FileFactory {
     }
 }
 
-/// A private in-memory database per store.
+/// A private in-memory database per store; a pair is two clones of one
+/// store (clones share the database and its commit notifier).
 struct MemoryFactory;
 
 #[async_trait]
@@ -77,12 +78,25 @@ impl StoreFactory for MemoryFactory {
         "sqlite-memory"
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::ALL
+    }
+
     async fn create(
         &self,
         clock: Arc<dyn Clock>,
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Arc<dyn Store>> {
         Ok(Arc::new(SqliteStore::open_in_memory(options(clock, ids))?))
+    }
+
+    async fn create_pair(
+        &self,
+        clock: Arc<dyn Clock>,
+        ids: Arc<dyn IdGenerator>,
+    ) -> Result<Option<[Arc<dyn Store>; 2]>> {
+        let store = SqliteStore::open_in_memory(options(clock, ids))?;
+        Ok(Some([Arc::new(store.clone()), Arc::new(store)]))
     }
 }
 
