@@ -280,8 +280,11 @@ pub(crate) async fn has_pending(
     let served = served_names(consumers);
     let row = query_opt(
         tx,
-        "SELECT EXISTS (SELECT 1 FROM cursors WHERE session_id = $1 AND head IS NOT NULL \
-           AND failed_at IS NULL AND ($2::text[] IS NULL OR consumer = ANY($2)))",
+        // An ordered LIMIT 1 subquery keeps the planner on the partial
+        // indexes; a bare EXISTS can be planned as a scan of every cursor.
+        "SELECT EXISTS (SELECT 1 FROM (SELECT 1 FROM cursors WHERE session_id = $1 \
+           AND head IS NOT NULL AND failed_at IS NULL \
+           AND ($2::text[] IS NULL OR consumer = ANY($2)) ORDER BY head LIMIT 1) AS live)",
         &[&session_id, &served],
     )
     .await?;

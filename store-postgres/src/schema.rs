@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 3;
+pub const SCHEMA_VERSION: i32 = 4;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -134,6 +134,12 @@ CREATE TABLE subscribers (
     token      text COLLATE "C" NOT NULL,
     PRIMARY KEY (session_id, token)
 );
+"#,
+    // Version 4: `cursors()` lists only unfinished cursors without visiting
+    // the finished event cursors kept for replay (as SQLite's `cursors_listed`).
+    r#"
+CREATE INDEX cursors_listed ON cursors (session_id, consumer, lane, slot)
+    WHERE kind <> 0 OR head IS NOT NULL;
 "#,
 ];
 

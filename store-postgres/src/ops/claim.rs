@@ -149,8 +149,15 @@ pub(crate) async fn claim(
     let busy = query_opt(
         tx,
         &format!(
-            "SELECT min(CASE WHEN c.claim_expires_at > $7 THEN c.claim_expires_at ELSE $7 END) \
-             FROM cursors c WHERE {CANDIDATES}"
+            // Ordered LIMIT 1 subqueries keep the planner on the partial
+            // indexes (`cursors_ready`, `cursors_busy`): a bare EXISTS or
+            // min() can be planned as a scan of every finished cursor.
+            "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT 1 FROM cursors c \
+                 WHERE {CANDIDATES} AND (c.claim_expires_at IS NULL OR c.claim_expires_at <= $7) \
+                 ORDER BY c.head, c.consumer, c.lane LIMIT 1) AS ready) THEN $7 \
+               ELSE (SELECT c.claim_expires_at FROM cursors c WHERE {CANDIDATES} \
+                 AND c.claim_expires_at IS NOT NULL AND c.claim_expires_at > $7 \
+                 ORDER BY c.claim_expires_at LIMIT 1) END"
         ),
         &[
             &session_id,
