@@ -29,24 +29,40 @@ pub(crate) fn read(
 }
 
 /// Every cursor except finished event cursors, by consumer then lane
-/// (laneless event cursors last by head).
+/// (laneless event cursors last by head): lane and log cursors from
+/// `cursors_listed`, open event cursors from the pending and dead-letter
+/// indexes, so finished event cursors are never visited.
 pub(crate) fn cursors(tx: &Connection, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
     let Some(session) = session::find(tx, session_id)? else {
         return Ok(Vec::new());
     };
-    let mut stmt = tx
-        .prepare_cached(concat!(
+    let clear = i64::try_from(session.clear).unwrap_or(i64::MAX);
+    let mut listed = Vec::new();
+    for sql in [
+        concat!(
             "SELECT ",
             cursor_columns!(),
-            " FROM cursors INDEXED BY cursors_listed WHERE sid = ?1 \
-             AND (head IS NOT NULL OR kind <> 0) AND (kind = 2 OR born >= ?2)"
-        ))
-        .ctx("listing cursors")?;
-    let clear = i64::try_from(session.clear).unwrap_or(i64::MAX);
-    let mut rows = stmt.query((session.sid, clear)).ctx("listing cursors")?;
-    let mut listed = Vec::new();
-    while let Some(row) = rows.next().ctx("listing cursors")? {
-        listed.push(cursor::decode(row)?.to_cursor());
+            " FROM cursors INDEXED BY cursors_listed WHERE sid = ?1 AND kind <> 0 \
+             AND (kind = 2 OR born >= ?2)"
+        ),
+        concat!(
+            "SELECT ",
+            cursor_columns!(),
+            " FROM cursors INDEXED BY cursors_pending WHERE sid = ?1 AND head IS NOT NULL \
+             AND failed_at IS NULL AND kind = 0 AND born >= ?2"
+        ),
+        concat!(
+            "SELECT ",
+            cursor_columns!(),
+            " FROM cursors INDEXED BY cursors_dead WHERE sid = ?1 AND head IS NOT NULL \
+             AND failed_at IS NOT NULL AND kind = 0 AND born >= ?2"
+        ),
+    ] {
+        let mut stmt = tx.prepare_cached(sql).ctx("listing cursors")?;
+        let mut rows = stmt.query((session.sid, clear)).ctx("listing cursors")?;
+        while let Some(row) = rows.next().ctx("listing cursors")? {
+            listed.push(cursor::decode(row)?.to_cursor());
+        }
     }
     listed.sort_by(compare_cursors);
     Ok(listed)

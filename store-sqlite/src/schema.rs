@@ -69,8 +69,7 @@ CREATE INDEX cursors_pending ON cursors (sid, consumer)
     WHERE head IS NOT NULL AND failed_at IS NULL;
 CREATE INDEX cursors_dead ON cursors (sid, head)
     WHERE head IS NOT NULL AND failed_at IS NOT NULL;
-CREATE INDEX cursors_listed ON cursors (sid)
-    WHERE head IS NOT NULL OR kind <> 0;
+CREATE INDEX cursors_listed ON cursors (sid) WHERE kind <> 0;
 CREATE INDEX cursors_stale ON cursors (sid, born) WHERE kind <> 2;
 CREATE INDEX cursors_logs ON cursors (sid) WHERE kind = 2;
 
