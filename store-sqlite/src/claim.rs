@@ -1,13 +1,13 @@
 //! `claim_available` and `renew_claims`: handing out heads under leases.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 
 use a2_store_api::codec::{
     compare_heads, compare_refs, lease_expiry, validate_consumers, validate_name,
     validate_session_id,
 };
 use a2_store_api::{
-    ClaimRequest, ClaimResult, ConsumerDeclaration, CursorRef, Head, RenewRequest, RenewResult,
+    ClaimRequest, ClaimResult, ConsumerDeclaration, CursorRef, RenewRequest, RenewResult,
     StoreError,
 };
 use rusqlite::Connection;
@@ -69,25 +69,15 @@ pub(crate) fn validate_claim(request: &ClaimRequest) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The claim-order key of a cursor's head: `(index, consumer, lane)`, no lane first.
-type HeadKey = (u64, String, String);
-
-fn key_of(cursor: &CursorRow) -> HeadKey {
-    (
-        cursor.head.unwrap_or_default(),
-        cursor.consumer.clone(),
-        cursor.lane.clone().unwrap_or_default(),
-    )
-}
-
 /// Claims every claimable head of the served cursors in `(index, consumer,
 /// lane)` order, up to `limit`, counting expired claims as failures first.
 ///
-/// Claimable heads come from two places: idle heads (never claimed, or
-/// released without a retry delay), walked in claim order on the
-/// `cursors_ready` index page by page, and heads whose claim or retry delay
-/// has expired, read by expiry from `cursors_busy`. Heads still busy are in
-/// neither, so work in flight costs a claim nothing.
+/// First the busy heads whose claim or retry delay has expired are promoted
+/// (`expired = 1`, found by expiry on `cursors_busy`, each promoted once),
+/// which puts them back on `cursors_ready` beside the idle heads. Then the
+/// ready heads are walked in claim order, page by page, until `limit`.
+/// Heads still busy are on neither walk, so work in flight costs a claim
+/// nothing.
 pub(crate) fn claim(
     tx: &Connection,
     ctx: &Ctx,
@@ -99,85 +89,70 @@ pub(crate) fn claim(
         return Ok(ClaimResult::Settled);
     };
     refresh_log_types(tx, &session, request.consumers.as_deref())?;
+    promote_expired(tx, &session, now)?;
     let filter = Filter::new(request.consumers.as_deref(), &request.exclude);
-    let admits = |cursor: &CursorRow| {
-        filter.admits(&cursor.consumer, cursor.lane.as_deref(), cursor.ev_index)
-    };
     let through = request.through.map_or(i64::MAX, |through| {
         i64::try_from(through).unwrap_or(i64::MAX)
     });
     let limit = request.limit.unwrap_or(usize::MAX);
-    let mut expired: Vec<CursorRow> = expired_heads(tx, &session, now, through)?;
-    expired.retain(|cursor| admits(cursor));
-    expired.sort_by_key(key_of);
-    let mut expired: VecDeque<CursorRow> = expired.into();
-    let mut claimed = Claimed::default();
-    let take_one = |mut candidate: CursorRow, claimed: &mut Claimed| {
-        let head_taken = take(
-            tx,
-            &mut candidate,
-            &request.holder,
-            now,
-            expires_at,
-            request.max_failures,
-        )?;
-        let head = candidate.to_head(tx, &session)?;
-        if head_taken {
-            claimed.heads.push(head);
-        } else {
-            claimed.dead_lettered.push(head);
-        }
-        Ok::<_, StoreError>(())
-    };
-    // Keyset walk over the idle heads, merged with the expired ones; rows
-    // are updated between pages, never while a page's statement is open.
+    let mut heads = Vec::new();
+    let mut dead_lettered = Vec::new();
+    // A promoted head whose expiry is in the future again (the clock moved
+    // back) is busy: it sets the retry time and is skipped.
+    let mut early_busy: Option<i64> = None;
+    // Keyset walk; rows are updated between pages, never while a page's
+    // statement is open.
     let mut after: (i64, String, String) = (-1, String::new(), String::new());
-    let mut idle_done = false;
-    'walk: while claimed.heads.len() < limit {
-        let page = if idle_done {
-            Vec::new()
-        } else {
-            // No more rows than claims still allowed (dead letters and
-            // filtered cursors just lead to another page).
-            let left = limit - claimed.heads.len();
-            let want = i64::try_from(left).map_or(PAGE, |want| want.clamp(1, PAGE));
-            let page = idle_page(tx, &session, through, &after, want)?;
-            idle_done = page.len() < usize::try_from(want).unwrap_or(usize::MAX);
-            page
-        };
-        if page.is_empty() {
-            while claimed.heads.len() < limit {
-                let Some(candidate) = expired.pop_front() else {
-                    break 'walk;
-                };
-                take_one(candidate, &mut claimed)?;
-            }
-            break;
-        }
-        for candidate in page {
-            let key = key_of(&candidate);
-            while expired.front().is_some_and(|first| key_of(first) < key) {
-                if let Some(first) = expired.pop_front() {
-                    take_one(first, &mut claimed)?;
-                }
-                if claimed.heads.len() >= limit {
-                    break 'walk;
-                }
-            }
-            after = (i64::try_from(key.0).unwrap_or(i64::MAX), key.1, key.2);
-            if !admits(&candidate) {
+    'walk: while heads.len() < limit {
+        // No more rows than claims still allowed (dead letters, filtered and
+        // busy cursors just lead to another page).
+        let left = limit - heads.len();
+        let want = i64::try_from(left).map_or(PAGE, |want| want.clamp(1, PAGE));
+        let page = ready_page(tx, &session, through, &after, want)?;
+        let last_page = page.len() < usize::try_from(want).unwrap_or(usize::MAX);
+        for mut candidate in page {
+            after = (
+                i64::try_from(candidate.head.unwrap_or_default()).unwrap_or(i64::MAX),
+                candidate.consumer.clone(),
+                candidate.lane.clone().unwrap_or_default(),
+            );
+            if !filter.admits(
+                &candidate.consumer,
+                candidate.lane.as_deref(),
+                candidate.ev_index,
+            ) {
                 continue;
             }
-            take_one(candidate, &mut claimed)?;
-            if claimed.heads.len() >= limit {
-                break 'walk;
+            if let Some(expiry) = candidate
+                .dispatch
+                .claim_expires_at
+                .filter(|expiry| *expiry > now)
+            {
+                early_busy = Some(early_busy.map_or(expiry, |early| early.min(expiry)));
+                continue;
+            }
+            let taken = take(
+                tx,
+                &mut candidate,
+                &request.holder,
+                now,
+                expires_at,
+                request.max_failures,
+            )?;
+            let head = candidate.to_head(tx, &session)?;
+            if taken {
+                heads.push(head);
+                if heads.len() >= limit {
+                    break 'walk;
+                }
+            } else {
+                dead_lettered.push(head);
             }
         }
+        if last_page {
+            break;
+        }
     }
-    let Claimed {
-        mut heads,
-        mut dead_lettered,
-    } = claimed;
     if !heads.is_empty() || !dead_lettered.is_empty() {
         heads.sort_by(compare_heads);
         dead_lettered.sort_by(compare_heads);
@@ -187,22 +162,33 @@ pub(crate) fn claim(
             head: session.head,
         });
     }
-    match earliest_busy(tx, &session, now, through, &filter)? {
+    let busy = earliest_busy(tx, &session, now, through, &filter)?;
+    let retry_at = match (busy, early_busy) {
+        (Some(busy), Some(early)) => Some(busy.min(early)),
+        (busy, early) => busy.or(early),
+    };
+    match retry_at {
         Some(retry_at) => Ok(ClaimResult::Busy { retry_at }),
         None => Ok(ClaimResult::Settled),
     }
 }
 
-/// What one claim call handed out.
-#[derive(Default)]
-struct Claimed {
-    heads: Vec<Head>,
-    dead_lettered: Vec<Head>,
+/// Moves the busy heads whose claim or retry delay expired at or before
+/// `now` back to the ready heads (each is promoted once, in expiry order).
+fn promote_expired(tx: &Connection, session: &SessionRow, now: i64) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "UPDATE cursors INDEXED BY cursors_busy SET expired = 1 WHERE sid = ?1 \
+         AND head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NOT NULL \
+         AND expired = 0 AND claim_expires_at <= ?2",
+    )
+    .and_then(|mut stmt| stmt.execute((session.sid, now)))
+    .ctx("promoting expired claims")?;
+    Ok(())
 }
 
-/// The next page of idle heads (head set, not dead-lettered, no claim
-/// expiry, head within `through`) after the key `after`, in claim order.
-fn idle_page(
+/// The next page of ready heads (head set, not dead-lettered, idle or
+/// promoted, head within `through`) after the key `after`, in claim order.
+fn ready_page(
     tx: &Connection,
     session: &SessionRow,
     through: i64,
@@ -214,8 +200,8 @@ fn idle_page(
             "SELECT ",
             cursor_columns!(),
             " FROM cursors INDEXED BY cursors_ready WHERE sid = ?1 AND head IS NOT NULL \
-             AND failed_at IS NULL AND claim_expires_at IS NULL AND head <= ?2 \
-             AND (head, consumer, lane) > (?3, ?4, ?5) \
+             AND failed_at IS NULL AND (claim_expires_at IS NULL OR expired = 1) \
+             AND head <= ?2 AND (head, consumer, lane) > (?3, ?4, ?5) \
              ORDER BY head, consumer, lane LIMIT ?6"
         ))
         .ctx("finding claimable heads")?;
@@ -234,33 +220,6 @@ fn idle_page(
         page.push(cursor::decode(row)?);
     }
     Ok(page)
-}
-
-/// Heads whose claim or retry delay expired at or before `now` (claimable
-/// again), by the expiry index.
-fn expired_heads(
-    tx: &Connection,
-    session: &SessionRow,
-    now: i64,
-    through: i64,
-) -> Result<Vec<CursorRow>, StoreError> {
-    let mut stmt = tx
-        .prepare_cached(concat!(
-            "SELECT ",
-            cursor_columns!(),
-            " FROM cursors INDEXED BY cursors_busy WHERE sid = ?1 AND head IS NOT NULL \
-             AND failed_at IS NULL AND claim_expires_at IS NOT NULL \
-             AND claim_expires_at <= ?2 AND head <= ?3"
-        ))
-        .ctx("finding expired claims")?;
-    let mut rows = stmt
-        .query((session.sid, now, through))
-        .ctx("finding expired claims")?;
-    let mut found = Vec::new();
-    while let Some(row) = rows.next().ctx("finding expired claims")? {
-        found.push(cursor::decode(row)?);
-    }
-    Ok(found)
 }
 
 /// Claims one head for `holder` and saves it. An expired claim still held
@@ -307,8 +266,8 @@ fn earliest_busy(
         .prepare_cached(
             "SELECT consumer, lane, ev_index, claim_expires_at FROM cursors INDEXED BY cursors_busy \
              WHERE sid = ?1 AND head IS NOT NULL AND failed_at IS NULL \
-             AND claim_expires_at IS NOT NULL AND claim_expires_at > ?2 AND head <= ?3 \
-             ORDER BY claim_expires_at",
+             AND claim_expires_at IS NOT NULL AND expired = 0 AND claim_expires_at > ?2 \
+             AND head <= ?3 ORDER BY claim_expires_at",
         )
         .ctx("finding busy heads")?;
     let mut rows = stmt

@@ -84,7 +84,8 @@ pub(crate) fn clear(
         "UPDATE cursors INDEXED BY cursors_logs SET position = ?2, head = NULL, attempt_count = 0, \
          first_claimed_at = NULL, last_claimed_at = NULL, claim_holder = NULL, \
          claim_expires_at = NULL, failure_count = 0, last_failed_at = NULL, \
-         last_failed_attempt = NULL, last_error = NULL, failed_at = NULL, born = ?2 \
+         last_failed_attempt = NULL, last_error = NULL, failed_at = NULL, born = ?2, \
+         expired = 0 \
          WHERE sid = ?1 AND kind = 2",
     )
     .and_then(|mut stmt| stmt.execute((sid, marker_idx)))

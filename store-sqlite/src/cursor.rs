@@ -274,7 +274,7 @@ pub(crate) fn save(tx: &Connection, cursor: &CursorRow) -> Result<(), StoreError
         "UPDATE cursors SET position = ?2, head = ?3, types = ?4, attempt_count = ?5, \
          first_claimed_at = ?6, last_claimed_at = ?7, claim_holder = ?8, claim_expires_at = ?9, \
          failure_count = ?10, last_failed_at = ?11, last_failed_attempt = ?12, last_error = ?13, \
-         failed_at = ?14 WHERE cid = ?1",
+         failed_at = ?14, expired = 0 WHERE cid = ?1",
     )
     .and_then(|mut stmt| {
         stmt.execute(rusqlite::params![
@@ -307,7 +307,7 @@ pub(crate) fn save_claim(tx: &Connection, cursor: &CursorRow) -> Result<(), Stor
     tx.prepare_cached(
         "UPDATE cursors SET attempt_count = ?2, first_claimed_at = ?3, last_claimed_at = ?4, \
          claim_holder = ?5, claim_expires_at = ?6, failure_count = ?7, last_failed_at = ?8, \
-         last_failed_attempt = ?9, last_error = ?10 WHERE cid = ?1",
+         last_failed_attempt = ?9, last_error = ?10, expired = 0 WHERE cid = ?1",
     )
     .and_then(|mut stmt| {
         stmt.execute(rusqlite::params![

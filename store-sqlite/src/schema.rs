@@ -58,13 +58,15 @@ CREATE TABLE cursors (
     last_failed_attempt INTEGER,
     last_error          TEXT,
     failed_at           INTEGER,
-    born                INTEGER NOT NULL DEFAULT 0
+    born                INTEGER NOT NULL DEFAULT 0,
+    expired             INTEGER NOT NULL DEFAULT 0
 );
 CREATE UNIQUE INDEX cursors_by_key ON cursors (sid, consumer, lane, ev_index);
 CREATE INDEX cursors_ready ON cursors (sid, head, consumer, lane)
-    WHERE head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NULL;
+    WHERE head IS NOT NULL AND failed_at IS NULL AND (claim_expires_at IS NULL OR expired = 1);
 CREATE INDEX cursors_busy ON cursors (sid, claim_expires_at)
-    WHERE head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NOT NULL;
+    WHERE head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NOT NULL
+    AND expired = 0;
 CREATE INDEX cursors_pending ON cursors (sid, consumer)
     WHERE head IS NOT NULL AND failed_at IS NULL;
 CREATE INDEX cursors_dead ON cursors (sid, head)
