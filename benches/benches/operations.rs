@@ -1,10 +1,13 @@
-//! Every per-operation body for memory, SQLite in memory and SQLite on a
-//! file (NORMAL), next to the bare baselines; FULL durability in groups of
-//! its own (`*_full`). Group = operation, function id = backend.
+//! Every per-operation body for memory, SQLite in memory, SQLite on a file
+//! (NORMAL) and, when `A2_POSTGRES_URL` is set, PostgreSQL, next to the bare
+//! baselines; FULL durability in groups of its own (`*_full`), where
+//! PostgreSQL (which commits durably, like FULL) is measured again.
+//! Group = operation, function id = backend.
 
 use a2_benches::backends::{self, SqliteFileFactory};
 use a2_benches::baseline::sqlite::Storage;
 use a2_benches::baseline::{collections, sqlite};
+use a2_benches::postgres::PostgresFactory;
 use a2_benches::settings;
 use a2_conformance::bench::{self, CursorKindBench, TargetKind};
 use a2_conformance::StoreFactory;
@@ -16,19 +19,19 @@ use tokio::runtime::Runtime;
 fn group(
     c: &mut Criterion,
     name: &str,
-    backends: &[Box<dyn StoreFactory>],
+    backends: &[&dyn StoreFactory],
     mut body: impl FnMut(&mut BenchmarkGroup<'_, WallTime>, &dyn StoreFactory),
     baselines: impl FnOnce(&mut BenchmarkGroup<'_, WallTime>),
 ) {
     let mut group = c.benchmark_group(name);
     for backend in backends {
-        body(&mut group, backend.as_ref());
+        body(&mut group, *backend);
     }
     baselines(&mut group);
     group.finish();
 }
 
-fn operations(c: &mut Criterion, rt: &Runtime, backends: &[Box<dyn StoreFactory>]) {
+fn operations(c: &mut Criterion, rt: &Runtime, backends: &[&dyn StoreFactory]) {
     for batch in [1, 10, 100] {
         group(
             c,
@@ -121,7 +124,7 @@ fn operations(c: &mut Criterion, rt: &Runtime, backends: &[Box<dyn StoreFactory>
     );
 }
 
-fn durable(c: &mut Criterion, rt: &Runtime, full: &[Box<dyn StoreFactory>]) {
+fn durable(c: &mut Criterion, rt: &Runtime, full: &[&dyn StoreFactory]) {
     for batch in [1, 10, 100] {
         group(
             c,
@@ -147,11 +150,21 @@ fn main() {
         Ok(backends) => backends,
         Err(error) => panic!("cannot set up the backends: {error}"),
     };
-    let full: Vec<Box<dyn StoreFactory>> = match SqliteFileFactory::full() {
-        Ok(full) => vec![Box::new(full)],
+    let full = match SqliteFileFactory::full() {
+        Ok(full) => full,
         Err(error) => panic!("cannot set up the FULL backend: {error}"),
     };
-    operations(&mut c, &rt, &backends);
-    durable(&mut c, &rt, &full);
+    let postgres = PostgresFactory::from_env("operations");
+    let postgres = postgres.as_ref().map(|p| p as &dyn StoreFactory);
+    let standard = backends
+        .iter()
+        .map(|b| b.as_ref())
+        .chain(postgres)
+        .collect::<Vec<_>>();
+    let durable_backends = std::iter::once(&full as &dyn StoreFactory)
+        .chain(postgres)
+        .collect::<Vec<_>>();
+    operations(&mut c, &rt, &standard);
+    durable(&mut c, &rt, &durable_backends);
     c.final_summary();
 }

@@ -2,7 +2,8 @@
 //!
 //! The benchmark bodies live in `a2_conformance::bench`, generic over a
 //! [`StoreFactory`](a2_conformance::StoreFactory); this crate supplies the
-//! factories of this workspace's backends ([`backends`]), the bare baselines
+//! factories of this workspace's backends ([`backends`], and [`postgres`] when
+//! `A2_POSTGRES_URL` names a server), the bare baselines
 //! each figure is compared with ([`baseline`]), and the shared criterion and
 //! runtime settings ([`settings`]). The targets in `benches/` run them;
 //! `benches/README.md` says how and shows the latest figures.
@@ -11,4 +12,5 @@
 
 pub mod backends;
 pub mod baseline;
+pub mod postgres;
 pub mod settings;

@@ -25,6 +25,10 @@ pub const RESAMPLES: usize = 10_000;
 /// `A2_BENCH_MAX_EVENTS` is set lower.
 pub const TEST_MODE_MAX_EVENTS: u64 = 1_000;
 
+/// The default largest session of the PostgreSQL scaling series: pre-filling
+/// a million-event session over the network takes minutes per fixture.
+pub const POSTGRES_DEFAULT_MAX_EVENTS: u64 = 100_000;
+
 /// A criterion instance with this crate's defaults, then the command line
 /// (`cargo bench -p a2-benches -- <filter> --test ...`) applied on top;
 /// groups inherit these settings.
@@ -50,6 +54,18 @@ pub fn bench_settings() -> BenchSettings {
         settings.max_events = settings.max_events.min(TEST_MODE_MAX_EVENTS);
     }
     settings
+}
+
+/// The largest session of the PostgreSQL scaling series:
+/// `A2_BENCH_POSTGRES_MAX_EVENTS` (default [`POSTGRES_DEFAULT_MAX_EVENTS`];
+/// an unparsable value keeps it), never more than `max_events` of
+/// [`bench_settings`].
+pub fn postgres_max_events() -> u64 {
+    let own = std::env::var("A2_BENCH_POSTGRES_MAX_EVENTS")
+        .ok()
+        .and_then(|text| text.trim().replace('_', "").parse::<u64>().ok())
+        .unwrap_or(POSTGRES_DEFAULT_MAX_EVENTS);
+    own.min(bench_settings().max_events)
 }
 
 /// The runtime the bodies block on: multi-threaded with two workers (the
