@@ -13,6 +13,14 @@ use crate::session::{self, SessionRow};
 /// any more are dropped.
 pub(crate) fn release_pins(tx: &Connection, cid: i64, head: u64) -> Result<(), StoreError> {
     let head = to_sql_int("pinned head", head)?;
+    // Pins are rare: a plain probe is much cheaper than a DELETE ... RETURNING.
+    let pinned = tx
+        .prepare_cached("SELECT 1 FROM pins WHERE cid = ?1 AND head = ?2 LIMIT 1")
+        .and_then(|mut stmt| stmt.exists((cid, head)))
+        .ctx("releasing snapshot pins")?;
+    if !pinned {
+        return Ok(());
+    }
     let released: Vec<(i64, String, i64)> = tx
         .prepare_cached(
             "DELETE FROM pins WHERE cid = ?1 AND head = ?2 RETURNING sid, reducer, cp_idx",
