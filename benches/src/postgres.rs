@@ -88,6 +88,14 @@ impl PostgresFactory {
         &self.url
     }
 
+    /// The schemas this factory created and has not dropped yet, oldest first.
+    pub fn schemas(&self) -> Vec<String> {
+        self.created()
+            .iter()
+            .map(|created| created.schema.clone())
+            .collect()
+    }
+
     fn created(&self) -> std::sync::MutexGuard<'_, Vec<Created>> {
         self.created.lock().unwrap_or_else(PoisonError::into_inner)
     }
