@@ -7,7 +7,7 @@ use a2_store_api::StoreError;
 use rusqlite::{Connection, DatabaseName, OpenFlags};
 
 use crate::options::SqliteOptions;
-use crate::schema::open_error;
+use crate::schema::{open_error, SCHEMA_VERSION};
 
 /// Where a store's database lives.
 #[derive(Debug, Clone)]
@@ -59,6 +59,8 @@ pub(crate) fn open_connection(
     conn.busy_timeout(options.busy_timeout.min(Duration::from_millis(busy_ms)))
         .map_err(|error| open_error(&shown, "setting the busy timeout", error))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // Refuse a newer schema before anything (even the journal mode) is written.
+    refuse_newer_schema(&conn, &shown)?;
     if let Location::File(_) = location {
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
@@ -87,6 +89,21 @@ pub(crate) fn open_connection(
     conn.pragma_update(None, "cache_size", CACHE_KIB)
         .map_err(|error| open_error(&shown, "setting the page cache size", error))?;
     Ok(conn)
+}
+
+/// `IncompatibleSchema` when a newer build wrote the database.
+fn refuse_newer_schema(conn: &Connection, shown: &str) -> Result<(), StoreError> {
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .map_err(|error| open_error(shown, "reading the schema version", error))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::IncompatibleSchema {
+            message: format!(
+                "database '{shown}' has schema version {version}, newer than version {SCHEMA_VERSION} this build supports: open it with a newer build"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Refuses, before SQLite sees it, a path whose directory is missing or a

@@ -100,7 +100,12 @@ fn a_newer_schema_is_refused_and_not_rewritten() {
     drop(SqliteStore::open(&path, SqliteOptions::default()).unwrap());
     let newer = SCHEMA_VERSION + 1;
     {
+        // A newer build may have left the file in another journal mode.
         let conn = rusqlite::Connection::open(&path).unwrap();
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode = DELETE", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(mode, "delete");
         conn.pragma_update(None, "user_version", newer).unwrap();
     }
     let before = std::fs::read(&path).unwrap();
@@ -115,6 +120,10 @@ fn a_newer_schema_is_refused_and_not_rewritten() {
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .unwrap();
     assert_eq!(version, newer);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "delete", "the journal mode was not switched");
     drop(conn);
     assert_eq!(std::fs::read(&path).unwrap().len(), before.len());
 }
