@@ -78,8 +78,9 @@ pub fn validate_new_events(events: &[NewEvent]) -> Result<()> {
     Ok(())
 }
 
-/// Validates consumer declarations: non-empty names, log lanes non-empty,
-/// and no target in `events` naming a lane declared as a log lane.
+/// Validates consumer declarations: non-empty names, each name declared
+/// once (identical repeats allowed), log lanes non-empty, and no target in
+/// `events` naming a lane declared as a log lane.
 pub fn validate_consumers(
     consumers: Option<&[ConsumerDeclaration]>,
     events: &[NewEvent],
@@ -87,8 +88,17 @@ pub fn validate_consumers(
     let Some(consumers) = consumers else {
         return Ok(());
     };
-    for consumer in consumers {
+    for (position, consumer) in consumers.iter().enumerate() {
         validate_name("consumer name", &consumer.name)?;
+        let redeclared = consumers[..position]
+            .iter()
+            .any(|earlier| earlier.name == consumer.name && earlier != consumer);
+        if redeclared {
+            return Err(StoreError::invalid_input(format!(
+                "consumer '{}' is declared twice with different declarations: declare each consumer once",
+                consumer.name
+            )));
+        }
         let Some(log) = &consumer.log else { continue };
         if log.lane.is_empty() {
             return Err(StoreError::invalid_input(format!(
@@ -327,6 +337,16 @@ mod tests {
             validate_new_events(&empty_type).unwrap_err().code(),
             ErrorCode::InvalidInput
         );
+        let twice = [
+            ConsumerDeclaration::log("c", "L", None, false),
+            ConsumerDeclaration::log("c", "L", Some(vec!["a".into()]), false),
+        ];
+        assert_eq!(
+            validate_consumers(Some(&twice), &[]).unwrap_err().code(),
+            ErrorCode::InvalidInput
+        );
+        let same = [twice[0].clone(), twice[0].clone()];
+        assert!(validate_consumers(Some(&same), &[]).is_ok());
         let consumers = [ConsumerDeclaration::log("c", "L", None, false)];
         let clash = [NewEvent::new("msg", json!(1)).with_target(Target::lane("c", "L"))];
         assert_eq!(

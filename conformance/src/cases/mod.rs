@@ -312,6 +312,7 @@ macro_rules! __a2_cases {
                 validation::target_with_empty_lane_is_invalid,
                 validation::reserved_clear_type_is_invalid,
                 validation::log_declaration_with_empty_lane_is_invalid,
+                validation::consumer_declared_twice_differently_is_invalid,
                 validation::wake_log_without_log_declaration_is_invalid,
                 validation::claim_with_invalid_lease_is_invalid,
                 validation::append_validates_before_replay_and_empty_batch,

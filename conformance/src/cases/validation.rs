@@ -282,6 +282,43 @@ pub(crate) async fn log_declaration_with_empty_lane_is_invalid(cx: Cx) -> CaseRe
     Ok(())
 }
 
+/// One consumer declared twice in one list with different declarations is
+/// rejected by every call taking declarations; identical repeats are fine.
+pub(crate) async fn consumer_declared_twice_differently_is_invalid(cx: Cx) -> CaseResult {
+    let s = busy_session(&cx).await?;
+    let before = cx.state(&s).await?;
+    let twice = vec![
+        log_consumer("audit", "log", None, false),
+        log_consumer("audit", "log", Some(&["a"]), false),
+    ];
+    ensure_code!(
+        cx.append_for(&s, vec![msg("x")], twice.clone()).await,
+        INVALID
+    );
+    let claim = ClaimRequest {
+        consumers: Some(twice.clone()),
+        ..cx.req(&s, "w1")
+    };
+    ensure_code!(cx.store.claim_available(claim).await, INVALID);
+    let done = CompleteRequest {
+        consumers: Some(twice.clone()),
+        ..complete(&s, "agent", vec![])
+    };
+    ensure_code!(cx.store.complete_attempt(done).await, INVALID);
+    let retry = RedriveRequest {
+        consumers: Some(twice),
+        ..redrive(&s, "agent")
+    };
+    ensure_code!(cx.store.redrive(retry).await, INVALID);
+    ensure_unchanged!(cx, &s, before);
+    let same = vec![
+        log_consumer("audit", "log", None, false),
+        log_consumer("audit", "log", None, false),
+    ];
+    cx.append_for(&s, vec![msg("y")], same).await?;
+    Ok(())
+}
+
 /// `wake_log` with a consumer that has no log is rejected.
 pub(crate) async fn wake_log_without_log_declaration_is_invalid(cx: Cx) -> CaseResult {
     let s = busy_session(&cx).await?;
