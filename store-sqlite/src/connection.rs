@@ -35,13 +35,15 @@ const CACHE_KIB: i64 = -8192;
 const STATEMENT_CACHE: usize = 128;
 
 /// Opens a connection to `location` and applies the per-connection pragmas:
-/// busy timeout, WAL journal (files), `synchronous` from the durability.
-/// Every failure names the path.
+/// busy timeout, WAL journal (files), `synchronous` from the durability,
+/// the page cache and the optional page cap. Every failure names the path.
 pub(crate) fn open_connection(
     location: &Location,
     options: &SqliteOptions,
 ) -> Result<Connection, StoreError> {
     let shown = location.display();
+    // Validated before the file is touched: a bad option creates nothing.
+    let page_cap = options.page_cap()?;
     let conn = match location {
         Location::File(path) => {
             check_file(path, &shown)?;
@@ -88,6 +90,11 @@ pub(crate) fn open_connection(
     // upper levels of the event and cursor indexes of big sessions stay hot.
     conn.pragma_update(None, "cache_size", CACHE_KIB)
         .map_err(|error| open_error(&shown, "setting the page cache size", error))?;
+    if let Some(pages) = page_cap {
+        // An integer bound as the pragma's value, never text formatted in.
+        conn.pragma_update(None, "max_page_count", pages)
+            .map_err(|error| open_error(&shown, "setting the page cap", error))?;
+    }
     Ok(conn)
 }
 

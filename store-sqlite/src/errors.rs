@@ -15,7 +15,9 @@ pub(crate) fn sql_error(doing: &str, error: rusqlite::Error) -> StoreError {
             source: Some(Box::new(error)),
         },
         Some(SqliteCode::DiskFull) => StoreError::StorageFull {
-            message: format!("{doing}: the disk or database is full"),
+            message: format!(
+                "{doing}: the database is full (it reached its page cap, SqliteOptions::max_page_count, or the disk is out of space); nothing was written and reads still work: free disk space or reopen the store with a larger max_page_count, then retry"
+            ),
             source: Some(Box::new(error)),
         },
         _ => StoreError::backend(doing.to_owned(), error),

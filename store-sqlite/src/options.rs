@@ -27,12 +27,36 @@ impl Durability {
     }
 }
 
+/// SQLite's largest page count (`PRAGMA max_page_count` clamps to it).
+pub(crate) const SQLITE_MAX_PAGE_COUNT: u64 = 0xFFFF_FFFE;
+
+impl SqliteOptions {
+    /// The validated `PRAGMA max_page_count` value, if a cap is set:
+    /// `InvalidInput` for 0, values above SQLite's maximum clamped to it.
+    pub(crate) fn page_cap(&self) -> Result<Option<i64>, a2_store_api::StoreError> {
+        match self.max_page_count {
+            None => Ok(None),
+            Some(0) => Err(a2_store_api::StoreError::invalid_input(
+                "SqliteOptions::max_page_count must be at least 1 page (use None for no cap)",
+            )),
+            Some(pages) => {
+                let pages = pages.min(SQLITE_MAX_PAGE_COUNT);
+                i64::try_from(pages).map(Some).map_err(|_| {
+                    a2_store_api::StoreError::invalid_input(format!(
+                        "SqliteOptions::max_page_count {pages} does not fit SQLite's page counter"
+                    ))
+                })
+            }
+        }
+    }
+}
+
 /// Options of [`SqliteStore::open`](crate::SqliteStore::open) and
 /// [`SqliteStore::open_in_memory`](crate::SqliteStore::open_in_memory).
 ///
 /// The default runs on the system clock with time-ordered random ids,
 /// [`Durability::Full`], a 5 s busy timeout, 4 connections and a 50 ms poll
-/// interval for appends made by other processes.
+/// interval for appends made by other processes, and no cap on the database size.
 #[derive(Debug, Clone)]
 pub struct SqliteOptions {
     /// The only source of time the store reads (claims, leases, presence, `created_at`).
@@ -50,6 +74,18 @@ pub struct SqliteOptions {
     /// How often a subscriber checks for appends made by other processes on
     /// the same file. Appends through stores of this process arrive at once.
     pub poll_interval: Duration,
+    /// Caps the database file at this many pages (`PRAGMA max_page_count`,
+    /// set on every connection; pages are 4096 bytes unless the file was
+    /// created with another page size). `None` (the default) leaves SQLite's
+    /// own limit. A write that would grow the database past the cap fails
+    /// with `StoreError::StorageFull` and changes nothing; reads keep
+    /// working. To make room, reopen the store with a larger cap (or `None`):
+    /// the cap is not stored in the file, each open applies its own. A cap
+    /// below the file's current size holds the file at its current size
+    /// (nothing is lost). `Some(0)` is refused with `InvalidInput`; values
+    /// above SQLite's maximum (4294967294) are clamped to it. The WAL file
+    /// is not counted: it grows between checkpoints and shrinks back.
+    pub max_page_count: Option<u64>,
 }
 
 impl Default for SqliteOptions {
@@ -61,6 +97,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             pool_size: 4,
             poll_interval: Duration::from_millis(50),
+            max_page_count: None,
         }
     }
 }
