@@ -150,6 +150,42 @@ pub(crate) async fn drained_lane_cursor_stays_listed_without_head(cx: Cx) -> Cas
     Ok(())
 }
 
+/// A target repeated for the same lane in one event (appended or returned
+/// by a completion) is queued once: the lane hands the index out once and
+/// moves on after one completion.
+pub(crate) async fn lane_target_repeated_in_one_event_is_queued_once(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    let twice = |id: &str| to_lane(id, "agent", "L1").with_target(Target::lane("agent", "L1"));
+    cx.append(&s, vec![twice("a"), to_lane("b", "agent", "L1")])
+        .await?;
+    ensure_eq!(
+        cs(&cx.cursors(&s).await?),
+        strs(&["agent/L1 lane pos=0 head=1"])
+    );
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure_eq!(hs(std::slice::from_ref(&head)), strs(&["1 agent/L1 #1"]));
+    completed(cx.complete(&s, &head, vec![]).await?)?;
+    ensure_eq!(
+        cs(&cx.cursors(&s).await?),
+        strs(&["agent/L1 lane pos=1 head=2"])
+    );
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure_eq!(hs(std::slice::from_ref(&head)), strs(&["2 agent/L1 #1"]));
+    completed(cx.complete(&s, &head, vec![twice("c")]).await?)?;
+    ensure_eq!(
+        cs(&cx.cursors(&s).await?),
+        strs(&["agent/L1 lane pos=2 head=3"])
+    );
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure_eq!(hs(std::slice::from_ref(&head)), strs(&["3 agent/L1 #1"]));
+    completed(cx.complete(&s, &head, vec![]).await?)?;
+    ensure_eq!(
+        cs(&cx.cursors(&s).await?),
+        strs(&["agent/L1 lane pos=3 head=-"])
+    );
+    settled(cx.claim(&s, "w1").await?)
+}
+
 /// A lane cursor created after a clear starts at the clear index.
 pub(crate) async fn lane_cursor_created_after_clear_starts_at_clear(cx: Cx) -> CaseResult {
     let s = cx.s("s");

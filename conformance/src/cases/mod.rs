@@ -157,6 +157,7 @@ macro_rules! __a2_cases {
                 cursors::lane_cursor_queues_across_batches,
                 cursors::separate_lanes_run_concurrently,
                 cursors::drained_lane_cursor_stays_listed_without_head,
+                cursors::lane_target_repeated_in_one_event_is_queued_once,
                 cursors::lane_cursor_created_after_clear_starts_at_clear,
                 cursors::log_cursor_takes_every_type_without_filter,
                 cursors::log_cursor_skips_types_it_does_not_take,
