@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use a2_store_api::{
-    ClaimRequest, ClaimResult, CompleteRequest, CompleteResult, Cursor, ErrorCode, Head, NewEvent,
-    ReadOptions, Store, StoreError, StoredEvent, Target,
+    ClaimRequest, ClaimResult, ClearRequest, CompleteRequest, CompleteResult, Cursor, ErrorCode,
+    Head, NewEvent, ReadOptions, Store, StoreError, StoredEvent, Target,
 };
 use a2_store_sqlite::{SqliteOptions, SqliteStore};
 use serde_json::json;
@@ -261,6 +261,29 @@ async fn a_full_database_fails_typed_keeps_acknowledged_writes_and_recovers_with
         (0..4).map(|j| format!("after-e{j}")).collect(),
     ));
     assert_acked(&store, &acked).await;
+
+    // Or, with room to write the clear marker, clear and reclaim: the freed
+    // pages take new writes under the original cap again.
+    store
+        .clear(ClearRequest {
+            session_id: "s".into(),
+            ..ClearRequest::default()
+        })
+        .await
+        .unwrap();
+    while !store.reclaim("s").await.unwrap().done {}
+    drop(store);
+    let store = SqliteStore::open(&db, capped(Some(CAP))).unwrap();
+    for k in 0..10 {
+        store
+            .append(
+                "s",
+                batch(&format!("reused-{k}"), 4, 2000),
+                Default::default(),
+            )
+            .await
+            .unwrap();
+    }
 }
 
 #[tokio::test]
