@@ -271,20 +271,23 @@ pub(crate) fn served_names(consumers: Option<&[ConsumerDeclaration]>) -> Option<
     consumers.map(|consumers| consumers.iter().map(|c| c.name.as_str()).collect())
 }
 
-/// Whether a served cursor has a head that is not dead-lettered.
+/// Whether a served cursor has a head that is not dead-lettered, counting
+/// this transaction's own cursor changes.
+///
+/// Reads `pending_counts` (live heads per consumer, kept by triggers), so
+/// its cost does not grow with the session's finished cursors. The count
+/// triggers are deferred; this first runs the ones this transaction queued.
 pub(crate) async fn has_pending(
     tx: &Tx<'_>,
     session_id: &str,
     consumers: Option<&[ConsumerDeclaration]>,
 ) -> TxResult<bool> {
+    tx.batch_execute("SET CONSTRAINTS ALL IMMEDIATE").await?;
     let served = served_names(consumers);
     let row = query_opt(
         tx,
-        // An ordered LIMIT 1 subquery keeps the planner on the partial
-        // indexes; a bare EXISTS can be planned as a scan of every cursor.
-        "SELECT EXISTS (SELECT 1 FROM (SELECT 1 FROM cursors WHERE session_id = $1 \
-           AND head IS NOT NULL AND failed_at IS NULL \
-           AND ($2::text[] IS NULL OR consumer = ANY($2)) ORDER BY head LIMIT 1) AS live)",
+        "SELECT EXISTS (SELECT 1 FROM pending_counts WHERE session_id = $1 AND live > 0 \
+           AND ($2::text[] IS NULL OR consumer = ANY($2)))",
         &[&session_id, &served],
     )
     .await?;

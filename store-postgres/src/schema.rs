@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 4;
+pub const SCHEMA_VERSION: i32 = 5;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -140,6 +140,60 @@ CREATE TABLE subscribers (
     r#"
 CREATE INDEX cursors_listed ON cursors (session_id, consumer, lane, slot)
     WHERE kind <> 0 OR head IS NOT NULL;
+"#,
+    // Version 5: `has_pending` reads a count of live heads per session and
+    // consumer instead of probing `cursors_pending`, whose entries for
+    // finished cursors stay until vacuum (a probe walked every one of them).
+    // Triggers keep the count in the transaction that changes a cursor;
+    // they are deferred to commit (or to `has_pending`, which sets them
+    // immediate), so a transaction takes the count row's lock after every
+    // cursor lock it waits for.
+    r#"
+CREATE TABLE pending_counts (
+    session_id text COLLATE "C" NOT NULL,
+    consumer   text COLLATE "C" NOT NULL,
+    live       bigint NOT NULL,
+    PRIMARY KEY (session_id, consumer)
+);
+INSERT INTO pending_counts (session_id, consumer, live)
+    SELECT session_id, consumer, count(*) FROM cursors
+    WHERE head IS NOT NULL AND failed_at IS NULL
+    GROUP BY session_id, consumer;
+CREATE FUNCTION count_pending() RETURNS trigger LANGUAGE plpgsql
+    SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        IF OLD.head IS NOT NULL AND OLD.failed_at IS NULL THEN
+            UPDATE pending_counts SET live = live - 1
+                WHERE session_id = OLD.session_id AND consumer = OLD.consumer;
+        END IF;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        IF NEW.head IS NOT NULL AND NEW.failed_at IS NULL THEN
+            INSERT INTO pending_counts AS p (session_id, consumer, live)
+                VALUES (NEW.session_id, NEW.consumer, 1)
+                ON CONFLICT (session_id, consumer) DO UPDATE SET live = p.live + 1;
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE CONSTRAINT TRIGGER cursors_count_insert AFTER INSERT ON cursors
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (NEW.head IS NOT NULL AND NEW.failed_at IS NULL)
+    EXECUTE FUNCTION count_pending();
+CREATE CONSTRAINT TRIGGER cursors_count_update AFTER UPDATE ON cursors
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN ((OLD.head IS NOT NULL AND OLD.failed_at IS NULL)
+            <> (NEW.head IS NOT NULL AND NEW.failed_at IS NULL)
+        OR ((OLD.head IS NOT NULL AND OLD.failed_at IS NULL)
+            AND (OLD.session_id <> NEW.session_id OR OLD.consumer <> NEW.consumer)))
+    EXECUTE FUNCTION count_pending();
+CREATE CONSTRAINT TRIGGER cursors_count_delete AFTER DELETE ON cursors
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (OLD.head IS NOT NULL AND OLD.failed_at IS NULL)
+    EXECUTE FUNCTION count_pending();
+DROP INDEX cursors_pending;
 "#,
 ];
 
