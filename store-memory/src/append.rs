@@ -5,7 +5,7 @@ use a2_store_api::{
     Result, StoreError, WakeLogResult,
 };
 
-use crate::cursor::{CursorKey, CursorState};
+use crate::cursor::CursorState;
 use crate::session::{Env, Session};
 
 impl Session {
@@ -65,10 +65,9 @@ impl Session {
     /// after its clear, returns an idle cursor without creating one.
     pub fn wake_log(&mut self, consumer: &ConsumerDeclaration) -> Result<WakeLogResult> {
         let log = codec::log_declaration(consumer)?;
-        let key = CursorKey::of(&consumer.name, Some(&log.lane), 0);
         let head = self.log.head();
         let types = log.types.clone();
-        let id = match self.cursors.by_key(&key) {
+        let id = match self.cursors.find(&consumer.name, Some(&log.lane), 0) {
             Some((_, cursor)) if cursor.kind != CursorKind::Log => {
                 return Err(codec::lane_conflict(&consumer.name, &log.lane));
             }

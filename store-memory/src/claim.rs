@@ -13,8 +13,8 @@ use a2_store_api::{
 };
 
 use crate::cursor::{CursorId, CursorKey, CursorState};
-use crate::cursor_table::Lookup;
-use crate::head_index::{ConsumerHeadKey, HeadIndex};
+use crate::cursor_table::{CursorTable, Lookup};
+use crate::head_index::ConsumerHeadKey;
 use crate::session::{Env, Session};
 
 /// What a claim does to one head.
@@ -54,7 +54,7 @@ impl Session {
         let mut claims = 0;
         let mut early_busy: Option<i64> = None;
         let mut visited = 0;
-        for id in candidates(self.cursors.heads(), served.as_ref(), through) {
+        for id in candidates(&self.cursors, served.as_ref(), through) {
             visited += 1;
             let Some(cursor) = self.cursors.get(id) else {
                 continue;
@@ -182,8 +182,9 @@ impl Session {
                 .map(|(expiry, _)| *expiry),
             Some(served) => served
                 .iter()
-                .filter_map(|name| heads.busy_by_consumer.get(*name))
-                .filter_map(|set| set.iter().find(|(_, id)| matches(id)))
+                .filter_map(|name| self.cursors.consumer_id(name))
+                .filter_map(|slot| heads.consumer(slot))
+                .filter_map(|slot| slot.busy.iter().find(|(_, id)| matches(id)))
                 .map(|(expiry, _)| *expiry)
                 .min(),
         }
@@ -246,10 +247,11 @@ impl Session {
 /// The claimable heads at or below `through` of the served consumers
 /// (`None`: all), in claim order.
 fn candidates<'a>(
-    heads: &'a HeadIndex,
+    cursors: &'a CursorTable,
     served: Option<&BTreeSet<&str>>,
     through: u64,
 ) -> Box<dyn Iterator<Item = CursorId> + 'a> {
+    let heads = cursors.heads();
     match served {
         None => Box::new(
             heads
@@ -261,8 +263,11 @@ fn candidates<'a>(
         Some(served) => {
             let sources = served
                 .iter()
-                .filter_map(|name| heads.ready_by_consumer.get_key_value(*name))
-                .map(|(name, set)| (name.clone(), set.iter().peekable()))
+                .filter_map(|name| {
+                    let slot = cursors.consumer_id(name)?;
+                    Some((cursors.consumer_name(slot)?, heads.consumer(slot)?))
+                })
+                .map(|(name, slot)| (name, slot.ready.iter().peekable()))
                 .collect();
             Box::new(
                 Merge { sources }
@@ -277,7 +282,7 @@ fn candidates<'a>(
 /// are few (the consumers a call serves), so picking the least is a scan.
 struct Merge<'a> {
     sources: Vec<(
-        Arc<str>,
+        &'a Arc<str>,
         Peekable<std::collections::btree_set::Iter<'a, ConsumerHeadKey>>,
     )>,
 }

@@ -1,10 +1,12 @@
 //! One cursor's state: kind, position, head, its queue (lane cursors), its
 //! types (log cursors), the head's dispatch bookkeeping and completion records.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use a2_store_api::{Cursor, CursorKind, CursorRef, Dispatch};
+
+use crate::head_index::ConsumerId;
 
 /// A cursor's identity inside one session's cursor table.
 pub(crate) type CursorId = u64;
@@ -59,6 +61,48 @@ pub(crate) struct Completion {
     pub returned_ids: Vec<Option<String>>,
 }
 
+/// A cursor's completion records, ordered by index.
+///
+/// A cursor finishes its heads in increasing index order, so recording one
+/// is an append (amortised O(1), no hashing or rehashing); a lookup is a
+/// binary search, O(log n). Records out of order are still placed in order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Completions {
+    records: Vec<(u64, Completion)>,
+}
+
+impl Completions {
+    /// The record of `index`, if any.
+    pub fn get(&self, index: u64) -> Option<&Completion> {
+        self.records
+            .binary_search_by_key(&index, |(at, _)| *at)
+            .ok()
+            .and_then(|position| self.records.get(position))
+            .map(|(_, record)| record)
+    }
+
+    /// Records `completion` for `index`, replacing an earlier record of it.
+    pub fn insert(&mut self, index: u64, completion: Completion) {
+        if self.records.last().is_none_or(|(last, _)| *last < index) {
+            self.records.push((index, completion));
+            return;
+        }
+        match self.records.binary_search_by_key(&index, |(at, _)| *at) {
+            Ok(position) => {
+                if let Some(slot) = self.records.get_mut(position) {
+                    slot.1 = completion;
+                }
+            }
+            Err(position) => self.records.insert(position, (index, completion)),
+        }
+    }
+
+    /// Forgets every record.
+    pub fn clear(&mut self) {
+        self.records.clear();
+    }
+}
+
 /// Where a cursor's head sits in the session's head indexes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Placement {
@@ -77,6 +121,8 @@ pub(crate) enum Placement {
 pub(crate) struct CursorState {
     /// Its consumer.
     pub consumer: Arc<str>,
+    /// Its consumer's slot in the session; assigned by the cursor table.
+    pub consumer_id: ConsumerId,
     /// Its lane, `None` for an event cursor.
     pub lane: Option<Arc<str>>,
     /// Event, lane or log.
@@ -92,7 +138,7 @@ pub(crate) struct CursorState {
     /// Bookkeeping of the head.
     pub dispatch: Dispatch,
     /// Completion records by index (a log cursor keeps only its latest).
-    pub completions: HashMap<u64, Completion>,
+    pub completions: Completions,
     /// Where the head sits in the head indexes; kept by the cursor table.
     pub placement: Placement,
 }
@@ -102,6 +148,7 @@ impl CursorState {
     pub fn new(consumer: &str, lane: Option<&str>, kind: CursorKind, position: u64) -> Self {
         Self {
             consumer: Arc::from(consumer),
+            consumer_id: 0,
             lane: lane.map(Arc::from),
             kind,
             position,
@@ -109,7 +156,7 @@ impl CursorState {
             queue: VecDeque::new(),
             types: None,
             dispatch: Dispatch::default(),
-            completions: HashMap::new(),
+            completions: Completions::default(),
             placement: Placement::Idle,
         }
     }

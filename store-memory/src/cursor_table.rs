@@ -6,8 +6,9 @@ use std::sync::Arc;
 
 use a2_store_api::CursorKind;
 
-use crate::cursor::{Completion, CursorId, CursorKey, CursorState, Placement};
-use crate::head_index::{HeadEntry, HeadIndex};
+use crate::cursor::{Completion, CursorId, CursorState, Placement};
+use crate::head_index::{ConsumerId, HeadEntry, HeadIndex};
+use crate::id_hash::IdMap;
 
 /// How a `(consumer, lane, index)` ref resolves.
 #[derive(Debug)]
@@ -21,18 +22,45 @@ pub(crate) enum Lookup<'a> {
     Missing,
 }
 
+/// One consumer's cursors by the key a ref names, and its finished event
+/// cursors' completion records.
+#[derive(Debug)]
+struct ConsumerKeys {
+    /// The consumer.
+    name: Arc<str>,
+    /// Its live event cursors by index.
+    events: IdMap<u64, CursorId>,
+    /// Its live lane and log cursors by lane.
+    lanes: HashMap<Arc<str>, CursorId>,
+    /// Its finished event cursors by index: their completion record.
+    finished: IdMap<u64, Option<Completion>>,
+}
+
+impl ConsumerKeys {
+    fn new(name: Arc<str>) -> Self {
+        Self {
+            name,
+            events: IdMap::default(),
+            lanes: HashMap::new(),
+            finished: IdMap::default(),
+        }
+    }
+}
+
 /// Every live cursor of a session plus the records of finished event cursors.
 ///
 /// Guarantees: every change to a cursor goes through [`CursorTable::modify`]
 /// (or insert/finish/clear), which keeps [`HeadIndex`] equal to the cursors'
 /// placements; finished event cursors are not in the table or the indexes.
+/// Each consumer with a cursor (or a finished record) has a slot number,
+/// interned once, so the hot paths hash a consumer name at most once.
 #[derive(Debug, Default)]
 pub(crate) struct CursorTable {
     next_id: CursorId,
-    cursors: HashMap<CursorId, CursorState>,
-    keys: HashMap<CursorKey, CursorId>,
-    /// Finished event cursors by consumer, then index: their completion record.
-    finished: HashMap<Arc<str>, HashMap<u64, Option<Completion>>>,
+    cursors: IdMap<CursorId, CursorState>,
+    /// Consumer name → slot in `consumers` (and in the head index).
+    names: HashMap<Arc<str>, ConsumerId>,
+    consumers: Vec<ConsumerKeys>,
     heads: HeadIndex,
 }
 
@@ -47,23 +75,49 @@ impl CursorTable {
         self.cursors.get(&id)
     }
 
-    /// The live cursor named by `key`.
-    pub fn by_key(&self, key: &CursorKey) -> Option<(CursorId, &CursorState)> {
-        let id = *self.keys.get(key)?;
+    /// The slot of `consumer`, if it ever had a cursor since the last clear.
+    pub fn consumer_id(&self, consumer: &str) -> Option<ConsumerId> {
+        self.names.get(consumer).copied()
+    }
+
+    /// The name of consumer slot `consumer`.
+    pub fn consumer_name(&self, consumer: ConsumerId) -> Option<&Arc<str>> {
+        self.consumers.get(consumer).map(|keys| &keys.name)
+    }
+
+    /// The live cursor a ref names: an event cursor by `(consumer, index)`,
+    /// a lane or log cursor by `(consumer, lane)`.
+    pub fn find(
+        &self,
+        consumer: &str,
+        lane: Option<&str>,
+        index: u64,
+    ) -> Option<(CursorId, &CursorState)> {
+        let keys = self.consumers.get(self.consumer_id(consumer)?)?;
+        let id = *match lane {
+            None => keys.events.get(&index)?,
+            Some(lane) => keys.lanes.get(lane)?,
+        };
         self.cursors.get(&id).map(|cursor| (id, cursor))
     }
 
     /// Resolves a ref `(consumer, lane, index)` to a live or finished cursor.
     pub fn lookup(&self, consumer: &str, lane: Option<&str>, index: u64) -> Lookup<'_> {
-        if let Some((id, cursor)) = self.by_key(&CursorKey::of(consumer, lane, index)) {
-            return Lookup::Live(id, cursor);
+        let Some(keys) = self
+            .consumer_id(consumer)
+            .and_then(|slot| self.consumers.get(slot))
+        else {
+            return Lookup::Missing;
+        };
+        let live = match lane {
+            None => keys.events.get(&index),
+            Some(lane) => keys.lanes.get(lane),
+        };
+        if let Some((id, cursor)) = live.and_then(|id| self.cursors.get_key_value(id)) {
+            return Lookup::Live(*id, cursor);
         }
         if lane.is_none() {
-            let record = self
-                .finished
-                .get(consumer)
-                .and_then(|records| records.get(&index));
-            if let Some(record) = record {
+            if let Some(record) = keys.finished.get(&index) {
                 return Lookup::Finished(record.as_ref());
             }
         }
@@ -75,34 +129,64 @@ impl CursorTable {
         self.cursors.values()
     }
 
+    /// The slot of `consumer`, interning it when new.
+    fn intern(&mut self, consumer: &Arc<str>) -> ConsumerId {
+        if let Some(slot) = self.names.get(&**consumer) {
+            return *slot;
+        }
+        let slot = self.consumers.len();
+        self.consumers.push(ConsumerKeys::new(consumer.clone()));
+        self.names.insert(consumer.clone(), slot);
+        slot
+    }
+
     /// Adds a cursor (its key must be free) and indexes its head.
     pub fn insert(&mut self, mut cursor: CursorState) -> CursorId {
         let id = self.next_id;
         self.next_id += 1;
+        cursor.consumer_id = self.intern(&cursor.consumer);
         cursor.placement = cursor.natural_placement();
         if let Some(entry) = entry_of(id, &cursor) {
             self.heads.insert(&entry, cursor.placement);
         }
-        self.keys.insert(cursor.key(), id);
+        if let Some(keys) = self.consumers.get_mut(cursor.consumer_id) {
+            match &cursor.lane {
+                None => {
+                    keys.events
+                        .insert(cursor.head.unwrap_or(cursor.position), id);
+                }
+                Some(lane) => {
+                    keys.lanes.insert(lane.clone(), id);
+                }
+            }
+        }
         self.cursors.insert(id, cursor);
         id
     }
 
-    /// Applies `change` to cursor `id` and re-indexes its head. The change
-    /// must not alter the cursor's consumer, lane or kind.
+    /// Applies `change` to cursor `id` and re-indexes its head (only when
+    /// its index or placement changed). The change must not alter the
+    /// cursor's consumer, lane or kind.
     pub fn modify<R>(
         &mut self,
         id: CursorId,
         change: impl FnOnce(&mut CursorState) -> R,
     ) -> Option<R> {
         let cursor = self.cursors.get_mut(&id)?;
-        if let Some(entry) = entry_of(id, cursor) {
-            self.heads.remove(&entry, cursor.placement);
-        }
+        let before = (cursor.head, cursor.placement);
         let result = change(cursor);
         cursor.placement = cursor.natural_placement();
-        if let Some(entry) = entry_of(id, cursor) {
-            self.heads.insert(&entry, cursor.placement);
+        if before != (cursor.head, cursor.placement) {
+            if let Some(index) = before.0 {
+                let entry = HeadEntry {
+                    index,
+                    ..entry_at(id, cursor, index)
+                };
+                self.heads.remove(&entry, before.1);
+            }
+            if let Some(entry) = entry_of(id, cursor) {
+                self.heads.insert(&entry, cursor.placement);
+            }
         }
         Some(result)
     }
@@ -116,12 +200,10 @@ impl CursorTable {
             self.heads.remove(&entry, cursor.placement);
         }
         let index = cursor.head.unwrap_or(cursor.position);
-        self.keys
-            .remove(&CursorKey::of(&cursor.consumer, None, index));
-        self.finished
-            .entry(cursor.consumer)
-            .or_default()
-            .insert(index, completion);
+        if let Some(keys) = self.consumers.get_mut(cursor.consumer_id) {
+            keys.events.remove(&index);
+            keys.finished.insert(index, completion);
+        }
     }
 
     /// Moves every busy head whose expiry is at or before `now` to the
@@ -132,31 +214,45 @@ impl CursorTable {
             let Some(cursor) = self.cursors.get_mut(&id) else {
                 continue;
             };
+            let placement = cursor.placement;
             if let Some(entry) = entry_of(id, cursor) {
-                self.heads.remove(&entry, cursor.placement);
-                cursor.placement = Placement::Ready;
+                self.heads.remove(&entry, placement);
                 self.heads.insert(&entry, Placement::Ready);
+                cursor.placement = Placement::Ready;
             }
         }
     }
 
     /// The clear: drops event and lane cursors and every completion record,
-    /// and parks log cursors at `marker` with no head.
+    /// and parks log cursors at `marker` with no head. Consumer slots are
+    /// re-interned for the surviving log cursors only.
     pub fn clear_at(&mut self, marker: u64) {
         self.cursors
             .retain(|_, cursor| cursor.kind == CursorKind::Log);
-        for cursor in self.cursors.values_mut() {
+        self.names.clear();
+        self.consumers.clear();
+        self.heads.clear();
+        let mut ids: Vec<CursorId> = self.cursors.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let Some(consumer) = self.cursors.get(&id).map(|cursor| cursor.consumer.clone()) else {
+                continue;
+            };
+            let slot = self.intern(&consumer);
+            let Some(cursor) = self.cursors.get_mut(&id) else {
+                continue;
+            };
+            cursor.consumer_id = slot;
             cursor.position = marker;
             cursor.head = None;
             cursor.queue.clear();
             cursor.dispatch = Default::default();
             cursor.completions.clear();
             cursor.placement = Placement::Idle;
+            if let (Some(keys), Some(lane)) = (self.consumers.get_mut(slot), &cursor.lane) {
+                keys.lanes.insert(lane.clone(), id);
+            }
         }
-        let live = &self.cursors;
-        self.keys.retain(|_, id| live.contains_key(id));
-        self.finished.clear();
-        self.heads.clear();
     }
 
     /// Brute-force check that the head indexes equal a recomputation from
@@ -179,7 +275,12 @@ impl CursorTable {
             if let Some(entry) = entry_of(*id, cursor) {
                 expected.insert(&entry, cursor.placement);
             }
-            if self.keys.get(&cursor.key()) != Some(id) {
+            if self.consumer_id(&cursor.consumer) != Some(cursor.consumer_id) {
+                return Err(format!("cursor {id} has a stale consumer slot"));
+            }
+            let key_index = cursor.head.unwrap_or(cursor.position);
+            let found = self.find(&cursor.consumer, cursor.lane.as_deref(), key_index);
+            if found.map(|(found, _)| found) != Some(*id) {
                 return Err(format!("cursor {id} not found by its key"));
             }
             if cursor.kind == CursorKind::Event && cursor.head.is_none() {
@@ -190,37 +291,41 @@ impl CursorTable {
                 return Err(format!("lane cursor {id} has a queue but no head"));
             }
         }
-        if self.keys.len() != self.cursors.len() {
+        let keys: usize = self
+            .consumers
+            .iter()
+            .map(|keys| keys.events.len() + keys.lanes.len())
+            .sum();
+        if keys != self.cursors.len() {
             return Err("stale cursor keys".into());
         }
-        if expected.ready != self.heads.ready
-            || expected.ready_by_consumer != self.heads.ready_by_consumer
+        if self.names.len() != self.consumers.len()
+            || self
+                .names
+                .iter()
+                .any(|(name, slot)| self.consumer_name(*slot) != Some(name))
         {
-            return Err("ready index differs from the cursors".into());
+            return Err("consumer slots and names disagree".into());
         }
-        if expected.busy != self.heads.busy
-            || expected.busy_by_consumer != self.heads.busy_by_consumer
-        {
-            return Err("busy index differs from the cursors".into());
+        match expected.differences(&self.heads) {
+            Some(difference) => Err(difference.into()),
+            None => Ok(()),
         }
-        if expected.dead != self.heads.dead {
-            return Err("dead index differs from the cursors".into());
-        }
-        if expected.pending != self.heads.pending
-            || expected.pending_total != self.heads.pending_total
-        {
-            return Err("pending counts differ from the cursors".into());
-        }
-        Ok(())
     }
 }
 
 /// The index entry of a cursor's head, if it has one.
-fn entry_of(id: CursorId, cursor: &CursorState) -> Option<HeadEntry> {
-    cursor.head.map(|index| HeadEntry {
+fn entry_of(id: CursorId, cursor: &CursorState) -> Option<HeadEntry<'_>> {
+    cursor.head.map(|index| entry_at(id, cursor, index))
+}
+
+/// The index entry of a cursor with its head at `index`.
+fn entry_at(id: CursorId, cursor: &CursorState, index: u64) -> HeadEntry<'_> {
+    HeadEntry {
         id,
-        consumer: cursor.consumer.clone(),
-        lane: cursor.lane.clone(),
+        consumer_id: cursor.consumer_id,
+        consumer: &cursor.consumer,
+        lane: &cursor.lane,
         index,
-    })
+    }
 }

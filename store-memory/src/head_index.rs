@@ -1,10 +1,13 @@
 //! The ordered indexes over cursor heads that make claims, renewals and
 //! `has_pending` cost O(log n) instead of a scan of every cursor.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::cursor::{CursorId, Placement};
+
+/// A consumer's slot number in one session (interned by the cursor table).
+pub(crate) type ConsumerId = usize;
 
 /// A head in claim order: `(index, consumer, lane, cursor)`, lane `None` first.
 pub(crate) type HeadKey = (u64, Arc<str>, Option<Arc<str>>, CursorId);
@@ -12,111 +15,128 @@ pub(crate) type HeadKey = (u64, Arc<str>, Option<Arc<str>>, CursorId);
 /// A head in one consumer's claim order: `(index, lane, cursor)`.
 pub(crate) type ConsumerHeadKey = (u64, Option<Arc<str>>, CursorId);
 
-/// The identity of a head as the indexes need it.
-#[derive(Debug, Clone)]
-pub(crate) struct HeadEntry {
+/// The identity of a head as the indexes need it, borrowed from its cursor
+/// (the shared names are cloned only into the ordered sets that keep them).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HeadEntry<'a> {
     /// The cursor.
     pub id: CursorId,
+    /// Its consumer's slot.
+    pub consumer_id: ConsumerId,
     /// Its consumer.
-    pub consumer: Arc<str>,
+    pub consumer: &'a Arc<str>,
     /// Its lane.
-    pub lane: Option<Arc<str>>,
+    pub lane: &'a Option<Arc<str>>,
     /// The head index.
     pub index: u64,
+}
+
+/// One consumer's heads: reached by slot number, so no name is hashed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct ConsumerHeads {
+    /// Its claimable heads in claim order.
+    pub ready: BTreeSet<ConsumerHeadKey>,
+    /// Its busy heads by expiry.
+    pub busy: BTreeSet<(i64, CursorId)>,
+    /// Its ready + busy heads.
+    pub pending: usize,
 }
 
 /// Every head of a session, by placement.
 ///
 /// Guarantees (checked by the cursor table's invariant test): a head with
-/// placement `Ready` is in `ready` and its consumer's `ready_by_consumer`
-/// set; `Busy(t)` is in `busy` and `busy_by_consumer` under `t`; `Dead` is
-/// in `dead`; `pending` counts the `Ready` and `Busy` heads per consumer.
+/// placement `Ready` is in `ready` and its consumer's `ready` set; `Busy(t)`
+/// is in `busy` and its consumer's `busy` set under `t`; `Dead` is in
+/// `dead`; each consumer's `pending` counts its `Ready` and `Busy` heads.
 #[derive(Debug, Default)]
 pub(crate) struct HeadIndex {
     /// Claimable heads in claim order.
     pub ready: BTreeSet<HeadKey>,
-    /// Claimable heads per consumer, for claims restricted to some consumers.
-    pub ready_by_consumer: HashMap<Arc<str>, BTreeSet<ConsumerHeadKey>>,
     /// Claimed (or retry-delayed) heads by expiry.
     pub busy: BTreeSet<(i64, CursorId)>,
-    /// Busy heads per consumer by expiry.
-    pub busy_by_consumer: HashMap<Arc<str>, BTreeSet<(i64, CursorId)>>,
     /// Dead-lettered heads in claim order.
     pub dead: BTreeSet<HeadKey>,
-    /// Ready + busy heads per consumer.
-    pub pending: HashMap<Arc<str>, usize>,
+    /// Per consumer slot: its ready and busy heads and pending count.
+    pub by_consumer: Vec<ConsumerHeads>,
     /// Ready + busy heads in total.
     pub pending_total: usize,
 }
 
 impl HeadIndex {
+    /// The heads of consumer slot `consumer` (`None`: it has none).
+    pub fn consumer(&self, consumer: ConsumerId) -> Option<&ConsumerHeads> {
+        self.by_consumer.get(consumer)
+    }
+
+    fn slot(&mut self, consumer: ConsumerId) -> &mut ConsumerHeads {
+        if self.by_consumer.len() <= consumer {
+            self.by_consumer
+                .resize_with(consumer + 1, ConsumerHeads::default);
+        }
+        &mut self.by_consumer[consumer]
+    }
+
     /// Records `entry` under `placement`.
-    pub fn insert(&mut self, entry: &HeadEntry, placement: Placement) {
+    pub fn insert(&mut self, entry: &HeadEntry<'_>, placement: Placement) {
         match placement {
             Placement::Idle => return,
             Placement::Ready => {
                 self.ready.insert(head_key(entry));
-                self.ready_by_consumer
-                    .entry(entry.consumer.clone())
-                    .or_default()
-                    .insert((entry.index, entry.lane.clone(), entry.id));
+                self.slot(entry.consumer_id).ready.insert((
+                    entry.index,
+                    entry.lane.clone(),
+                    entry.id,
+                ));
             }
             Placement::Busy(expiry) => {
                 self.busy.insert((expiry, entry.id));
-                self.busy_by_consumer
-                    .entry(entry.consumer.clone())
-                    .or_default()
-                    .insert((expiry, entry.id));
+                self.slot(entry.consumer_id).busy.insert((expiry, entry.id));
             }
             Placement::Dead => {
                 self.dead.insert(head_key(entry));
                 return;
             }
         }
-        *self.pending.entry(entry.consumer.clone()).or_default() += 1;
+        self.slot(entry.consumer_id).pending += 1;
         self.pending_total += 1;
     }
 
     /// Forgets `entry` recorded under `placement`.
-    pub fn remove(&mut self, entry: &HeadEntry, placement: Placement) {
+    pub fn remove(&mut self, entry: &HeadEntry<'_>, placement: Placement) {
         match placement {
             Placement::Idle => return,
             Placement::Ready => {
                 self.ready.remove(&head_key(entry));
-                remove_nested(
-                    &mut self.ready_by_consumer,
-                    &entry.consumer,
-                    &(entry.index, entry.lane.clone(), entry.id),
-                );
+                if let Some(slot) = self.by_consumer.get_mut(entry.consumer_id) {
+                    slot.ready
+                        .remove(&(entry.index, entry.lane.clone(), entry.id));
+                }
             }
             Placement::Busy(expiry) => {
                 self.busy.remove(&(expiry, entry.id));
-                remove_nested(
-                    &mut self.busy_by_consumer,
-                    &entry.consumer,
-                    &(expiry, entry.id),
-                );
+                if let Some(slot) = self.by_consumer.get_mut(entry.consumer_id) {
+                    slot.busy.remove(&(expiry, entry.id));
+                }
             }
             Placement::Dead => {
                 self.dead.remove(&head_key(entry));
                 return;
             }
         }
-        if let Some(count) = self.pending.get_mut(&entry.consumer) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                self.pending.remove(&entry.consumer);
-            }
+        if let Some(slot) = self.by_consumer.get_mut(entry.consumer_id) {
+            slot.pending = slot.pending.saturating_sub(1);
         }
         self.pending_total = self.pending_total.saturating_sub(1);
     }
 
-    /// Whether any head of `consumers` (`None`: any consumer) is pending.
-    pub fn has_pending<'a>(&self, consumers: Option<impl Iterator<Item = &'a str>>) -> bool {
-        match consumers {
-            None => self.pending_total > 0,
-            Some(mut names) => names.any(|name| self.pending.get(name).is_some_and(|n| *n > 0)),
-        }
+    /// Whether any head is pending.
+    pub fn any_pending(&self) -> bool {
+        self.pending_total > 0
+    }
+
+    /// Whether consumer slot `consumer` has a pending head.
+    pub fn consumer_pending(&self, consumer: ConsumerId) -> bool {
+        self.consumer(consumer).is_some_and(|slot| slot.pending > 0)
     }
 
     /// The busy heads whose expiry is at or before `now`, earliest first.
@@ -131,22 +151,38 @@ impl HeadIndex {
     pub fn clear(&mut self) {
         *self = Self::default();
     }
+
+    /// Whether both indexes hold the same heads (a missing consumer slot
+    /// equals an empty one; tests only).
+    #[cfg(test)]
+    pub fn differences(&self, other: &Self) -> Option<&'static str> {
+        let slots = self.by_consumer.len().max(other.by_consumer.len());
+        let empty = ConsumerHeads::default();
+        let per_consumer_differs = (0..slots).any(|slot| {
+            self.by_consumer.get(slot).unwrap_or(&empty)
+                != other.by_consumer.get(slot).unwrap_or(&empty)
+        });
+        if self.ready != other.ready {
+            return Some("ready index differs from the cursors");
+        }
+        if self.busy != other.busy {
+            return Some("busy index differs from the cursors");
+        }
+        if self.dead != other.dead {
+            return Some("dead index differs from the cursors");
+        }
+        if self.pending_total != other.pending_total || per_consumer_differs {
+            return Some("per-consumer heads or pending counts differ from the cursors");
+        }
+        None
+    }
 }
 
-fn head_key(entry: &HeadEntry) -> HeadKey {
+fn head_key(entry: &HeadEntry<'_>) -> HeadKey {
     (
         entry.index,
         entry.consumer.clone(),
         entry.lane.clone(),
         entry.id,
     )
-}
-
-fn remove_nested<T: Ord>(map: &mut HashMap<Arc<str>, BTreeSet<T>>, consumer: &Arc<str>, item: &T) {
-    if let Some(set) = map.get_mut(consumer) {
-        set.remove(item);
-        if set.is_empty() {
-            map.remove(consumer);
-        }
-    }
 }

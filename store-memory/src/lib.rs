@@ -30,6 +30,7 @@ mod clear;
 mod cursor;
 mod cursor_table;
 mod head_index;
+mod id_hash;
 #[cfg(test)]
 mod invariant_tests;
 mod log;

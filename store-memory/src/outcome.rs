@@ -42,7 +42,7 @@ impl Session {
             }
             Lookup::Live(id, cursor) => {
                 if cursor.head != Some(request.index) {
-                    let record = cursor.completions.get(&request.index).cloned();
+                    let record = cursor.completions.get(request.index).cloned();
                     let result = self.replay(&request, record.as_ref())?;
                     self.refresh_log_types(consumers);
                     return Ok(result);
@@ -64,13 +64,19 @@ impl Session {
             ));
         }
         self.check_lane_conflicts(&request.events, consumers)?;
-        let cause = Cause {
-            consumer: request.consumer.clone(),
-            lane: request.lane.clone(),
-            index: request.index,
-            attempt: request.attempt,
+        // With nothing returned there is nothing to insert (and declared log
+        // cursors' types are refreshed below), so the cause is not built.
+        let stored = if request.events.is_empty() {
+            Vec::new()
+        } else {
+            let cause = Cause {
+                consumer: request.consumer.clone(),
+                lane: request.lane.clone(),
+                index: request.index,
+                attempt: request.attempt,
+            };
+            self.insert_batch(env, &request.events, Some(&cause), consumers)?
         };
-        let stored = self.insert_batch(env, &request.events, Some(&cause), consumers)?;
         self.refresh_log_types(consumers);
         let completion = Completion {
             attempt: request.attempt,

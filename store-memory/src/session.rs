@@ -9,7 +9,7 @@ use a2_store_api::{
     Result, StoreError, StoredEvent, Target,
 };
 
-use crate::cursor::{Completion, CursorId, CursorKey, CursorState};
+use crate::cursor::{Completion, CursorId, CursorState};
 use crate::cursor_table::{CursorTable, Lookup};
 use crate::log::{to_stored, EventLog, Row};
 use crate::presence::PresenceTable;
@@ -63,9 +63,15 @@ impl Session {
     /// Whether a served cursor (`None`: any) has a head that is not
     /// dead-lettered. O(k) hash lookups for k declarations.
     pub fn has_pending(&self, consumers: Option<&[ConsumerDeclaration]>) -> bool {
-        self.cursors.heads().has_pending(
-            consumers.map(|consumers| consumers.iter().map(|consumer| consumer.name.as_str())),
-        )
+        let heads = self.cursors.heads();
+        match consumers {
+            None => heads.any_pending(),
+            Some(consumers) => consumers.iter().any(|consumer| {
+                self.cursors
+                    .consumer_id(&consumer.name)
+                    .is_some_and(|slot| heads.consumer_pending(slot))
+            }),
+        }
     }
 
     /// The clear index as heads report it: `Some` once cleared.
@@ -106,8 +112,7 @@ impl Session {
     ) -> Result<()> {
         for target in events.iter().flat_map(|event| &event.targets) {
             let Some(lane) = &target.lane else { continue };
-            let key = CursorKey::of(&target.consumer, Some(lane), 0);
-            if let Some((_, cursor)) = self.cursors.by_key(&key) {
+            if let Some((_, cursor)) = self.cursors.find(&target.consumer, Some(lane), 0) {
                 if cursor.kind == CursorKind::Log {
                     return Err(codec::lane_conflict(&target.consumer, lane));
                 }
@@ -115,8 +120,7 @@ impl Session {
         }
         for consumer in consumers.unwrap_or_default() {
             let Some(log) = &consumer.log else { continue };
-            let key = CursorKey::of(&consumer.name, Some(&log.lane), 0);
-            if let Some((_, cursor)) = self.cursors.by_key(&key) {
+            if let Some((_, cursor)) = self.cursors.find(&consumer.name, Some(&log.lane), 0) {
                 if cursor.kind != CursorKind::Log {
                     return Err(codec::lane_conflict(&consumer.name, &log.lane));
                 }
@@ -130,8 +134,7 @@ impl Session {
     pub fn refresh_log_types(&mut self, consumers: Option<&[ConsumerDeclaration]>) {
         for consumer in consumers.unwrap_or_default() {
             let Some(log) = &consumer.log else { continue };
-            let key = CursorKey::of(&consumer.name, Some(&log.lane), 0);
-            let Some((id, cursor)) = self.cursors.by_key(&key) else {
+            let Some((id, cursor)) = self.cursors.find(&consumer.name, Some(&log.lane), 0) else {
                 continue;
             };
             if cursor.kind != CursorKind::Log || cursor.types == log.types {
@@ -255,8 +258,10 @@ impl Session {
 
     /// Creates an event cursor or queues `index` on a lane cursor.
     fn add_target(&mut self, target: &Target, index: u64) {
-        let key = CursorKey::of(&target.consumer, target.lane.as_deref(), index);
-        match (self.cursors.by_key(&key), &target.lane) {
+        let found = self
+            .cursors
+            .find(&target.consumer, target.lane.as_deref(), index);
+        match (found, &target.lane) {
             (Some(_), None) => {}
             (Some((id, _)), Some(_)) => {
                 self.cursors.modify(id, |cursor| cursor.enqueue(index));
@@ -298,8 +303,7 @@ impl Session {
                 .iter()
                 .find(|row| codec::takes(log.types.as_deref(), &row.event_type))
                 .map(|row| row.index);
-            let key = CursorKey::of(&consumer.name, Some(&log.lane), 0);
-            match self.cursors.by_key(&key) {
+            match self.cursors.find(&consumer.name, Some(&log.lane), 0) {
                 Some((_, cursor)) if cursor.kind != CursorKind::Log => {}
                 Some((id, cursor)) => {
                     let wake = first.is_some() && cursor.head.is_none();
