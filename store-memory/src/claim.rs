@@ -14,7 +14,7 @@ use a2_store_api::{
 
 use crate::cursor::{CursorId, CursorKey, CursorState};
 use crate::cursor_table::{CursorTable, Lookup};
-use crate::head_index::ConsumerHeadKey;
+use crate::head_index::{ConsumerHeadKey, HeadKey};
 use crate::session::{Env, Session};
 
 /// What a claim does to one head.
@@ -105,13 +105,18 @@ impl Session {
             }
         }
 
-        let holder = request.holder;
+        // The last claim takes the holder, the others a copy.
+        let mut holder = Some(request.holder);
         let mut heads = Vec::with_capacity(claims);
         let mut dead_lettered = Vec::new();
         for step in steps {
             match step {
                 Step::Claim(id) => {
-                    let holder = holder.clone();
+                    let holder = if heads.len() + 1 >= claims {
+                        holder.take()
+                    } else {
+                        holder.clone()
+                    };
                     self.cursors.modify(id, |cursor| {
                         let dispatch = &mut cursor.dispatch;
                         if dispatch.claim_holder.is_some() {
@@ -120,7 +125,7 @@ impl Session {
                         dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
                         dispatch.first_claimed_at.get_or_insert(now);
                         dispatch.last_claimed_at = Some(now);
-                        dispatch.claim_holder = Some(holder);
+                        dispatch.claim_holder = holder;
                         dispatch.claim_expires_at = Some(expires_at);
                     });
                     heads.push(self.view(id)?);
@@ -250,16 +255,13 @@ fn candidates<'a>(
     cursors: &'a CursorTable,
     served: Option<&BTreeSet<&str>>,
     through: u64,
-) -> Box<dyn Iterator<Item = CursorId> + 'a> {
+) -> Candidates<'a> {
     let heads = cursors.heads();
     match served {
-        None => Box::new(
-            heads
-                .ready
-                .iter()
-                .take_while(move |(index, ..)| *index <= through)
-                .map(|(.., id)| *id),
-        ),
+        None => Candidates::All {
+            ready: heads.ready.iter(),
+            through,
+        },
         Some(served) => {
             let sources = served
                 .iter()
@@ -269,11 +271,39 @@ fn candidates<'a>(
                 })
                 .map(|(name, slot)| (name, slot.ready.iter().peekable()))
                 .collect();
-            Box::new(
-                Merge { sources }
-                    .take_while(move |(index, _)| *index <= through)
-                    .map(|(_, id)| id),
-            )
+            Candidates::Served {
+                merge: Merge { sources },
+                through,
+            }
+        }
+    }
+}
+
+/// The claim candidates: every ready head, or a merge of the served
+/// consumers' ready heads; both stop after `through`.
+enum Candidates<'a> {
+    /// Every consumer is served: the session's ready heads.
+    All {
+        ready: std::collections::btree_set::Iter<'a, HeadKey>,
+        through: u64,
+    },
+    /// Only some consumers are served.
+    Served { merge: Merge<'a>, through: u64 },
+}
+
+impl Iterator for Candidates<'_> {
+    type Item = CursorId;
+
+    fn next(&mut self) -> Option<CursorId> {
+        match self {
+            Self::All { ready, through } => {
+                let (index, .., id) = ready.next()?;
+                (*index <= *through).then_some(*id)
+            }
+            Self::Served { merge, through } => {
+                let (index, id) = merge.next()?;
+                (index <= *through).then_some(id)
+            }
         }
     }
 }

@@ -201,7 +201,7 @@ impl CursorState {
     /// The public view of this cursor.
     pub fn to_cursor(&self) -> Cursor {
         Cursor {
-            consumer: self.consumer.to_string(),
+            consumer: String::from(&*self.consumer),
             lane: self.lane.as_deref().map(str::to_owned),
             kind: self.kind,
             position: self.position,

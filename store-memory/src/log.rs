@@ -239,8 +239,8 @@ impl EventLog {
 /// The stored form of `row` at `index`.
 pub(crate) fn to_stored(session_id: &str, index: u64, row: &Row) -> StoredEvent {
     StoredEvent {
-        id: row.id.to_string(),
-        event_type: row.event_type.to_string(),
+        id: String::from(&*row.id),
+        event_type: String::from(&*row.event_type),
         payload: row.payload.clone(),
         index,
         session_id: session_id.to_owned(),

@@ -195,7 +195,7 @@ impl Session {
             .ok_or_else(|| self.corrupt(index))?;
         Ok(Head {
             event,
-            consumer: cursor.consumer.to_string(),
+            consumer: String::from(&*cursor.consumer),
             lane: cursor.lane.as_deref().map(str::to_owned),
             dispatch: cursor.dispatch.clone(),
             clear_index: self.reported_clear(),

@@ -7,6 +7,7 @@ use a2_store_api::Snapshot;
 use serde_json::Value;
 
 use crate::cursor::CursorId;
+use crate::id_hash::IdMap;
 
 /// A pin: a cursor and the head it must still have.
 pub(crate) type PinKey = (CursorId, u64);
@@ -32,7 +33,8 @@ struct ReducerCache {
 #[derive(Debug, Default)]
 pub(crate) struct SnapshotCache {
     reducers: HashMap<String, ReducerCache>,
-    pins: HashMap<PinKey, HashSet<(String, u64)>>,
+    /// Keyed by store-assigned integers, hence the integer hasher.
+    pins: IdMap<PinKey, HashSet<(String, u64)>>,
 }
 
 impl SnapshotCache {
