@@ -282,15 +282,19 @@ pub(crate) async fn has_pending(
     session_id: &str,
     consumers: Option<&[ConsumerDeclaration]>,
 ) -> TxResult<bool> {
-    tx.batch_execute("SET CONSTRAINTS ALL IMMEDIATE").await?;
     let served = served_names(consumers);
-    let row = query_opt(
-        tx,
-        "SELECT EXISTS (SELECT 1 FROM pending_counts WHERE session_id = $1 AND live > 0 \
-           AND ($2::text[] IS NULL OR consumer = ANY($2)))",
-        &[&session_id, &served],
-    )
-    .await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&session_id, &served];
+    // Pipelined: each request is sent when first polled, and `try_join`
+    // polls in argument order, so the triggers run before the count is read.
+    let (_, row) = futures::try_join!(
+        async { Ok(tx.batch_execute("SET CONSTRAINTS ALL IMMEDIATE").await?) },
+        query_opt(
+            tx,
+            "SELECT EXISTS (SELECT 1 FROM pending_counts WHERE session_id = $1 AND live > 0 \
+               AND ($2::text[] IS NULL OR consumer = ANY($2)))",
+            &params,
+        ),
+    )?;
     match row {
         Some(row) => Ok(row.try_get(0)?),
         None => Ok(false),
