@@ -193,8 +193,10 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult> {
-        let session_id = request.session_id.clone();
+    async fn claim_available(&self, mut request: ClaimRequest) -> Result<ClaimResult> {
+        // Sessions name themselves by their own id: the request's copy is
+        // taken, not cloned.
+        let session_id = std::mem::take(&mut request.session_id);
         self.with_session(&session_id, |session, env| session.claim(env, request))
     }
 
@@ -203,8 +205,10 @@ impl Store for MemoryStore {
         self.with_session(&session_id, |session, env| session.renew(env, request))
     }
 
-    async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
-        let session_id = request.session_id.clone();
+    async fn complete_attempt(&self, mut request: CompleteRequest) -> Result<CompleteResult> {
+        // Sessions name themselves by their own id: the request's copy is
+        // taken, not cloned.
+        let session_id = std::mem::take(&mut request.session_id);
         self.with_session(&session_id, |session, env| session.complete(env, request))
     }
 
