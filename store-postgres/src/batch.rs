@@ -24,9 +24,14 @@ pub(crate) async fn stored_ids(
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
+    // One `events_by_id` probe per id (the `LIMIT` keeps the planner from
+    // flattening it into a scan of every row above the clear, which it chose
+    // for `id = ANY($2)` whenever its statistics were stale). Ids above the
+    // clear are unique, so one row per id is all there is.
     let sql = format!(
-        "SELECT {EVENT_COLUMNS} FROM events e WHERE e.session_id = $1 AND e.id = ANY($2) \
-         AND e.idx >= $3"
+        "SELECT {EVENT_COLUMNS} FROM unnest($2::text[]) AS k(id) \
+         CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.session_id = $1 AND e.id = k.id \
+           AND e.idx >= $3 ORDER BY e.idx LIMIT 1) AS e"
     );
     let rows = query(tx, &sql, &[&session_id, &ids, &clear]).await?;
     let mut owners = HashMap::with_capacity(rows.len());
