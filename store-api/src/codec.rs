@@ -74,8 +74,57 @@ pub fn validate_new_events(events: &[NewEvent]) -> Result<()> {
         if let Some(cause) = &event.cause {
             validate_name("cause consumer", &cause.consumer)?;
         }
+        if too_deep(&event.payload) {
+            return Err(StoreError::invalid_input(format!(
+                "event {position} of the batch has a payload nested more than {MAX_JSON_DEPTH} arrays/objects deep"
+            )));
+        }
     }
     Ok(())
+}
+
+/// The deepest nesting of arrays and objects a stored JSON value may have
+/// (`[]` is 1 level, `[[]]` 2, a scalar 0). `serde_json` reads back at most
+/// 127 levels; 100 leaves room for a backend that wraps a value in a document.
+pub const MAX_JSON_DEPTH: usize = 100;
+
+/// Rejects a JSON value nested deeper than [`MAX_JSON_DEPTH`] as invalid
+/// input. Walks the value with an explicit stack (no recursion), so any depth
+/// is checked without growing the call stack.
+pub fn validate_json_depth(what: &str, value: &serde_json::Value) -> Result<()> {
+    if too_deep(value) {
+        return Err(StoreError::invalid_input(format!(
+            "{what} is nested more than {MAX_JSON_DEPTH} arrays/objects deep"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `value` nests deeper than [`MAX_JSON_DEPTH`]; iterative, and free
+/// for scalars.
+fn too_deep(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    let mut pending: Vec<(&Value, usize)> = Vec::new();
+    let mut next = Some((value, 0));
+    while let Some((value, depth)) = next.take().or_else(|| pending.pop()) {
+        let depth = depth + 1;
+        match value {
+            Value::Array(items) => {
+                if depth > MAX_JSON_DEPTH {
+                    return true;
+                }
+                pending.extend(items.iter().map(|child| (child, depth)));
+            }
+            Value::Object(fields) => {
+                if depth > MAX_JSON_DEPTH {
+                    return true;
+                }
+                pending.extend(fields.values().map(|child| (child, depth)));
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Validates consumer declarations: non-empty names, each name declared
@@ -305,6 +354,35 @@ mod tests {
     use crate::types::Target;
     use crate::ErrorCode;
     use serde_json::json;
+
+    #[test]
+    fn json_depth_is_checked_without_recursion() {
+        let nested = |levels: usize| {
+            let mut value = json!([]);
+            for _ in 1..levels {
+                value = serde_json::Value::Array(vec![value]);
+            }
+            value
+        };
+        assert!(validate_json_depth("v", &json!(1)).is_ok());
+        assert!(validate_json_depth("v", &nested(MAX_JSON_DEPTH)).is_ok());
+        let text = serde_json::to_string(&nested(MAX_JSON_DEPTH)).unwrap();
+        assert!(serde_json::from_str::<serde_json::Value>(&text).is_ok());
+        let error = validate_json_depth("v", &nested(MAX_JSON_DEPTH + 1)).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidInput);
+        let mut wrapped = serde_json::Map::new();
+        wrapped.insert(
+            "a".to_owned(),
+            serde_json::Value::Array(vec![json!(1), nested(10_000)]),
+        );
+        let wrapped = serde_json::Value::Object(wrapped);
+        assert!(validate_json_depth("v", &wrapped).is_err());
+        let event = NewEvent::new("t", nested(MAX_JSON_DEPTH + 1));
+        assert_eq!(
+            validate_new_events(&[event]).unwrap_err().code(),
+            ErrorCode::InvalidInput
+        );
+    }
 
     #[test]
     fn lease_needs_exactly_one_positive_bound() {

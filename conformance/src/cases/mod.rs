@@ -17,6 +17,7 @@ pub(crate) mod declarations;
 pub(crate) mod example;
 pub(crate) mod fail;
 pub(crate) mod generated_ids;
+pub(crate) mod hostile;
 pub(crate) mod multi;
 pub(crate) mod precedence;
 pub(crate) mod presence;
@@ -278,6 +279,10 @@ macro_rules! __a2_cases {
                 robustness::odd_strings_round_trip,
                 robustness::nul_and_huge_strings_are_stored_or_rejected,
                 robustness::empty_requests_are_no_ops,
+                hostile::hostile_strings_round_trip_through_every_operation,
+                hostile::sixteen_mib_payload_is_stored_or_refused,
+                hostile::deeply_nested_payload_is_invalid,
+                hostile::numbers_at_their_limits_are_typed,
                 snapshots::read_state_without_writes_is_empty,
                 snapshots::read_state_returns_most_recent_write,
                 snapshots::head_snapshot_is_most_recent_even_if_lower,
