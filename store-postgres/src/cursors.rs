@@ -1,6 +1,8 @@
 //! Cursor queries shared by the operations: load, store, advance, fence,
 //! pending checks and the log follower's next head.
 
+use std::collections::BTreeMap;
+
 use a2_store_api::{Cause, ConsumerDeclaration, CursorKind, StoreError, CLEAR_EVENT_TYPE};
 use tokio_postgres::types::Json;
 
@@ -116,16 +118,90 @@ pub(crate) async fn put(tx: &Tx<'_>, session_id: &str, cursor: &CursorRow) -> Tx
     Ok(())
 }
 
-/// Stores several cursors, pipelined on the one connection.
+/// Stores several cursors (inserting or overwriting every field) with one
+/// statement; when a key is given twice, the last one is stored. Rows are
+/// written in key order, so concurrent callers lock them in the same order.
 pub(crate) async fn put_all<'c>(
     tx: &Tx<'_>,
     session_id: &str,
     cursors: impl IntoIterator<Item = &'c CursorRow>,
 ) -> TxResult<()> {
-    futures::future::try_join_all(
-        cursors
-            .into_iter()
-            .map(|cursor| put(tx, session_id, cursor)),
+    let mut by_key: BTreeMap<(&str, &str, i64), &CursorRow> = BTreeMap::new();
+    for cursor in cursors {
+        by_key.insert(
+            (cursor.consumer.as_str(), cursor.lane.as_str(), cursor.slot),
+            cursor,
+        );
+    }
+    if by_key.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<&CursorRow> = by_key.into_values().collect();
+    let consumers: Vec<&str> = rows.iter().map(|c| c.consumer.as_str()).collect();
+    let lanes: Vec<&str> = rows.iter().map(|c| c.lane.as_str()).collect();
+    let slots: Vec<i64> = rows.iter().map(|c| c.slot).collect();
+    let kinds: Vec<i16> = rows.iter().map(|c| kind_code(c.kind)).collect();
+    let positions: Vec<i64> = rows.iter().map(|c| c.position).collect();
+    let heads: Vec<Option<i64>> = rows.iter().map(|c| c.head).collect();
+    let types: Vec<Option<Json<&Vec<String>>>> =
+        rows.iter().map(|c| c.types.as_ref().map(Json)).collect();
+    let attempts: Vec<i64> = rows.iter().map(|c| c.dispatch.attempt_count).collect();
+    let first_claimed: Vec<Option<i64>> =
+        rows.iter().map(|c| c.dispatch.first_claimed_at).collect();
+    let last_claimed: Vec<Option<i64>> = rows.iter().map(|c| c.dispatch.last_claimed_at).collect();
+    let holders: Vec<Option<&str>> = rows
+        .iter()
+        .map(|c| c.dispatch.claim_holder.as_deref())
+        .collect();
+    let expires: Vec<Option<i64>> = rows.iter().map(|c| c.dispatch.claim_expires_at).collect();
+    let failures: Vec<i64> = rows.iter().map(|c| c.dispatch.failure_count).collect();
+    let last_failed: Vec<Option<i64>> = rows.iter().map(|c| c.dispatch.last_failed_at).collect();
+    let failed_attempts: Vec<Option<i64>> = rows
+        .iter()
+        .map(|c| c.dispatch.last_failed_attempt)
+        .collect();
+    let errors: Vec<Option<&str>> = rows
+        .iter()
+        .map(|c| c.dispatch.last_error.as_deref())
+        .collect();
+    let failed_at: Vec<Option<i64>> = rows.iter().map(|c| c.dispatch.failed_at).collect();
+    execute(
+        tx,
+        "INSERT INTO cursors (session_id, consumer, lane, slot, kind, position, head, types, \
+           attempt_count, first_claimed_at, last_claimed_at, claim_holder, claim_expires_at, \
+           failure_count, last_failed_at, last_failed_attempt, last_error, failed_at) \
+         SELECT $1, r.* FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], \
+           $6::bigint[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::bigint[], $11::bigint[], \
+           $12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], $17::text[], \
+           $18::bigint[]) AS r \
+         ON CONFLICT (session_id, consumer, lane, slot) DO UPDATE SET \
+           kind = EXCLUDED.kind, position = EXCLUDED.position, head = EXCLUDED.head, \
+           types = EXCLUDED.types, attempt_count = EXCLUDED.attempt_count, \
+           first_claimed_at = EXCLUDED.first_claimed_at, last_claimed_at = EXCLUDED.last_claimed_at, \
+           claim_holder = EXCLUDED.claim_holder, claim_expires_at = EXCLUDED.claim_expires_at, \
+           failure_count = EXCLUDED.failure_count, last_failed_at = EXCLUDED.last_failed_at, \
+           last_failed_attempt = EXCLUDED.last_failed_attempt, last_error = EXCLUDED.last_error, \
+           failed_at = EXCLUDED.failed_at",
+        &[
+            &session_id,
+            &consumers,
+            &lanes,
+            &slots,
+            &kinds,
+            &positions,
+            &heads,
+            &types,
+            &attempts,
+            &first_claimed,
+            &last_claimed,
+            &holders,
+            &expires,
+            &failures,
+            &last_failed,
+            &failed_attempts,
+            &errors,
+            &failed_at,
+        ],
     )
     .await?;
     Ok(())
