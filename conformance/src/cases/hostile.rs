@@ -214,6 +214,43 @@ pub(crate) async fn hostile_strings_round_trip_through_every_operation(cx: Cx) -
     Ok(())
 }
 
+/// Log consumers whose name, lane and taken type are hostile strings are
+/// declared, listed, claimed and completed exactly (or the declaration is
+/// refused as `InvalidInput` with nothing changed).
+pub(crate) async fn hostile_log_declarations_round_trip(cx: Cx) -> CaseResult {
+    for (n, h) in hostile_strings().iter().enumerate() {
+        let s = cx.s(&format!("log{n}"));
+        let before = cx.state(&s).await?;
+        let declaration = log_consumer(h, h, Some(&[h.as_str()]), true);
+        if stored_or_refused(
+            "declare",
+            cx.append_for(
+                &s,
+                vec![ev("other", "skipped"), ev(h, "taken")],
+                vec![declaration],
+            )
+            .await,
+        )?
+        .is_none()
+        {
+            ensure_unchanged!(cx, &s, before);
+            continue;
+        }
+        let cursor = only(&cx.cursors(&s).await?)?;
+        ensure_eq!(cursor.consumer, *h);
+        ensure_eq!(cursor.lane.as_deref(), Some(h.as_str()));
+        ensure_eq!(cursor.types, Some(vec![h.clone()]));
+        let head = nth(&cx.claim_heads(&s, h).await?, 0)?;
+        ensure_eq!(head.consumer, *h);
+        ensure_eq!(head.lane.as_deref(), Some(h.as_str()));
+        ensure_eq!(head.event.event_type, *h);
+        ensure_eq!(head.event.id, "taken");
+        completed(cx.complete(&s, &head, vec![]).await?)?;
+        settled(cx.claim(&s, h).await?)?;
+    }
+    Ok(())
+}
+
 /// A 16 MiB JSON string payload is stored and read back exactly (or refused
 /// as `InvalidInput` with nothing changed).
 pub(crate) async fn sixteen_mib_payload_is_stored_or_refused(cx: Cx) -> CaseResult {

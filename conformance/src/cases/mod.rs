@@ -280,6 +280,7 @@ macro_rules! __a2_cases {
                 robustness::nul_and_huge_strings_are_stored_or_rejected,
                 robustness::empty_requests_are_no_ops,
                 hostile::hostile_strings_round_trip_through_every_operation,
+                hostile::hostile_log_declarations_round_trip,
                 hostile::sixteen_mib_payload_is_stored_or_refused,
                 hostile::deeply_nested_payload_is_invalid,
                 hostile::numbers_at_their_limits_are_typed,
