@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use a2_store_api::{
-    AppendOptions, ErrorCode, NewEvent, RandomIds, ReadOptions, Store, SystemClock,
+    AppendOptions, ErrorCode, NewEvent, RandomIds, ReadOptions, Store, SystemClock, Target,
 };
 use a2_store_postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
 use serde_json::json;
@@ -106,6 +106,57 @@ async fn a_schema_from_a_newer_version_is_refused() {
         .await
         .expect_err("refused");
     assert_eq!(error.code(), ErrorCode::IncompatibleSchema, "{error}");
+}
+
+/// Migration 5 counts the live heads a version-4 schema already holds, so
+/// `has_pending` stays true for them after the upgrade.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_from_version_4_counts_existing_live_heads() {
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let schema = factory.schema();
+    let store = PostgresStore::connect(factory.url(), options(&schema))
+        .await
+        .expect("connect");
+    let mut event = NewEvent::new("e", json!({}));
+    event.targets = vec![Target::event("notifier")];
+    store
+        .append("s", vec![event], AppendOptions::default())
+        .await
+        .expect("append a targeted event");
+    drop(store);
+    let (client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
+        .await
+        .expect("raw connect");
+    tokio::spawn(connection);
+    // Undo migration 5 by hand: the schema as a version-4 build left it.
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\"; DROP TABLE pending_counts; \
+             DROP FUNCTION count_pending() CASCADE; \
+             CREATE INDEX cursors_pending ON cursors (session_id, consumer) \
+               WHERE head IS NOT NULL AND failed_at IS NULL; \
+             UPDATE schema_version SET version = 4"
+        ))
+        .await
+        .expect("downgrade to version 4");
+    let upgraded = PostgresStore::connect(factory.url(), options(&schema))
+        .await
+        .expect("reconnect migrates");
+    let pending = upgraded
+        .append("s", Vec::new(), AppendOptions::default())
+        .await
+        .expect("empty append");
+    assert!(
+        pending.has_pending,
+        "the head stored before the upgrade is pending"
+    );
+    let other = upgraded
+        .append("t", Vec::new(), AppendOptions::default())
+        .await
+        .expect("empty append");
+    assert!(!other.has_pending, "another session has nothing pending");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
