@@ -100,6 +100,24 @@ pub fn validate_json_depth(what: &str, value: &serde_json::Value) -> Result<()> 
     Ok(())
 }
 
+/// Validates reducer states before a `write_state`: none nested deeper than
+/// [`MAX_JSON_DEPTH`].
+pub fn validate_state_writes(writes: &[crate::StateWrite]) -> Result<()> {
+    writes
+        .iter()
+        .try_for_each(|write| validate_json_depth("reducer state", &write.state))
+}
+
+/// Validates presence values before a `set_presence`: none nested deeper
+/// than [`MAX_JSON_DEPTH`].
+pub fn validate_presence_values(
+    values: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> Result<()> {
+    values
+        .values()
+        .try_for_each(|value| validate_json_depth("presence value", value))
+}
+
 /// Whether `value` nests deeper than [`MAX_JSON_DEPTH`]; iterative, and free
 /// for scalars.
 fn too_deep(value: &serde_json::Value) -> bool {

@@ -12,9 +12,7 @@ impl Session {
     /// checkpoint kept while one of its pins (a held, live head) holds.
     pub fn write_state(&mut self, reducer: &str, mut writes: Vec<StateWrite>) -> Result<()> {
         codec::validate_name("reducer name", reducer)?;
-        for write in &writes {
-            codec::validate_json_depth("reducer state", &write.state)?;
-        }
+        codec::validate_state_writes(&writes)?;
         writes.sort_by_key(|write| write.index);
         let clear = self.log.clear_index();
         for write in writes {

@@ -305,9 +305,7 @@ impl Store for MemoryStore {
         codec::validate_session_id(session_id)?;
         codec::validate_name("participant", participant)?;
         codec::validate_presence_ttl(meta.ttl_ms)?;
-        for value in values.values() {
-            codec::validate_json_depth("presence value", value)?;
-        }
+        codec::validate_presence_values(&values)?;
         self.with_session(session_id, |session, env| {
             Ok(session
                 .presence

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use a2_store_api::codec::{
     lease_expiry, log_declaration, read_bounds, validate_consumers, validate_name,
-    validate_new_events, validate_presence_ttl, validate_retry_after, validate_session_id,
+    validate_new_events, validate_presence_ttl, validate_presence_values, validate_retry_after,
+    validate_session_id, validate_state_writes,
 };
 use a2_store_api::{
     AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult, Clock,
@@ -395,6 +396,7 @@ impl Store for PostgresStore {
     ) -> Result<()> {
         validate_session_id(session_id)?;
         validate_name("reducer name", reducer)?;
+        validate_state_writes(&writes)?;
         transact!(self.inner, "writing reducer state", |tx| {
             ops::state::write_state(&tx, session_id, reducer, &writes).await?
         })
@@ -423,6 +425,7 @@ impl Store for PostgresStore {
         validate_session_id(session_id)?;
         validate_name("participant", participant)?;
         validate_presence_ttl(meta.ttl_ms)?;
+        validate_presence_values(&values)?;
         let now = self.inner.clock.now_ms();
         transact!(self.inner, "writing presence", |tx| {
             ops::presence::set_presence(&tx, session_id, participant, &values, &meta, now).await?

@@ -4,7 +4,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use a2_store_api::codec::{validate_name, validate_presence_ttl, validate_session_id};
+use a2_store_api::codec::{
+    validate_name, validate_presence_ttl, validate_presence_values, validate_session_id,
+    validate_state_writes,
+};
 use a2_store_api::{
     AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
     CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
@@ -225,6 +228,7 @@ impl Store for SqliteStore {
     ) -> Result<(), StoreError> {
         validate_session_id(session_id)?;
         validate_name("reducer name", reducer)?;
+        validate_state_writes(&writes)?;
         let session_id = session_id.to_owned();
         let reducer = reducer.to_owned();
         self.pool
@@ -261,6 +265,7 @@ impl Store for SqliteStore {
         validate_session_id(session_id)?;
         validate_name("participant", participant)?;
         validate_presence_ttl(meta.ttl_ms)?;
+        validate_presence_values(&values)?;
         let session_id = session_id.to_owned();
         let participant = participant.to_owned();
         self.pool

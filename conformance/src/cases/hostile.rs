@@ -321,11 +321,6 @@ pub(crate) async fn deeply_nested_payload_is_invalid(cx: Cx) -> CaseResult {
 
 /// A state nested 10,000 levels deep is refused as `InvalidInput` and the
 /// reducer keeps no snapshot.
-// Not listed yet: the memory store refuses it, but SQLite and PostgreSQL do
-// not call `codec::validate_json_depth` in `write_state`: they store 101
-// levels, and 10,000 levels overflow the worker's stack while encoding
-// (the process aborts). List it once both call the validation.
-#[allow(dead_code)]
 pub(crate) async fn deeply_nested_state_is_invalid(cx: Cx) -> CaseResult {
     let s = cx.s("s");
     cx.append(&s, vec![msg("a")]).await?;
@@ -355,11 +350,6 @@ pub(crate) async fn deeply_nested_state_is_invalid(cx: Cx) -> CaseResult {
 
 /// A presence value nested 10,000 levels deep is refused as `InvalidInput`
 /// and no field is written.
-// Not listed yet: the memory store refuses it, but SQLite and PostgreSQL do
-// not call `codec::validate_json_depth` in `set_presence`: they store 101
-// levels, and 10,000 levels overflow the worker's stack (the process
-// aborts). List it once both call the validation.
-#[allow(dead_code)]
 pub(crate) async fn deeply_nested_presence_is_invalid(cx: Cx) -> CaseResult {
     let s = cx.s("s");
     for levels in [MAX_JSON_DEPTH + 1, 10_000] {

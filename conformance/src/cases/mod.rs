@@ -283,6 +283,8 @@ macro_rules! __a2_cases {
                 hostile::hostile_log_declarations_round_trip,
                 hostile::sixteen_mib_payload_is_stored_or_refused,
                 hostile::deeply_nested_payload_is_invalid,
+                hostile::deeply_nested_state_is_invalid,
+                hostile::deeply_nested_presence_is_invalid,
                 hostile::numbers_at_their_limits_are_typed,
                 snapshots::read_state_without_writes_is_empty,
                 snapshots::read_state_returns_most_recent_write,
