@@ -224,6 +224,53 @@ pub(crate) async fn append_origin_index_below_clear_is_session_cleared(cx: Cx) -
     Ok(())
 }
 
+/// Index 0 is at or below every clear index, even a never-cleared session's
+/// 0: `origin_index: Some(0)` is `SessionCleared`, and completing or failing
+/// index 0 is `Superseded`, all changing nothing.
+pub(crate) async fn index_zero_is_at_the_clear_of_an_uncleared_session(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let before = cx.state(&s).await?;
+    let options = AppendOptions {
+        origin_index: Some(0),
+        ..AppendOptions::default()
+    };
+    ensure_code!(
+        cx.store.append(&s, vec![msg("b")], options).await,
+        ErrorCode::SessionCleared
+    );
+    let done = cx
+        .store
+        .complete_attempt(a2_store_api::CompleteRequest {
+            session_id: s.clone(),
+            consumer: "agent".into(),
+            lane: Some("L1".into()),
+            index: 0,
+            attempt: 0,
+            events: vec![],
+            consumers: None,
+        })
+        .await?;
+    ensure_eq!(done, a2_store_api::CompleteResult::Superseded);
+    let failed = cx
+        .store
+        .fail_attempt(a2_store_api::FailRequest {
+            session_id: s.clone(),
+            consumer: "agent".into(),
+            lane: Some("L1".into()),
+            index: 0,
+            attempt: 0,
+            error: "e".into(),
+            max_failures: None,
+            retry_after_ms: None,
+        })
+        .await?;
+    ensure_eq!(failed.outcome, FailOutcome::Superseded);
+    ensure_eq!(failed.failure_count, 0);
+    ensure_unchanged!(cx, &s, before);
+    Ok(())
+}
+
 /// `origin_index` above the clear index is accepted.
 pub(crate) async fn append_origin_index_above_clear_is_accepted(cx: Cx) -> CaseResult {
     let s = cleared_session(&cx).await?;

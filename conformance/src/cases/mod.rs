@@ -69,6 +69,7 @@ macro_rules! __a2_cases {
                 append::append_ids_are_per_session,
                 append::append_origin_index_at_clear_is_session_cleared,
                 append::append_origin_index_below_clear_is_session_cleared,
+                append::index_zero_is_at_the_clear_of_an_uncleared_session,
                 append::append_origin_index_above_clear_is_accepted,
                 append::append_checks_origin_before_cause,
                 append::append_with_current_cause_is_accepted,
