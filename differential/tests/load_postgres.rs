@@ -4,26 +4,16 @@
 //! Runs only when `A2_POSTGRES_URL` is set; 2,000 events, 50,000 with
 //! `A2_LOAD_FULL=1`, N with `A2_LOAD_EVENTS=N`. The children are this binary re-executed.
 
+mod load_harness;
 mod support;
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Instant;
 
-use a2_differential::load::{drain, produce, verify, LoadPlan, WorkerReport};
 use a2_store_api::{RandomIds, Store, SystemClock};
 use a2_store_postgres::PostgresStore;
 
-const ROLE: &str = "A2_LOAD_ROLE";
-const SCHEMA: &str = "A2_LOAD_SCHEMA";
-const OUT: &str = "A2_LOAD_OUT";
-const PROCESS: &str = "A2_LOAD_PROCESS";
 const PROCESSES: usize = 4;
 const TEST: &str = "postgres_processes_drain_targeted_load_exactly_once";
-
-fn plan() -> LoadPlan {
-    LoadPlan::from_env()
-}
 
 async fn open(url: &str, schema: &str) -> Arc<dyn Store> {
     Arc::new(
@@ -34,14 +24,6 @@ async fn open(url: &str, schema: &str) -> Arc<dyn Store> {
         .await
         .expect("connect to PostgreSQL"),
     )
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime")
 }
 
 /// Drops the schema even when the test fails.
@@ -58,74 +40,19 @@ fn postgres_processes_drain_targeted_load_exactly_once() {
     let Some(url) = support::postgres_url(TEST) else {
         return;
     };
-    if let (Ok(_), Ok(schema)) = (std::env::var(ROLE), std::env::var(SCHEMA)) {
-        let out = std::env::var(OUT).expect("report path");
-        let process: usize = std::env::var(PROCESS)
-            .expect("process number")
-            .parse()
-            .expect("a number");
-        let report = runtime()
-            .block_on(async { drain(open(&url, &schema).await, plan(), process).await })
-            .expect("the workers drain the load");
-        std::fs::write(out, serde_json::to_vec(&report).expect("encode"))
-            .expect("write the report");
+    if let Some(schema) = load_harness::worker_database() {
+        load_harness::work(async move { open(&url, &schema).await });
         return;
     }
-    let plan = plan();
     let schema = support::fresh_schema();
     let _cleanup = DropSchema(url.clone(), schema.clone());
     let dir = tempfile::tempdir().expect("a temporary directory");
-    let rt = runtime();
-    let store = rt.block_on(open(&url, &schema));
-    let started = Instant::now();
-    rt.block_on(produce(store.as_ref(), &plan))
-        .expect("produce the load");
-    let produced = started.elapsed();
-
-    let started = Instant::now();
-    let children: Vec<_> = (0..PROCESSES)
-        .map(|process| {
-            let out = dir.path().join(format!("report-{process}.json"));
-            let child = Command::new(std::env::current_exe().expect("the test binary"))
-                .args(["--exact", TEST, "--nocapture", "--test-threads", "1"])
-                .env(ROLE, "worker")
-                .env(SCHEMA, &schema)
-                .env(OUT, &out)
-                .env(PROCESS, process.to_string())
-                .stdout(Stdio::null())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("spawn a worker process");
-            (child, out)
-        })
-        .collect();
-    let mut report = WorkerReport::default();
-    for (mut child, out) in children {
-        let status = child.wait().expect("wait for a worker process");
-        assert!(status.success(), "a worker process failed: {status}");
-        let bytes = std::fs::read(&out).expect("the worker's report");
-        report.merge(serde_json::from_slice(&bytes).expect("a report"));
-    }
-    let drained = started.elapsed();
-
-    rt.block_on(verify(store.as_ref(), &plan, &report))
-        .unwrap_or_else(|problem| panic!("{problem}\nworkers: {report:?}"));
-    let expected = plan.expected();
-    println!(
-        "postgres load: {} events over {} sessions, {} processes x {} workers: produced in {:.2?}, drained in {:.2?} \
-         ({:.0} events/s, {:.0} completions/s); {} failures, {} dead letters, {} stalls ({} fenced), {} busy retries",
-        plan.events,
-        plan.sessions,
+    load_harness::run(
+        "postgres",
+        TEST,
         PROCESSES,
-        plan.workers_per_process,
-        produced,
-        drained,
-        plan.events as f64 / drained.as_secs_f64(),
-        expected.completions as f64 / drained.as_secs_f64(),
-        report.failed,
-        report.dead_lettered,
-        expected.stalls,
-        report.stalls_superseded.len(),
-        report.busy_retries,
+        open(&url, &schema),
+        &schema,
+        dir.path(),
     );
 }
