@@ -5,7 +5,7 @@
 //! failures and dead letters are exactly the injected ones.
 //!
 //! 2,000 events by default; `A2_LOAD_FULL=1` runs 50,000, `A2_LOAD_EVENTS=N` N. The children are
-//! this test binary re-executed with `A2_LOAD_ROLE=worker`.
+//! this test binary re-executed with `A2_LOAD_ROLE` naming the database file.
 
 mod load_harness;
 
