@@ -98,15 +98,14 @@ async fn fresh(factory: &dyn StoreFactory) -> Result<(ManualClock, Arc<dyn Store
     Ok((clock, store))
 }
 
-/// Holder `slow` claims, its lease runs out while it works, `fast` claims
-/// the head again: `slow`'s completion, fenced append and renewal are all
-/// refused, `fast` completes, and only `fast`'s reply is in the log.
-async fn expired_and_reclaimed_is_superseded(
+/// A fresh store whose `session` holds one piece of `kind` work, claimed by
+/// holder `slow` (the claim the cases then let expire).
+async fn slow_claim(
     factory: &dyn StoreFactory,
     kind: Kind,
-) -> Result<(), String> {
+    session: &str,
+) -> Result<(ManualClock, Arc<dyn Store>, Head), String> {
     let (clock, store) = fresh(factory).await?;
-    let session = "fence-reclaimed";
     let options = AppendOptions {
         consumers: declarations(kind),
         origin_index: None,
@@ -123,6 +122,18 @@ async fn expired_and_reclaimed_is_superseded(
         "first claim",
     )
     .map_err(|e| fail(kind, "first claim", e))?;
+    Ok((clock, store, slow))
+}
+
+/// Holder `slow` claims, its lease runs out while it works, `fast` claims
+/// the head again: `slow`'s completion, fenced append and renewal are all
+/// refused, `fast` completes, and only `fast`'s reply is in the log.
+async fn expired_and_reclaimed_is_superseded(
+    factory: &dyn StoreFactory,
+    kind: Kind,
+) -> Result<(), String> {
+    let session = "fence-reclaimed";
+    let (clock, store, slow) = slow_claim(factory, kind, session).await?;
     // The handler is slow: its lease expires while it runs.
     clock.advance(TTL_MS + 500);
     let fast = one_head(
@@ -227,24 +238,8 @@ async fn expired_but_unclaimed_still_completes(
     factory: &dyn StoreFactory,
     kind: Kind,
 ) -> Result<(), String> {
-    let (clock, store) = fresh(factory).await?;
     let session = "fence-unclaimed";
-    let options = AppendOptions {
-        consumers: declarations(kind),
-        origin_index: None,
-    };
-    store
-        .append(session, vec![work(kind)], options)
-        .await
-        .map_err(|e| fail(kind, "append", e.to_string()))?;
-    let slow = one_head(
-        store
-            .claim_available(claim(session, "slow", kind))
-            .await
-            .map_err(|e| fail(kind, "claim", e.to_string()))?,
-        "claim",
-    )
-    .map_err(|e| fail(kind, "claim", e))?;
+    let (clock, store, slow) = slow_claim(factory, kind, session).await?;
     clock.advance(TTL_MS * 3);
     let late = store
         .complete_attempt(complete(session, &slow, "slow-reply"))
