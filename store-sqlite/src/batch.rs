@@ -115,17 +115,7 @@ fn enqueue(
                 cursor::create(
                     tx,
                     session,
-                    CursorRow {
-                        cid: 0,
-                        consumer: consumer.name.clone(),
-                        lane: Some(log.lane.clone()),
-                        ev_index: 0,
-                        kind: CursorKind::Log,
-                        position,
-                        head,
-                        types: log.types.clone(),
-                        dispatch: Dispatch::default(),
-                    },
+                    CursorRow::new_log(&consumer.name, log, position, head),
                 )?;
             }
             Some(mut existing) => {

@@ -2,7 +2,9 @@
 //! questions every call asks of them (pending work, fencing).
 
 use a2_store_api::codec::{decode_json, encode_json, from_sql_count, from_sql_int, to_sql_int};
-use a2_store_api::{Cause, ConsumerDeclaration, Cursor, CursorKind, Dispatch, Head, StoreError};
+use a2_store_api::{
+    Cause, ConsumerDeclaration, Cursor, CursorKind, Dispatch, Head, LogDeclaration, StoreError,
+};
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::errors::SqlContext;
@@ -44,6 +46,27 @@ pub(crate) struct CursorRow {
 }
 
 impl CursorRow {
+    /// A new, not yet stored log cursor of `consumer` following `log` from
+    /// `position`, with `head` as its first head and fresh bookkeeping.
+    pub(crate) fn new_log(
+        consumer: &str,
+        log: &LogDeclaration,
+        position: u64,
+        head: Option<u64>,
+    ) -> Self {
+        CursorRow {
+            cid: 0,
+            consumer: consumer.to_owned(),
+            lane: Some(log.lane.clone()),
+            ev_index: 0,
+            kind: CursorKind::Log,
+            position,
+            head,
+            types: log.types.clone(),
+            dispatch: Dispatch::default(),
+        }
+    }
+
     /// The public view of this cursor.
     pub(crate) fn to_cursor(&self) -> Cursor {
         Cursor {

@@ -2,7 +2,7 @@
 //! points at its next taken event.
 
 use a2_store_api::codec::{idle_log_cursor, lane_conflict, log_declaration, validate_session_id};
-use a2_store_api::{ConsumerDeclaration, CursorKind, Dispatch, StoreError, WakeLogResult};
+use a2_store_api::{ConsumerDeclaration, CursorKind, StoreError, WakeLogResult};
 use rusqlite::Connection;
 
 use crate::cursor::{self, CursorRow};
@@ -66,17 +66,7 @@ pub(crate) fn wake_log(
             cursor::create(
                 tx,
                 &session,
-                CursorRow {
-                    cid: 0,
-                    consumer: consumer.name.clone(),
-                    lane: Some(log.lane.clone()),
-                    ev_index: 0,
-                    kind: CursorKind::Log,
-                    position,
-                    head,
-                    types: log.types.clone(),
-                    dispatch: Dispatch::default(),
-                },
+                CursorRow::new_log(&consumer.name, log, position, head),
             )?
         }
     };
