@@ -11,8 +11,8 @@ use serde::Serialize;
 
 use crate::error::{Result, StoreError};
 use crate::types::{
-    ConsumerDeclaration, Cursor, CursorKind, CursorRef, Dispatch, Head, NewEvent, ReadOptions,
-    StoredEvent, CLEAR_EVENT_TYPE,
+    ConsumerDeclaration, Cursor, CursorKind, CursorRef, Dispatch, FailOutcome, FailRequest,
+    FailResult, Head, NewEvent, ReadOptions, StoredEvent, CLEAR_EVENT_TYPE,
 };
 
 /// Rejects an empty session id.
@@ -229,6 +229,63 @@ pub fn validate_retry_after(retry_after_ms: Option<i64>) -> Result<()> {
             "retry_after_ms must not be negative, got {delay}"
         ))),
         _ => Ok(()),
+    }
+}
+
+/// What a `fail_attempt` naming `attempt` does to a cursor whose bookkeeping
+/// is `dispatch` (`on_head`: the cursor is still on the failed index).
+/// `Some(result)` answers without a change: superseded, an idempotent repeat,
+/// or an already dead-lettered head; `None` means record the failure with
+/// [`record_failure`].
+pub fn fail_verdict(dispatch: &Dispatch, on_head: bool, attempt: u32) -> Option<FailResult> {
+    let released = dispatch.claim_holder.is_none();
+    let repeat = released && dispatch.last_failed_attempt == Some(attempt);
+    if !on_head || dispatch.attempt_count != attempt || (released && !repeat) {
+        return Some(FailResult {
+            outcome: FailOutcome::Superseded,
+            failure_count: if on_head { dispatch.failure_count } else { 0 },
+        });
+    }
+    if repeat || dispatch.failed_at.is_some() {
+        let outcome = if dispatch.failed_at.is_some() {
+            FailOutcome::DeadLettered
+        } else {
+            FailOutcome::Failed
+        };
+        return Some(FailResult {
+            outcome,
+            failure_count: dispatch.failure_count,
+        });
+    }
+    None
+}
+
+/// Records the failure `request` describes at `now_ms` on `dispatch`: counted,
+/// error kept, holder released, retry delay or dead letter (`failed_at` set,
+/// no delay) at `max_failures`.
+pub fn record_failure(dispatch: &mut Dispatch, request: &FailRequest, now_ms: i64) -> FailResult {
+    dispatch.failure_count = dispatch.failure_count.saturating_add(1);
+    dispatch.last_error = Some(request.error.clone());
+    dispatch.last_failed_at = Some(now_ms);
+    dispatch.last_failed_attempt = Some(request.attempt);
+    dispatch.claim_holder = None;
+    let dead = request
+        .max_failures
+        .is_some_and(|max| dispatch.failure_count >= max);
+    dispatch.claim_expires_at = match request.retry_after_ms {
+        Some(delay) if !dead => Some(now_ms.saturating_add(delay)),
+        _ => None,
+    };
+    if dead {
+        dispatch.failed_at = Some(now_ms);
+    }
+    FailResult {
+        outcome: if dead {
+            FailOutcome::DeadLettered
+        } else {
+            FailOutcome::Failed
+        },
+        failure_count: dispatch.failure_count,
     }
 }
 

@@ -163,65 +163,26 @@ impl Session {
                 }
                 Lookup::Finished(_) => return Ok(superseded(0)),
                 Lookup::Live(id, cursor) => {
-                    let dispatch = &cursor.dispatch;
                     let on_head = cursor.head == Some(request.index);
-                    let released = dispatch.claim_holder.is_none();
-                    let repeat = released && dispatch.last_failed_attempt == Some(request.attempt);
-                    if !on_head
-                        || dispatch.attempt_count != request.attempt
-                        || (released && !repeat)
+                    if let Some(result) =
+                        codec::fail_verdict(&cursor.dispatch, on_head, request.attempt)
                     {
-                        let count = if on_head { dispatch.failure_count } else { 0 };
-                        return Ok(superseded(count));
-                    }
-                    if repeat || dispatch.failed_at.is_some() {
-                        let outcome = if dispatch.failed_at.is_some() {
-                            FailOutcome::DeadLettered
-                        } else {
-                            FailOutcome::Failed
-                        };
-                        return Ok(FailResult {
-                            outcome,
-                            failure_count: dispatch.failure_count,
-                        });
+                        return Ok(result);
                     }
                     id
                 }
             };
         let now = env.clock.now_ms();
-        let outcome = self.cursors.modify(id, |cursor| {
-            let dispatch = &mut cursor.dispatch;
-            dispatch.failure_count = dispatch.failure_count.saturating_add(1);
-            dispatch.last_error = Some(request.error);
-            dispatch.last_failed_at = Some(now);
-            dispatch.last_failed_attempt = Some(request.attempt);
-            dispatch.claim_holder = None;
-            let dead = request
-                .max_failures
-                .is_some_and(|max| dispatch.failure_count >= max);
-            dispatch.claim_expires_at = match request.retry_after_ms {
-                Some(delay) if !dead => Some(now.saturating_add(delay)),
-                _ => None,
-            };
-            if dead {
-                dispatch.failed_at = Some(now);
-            }
-            (dead, dispatch.failure_count)
+        let recorded = self.cursors.modify(id, |cursor| {
+            codec::record_failure(&mut cursor.dispatch, &request, now)
         });
-        let Some((dead, failure_count)) = outcome else {
+        let Some(result) = recorded else {
             return Err(self.inconsistent("the failed cursor vanished"));
         };
-        if dead {
+        if result.outcome == FailOutcome::DeadLettered {
             self.snapshots.release((id, request.index));
         }
-        Ok(FailResult {
-            outcome: if dead {
-                FailOutcome::DeadLettered
-            } else {
-                FailOutcome::Failed
-            },
-            failure_count,
-        })
+        Ok(result)
     }
 
     /// Dead-lettered heads above the clear, by `(index, consumer, lane)`.

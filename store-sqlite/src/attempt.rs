@@ -1,8 +1,9 @@
 //! `complete_attempt` and `fail_attempt`: the outcomes of a claimed head.
 
 use a2_store_api::codec::{
-    decode_json, encode_json, idempotent_replay, to_sql_int, validate_consumers, validate_name,
-    validate_new_events, validate_retry_after, validate_session_id,
+    decode_json, encode_json, fail_verdict, idempotent_replay, record_failure, to_sql_int,
+    validate_consumers, validate_name, validate_new_events, validate_retry_after,
+    validate_session_id,
 };
 use a2_store_api::{
     Cause, CompleteRequest, CompleteResult, CursorKind, FailOutcome, FailRequest, FailResult,
@@ -239,54 +240,16 @@ pub(crate) fn fail(
         return Ok(superseded(0));
     };
     let on_head = found.head == Some(request.index);
-    let d = &mut found.dispatch;
-    if !on_head
-        || d.attempt_count != request.attempt
-        || (d.claim_holder.is_none() && d.last_failed_attempt != Some(request.attempt))
-    {
-        return Ok(superseded(if on_head { d.failure_count } else { 0 }));
-    }
-    if d.last_failed_attempt == Some(request.attempt) && d.claim_holder.is_none() {
-        let outcome = if d.failed_at.is_some() {
-            FailOutcome::DeadLettered
-        } else {
-            FailOutcome::Failed
-        };
-        return Ok(FailResult {
-            outcome,
-            failure_count: d.failure_count,
-        });
-    }
-    if d.failed_at.is_some() {
-        return Ok(FailResult {
-            outcome: FailOutcome::DeadLettered,
-            failure_count: d.failure_count,
-        });
+    if let Some(result) = fail_verdict(&found.dispatch, on_head, request.attempt) {
+        return Ok(result);
     }
     let now = ctx.clock.now_ms();
-    d.failure_count = d.failure_count.saturating_add(1);
-    d.last_error = Some(request.error.clone());
-    d.last_failed_at = Some(now);
-    d.last_failed_attempt = Some(request.attempt);
-    d.claim_holder = None;
-    let reached = request
-        .max_failures
-        .is_some_and(|max| d.failure_count >= max);
-    d.claim_expires_at = match request.retry_after_ms {
-        Some(delay) if !reached => Some(now.saturating_add(delay)),
-        _ => None,
-    };
-    let failure_count = d.failure_count;
-    let outcome = if reached {
+    let result = record_failure(&mut found.dispatch, request, now);
+    if result.outcome == FailOutcome::DeadLettered {
         dead_letter(tx, &mut found, now)?;
         cursor::save(tx, &found)?;
-        FailOutcome::DeadLettered
     } else {
         cursor::save_claim(tx, &found)?;
-        FailOutcome::Failed
-    };
-    Ok(FailResult {
-        outcome,
-        failure_count,
-    })
+    }
+    Ok(result)
 }
