@@ -1,7 +1,7 @@
 //! `claim_available`: order, bookkeeping, busy and settled, `through`,
 //! `exclude`, `limit`, holders, expired claims and dead-lettering on expiry.
 
-use a2_store_api::{ClaimRequest, ClearRequest, Dispatch, NewEvent, Target};
+use a2_store_api::{ClaimRequest, ClearRequest, ConsumerDeclaration, Dispatch, NewEvent, Target};
 use serde_json::json;
 
 use crate::support::*;
@@ -220,6 +220,46 @@ pub(crate) async fn claim_limit_takes_lowest_and_leaves_rest(cx: Cx) -> CaseResu
     );
     let (heads, _, _) = claimed(cx.store.claim_available(request).await?)?;
     ensure_eq!(hs(&heads), strs(&["3 al/- #1", "3 bob/- #1"]));
+    Ok(())
+}
+
+/// A claim serving some consumers takes their heads in the same
+/// `(index, consumer, lane)` order: at one index, the least consumer name
+/// first, then lane `None`, then lanes by name, whatever order the event
+/// named its targets in.
+pub(crate) async fn served_claim_orders_ties_by_consumer_then_lane(cx: Cx) -> CaseResult {
+    let s = cx.s("s");
+    cx.append(
+        &s,
+        vec![msg("m")
+            .with_target(Target::lane("zed", "L2"))
+            .with_target(Target::lane("bob", "L9"))
+            .with_target(Target::event("zed"))
+            .with_target(Target::lane("zed", "L1"))
+            .with_target(Target::event("bob"))
+            .with_target(Target::event("amy"))],
+    )
+    .await?;
+    let served = Some(vec![
+        ConsumerDeclaration::targeted("zed"),
+        ConsumerDeclaration::targeted("bob"),
+    ]);
+    let one = ClaimRequest {
+        limit: Some(1),
+        consumers: served.clone(),
+        ..cx.req(&s, "w1")
+    };
+    let (heads, _, _) = claimed(cx.store.claim_available(one).await?)?;
+    ensure_eq!(hs(&heads), strs(&["1 bob/- #1"]));
+    let rest = ClaimRequest {
+        consumers: served,
+        ..cx.req(&s, "w1")
+    };
+    let (heads, _, _) = claimed(cx.store.claim_available(rest).await?)?;
+    ensure_eq!(
+        hs(&heads),
+        strs(&["1 bob/L9 #1", "1 zed/- #1", "1 zed/L1 #1", "1 zed/L2 #1"])
+    );
     Ok(())
 }
 

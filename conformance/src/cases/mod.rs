@@ -96,6 +96,7 @@ macro_rules! __a2_cases {
                 claims::claim_excludes_lane_cursor_whatever_its_head,
                 claims::claim_excludes_log_cursor_whatever_its_head,
                 claims::claim_limit_takes_lowest_and_leaves_rest,
+                claims::served_claim_orders_ties_by_consumer_then_lane,
                 claims::claim_never_hands_busy_head_to_anyone,
                 claims::expired_claim_counts_failure_and_is_reclaimed,
                 claims::expired_claim_at_max_failures_is_dead_lettered,
