@@ -14,7 +14,7 @@ use a2_store_api::{
 
 use crate::cursor::{CursorId, CursorKey, CursorState};
 use crate::cursor_table::{CursorTable, Lookup};
-use crate::head_index::{ConsumerHeadKey, HeadKey};
+use crate::head_index::ReadyKey;
 use crate::session::{Env, Session};
 
 /// What a claim does to one head.
@@ -250,97 +250,115 @@ impl Session {
 }
 
 /// The claimable heads at or below `through` of the served consumers
-/// (`None`: all), in claim order.
+/// (`None`: all), in claim order `(index, consumer, lane)`.
 fn candidates<'a>(
     cursors: &'a CursorTable,
     served: Option<&BTreeSet<&str>>,
     through: u64,
 ) -> Candidates<'a> {
     let heads = cursors.heads();
-    match served {
-        None => Candidates::All {
-            ready: heads.ready.iter(),
-            through,
-        },
-        Some(served) => {
-            let sources = served
+    let source = match served {
+        None => Source::All(heads.ready.iter()),
+        Some(served) => Source::Served(Merge {
+            sources: served
                 .iter()
-                .filter_map(|name| {
-                    let slot = cursors.consumer_id(name)?;
-                    Some((cursors.consumer_name(slot)?, heads.consumer(slot)?))
-                })
-                .map(|(name, slot)| (name, slot.ready.iter().peekable()))
-                .collect();
-            Candidates::Served {
-                merge: Merge { sources },
-                through,
-            }
-        }
+                .filter_map(|name| heads.consumer(cursors.consumer_id(name)?))
+                .map(|slot| slot.ready.iter().peekable())
+                .collect(),
+        }),
+    };
+    Candidates {
+        cursors,
+        source: source.peekable(),
+        group: Vec::new(),
+        through,
     }
 }
 
-/// The claim candidates: every ready head, or a merge of the served
-/// consumers' ready heads; both stop after `through`.
-enum Candidates<'a> {
-    /// Every consumer is served: the session's ready heads.
-    All {
-        ready: std::collections::btree_set::Iter<'a, HeadKey>,
-        through: u64,
-    },
-    /// Only some consumers are served.
-    Served { merge: Merge<'a>, through: u64 },
+/// The claim candidates: ready heads read in index order, each run of heads
+/// sharing an index put in `(consumer, lane)` order; stops after `through`.
+struct Candidates<'a> {
+    cursors: &'a CursorTable,
+    source: Peekable<Source<'a>>,
+    /// The rest of the current index's heads, in reverse claim order.
+    group: Vec<CursorId>,
+    through: u64,
+}
+
+impl Candidates<'_> {
+    /// The `(consumer, lane)` a head's ties are ordered by.
+    fn names(&self, id: CursorId) -> (Option<&Arc<str>>, Option<&Arc<str>>) {
+        match self.cursors.get(id) {
+            Some(cursor) => (Some(&cursor.consumer), cursor.lane.as_ref()),
+            None => (None, None),
+        }
+    }
 }
 
 impl Iterator for Candidates<'_> {
     type Item = CursorId;
 
     fn next(&mut self) -> Option<CursorId> {
+        if let Some(id) = self.group.pop() {
+            return Some(id);
+        }
+        let (index, id) = self.source.next()?;
+        if index > self.through {
+            return None;
+        }
+        if self.source.peek().is_none_or(|(next, _)| *next != index) {
+            return Some(id);
+        }
+        // Several heads at one index (fan-out): order them by name. Rare and
+        // as long as the event's targets, so a sort per run is cheap.
+        let mut group = std::mem::take(&mut self.group);
+        group.push(id);
+        while let Some((_, id)) = self.source.next_if(|(next, _)| *next == index) {
+            group.push(id);
+        }
+        group.sort_by(|a, b| self.names(*b).cmp(&self.names(*a)));
+        self.group = group;
+        self.group.pop()
+    }
+}
+
+/// Ready heads in index order (ties in any order).
+enum Source<'a> {
+    /// Every consumer is served: the session's ready heads.
+    All(std::collections::btree_set::Iter<'a, ReadyKey>),
+    /// Only some consumers are served: a merge of their ready heads.
+    Served(Merge<'a>),
+}
+
+impl Iterator for Source<'_> {
+    type Item = ReadyKey;
+
+    fn next(&mut self) -> Option<ReadyKey> {
         match self {
-            Self::All { ready, through } => {
-                let (index, .., id) = ready.next()?;
-                (*index <= *through).then_some(*id)
-            }
-            Self::Served { merge, through } => {
-                let (index, id) = merge.next()?;
-                (index <= *through).then_some(id)
-            }
+            Self::All(ready) => ready.next().copied(),
+            Self::Served(merge) => merge.next(),
         }
     }
 }
 
-/// A merge of several consumers' ready sets into claim order. The sources
+/// A merge of several consumers' ready sets into index order. The sources
 /// are few (the consumers a call serves), so picking the least is a scan.
 struct Merge<'a> {
-    sources: Vec<(
-        &'a Arc<str>,
-        Peekable<std::collections::btree_set::Iter<'a, ConsumerHeadKey>>,
-    )>,
+    sources: Vec<Peekable<std::collections::btree_set::Iter<'a, ReadyKey>>>,
 }
 
 impl Iterator for Merge<'_> {
-    type Item = (u64, CursorId);
+    type Item = ReadyKey;
 
-    fn next(&mut self) -> Option<Self::Item> {
-        // (source, index, consumer, lane) of the least head seen so far.
-        type Best<'b> = (usize, u64, &'b Arc<str>, &'b Option<Arc<str>>);
-        let mut best: Option<Best<'_>> = None;
-        for (position, (name, source)) in self.sources.iter_mut().enumerate() {
-            let name: &Arc<str> = name;
-            let Some((index, lane, _)) = source.peek() else {
-                continue;
-            };
-            let better = match best {
-                None => true,
-                Some((_, best_index, best_name, best_lane)) => {
-                    (*index, name, lane) < (best_index, best_name, best_lane)
-                }
-            };
-            if better {
-                best = Some((position, *index, name, lane));
+    fn next(&mut self) -> Option<ReadyKey> {
+        let mut best: Option<(usize, ReadyKey)> = None;
+        for (position, source) in self.sources.iter_mut().enumerate() {
+            let Some(key) = source.peek() else { continue };
+            if best.is_none_or(|(_, least)| **key < least) {
+                best = Some((position, **key));
             }
         }
-        let (position, ..) = best?;
-        let (index, _, id) = self.sources.get_mut(position)?.1.next()?;
-        Some((*index, *id))
+        let (position, _) = best?;
+        self.sources.get_mut(position)?.next().copied()
     }
 }

@@ -26,8 +26,6 @@ pub(crate) enum Lookup<'a> {
 /// cursors' completion records.
 #[derive(Debug)]
 struct ConsumerKeys {
-    /// The consumer.
-    name: Arc<str>,
     /// Its live event cursors by index.
     events: IdMap<u64, CursorId>,
     /// Its live lane and log cursors by lane.
@@ -37,9 +35,8 @@ struct ConsumerKeys {
 }
 
 impl ConsumerKeys {
-    fn new(name: Arc<str>) -> Self {
+    fn new() -> Self {
         Self {
-            name,
             events: IdMap::default(),
             lanes: HashMap::new(),
             finished: IdMap::default(),
@@ -78,11 +75,6 @@ impl CursorTable {
     /// The slot of `consumer`, if it ever had a cursor since the last clear.
     pub fn consumer_id(&self, consumer: &str) -> Option<ConsumerId> {
         self.names.get(consumer).copied()
-    }
-
-    /// The name of consumer slot `consumer`.
-    pub fn consumer_name(&self, consumer: ConsumerId) -> Option<&Arc<str>> {
-        self.consumers.get(consumer).map(|keys| &keys.name)
     }
 
     /// The live cursor a ref names: an event cursor by `(consumer, index)`,
@@ -135,7 +127,7 @@ impl CursorTable {
             return *slot;
         }
         let slot = self.consumers.len();
-        self.consumers.push(ConsumerKeys::new(consumer.clone()));
+        self.consumers.push(ConsumerKeys::new());
         self.names.insert(consumer.clone(), slot);
         slot
     }
@@ -299,12 +291,9 @@ impl CursorTable {
         if keys != self.cursors.len() {
             return Err("stale cursor keys".into());
         }
-        if self.names.len() != self.consumers.len()
-            || self
-                .names
-                .iter()
-                .any(|(name, slot)| self.consumer_name(*slot) != Some(name))
-        {
+        let mut slots: Vec<ConsumerId> = self.names.values().copied().collect();
+        slots.sort_unstable();
+        if slots != (0..self.consumers.len()).collect::<Vec<_>>() {
             return Err("consumer slots and names disagree".into());
         }
         match expected.differences(&self.heads) {

@@ -9,11 +9,15 @@ use crate::cursor::{CursorId, Placement};
 /// A consumer's slot number in one session (interned by the cursor table).
 pub(crate) type ConsumerId = usize;
 
-/// A head in claim order: `(index, consumer, lane, cursor)`, lane `None` first.
+/// A head in claim order with its names: `(index, consumer, lane, cursor)`,
+/// lane `None` first. Keys the dead letters, which are listed in that order.
 pub(crate) type HeadKey = (u64, Arc<str>, Option<Arc<str>>, CursorId);
 
-/// A head in one consumer's claim order: `(index, lane, cursor)`.
-pub(crate) type ConsumerHeadKey = (u64, Option<Arc<str>>, CursorId);
+/// A claimable head by index: `(index, cursor)`. Two integers, so the sets
+/// claims and completions update on every call compare and move no names;
+/// heads sharing an index are put in `(consumer, lane)` order by the walk
+/// that reads them (`claim::candidates`).
+pub(crate) type ReadyKey = (u64, CursorId);
 
 /// The identity of a head as the indexes need it, borrowed from its cursor
 /// (the shared names are cloned only into the ordered sets that keep them).
@@ -34,8 +38,8 @@ pub(crate) struct HeadEntry<'a> {
 /// One consumer's heads: reached by slot number, so no name is hashed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct ConsumerHeads {
-    /// Its claimable heads in claim order.
-    pub ready: BTreeSet<ConsumerHeadKey>,
+    /// Its claimable heads by index.
+    pub ready: BTreeSet<ReadyKey>,
     /// Its busy heads by expiry.
     pub busy: BTreeSet<(i64, CursorId)>,
     /// Its ready + busy heads.
@@ -50,8 +54,8 @@ pub(crate) struct ConsumerHeads {
 /// `dead`; each consumer's `pending` counts its `Ready` and `Busy` heads.
 #[derive(Debug, Default)]
 pub(crate) struct HeadIndex {
-    /// Claimable heads in claim order.
-    pub ready: BTreeSet<HeadKey>,
+    /// Claimable heads by index.
+    pub ready: BTreeSet<ReadyKey>,
     /// Claimed (or retry-delayed) heads by expiry.
     pub busy: BTreeSet<(i64, CursorId)>,
     /// Dead-lettered heads in claim order.
@@ -81,12 +85,10 @@ impl HeadIndex {
         match placement {
             Placement::Idle => return,
             Placement::Ready => {
-                self.ready.insert(head_key(entry));
-                self.slot(entry.consumer_id).ready.insert((
-                    entry.index,
-                    entry.lane.clone(),
-                    entry.id,
-                ));
+                self.ready.insert((entry.index, entry.id));
+                self.slot(entry.consumer_id)
+                    .ready
+                    .insert((entry.index, entry.id));
             }
             Placement::Busy(expiry) => {
                 self.busy.insert((expiry, entry.id));
@@ -106,10 +108,9 @@ impl HeadIndex {
         match placement {
             Placement::Idle => return,
             Placement::Ready => {
-                self.ready.remove(&head_key(entry));
+                self.ready.remove(&(entry.index, entry.id));
                 if let Some(slot) = self.by_consumer.get_mut(entry.consumer_id) {
-                    slot.ready
-                        .remove(&(entry.index, entry.lane.clone(), entry.id));
+                    slot.ready.remove(&(entry.index, entry.id));
                 }
             }
             Placement::Busy(expiry) => {
