@@ -76,7 +76,7 @@ impl Store for Broken {
                             event: StoredEvent {
                                 id: format!("early-{index}"),
                                 event_type: "msg".into(),
-                                payload: Value::Null,
+                                payload: Value::Null.into(),
                                 index,
                                 session_id: request.session_id.clone(),
                                 created_at: 0,

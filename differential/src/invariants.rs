@@ -268,7 +268,7 @@ mod tests {
         StoredEvent {
             id: format!("e{index}"),
             event_type: event_type.to_owned(),
-            payload: json!(null),
+            payload: json!(null).into(),
             index,
             session_id: "s0".to_owned(),
             created_at: 0,

@@ -516,7 +516,7 @@ mod tests {
         let row = StoredEvent {
             id: "x".into(),
             event_type: "msg".into(),
-            payload: json!({"a": 1}),
+            payload: json!({"a": 1}).into(),
             index: 1,
             session_id: "s".into(),
             created_at: 0,
@@ -524,7 +524,7 @@ mod tests {
         };
         assert!(idempotent_replay(std::slice::from_ref(&event), vec![row.clone()]).is_ok());
         let mut other = row;
-        other.payload = json!({"a": 2});
+        other.payload = json!({"a": 2}).into();
         assert_eq!(
             idempotent_replay(&[event], vec![other]).unwrap_err().code(),
             ErrorCode::IdempotencyConflict

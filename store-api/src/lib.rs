@@ -17,11 +17,13 @@ mod clock;
 pub mod codec;
 mod error;
 mod ids;
+mod payload;
 mod store;
 mod types;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::{BoxError, ErrorCode, Result, StoreError};
 pub use ids::{CounterIds, IdGenerator, RandomIds};
+pub use payload::Payload;
 pub use store::{EventStream, Store};
 pub use types::*;

@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::Payload;
+
 /// The type of the marker event a clear appends. Log cursors never take it.
 pub const CLEAR_EVENT_TYPE: &str = "a2.cleared";
 
@@ -77,9 +79,9 @@ pub struct NewEvent {
     /// Non-empty event type.
     #[serde(rename = "type")]
     pub event_type: String,
-    /// Any JSON value.
+    /// Any JSON value (`Payload::from(value)`, or pass a `Value` to [`NewEvent::new`]).
     #[serde(default)]
-    pub payload: Value,
+    pub payload: Payload,
     /// The attempt that produced it; fences the append (see SPEC, Fencing).
     #[serde(default)]
     pub cause: Option<Cause>,
@@ -90,11 +92,11 @@ pub struct NewEvent {
 
 impl NewEvent {
     /// An event of `event_type` with `payload`, no id, cause or targets.
-    pub fn new(event_type: impl Into<String>, payload: Value) -> Self {
+    pub fn new(event_type: impl Into<String>, payload: impl Into<Payload>) -> Self {
         Self {
             id: None,
             event_type: event_type.into(),
-            payload,
+            payload: payload.into(),
             cause: None,
             targets: Vec::new(),
         }
@@ -127,8 +129,8 @@ pub struct StoredEvent {
     /// The event type.
     #[serde(rename = "type")]
     pub event_type: String,
-    /// The payload as appended.
-    pub payload: Value,
+    /// The payload as appended; shared with the store's copy where it keeps one.
+    pub payload: Payload,
     /// 1-based, contiguous position in the session's log.
     pub index: u64,
     /// The session the event belongs to.
@@ -776,7 +778,7 @@ mod tests {
             event: StoredEvent {
                 id: "x".into(),
                 event_type: "msg".into(),
-                payload: json!(null),
+                payload: json!(null).into(),
                 index: 1,
                 session_id: "s".into(),
                 created_at: 10,

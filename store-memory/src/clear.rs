@@ -2,10 +2,9 @@
 //! rows below the clear marker.
 
 use a2_store_api::{
-    ClearRequest, ClearResult, NewEvent, ReclaimResult, Result, StoreError, CLEAR_EVENT_TYPE,
-    RECLAIM_BATCH,
+    ClearRequest, ClearResult, NewEvent, Payload, ReclaimResult, Result, StoreError,
+    CLEAR_EVENT_TYPE, RECLAIM_BATCH,
 };
-use serde_json::Value;
 
 use crate::session::{Env, Session};
 
@@ -27,7 +26,7 @@ impl Session {
         let marker = NewEvent {
             id: None,
             event_type: CLEAR_EVENT_TYPE.to_owned(),
-            payload: Value::Null,
+            payload: Payload::default(),
             cause: None,
             targets: Vec::new(),
         };

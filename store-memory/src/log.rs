@@ -4,8 +4,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
-use a2_store_api::{Cause, StoredEvent, CLEAR_EVENT_TYPE};
-use serde_json::Value;
+use a2_store_api::{Cause, Payload, StoredEvent, CLEAR_EVENT_TYPE};
 
 /// One stored row; its index is implied by its place in the log.
 #[derive(Debug, Clone)]
@@ -15,7 +14,7 @@ pub(crate) struct Row {
     /// The event type (shared with the type index: one allocation per type).
     pub event_type: Arc<str>,
     /// The payload as appended.
-    pub payload: Value,
+    pub payload: Payload,
     /// Store clock at append, ms.
     pub created_at: i64,
     /// The attempt that produced it.

@@ -54,14 +54,14 @@ impl Subscribers {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use a2_store_api::Payload;
     use futures::StreamExt;
-    use serde_json::Value;
 
     fn event(index: u64) -> StoredEvent {
         StoredEvent {
             id: format!("e{index}"),
             event_type: "msg".into(),
-            payload: Value::Null,
+            payload: Payload::default(),
             index,
             session_id: "s".into(),
             created_at: 0,

@@ -157,8 +157,10 @@ async fn write_rows(
     let indexes: Vec<i64> = (base + 1..).take(rows.len()).collect();
     let ids: Vec<&str> = rows.iter().map(|row| row.id.as_str()).collect();
     let types: Vec<&str> = rows.iter().map(|row| row.event_type.as_str()).collect();
-    let payloads: Vec<Json<&serde_json::Value>> =
-        rows.iter().map(|row| Json(&row.payload)).collect();
+    let payloads: Vec<Json<&serde_json::Value>> = rows
+        .iter()
+        .map(|row| Json(row.payload.as_value()))
+        .collect();
     let cause_consumers: Vec<Option<&str>> = rows
         .iter()
         .map(|row| row.cause.as_ref().map(|c| c.consumer.as_str()))

@@ -42,7 +42,7 @@ pub(crate) fn decode_event(row: &Row, at: usize, session_id: &str) -> TxResult<S
     Ok(StoredEvent {
         id: row.try_get(at + 1)?,
         event_type: row.try_get(at + 2)?,
-        payload,
+        payload: payload.into(),
         index: from_sql_int("event index", index)?,
         session_id: session_id.to_owned(),
         created_at: row.try_get(at + 4)?,

@@ -3,11 +3,10 @@
 
 use a2_store_api::codec::{to_sql_int, validate_session_id};
 use a2_store_api::{
-    ClearRequest, ClearResult, ReclaimResult, StoreError, StoredEvent, CLEAR_EVENT_TYPE,
+    ClearRequest, ClearResult, Payload, ReclaimResult, StoreError, StoredEvent, CLEAR_EVENT_TYPE,
     RECLAIM_BATCH,
 };
 use rusqlite::Connection;
-use serde_json::Value;
 
 use crate::cursor::{self, fence};
 use crate::errors::SqlContext;
@@ -51,7 +50,7 @@ pub(crate) fn clear(
     let marker = StoredEvent {
         id,
         event_type: CLEAR_EVENT_TYPE.to_owned(),
-        payload: Value::Null,
+        payload: Payload::default(),
         index: session.head + 1,
         session_id: session.name.clone(),
         created_at: ctx.clock.now_ms(),

@@ -6,10 +6,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use a2_conformance::bench::{payload, LEASE_MS, START_MS};
-use a2_store_api::{IdGenerator, RandomIds};
+use a2_store_api::{IdGenerator, Payload, RandomIds};
 use criterion::measurement::WallTime;
 use criterion::{black_box, BenchmarkGroup, BenchmarkId, Throughput};
-use serde_json::Value;
 
 use super::CHUNK;
 
@@ -23,8 +22,9 @@ pub struct Row {
     pub id: String,
     /// The event type.
     pub event_type: String,
-    /// The payload.
-    pub payload: Value,
+    /// The payload, shared as the store types share it (a copy of the row
+    /// shares it too).
+    pub payload: Payload,
     /// Its index.
     pub index: u64,
     /// Creation time, ms.
@@ -42,7 +42,7 @@ pub struct Log {
 impl Log {
     /// Appends rows with generated ids; returns copies of the stored rows,
     /// as a store's append does.
-    pub fn append(&mut self, ids: &dyn IdGenerator, events: Vec<(String, Value)>) -> Vec<Row> {
+    pub fn append(&mut self, ids: &dyn IdGenerator, events: Vec<(String, Payload)>) -> Vec<Row> {
         let mut stored = Vec::with_capacity(events.len());
         for (event_type, payload) in events {
             self.head += 1;
@@ -127,7 +127,7 @@ pub fn append(group: &mut BenchmarkGroup<'_, WallTime>, batch: usize) {
                     log = Log::default();
                 }
                 let events = (0..batch as u64)
-                    .map(|offset| ("msg".to_owned(), payload(seq + offset)))
+                    .map(|offset| ("msg".to_owned(), payload(seq + offset).into()))
                     .collect::<Vec<_>>();
                 seq += batch as u64;
                 let start = Instant::now();
@@ -158,7 +158,7 @@ pub fn claim_complete(group: &mut BenchmarkGroup<'_, WallTime>) {
                         lane = Lane::default();
                     }
                     let events = (0..CHUNK)
-                        .map(|offset| ("work".to_owned(), payload(seq + offset)))
+                        .map(|offset| ("work".to_owned(), payload(seq + offset).into()))
                         .collect::<Vec<_>>();
                     seq += CHUNK;
                     for row in log.append(&ids, events) {

@@ -83,7 +83,7 @@ pub fn work_events(
         .map(|offset| NewEvent {
             id: None,
             event_type: event_type.to_owned(),
-            payload: payload(first_seq + offset),
+            payload: payload(first_seq + offset).into(),
             cause: None,
             targets: targets.to_vec(),
         })

@@ -2,9 +2,9 @@
 //! `reclaim` (deleting rows below the marker in bounded batches).
 
 use a2_store_api::{
-    ClearRequest, ClearResult, NewEvent, ReclaimResult, StoreError, CLEAR_EVENT_TYPE, RECLAIM_BATCH,
+    ClearRequest, ClearResult, NewEvent, Payload, ReclaimResult, StoreError, CLEAR_EVENT_TYPE,
+    RECLAIM_BATCH,
 };
-use serde_json::Value;
 
 use crate::batch::{insert, notify, InsertContext};
 use crate::cursors::fence;
@@ -35,7 +35,7 @@ pub(crate) async fn clear(
     let marker = NewEvent {
         id: None,
         event_type: CLEAR_EVENT_TYPE.to_owned(),
-        payload: Value::Null,
+        payload: Payload::default(),
         cause: None,
         targets: Vec::new(),
     };
