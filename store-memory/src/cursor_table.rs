@@ -127,6 +127,9 @@ impl CursorTable {
             return *slot;
         }
         let slot = self.consumers.len();
+        if slot > 0 {
+            self.heads.split_by_consumer();
+        }
         self.consumers.push(ConsumerKeys::new());
         self.names.insert(consumer.clone(), slot);
         slot
@@ -252,6 +255,9 @@ impl CursorTable {
     #[cfg(test)]
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut expected = HeadIndex::default();
+        if self.consumers.len() > 1 {
+            expected.split_by_consumer();
+        }
         for (id, cursor) in &self.cursors {
             let natural = cursor.natural_placement();
             let promoted = matches!(

@@ -38,20 +38,33 @@ pub(crate) struct HeadEntry<'a> {
 /// One consumer's heads: reached by slot number, so no name is hashed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct ConsumerHeads {
+    /// Its claimable heads by index (kept once the session is split).
+    ready: BTreeSet<ReadyKey>,
+    /// Its busy heads by expiry (kept once the session is split).
+    busy: BTreeSet<(i64, CursorId)>,
+    /// Its ready + busy heads (always kept).
+    pending: usize,
+}
+
+/// One consumer's ready and busy heads, as claims serving it read them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ConsumerView<'a> {
     /// Its claimable heads by index.
-    pub ready: BTreeSet<ReadyKey>,
+    pub ready: &'a BTreeSet<ReadyKey>,
     /// Its busy heads by expiry.
-    pub busy: BTreeSet<(i64, CursorId)>,
-    /// Its ready + busy heads.
-    pub pending: usize,
+    pub busy: &'a BTreeSet<(i64, CursorId)>,
 }
 
 /// Every head of a session, by placement.
 ///
 /// Guarantees (checked by the cursor table's invariant test): a head with
-/// placement `Ready` is in `ready` and its consumer's `ready` set; `Busy(t)`
-/// is in `busy` and its consumer's `busy` set under `t`; `Dead` is in
-/// `dead`; each consumer's `pending` counts its `Ready` and `Busy` heads.
+/// placement `Ready` is in `ready`, `Busy(t)` is in `busy` under `t`, `Dead`
+/// is in `dead`; [`HeadIndex::consumer`] gives exactly one consumer's ready
+/// and busy heads; each consumer's pending count is its `Ready` and `Busy`
+/// heads. While a session has one consumer (slot 0) its heads are the
+/// session's, so the per-consumer sets are not kept: each claim and
+/// completion then updates two sets, not four. They are built (a copy) when
+/// a second consumer appears, see [`HeadIndex::split_by_consumer`].
 #[derive(Debug, Default)]
 pub(crate) struct HeadIndex {
     /// Claimable heads by index.
@@ -60,16 +73,45 @@ pub(crate) struct HeadIndex {
     pub busy: BTreeSet<(i64, CursorId)>,
     /// Dead-lettered heads in claim order.
     pub dead: BTreeSet<HeadKey>,
-    /// Per consumer slot: its ready and busy heads and pending count.
-    pub by_consumer: Vec<ConsumerHeads>,
+    /// Per consumer slot: its pending count, and its ready and busy heads
+    /// when `split`.
+    by_consumer: Vec<ConsumerHeads>,
+    /// Whether the per-consumer sets are kept (the session has had more
+    /// than one consumer since its last clear).
+    split: bool,
     /// Ready + busy heads in total.
     pub pending_total: usize,
 }
 
 impl HeadIndex {
-    /// The heads of consumer slot `consumer` (`None`: it has none).
-    pub fn consumer(&self, consumer: ConsumerId) -> Option<&ConsumerHeads> {
-        self.by_consumer.get(consumer)
+    /// The ready and busy heads of consumer slot `consumer` (`None`: the
+    /// slot has none and never had).
+    pub fn consumer(&self, consumer: ConsumerId) -> Option<ConsumerView<'_>> {
+        if self.split {
+            self.by_consumer.get(consumer).map(|slot| ConsumerView {
+                ready: &slot.ready,
+                busy: &slot.busy,
+            })
+        } else {
+            (consumer == 0).then_some(ConsumerView {
+                ready: &self.ready,
+                busy: &self.busy,
+            })
+        }
+    }
+
+    /// Starts keeping per-consumer sets; called before a session's second
+    /// consumer gets its slot, when every head so far is slot 0's.
+    /// O(heads) once per clear.
+    pub fn split_by_consumer(&mut self) {
+        if self.split {
+            return;
+        }
+        let (ready, busy) = (self.ready.clone(), self.busy.clone());
+        let first = self.slot(0);
+        first.ready = ready;
+        first.busy = busy;
+        self.split = true;
     }
 
     fn slot(&mut self, consumer: ConsumerId) -> &mut ConsumerHeads {
@@ -82,17 +124,22 @@ impl HeadIndex {
 
     /// Records `entry` under `placement`.
     pub fn insert(&mut self, entry: &HeadEntry<'_>, placement: Placement) {
+        let split = self.split;
         match placement {
             Placement::Idle => return,
             Placement::Ready => {
                 self.ready.insert((entry.index, entry.id));
-                self.slot(entry.consumer_id)
-                    .ready
-                    .insert((entry.index, entry.id));
+                if split {
+                    self.slot(entry.consumer_id)
+                        .ready
+                        .insert((entry.index, entry.id));
+                }
             }
             Placement::Busy(expiry) => {
                 self.busy.insert((expiry, entry.id));
-                self.slot(entry.consumer_id).busy.insert((expiry, entry.id));
+                if split {
+                    self.slot(entry.consumer_id).busy.insert((expiry, entry.id));
+                }
             }
             Placement::Dead => {
                 self.dead.insert(head_key(entry));
@@ -105,17 +152,19 @@ impl HeadIndex {
 
     /// Forgets `entry` recorded under `placement`.
     pub fn remove(&mut self, entry: &HeadEntry<'_>, placement: Placement) {
+        let split = self.split;
+        let slot = self.by_consumer.get_mut(entry.consumer_id);
         match placement {
             Placement::Idle => return,
             Placement::Ready => {
                 self.ready.remove(&(entry.index, entry.id));
-                if let Some(slot) = self.by_consumer.get_mut(entry.consumer_id) {
+                if let Some(slot) = slot.filter(|_| split) {
                     slot.ready.remove(&(entry.index, entry.id));
                 }
             }
             Placement::Busy(expiry) => {
                 self.busy.remove(&(expiry, entry.id));
-                if let Some(slot) = self.by_consumer.get_mut(entry.consumer_id) {
+                if let Some(slot) = slot.filter(|_| split) {
                     slot.busy.remove(&(expiry, entry.id));
                 }
             }
@@ -137,7 +186,9 @@ impl HeadIndex {
 
     /// Whether consumer slot `consumer` has a pending head.
     pub fn consumer_pending(&self, consumer: ConsumerId) -> bool {
-        self.consumer(consumer).is_some_and(|slot| slot.pending > 0)
+        self.by_consumer
+            .get(consumer)
+            .is_some_and(|slot| slot.pending > 0)
     }
 
     /// The busy heads whose expiry is at or before `now`, earliest first.
@@ -163,6 +214,9 @@ impl HeadIndex {
             self.by_consumer.get(slot).unwrap_or(&empty)
                 != other.by_consumer.get(slot).unwrap_or(&empty)
         });
+        if self.split != other.split {
+            return Some("per-consumer sets kept for the wrong number of consumers");
+        }
         if self.ready != other.ready {
             return Some("ready index differs from the cursors");
         }

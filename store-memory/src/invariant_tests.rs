@@ -620,3 +620,72 @@ async fn a_clock_moving_back_keeps_a_promoted_claim_busy() {
     );
     store.check_invariants().unwrap();
 }
+
+#[tokio::test]
+async fn a_second_consumer_gets_its_own_heads_once_the_first_has_some() {
+    let clock = ManualClock::new(1_000);
+    let store = MemoryStore::with_options(MemoryOptions {
+        clock: Arc::new(clock.clone()),
+        ids: Arc::new(CounterIds::new("g")),
+    });
+    let append = |events: Vec<NewEvent>| store.append(SESSION, events, AppendOptions::default());
+    append(vec![
+        NewEvent::new("msg", json!(1)).with_target(Target::event("a")),
+        NewEvent::new("msg", json!(2)).with_target(Target::lane("a", "L")),
+        NewEvent::new("msg", json!(3)).with_target(Target::event("a")),
+    ])
+    .await
+    .unwrap();
+    let request = |consumer: Option<&str>, limit| ClaimRequest {
+        session_id: SESSION.into(),
+        holder: "w".into(),
+        ttl_ms: Some(100),
+        consumers: consumer.map(|name| vec![ConsumerDeclaration::targeted(name)]),
+        limit,
+        ..ClaimRequest::default()
+    };
+    let claimed = |result: ClaimResult| match result {
+        ClaimResult::Claimed { heads, .. } => heads
+            .iter()
+            .map(|head| (head.consumer.clone(), head.event.index))
+            .collect::<Vec<_>>(),
+        other => panic!("expected heads, got {other:?}"),
+    };
+    // One consumer: a busy head (index 1) and two ready ones.
+    let first = store.claim_available(request(None, Some(1))).await.unwrap();
+    assert_eq!(claimed(first), [("a".to_owned(), 1)]);
+    // A second consumer appears on a lower index than a's ready heads.
+    clock.advance(10);
+    append(vec![NewEvent::new("msg", json!(4))
+        .with_target(Target::event("b"))
+        .with_target(Target::event("a"))])
+    .await
+    .unwrap();
+    store.check_invariants().unwrap();
+    let only_a = store.claim_available(request(Some("a"), None)).await;
+    assert_eq!(
+        claimed(only_a.unwrap()),
+        [
+            ("a".to_owned(), 2),
+            ("a".to_owned(), 3),
+            ("a".to_owned(), 4)
+        ]
+    );
+    assert_eq!(
+        store
+            .claim_available(request(Some("a"), None))
+            .await
+            .unwrap(),
+        ClaimResult::Busy { retry_at: 1_100 }
+    );
+    let only_b = store.claim_available(request(Some("b"), None)).await;
+    assert_eq!(claimed(only_b.unwrap()), [("b".to_owned(), 4)]);
+    assert_eq!(
+        store
+            .claim_available(request(Some("b"), None))
+            .await
+            .unwrap(),
+        ClaimResult::Busy { retry_at: 1_110 }
+    );
+    store.check_invariants().unwrap();
+}
