@@ -22,7 +22,9 @@ fn collections_lane_hands_out_heads_in_order_once() {
     let mut lane = Lane::default();
     let stored = log.append(
         &RandomIds,
-        (0..3).map(|n| ("work".to_owned(), payload(n).into())).collect(),
+        (0..3)
+            .map(|n| ("work".to_owned(), payload(n).into()))
+            .collect(),
     );
     assert_eq!(
         stored.iter().map(|row| row.index).collect::<Vec<_>>(),
