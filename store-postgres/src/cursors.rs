@@ -75,6 +75,11 @@ pub(crate) async fn load_many(
 }
 
 /// Inserts or overwrites a cursor row with every field of `cursor`.
+///
+/// Clears the row's `expired` mark (a promoted head's claim ran out), as
+/// [`put_all`] does: the expiry written may be a new claim or retry delay,
+/// and a head left unpromoted is only promoted again by the next claim,
+/// while a mark kept on a new expiry would leave a busy head on the walk.
 pub(crate) async fn put(tx: &Tx<'_>, session_id: &str, cursor: &CursorRow) -> TxResult<()> {
     let d = &cursor.dispatch;
     let kind = kind_code(cursor.kind);
@@ -92,7 +97,7 @@ pub(crate) async fn put(tx: &Tx<'_>, session_id: &str, cursor: &CursorRow) -> Tx
            claim_holder = EXCLUDED.claim_holder, claim_expires_at = EXCLUDED.claim_expires_at, \
            failure_count = EXCLUDED.failure_count, last_failed_at = EXCLUDED.last_failed_at, \
            last_failed_attempt = EXCLUDED.last_failed_attempt, last_error = EXCLUDED.last_error, \
-           failed_at = EXCLUDED.failed_at",
+           failed_at = EXCLUDED.failed_at, expired = false",
         &[
             &session_id,
             &cursor.consumer,
@@ -121,6 +126,7 @@ pub(crate) async fn put(tx: &Tx<'_>, session_id: &str, cursor: &CursorRow) -> Tx
 /// Stores several cursors (inserting or overwriting every field) with one
 /// statement; when a key is given twice, the last one is stored. Rows are
 /// written in key order, so concurrent callers lock them in the same order.
+/// Clears each row's `expired` mark, as [`put`] does.
 pub(crate) async fn put_all<'c>(
     tx: &Tx<'_>,
     session_id: &str,
@@ -181,7 +187,7 @@ pub(crate) async fn put_all<'c>(
            claim_holder = EXCLUDED.claim_holder, claim_expires_at = EXCLUDED.claim_expires_at, \
            failure_count = EXCLUDED.failure_count, last_failed_at = EXCLUDED.last_failed_at, \
            last_failed_attempt = EXCLUDED.last_failed_attempt, last_error = EXCLUDED.last_error, \
-           failed_at = EXCLUDED.failed_at",
+           failed_at = EXCLUDED.failed_at, expired = false",
         &[
             &session_id,
             &consumers,

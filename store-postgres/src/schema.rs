@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 5;
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -194,6 +194,23 @@ CREATE CONSTRAINT TRIGGER cursors_count_delete AFTER DELETE ON cursors
     WHEN (OLD.head IS NOT NULL AND OLD.failed_at IS NULL)
     EXECUTE FUNCTION count_pending();
 DROP INDEX cursors_pending;
+"#,
+    // Version 6: busy heads leave the claim walk. `cursors_ready` held every
+    // live head, so a claim stepped over each head in flight below the
+    // first free one. Now it holds the idle heads and the promoted ones
+    // (`expired`: a claim found their expiry passed), and `cursors_busy`
+    // holds every head with an expiry, unpromoted first in expiry order
+    // (claims promote from its front; the `Busy` answer probes both parts).
+    // Every cursor write that sets an expiry clears `expired`. Existing busy
+    // heads start unpromoted; the first claim promotes those already over.
+    r#"
+ALTER TABLE cursors ADD COLUMN expired boolean NOT NULL DEFAULT false;
+DROP INDEX cursors_ready;
+DROP INDEX cursors_busy;
+CREATE INDEX cursors_ready ON cursors (session_id, head, consumer, lane)
+    WHERE head IS NOT NULL AND failed_at IS NULL AND (claim_expires_at IS NULL OR expired);
+CREATE INDEX cursors_busy ON cursors (session_id, expired, claim_expires_at)
+    WHERE head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NOT NULL;
 "#,
 ];
 

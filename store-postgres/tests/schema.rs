@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use a2_store_api::{
-    AppendOptions, ErrorCode, NewEvent, RandomIds, ReadOptions, Store, SystemClock, Target,
+    AppendOptions, ClaimRequest, ClaimResult, ErrorCode, ManualClock, NewEvent, RandomIds,
+    ReadOptions, Store, SystemClock, Target,
 };
 use a2_store_postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
 use serde_json::json;
@@ -108,6 +109,14 @@ async fn a_schema_from_a_newer_version_is_refused() {
     assert_eq!(error.code(), ErrorCode::IncompatibleSchema, "{error}");
 }
 
+/// Undoes migration 6 (in a connection whose `search_path` is the schema):
+/// dropping the column drops the two indexes over it; version 5's come back.
+const UNDO_6: &str = "ALTER TABLE cursors DROP COLUMN expired; \
+    CREATE INDEX cursors_ready ON cursors (session_id, head, consumer, lane) \
+      WHERE head IS NOT NULL AND failed_at IS NULL; \
+    CREATE INDEX cursors_busy ON cursors (session_id, claim_expires_at) \
+      WHERE head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NOT NULL;";
+
 /// Migration 5 counts the live heads a version-4 schema already holds, so
 /// `has_pending` stays true for them after the upgrade.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,10 +139,10 @@ async fn upgrading_from_version_4_counts_existing_live_heads() {
         .await
         .expect("raw connect");
     tokio::spawn(connection);
-    // Undo migration 5 by hand: the schema as a version-4 build left it.
+    // Undo migrations 6 and 5 by hand: the schema as a version-4 build left it.
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; DROP TABLE pending_counts; \
+            "SET search_path TO \"{schema}\"; {UNDO_6} DROP TABLE pending_counts; \
              DROP FUNCTION count_pending() CASCADE; \
              CREATE INDEX cursors_pending ON cursors (session_id, consumer) \
                WHERE head IS NOT NULL AND failed_at IS NULL; \
@@ -157,6 +166,86 @@ async fn upgrading_from_version_4_counts_existing_live_heads() {
         .await
         .expect("empty append");
     assert!(!other.has_pending, "another session has nothing pending");
+}
+
+/// Migration 6 leaves the heads claimed under version 5 unpromoted: one
+/// whose lease is still running stays busy (and sets `retry_at`), one whose
+/// lease ran out is promoted and claimed again by the next claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_from_version_5_keeps_leases_and_promotes_expired_ones() {
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let schema = factory.schema();
+    let clock = ManualClock::new(1_000);
+    let connect = || {
+        factory.store_on(
+            &schema,
+            Arc::new(clock.clone()),
+            Arc::new(a2_store_api::CounterIds::new("g")),
+        )
+    };
+    let store = connect().await.expect("connect");
+    let events = ["short", "long"]
+        .iter()
+        .map(|consumer| NewEvent::new("e", json!({})).with_target(Target::event(*consumer)))
+        .collect();
+    store
+        .append("s", events, AppendOptions::default())
+        .await
+        .expect("append");
+    for (consumer, ttl) in [("short", 100), ("long", 10_000)] {
+        let claimed = store
+            .claim_available(ClaimRequest {
+                session_id: "s".into(),
+                holder: "w1".into(),
+                ttl_ms: Some(ttl),
+                consumers: Some(vec![a2_store_api::ConsumerDeclaration::targeted(consumer)]),
+                ..ClaimRequest::default()
+            })
+            .await
+            .expect("claim");
+        assert!(
+            matches!(claimed, ClaimResult::Claimed { .. }),
+            "{claimed:?}"
+        );
+    }
+    drop(store);
+    let (client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
+        .await
+        .expect("raw connect");
+    tokio::spawn(connection);
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\"; {UNDO_6} UPDATE schema_version SET version = 5"
+        ))
+        .await
+        .expect("downgrade to version 5");
+    clock.advance(200);
+    let upgraded = connect().await.expect("reconnect migrates");
+    let claim = ClaimRequest {
+        session_id: "s".into(),
+        holder: "w2".into(),
+        ttl_ms: Some(100),
+        ..ClaimRequest::default()
+    };
+    let ClaimResult::Claimed { heads, .. } = upgraded
+        .claim_available(claim.clone())
+        .await
+        .expect("claim")
+    else {
+        panic!("the expired lease is claimed again");
+    };
+    let taken: Vec<(&str, u32)> = heads
+        .iter()
+        .map(|head| (head.consumer.as_str(), head.dispatch.attempt_count))
+        .collect();
+    assert_eq!(taken, vec![("short", 2)]);
+    assert_eq!(
+        upgraded.claim_available(claim).await.expect("claim"),
+        ClaimResult::Busy { retry_at: 1_300 },
+        "the running leases keep their heads busy"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

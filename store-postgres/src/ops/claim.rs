@@ -1,6 +1,10 @@
 //! `claim_available` and `renew_claims`: the lease operations. They take no
 //! session lock: each locks only the cursor rows it changes (claims skip
 //! rows another transaction holds), then reads the clear index.
+//!
+//! A claim promotes the busy heads whose expiry passed, then walks only the
+//! ready ones (see [`claim_sql`] for the statements and indexes), so the
+//! heads other holders have in flight cost it nothing.
 
 use a2_store_api::codec::{compare_heads, compare_refs};
 use a2_store_api::{ClaimRequest, ClaimResult, CursorRef, HeldClaim, RenewResult};
@@ -8,8 +12,9 @@ use a2_store_api::{ClaimRequest, ClaimResult, CursorRef, HeldClaim, RenewResult}
 use crate::cursors::{
     load_many, put_all, refresh_log_types, release_pins, served_names, CursorKey,
 };
-use crate::db::{query, query_opt, read_state, sql_index, Tx};
+use crate::db::{execute, query, query_opt, read_state, sql_index, Tx};
 use crate::error::TxResult;
+use crate::ops::claim_sql;
 use crate::rows::{
     decode_event, lane_key, slot_key, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS,
 };
@@ -24,7 +29,6 @@ pub(crate) async fn claim(
 ) -> TxResult<ClaimResult> {
     let session_id = request.session_id.as_str();
     let consumers = request.consumers.as_deref();
-    refresh_log_types(tx, session_id, consumers).await?;
     let served = served_names(consumers);
     let through = request.through.map(crate::db::bound);
     let mut ex_consumers = Vec::with_capacity(request.exclude.len());
@@ -39,18 +43,13 @@ pub(crate) async fn claim(
         ex_lanes.push(lane_key(excluded.lane.as_deref()).to_owned());
         ex_slots.push(slot);
     }
-    const CANDIDATES: &str = "c.session_id = $1 AND c.head IS NOT NULL AND c.failed_at IS NULL \
-        AND ($2::bigint IS NULL OR c.head <= $2) \
-        AND ($3::text[] IS NULL OR c.consumer = ANY($3)) \
-        AND NOT EXISTS (SELECT 1 FROM unnest($4::text[], $5::text[], $6::bigint[]) \
-          AS x(consumer, lane, slot) \
-          WHERE x.consumer = c.consumer AND x.lane = c.lane AND x.slot = c.slot)";
-    let sql = format!(
-        "SELECT {CURSOR_COLUMNS}, {EVENT_COLUMNS} FROM cursors c \
-         JOIN events e ON e.session_id = c.session_id AND e.idx = c.head \
-         WHERE {CANDIDATES} AND (c.claim_expires_at IS NULL OR c.claim_expires_at <= $7) \
-         ORDER BY c.head, c.consumer, c.lane LIMIT $8 FOR UPDATE OF c SKIP LOCKED"
-    );
+    // Promote before the walk, so it sees the heads whose claim ran out.
+    // Independent of the type refresh: pipelined.
+    futures::try_join!(
+        refresh_log_types(tx, session_id, consumers),
+        promote(tx, session_id, now),
+    )?;
+    let sql = claim_sql::walk(&format!("{CURSOR_COLUMNS}, {EVENT_COLUMNS}"));
     let mut heads = Vec::new();
     let mut dead_lettered = Vec::new();
     // Lock only as many heads as the limit still needs (dead letters do not
@@ -144,21 +143,11 @@ pub(crate) async fn claim(
             head: crate::rows::index_of(state.head)?,
         });
     }
-    // Nothing taken: busy heads free at their expiry; a head another claimer
-    // holds locked right now (still claimable in this snapshot) may free now.
+    // Nothing taken: busy heads free at their expiry; a head another
+    // transaction holds locked right now may free now.
     let busy = query_opt(
         tx,
-        &format!(
-            // Ordered LIMIT 1 subqueries keep the planner on the partial
-            // indexes (`cursors_ready`, `cursors_busy`): a bare EXISTS or
-            // min() can be planned as a scan of every finished cursor.
-            "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT 1 FROM cursors c \
-                 WHERE {CANDIDATES} AND (c.claim_expires_at IS NULL OR c.claim_expires_at <= $7) \
-                 ORDER BY c.head, c.consumer, c.lane LIMIT 1) AS ready) THEN $7 \
-               ELSE (SELECT c.claim_expires_at FROM cursors c WHERE {CANDIDATES} \
-                 AND c.claim_expires_at IS NOT NULL AND c.claim_expires_at > $7 \
-                 ORDER BY c.claim_expires_at LIMIT 1) END"
-        ),
+        &claim_sql::retry_at(),
         &[
             &session_id,
             &through,
@@ -178,6 +167,31 @@ pub(crate) async fn claim(
         Some(retry_at) => ClaimResult::Busy { retry_at },
         None => ClaimResult::Settled,
     })
+}
+
+/// Moves the session's busy heads whose expiry passed by `now` to the ready
+/// heads (see [`claim_sql::DUE`]). Nothing is written when none is due,
+/// the usual case.
+async fn promote(tx: &Tx<'_>, session_id: &str, now: i64) -> TxResult<()> {
+    let due = query(tx, claim_sql::DUE, &[&session_id, &now]).await?;
+    if due.is_empty() {
+        return Ok(());
+    }
+    let mut consumers = Vec::with_capacity(due.len());
+    let mut lanes = Vec::with_capacity(due.len());
+    let mut slots = Vec::with_capacity(due.len());
+    for row in &due {
+        consumers.push(row.try_get::<_, String>(0)?);
+        lanes.push(row.try_get::<_, String>(1)?);
+        slots.push(row.try_get::<_, i64>(2)?);
+    }
+    execute(
+        tx,
+        claim_sql::PROMOTE,
+        &[&session_id, &consumers, &lanes, &slots],
+    )
+    .await?;
+    Ok(())
 }
 
 /// The body of [`Store::renew_claims`](a2_store_api::Store::renew_claims)

@@ -74,7 +74,7 @@ pub(crate) async fn clear(
         "UPDATE cursors SET position = $2, head = NULL, attempt_count = 0, \
            first_claimed_at = NULL, last_claimed_at = NULL, claim_holder = NULL, \
            claim_expires_at = NULL, failure_count = 0, last_failed_at = NULL, \
-           last_failed_attempt = NULL, last_error = NULL, failed_at = NULL \
+           last_failed_attempt = NULL, last_error = NULL, failed_at = NULL, expired = false \
          WHERE session_id = $1",
         &[&session_id, &marker_index],
     )

@@ -2,6 +2,7 @@
 
 pub(crate) mod append;
 pub(crate) mod claim;
+pub(crate) mod claim_sql;
 pub(crate) mod clear;
 pub(crate) mod outcome;
 pub(crate) mod presence;

@@ -1,0 +1,100 @@
+//! The statements of a claim: promoting the busy heads whose expiry passed,
+//! walking the ready heads, and the `Busy` answer.
+//!
+//! Kept apart from `claim.rs`, with nothing but `std`, so the crate's tests
+//! can include this file and `EXPLAIN` the very statements a claim runs
+//! (`tests/claim_walk.rs`). Every value is a bound parameter; the walk and
+//! the `Busy` answer take `$1` session, `$2` through (or `NULL`), `$3`
+//! served consumers (or `NULL`), `$4`..`$6` the excluded `(consumer, lane,
+//! slot)` keys, `$7` now, and for the walk `$8` the limit (or `NULL`).
+//!
+//! A live head (set, not dead-lettered) is on exactly one of two partial
+//! indexes (schema version 6): `cursors_ready` holds the idle heads and the
+//! promoted ones (`expired`), `cursors_busy` holds every head with an expiry,
+//! keyed by `(session_id, expired, claim_expires_at)`, so the unpromoted
+//! busy heads come first in expiry order. A claim promotes the unpromoted
+//! heads whose expiry has passed, then walks `cursors_ready`: heads still
+//! busy are never on the walk, however many are in flight.
+
+/// The heads a claim may take: live, within `through`, of a served
+/// consumer, not excluded. (`c` is `cursors`.)
+pub(crate) const CANDIDATES: &str = "c.session_id = $1 AND c.head IS NOT NULL \
+    AND c.failed_at IS NULL \
+    AND ($2::bigint IS NULL OR c.head <= $2) \
+    AND ($3::text[] IS NULL OR c.consumer = ANY($3)) \
+    AND NOT EXISTS (SELECT 1 FROM unnest($4::text[], $5::text[], $6::bigint[]) \
+      AS x(consumer, lane, slot) \
+      WHERE x.consumer = c.consumer AND x.lane = c.lane AND x.slot = c.slot)";
+
+/// The predicate of `cursors_ready` beyond a live head: idle, or promoted.
+pub(crate) const READY: &str = "(c.claim_expires_at IS NULL OR c.expired)";
+
+/// A ready head whose claim (if any) is over at `$7`. A promoted head whose
+/// expiry is in the future again (the clock moved back) is busy.
+pub(crate) const FREE: &str = "(c.claim_expires_at IS NULL OR c.claim_expires_at <= $7)";
+
+/// Selects and locks the session's busy heads whose claim or retry delay
+/// expired at or before `$2` (`$1` the session), not promoted yet, from the
+/// front of `cursors_busy`; [`PROMOTE`] then marks them.
+///
+/// Every such head of the session, not only this claim's candidates: each
+/// is promoted once, and a head no claimer serves does not stay at the
+/// front for every later claim to step over. It takes only the row locks it
+/// gets without waiting (`SKIP LOCKED`): a head another transaction holds
+/// (completing, renewing or claiming it) is left as it is, and that
+/// transaction's commit decides its state. So promotion never waits and
+/// adds no lock wait or deadlock to a claim. When a commit changed a row
+/// since the statement's snapshot, the lock re-checks the `WHERE` on the
+/// newest version, so a head completed or renewed meanwhile is left alone.
+pub(crate) const DUE: &str = "SELECT c.consumer, c.lane, c.slot FROM cursors c \
+    WHERE c.session_id = $1 AND c.head IS NOT NULL AND c.failed_at IS NULL \
+      AND c.claim_expires_at IS NOT NULL AND NOT c.expired AND c.claim_expires_at <= $2 \
+    ORDER BY c.claim_expires_at FOR UPDATE OF c SKIP LOCKED";
+
+/// Marks the cursors [`DUE`] locked as promoted, which moves them from
+/// `cursors_busy`'s unpromoted part to `cursors_ready`: `$1` session, `$2`,
+/// `$3`, `$4` their consumers, lanes and slots. A separate statement (not
+/// a join with the selection in one) so its snapshot, taken after the
+/// locks, sees every row it marks, and each is one primary-key probe.
+pub(crate) const PROMOTE: &str = "UPDATE cursors c SET expired = true \
+    FROM unnest($2::text[], $3::text[], $4::bigint[]) AS k(consumer, lane, slot) \
+    WHERE c.session_id = $1 AND c.consumer = k.consumer AND c.lane = k.lane AND c.slot = k.slot";
+
+/// The walk: up to `$8` free ready candidates in claim order, locked, each
+/// joined to its event; rows another transaction holds are skipped. The
+/// row selected is re-checked against the newest committed version, so a
+/// head claimed or completed meanwhile is not taken. `columns` is the
+/// select list (`c` is `cursors`, `e` is `events`).
+pub(crate) fn walk(columns: &str) -> String {
+    format!(
+        "SELECT {columns} FROM cursors c \
+         JOIN events e ON e.session_id = c.session_id AND e.idx = c.head \
+         WHERE {CANDIDATES} AND {READY} AND {FREE} \
+         ORDER BY c.head, c.consumer, c.lane LIMIT $8 FOR UPDATE OF c SKIP LOCKED"
+    )
+}
+
+/// The `Busy` answer once a claim took nothing: `$7` when a free ready
+/// candidate is left (another transaction holds it locked, it may be free
+/// now), else the earliest of the unpromoted busy heads' expiries (`$7` for
+/// one already over: it could not be promoted because another transaction
+/// holds it) and the promoted heads' expiries still in the future (the clock
+/// moved back); `NULL` when there is no candidate at all (settled).
+///
+/// Each part is an ordered `LIMIT 1` probe of one partial index, which keeps
+/// the planner on it (a bare `EXISTS` or `min()` can be planned as a scan of
+/// every finished cursor).
+pub(crate) fn retry_at() -> String {
+    format!(
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT 1 FROM cursors c \
+             WHERE {CANDIDATES} AND {READY} AND {FREE} \
+             ORDER BY c.head, c.consumer, c.lane LIMIT 1) AS ready) THEN $7 \
+           ELSE LEAST( \
+             (SELECT GREATEST(c.claim_expires_at, $7) FROM cursors c WHERE {CANDIDATES} \
+               AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
+               ORDER BY c.claim_expires_at LIMIT 1), \
+             (SELECT c.claim_expires_at FROM cursors c WHERE {CANDIDATES} \
+               AND c.claim_expires_at IS NOT NULL AND c.expired AND c.claim_expires_at > $7 \
+               ORDER BY c.claim_expires_at LIMIT 1)) END"
+    )
+}
