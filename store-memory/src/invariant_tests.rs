@@ -101,6 +101,17 @@ fn random_events(rng: &mut Rng, ids: &mut u64) -> Vec<NewEvent> {
 }
 
 /// What a failed call must leave untouched.
+/// A store on a manual clock at `now` with counter ids `<prefix>1`,
+/// `<prefix>2`, ..., and the clock that drives it.
+fn store_at(now: i64, prefix: &str) -> (ManualClock, MemoryStore) {
+    let clock = ManualClock::new(now);
+    let store = MemoryStore::with_options(MemoryOptions {
+        clock: Arc::new(clock.clone()),
+        ids: Arc::new(CounterIds::new(prefix)),
+    });
+    (clock, store)
+}
+
 async fn fingerprint(store: &MemoryStore) -> String {
     let cursors = store.cursors(SESSION).await.unwrap();
     let rows = store.read(SESSION, ReadOptions::default()).await.unwrap();
@@ -192,11 +203,7 @@ struct Coverage {
 }
 
 async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
-    let clock = ManualClock::new(1_000);
-    let store = MemoryStore::with_options(MemoryOptions {
-        clock: Arc::new(clock.clone()),
-        ids: Arc::new(CounterIds::new("gen")),
-    });
+    let (clock, store) = store_at(1_000, "gen");
     let mut rng = Rng(seed);
     let mut next_id = 0;
     let mut held: Vec<Head> = Vec::new();
@@ -474,11 +481,7 @@ async fn finished_event_cursors_leave_nothing_in_the_indexes() {
 
 #[tokio::test]
 async fn a_claim_walks_only_the_claimable_heads_it_may_take() {
-    let clock = ManualClock::new(0);
-    let store = MemoryStore::with_options(MemoryOptions {
-        clock: Arc::new(clock.clone()),
-        ids: Arc::new(CounterIds::new("g")),
-    });
+    let (_clock, store) = store_at(0, "g");
     let bulk = |consumer: &str, n: usize| -> Vec<NewEvent> {
         (0..n)
             .map(|k| NewEvent::new("msg", json!(k)).with_target(Target::event(consumer)))
@@ -570,11 +573,7 @@ async fn a_claim_walks_only_the_claimable_heads_it_may_take() {
 
 #[tokio::test]
 async fn a_clock_moving_back_keeps_a_promoted_claim_busy() {
-    let clock = ManualClock::new(1_000);
-    let store = MemoryStore::with_options(MemoryOptions {
-        clock: Arc::new(clock.clone()),
-        ids: Arc::new(CounterIds::new("g")),
-    });
+    let (clock, store) = store_at(1_000, "g");
     let event = NewEvent::new("msg", json!(1)).with_target(Target::event("c"));
     store
         .append(SESSION, vec![event], AppendOptions::default())
@@ -623,11 +622,7 @@ async fn a_clock_moving_back_keeps_a_promoted_claim_busy() {
 
 #[tokio::test]
 async fn a_second_consumer_gets_its_own_heads_once_the_first_has_some() {
-    let clock = ManualClock::new(1_000);
-    let store = MemoryStore::with_options(MemoryOptions {
-        clock: Arc::new(clock.clone()),
-        ids: Arc::new(CounterIds::new("g")),
-    });
+    let (clock, store) = store_at(1_000, "g");
     let append = |events: Vec<NewEvent>| store.append(SESSION, events, AppendOptions::default());
     append(vec![
         NewEvent::new("msg", json!(1)).with_target(Target::event("a")),
