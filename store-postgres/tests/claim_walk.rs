@@ -159,10 +159,7 @@ async fn a_claim_reads_no_busy_head() {
     assert_eq!(heads.len(), IN_FLIGHT);
     append(&store, 1).await;
 
-    let (mut client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
-        .await
-        .expect("raw connect");
-    tokio::spawn(connection);
+    let mut client = support::raw_client(factory.url()).await;
     // Statistics as autovacuum would leave them, so the plans do not depend
     // on whether it has run yet.
     client

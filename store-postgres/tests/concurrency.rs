@@ -254,10 +254,7 @@ async fn a_lock_held_past_the_statement_timeout_is_busy_and_changes_nothing() {
         .await
         .expect("first append");
     // Another connection holds the session row.
-    let (mut client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
-        .await
-        .expect("raw connect");
-    tokio::spawn(connection);
+    let mut client = support::raw_client(factory.url()).await;
     let tx = client.transaction().await.expect("begin");
     tx.execute(
         &format!("SELECT 1 FROM \"{schema}\".sessions WHERE session_id = 'locked' FOR UPDATE"),
@@ -429,10 +426,7 @@ async fn a_deadlock_is_retried_and_the_call_succeeds() {
         panic!("claimed both heads: {claimed:?}");
     };
     assert_eq!(heads.len(), 2);
-    let (mut client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
-        .await
-        .expect("raw connect");
-    tokio::spawn(connection);
+    let mut client = support::raw_client(factory.url()).await;
     let other = client.transaction().await.expect("begin");
     // This side must not be the one PostgreSQL picks as the victim.
     other
@@ -501,10 +495,7 @@ async fn waiting_for_an_exhausted_pool_is_busy() {
         )
         .await
         .expect("first append");
-    let (mut client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
-        .await
-        .expect("raw connect");
-    tokio::spawn(connection);
+    let mut client = support::raw_client(factory.url()).await;
     let tx = client.transaction().await.expect("begin");
     tx.execute(
         &format!("SELECT 1 FROM \"{schema}\".sessions WHERE session_id = 's' FOR UPDATE"),

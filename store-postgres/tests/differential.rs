@@ -401,10 +401,7 @@ async fn random_operations_match_the_reference() {
 /// must equal a recount of the cursors after every random sequence (counts
 /// of consumers with no live head may be absent or zero).
 async fn assert_pending_counts_match(url: &str, schema: &str, seed: u64) {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .expect("raw connect");
-    tokio::spawn(connection);
+    let client = support::raw_client(url).await;
     let sql = format!(
         "SELECT coalesce(k.session_id, c.session_id), coalesce(k.consumer, c.consumer), \
            coalesce(k.live, 0), coalesce(c.live, 0) \

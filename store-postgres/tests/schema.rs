@@ -68,10 +68,7 @@ async fn concurrent_connects_migrate_once() {
     for store in futures::future::join_all(connects).await {
         store.expect("every concurrent connect succeeds");
     }
-    let (client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
-        .await
-        .expect("raw connect");
-    tokio::spawn(connection);
+    let client = support::raw_client(factory.url()).await;
     let rows = client
         .query(
             &format!("SELECT version FROM \"{schema}\".schema_version"),
@@ -92,10 +89,7 @@ async fn a_schema_from_a_newer_version_is_refused() {
     PostgresStore::connect(factory.url(), options(&schema))
         .await
         .expect("first connect creates the schema");
-    let (client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
-        .await
-        .expect("raw connect");
-    tokio::spawn(connection);
+    let client = support::raw_client(factory.url()).await;
     client
         .execute(
             &format!("UPDATE \"{schema}\".schema_version SET version = $1"),
@@ -135,10 +129,7 @@ async fn upgrading_from_version_4_counts_existing_live_heads() {
         .await
         .expect("append a targeted event");
     drop(store);
-    let (client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
-        .await
-        .expect("raw connect");
-    tokio::spawn(connection);
+    let client = support::raw_client(factory.url()).await;
     // Undo migrations 6 and 5 by hand: the schema as a version-4 build left it.
     client
         .batch_execute(&format!(
@@ -211,10 +202,7 @@ async fn upgrading_from_version_5_keeps_leases_and_promotes_expired_ones() {
         );
     }
     drop(store);
-    let (client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
-        .await
-        .expect("raw connect");
-    tokio::spawn(connection);
+    let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
             "SET search_path TO \"{schema}\"; {UNDO_6} UPDATE schema_version SET version = 5"

@@ -51,10 +51,7 @@ async fn a_killed_listener_reconnects_and_catches_up() {
 
     // Kill every LISTEN connection on this schema's channel, append while
     // it is down, and expect the row anyway.
-    let (client, connection) = tokio_postgres::connect(factory.url(), tokio_postgres::NoTls)
-        .await
-        .expect("raw connect");
-    tokio::spawn(connection);
+    let client = support::raw_client(factory.url()).await;
     let channel = format!("a2_store_{schema}");
     let killed = client
         .query(

@@ -39,6 +39,16 @@ pub fn fresh_schema() -> String {
     format!("a2t_{}", uuid::Uuid::new_v4().simple())
 }
 
+/// A plain client on the server at `url` (its connection driven by a task of
+/// its own), for tests that look at or lock rows behind a store's back.
+pub async fn raw_client(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("raw connect");
+    tokio::spawn(connection);
+    client
+}
+
 /// Drops `schemas` on the server at `url`, from a thread of its own so it
 /// works inside or outside a tokio runtime (it is called from `Drop`).
 pub fn drop_schemas(url: &str, schemas: Vec<String>) {
