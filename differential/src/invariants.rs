@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use a2_store_api::{codec, ClaimResult, CursorKind, CLEAR_EVENT_TYPE};
+use a2_store_api::{log, ClaimResult, CursorKind, CLEAR_EVENT_TYPE};
 
 use crate::call::{Call, Outcome, Projection};
 use crate::model::Model;
@@ -149,7 +149,7 @@ fn log_heads_take_their_types(
         }
         if !versions
             .iter()
-            .any(|types| codec::takes(types.as_deref(), &row.event_type))
+            .any(|types| log::takes(types.as_deref(), &row.event_type))
         {
             return Err(format!(
                 "session {name}: log cursor ({}, {lane}) has head {head} of type '{}', which no declaration of it takes ({versions:?})",
@@ -161,7 +161,7 @@ fn log_heads_take_their_types(
                 row.index > cursor.position
                     && row.index < head
                     && row.event_type != CLEAR_EVENT_TYPE
-                    && codec::takes(types.as_deref(), &row.event_type)
+                    && log::takes(types.as_deref(), &row.event_type)
             });
             if let Some(row) = skipped {
                 return Err(format!(

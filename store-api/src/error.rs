@@ -210,6 +210,52 @@ impl StoreError {
         }
     }
 
+    /// The [`ErrorCode::PartialDuplicateBatch`] error of an append whose
+    /// batch mixes `stored` already-appended ids with `fresh` new events.
+    pub fn mixed_batch(stored: usize, fresh: usize) -> Self {
+        Self::partial_duplicate(format!(
+            "batch mixes {stored} already-appended and {fresh} fresh events"
+        ))
+    }
+
+    /// The [`ErrorCode::PartialDuplicateBatch`] error of a completion whose
+    /// returned events name ids already appended.
+    pub fn returned_ids_stored() -> Self {
+        Self::partial_duplicate("returned event batch contains already-appended ids")
+    }
+
+    /// The [`ErrorCode::PartialDuplicateBatch`] error of a repeated
+    /// completion whose returned events differ from the recorded ones.
+    pub fn completion_mismatch() -> Self {
+        Self::partial_duplicate("completed attempt does not match the returned event batch")
+    }
+
+    /// The [`ErrorCode::InvalidInput`] error for a `(consumer, lane)` used
+    /// both as a log lane and a target lane.
+    pub fn lane_conflict(consumer: &str, lane: &str) -> Self {
+        Self::invalid_input(format!(
+            "lane '{lane}' of consumer '{consumer}' is used both as a log lane and as a target lane: give targeted work a different lane"
+        ))
+    }
+
+    /// An [`ErrorCode::Backend`] error for a stored `what` that does not
+    /// decode (a corrupt row), keeping the decoder's error.
+    pub fn corrupt(what: &str, source: impl Into<BoxError>) -> Self {
+        Self::Backend {
+            message: format!("corrupt {what} in the database"),
+            source: Some(source.into()),
+        }
+    }
+
+    /// An [`ErrorCode::Backend`] error for a stored `what` that is not one
+    /// of the values it may hold (a corrupt row).
+    pub fn corrupt_value(what: &str) -> Self {
+        Self::Backend {
+            message: format!("corrupt {what} in the database"),
+            source: None,
+        }
+    }
+
     /// An [`ErrorCode::Backend`] error keeping `source`.
     pub fn backend(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
         Self::Backend {

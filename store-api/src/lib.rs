@@ -6,7 +6,22 @@
 //! and response types (serde, JSON round-trip; event payloads are a shared
 //! [`Payload`], so copies of events never copy their JSON), the one
 //! [`StoreError`] type with stable [`ErrorCode`]s, the injected [`Clock`]
-//! and [`IdGenerator`], and the [`codec`] helpers backends share.
+//! and [`IdGenerator`], and every rule of the contract, once:
+//!
+//! | rule | where |
+//! |---|---|
+//! | what input each operation accepts | [`validate`], one function per trait method |
+//! | the per-head state machine: claim, expiry, busy, renew, fence, complete, fail, redrive | [`dispatch`], methods on [`Dispatch`] |
+//! | idempotent replay of appends and completions | [`replay`] |
+//! | the order results come in | [`order`] |
+//! | log cursors' types, read bounds, the clear marker | [`log`] |
+//! | presence last-writer-wins | [`presence`] |
+//! | how SQL backends encode values | [`sql`] |
+//! | every error text | constructors on [`StoreError`] |
+//!
+//! A backend finds rows by its own indexes, asks these functions what to
+//! do, and stores the answer; it decides nothing itself, so every backend
+//! answers alike.
 //!
 //! Backends: `a2-store-memory` (the reference), `a2-store-sqlite`,
 //! `a2-store-postgres`. The `a2-conformance` suite proves a backend
@@ -16,14 +31,21 @@
 #![warn(missing_docs)]
 
 mod clock;
-pub mod codec;
+pub mod dispatch;
 mod error;
 mod ids;
+pub mod log;
+pub mod order;
 mod payload;
+pub mod presence;
+pub mod replay;
+pub mod sql;
 mod store;
 mod types;
+pub mod validate;
 
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use dispatch::{ClaimStep, CompleteVerdict, RenewVerdict};
 pub use error::{BoxError, ErrorCode, Result, StoreError};
 pub use ids::{CounterIds, IdGenerator, RandomIds};
 pub use payload::Payload;

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use a2_store_api::codec::MAX_JSON_DEPTH;
+use a2_store_api::validate::MAX_JSON_DEPTH;
 use a2_store_api::{
     ClaimRequest, ClaimResult, ClearRequest, CompleteRequest, ErrorCode, FailRequest, HeldClaim,
     ListSessions, NewEvent, PresenceMeta, PresenceRow, ReadOptions, ReadStateOptions,
@@ -517,7 +517,7 @@ pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
             // An accepted lease is exactly the contract's expiry: a TTL
             // saturates instead of wrapping, an absolute time is kept.
             let expected = match renewed {
-                Some(_) => a2_store_api::codec::lease_expiry(cx.now(), ttl, expires)?,
+                Some(_) => a2_store_api::dispatch::lease_expiry(cx.now(), ttl, expires)?,
                 None => cx.now() + TTL,
             };
             let cursor = only(&cx.cursors(&t).await?)?;
@@ -539,7 +539,7 @@ pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
                     "claim with ttl {ttl:?} / expires {expires:?} claimed a busy head"
                 );
                 let taken = nth(&heads, 0)?;
-                let lease = a2_store_api::codec::lease_expiry(cx.now(), ttl, expires)?;
+                let lease = a2_store_api::dispatch::lease_expiry(cx.now(), ttl, expires)?;
                 ensure_eq!(taken.dispatch.claim_expires_at, Some(lease));
             }
         }

@@ -1,0 +1,470 @@
+//! Input validation: one function per [`Store`](crate::Store) method, named
+//! after it, that every backend calls once at the top of that method, before
+//! any other work. A request these accept may still be refused by a rule that
+//! needs stored state (a lane conflict, a read past the head); a request they
+//! refuse changes nothing.
+//!
+//! The checks each function runs are the building blocks below
+//! ([`session_id`], [`name`], [`new_events`], [`consumers`], ...), in a fixed
+//! order, so every backend answers the same bad input with the same code and
+//! message.
+
+use std::collections::{BTreeMap, HashSet};
+
+use serde_json::Value;
+
+use crate::error::{Result, StoreError};
+use crate::types::{
+    AppendOptions, ClaimRequest, ClearRequest, CompleteRequest, ConsumerDeclaration, FailRequest,
+    LogDeclaration, NewEvent, PresenceMeta, ReadOptions, RedriveRequest, RenewRequest, StateWrite,
+    CLEAR_EVENT_TYPE,
+};
+
+/// The deepest nesting of arrays and objects a stored JSON value may have
+/// (`[]` is 1 level, `[[]]` 2, a scalar 0). `serde_json` reads back at most
+/// 127 levels; 100 leaves room for a backend that wraps a value in a document.
+pub const MAX_JSON_DEPTH: usize = 100;
+
+/// [`Store::append`](crate::Store::append): the session id, the batch and
+/// the declarations it is appended with.
+pub fn append(session_id: &str, events: &[NewEvent], options: &AppendOptions) -> Result<()> {
+    self::session_id(session_id)?;
+    new_events(events)?;
+    consumers(options.consumers.as_deref(), events)
+}
+
+/// [`Store::claim_available`](crate::Store::claim_available): session, holder,
+/// declarations, exactly one positive lease bound, and a limit of at least 1.
+pub fn claim_available(request: &ClaimRequest) -> Result<()> {
+    session_id(&request.session_id)?;
+    name("holder", &request.holder)?;
+    consumers(request.consumers.as_deref(), &[])?;
+    request.lease_expiry(0)?;
+    if request.limit == Some(0) {
+        return Err(StoreError::invalid_input(
+            "claim limit is 0: pass at least 1, or no limit",
+        ));
+    }
+    Ok(())
+}
+
+/// [`Store::renew_claims`](crate::Store::renew_claims): session, holder and
+/// exactly one positive lease bound.
+pub fn renew_claims(request: &RenewRequest) -> Result<()> {
+    session_id(&request.session_id)?;
+    name("holder", &request.holder)?;
+    request.lease_expiry(0).map(|_| ())
+}
+
+/// [`Store::complete_attempt`](crate::Store::complete_attempt): session,
+/// consumer, the returned batch and its declarations.
+pub fn complete_attempt(request: &CompleteRequest) -> Result<()> {
+    session_id(&request.session_id)?;
+    name("consumer name", &request.consumer)?;
+    new_events(&request.events)?;
+    consumers(request.consumers.as_deref(), &request.events)
+}
+
+/// [`Store::fail_attempt`](crate::Store::fail_attempt): session, consumer
+/// and a retry delay that is not negative.
+pub fn fail_attempt(request: &FailRequest) -> Result<()> {
+    session_id(&request.session_id)?;
+    name("consumer name", &request.consumer)?;
+    retry_after(request.retry_after_ms)
+}
+
+/// [`Store::dead_letters`](crate::Store::dead_letters): the session id.
+pub fn dead_letters(session_id: &str) -> Result<()> {
+    self::session_id(session_id)
+}
+
+/// [`Store::redrive`](crate::Store::redrive): session, consumer and declarations.
+pub fn redrive(request: &RedriveRequest) -> Result<()> {
+    session_id(&request.session_id)?;
+    name("consumer name", &request.consumer)?;
+    consumers(request.consumers.as_deref(), &[])
+}
+
+/// [`Store::clear`](crate::Store::clear): the session and the fencing cause's consumer.
+pub fn clear(request: &ClearRequest) -> Result<()> {
+    session_id(&request.session_id)?;
+    if let Some(cause) = &request.cause {
+        name("cause consumer", &cause.consumer)?;
+    }
+    Ok(())
+}
+
+/// [`Store::reclaim`](crate::Store::reclaim): the session id.
+pub fn reclaim(session_id: &str) -> Result<()> {
+    self::session_id(session_id)
+}
+
+/// [`Store::read`](crate::Store::read): the session id and bounds with
+/// `through` not below `after`.
+pub fn read(session_id: &str, options: &ReadOptions) -> Result<()> {
+    self::session_id(session_id)?;
+    crate::log::read_bounds(options, u64::MAX).map(|_| ())
+}
+
+/// [`Store::wake_log`](crate::Store::wake_log): the session id and a log
+/// declaration; returns the declaration's log part.
+pub fn wake_log<'a>(
+    session_id: &str,
+    consumer: &'a ConsumerDeclaration,
+) -> Result<&'a LogDeclaration> {
+    self::session_id(session_id)?;
+    log_declaration(consumer)
+}
+
+/// [`Store::cursors`](crate::Store::cursors): the session id.
+pub fn cursors(session_id: &str) -> Result<()> {
+    self::session_id(session_id)
+}
+
+/// [`Store::subscribe`](crate::Store::subscribe): the session id.
+pub fn subscribe(session_id: &str) -> Result<()> {
+    self::session_id(session_id)
+}
+
+/// [`Store::write_state`](crate::Store::write_state): session, reducer and
+/// states no deeper than [`MAX_JSON_DEPTH`].
+pub fn write_state(session_id: &str, reducer: &str, writes: &[StateWrite]) -> Result<()> {
+    self::session_id(session_id)?;
+    name("reducer name", reducer)?;
+    writes
+        .iter()
+        .try_for_each(|write| json_depth("reducer state", &write.state))
+}
+
+/// [`Store::read_state`](crate::Store::read_state): session and reducer.
+pub fn read_state(session_id: &str, reducer: &str) -> Result<()> {
+    self::session_id(session_id)?;
+    name("reducer name", reducer)
+}
+
+/// [`Store::set_presence`](crate::Store::set_presence): session, participant,
+/// a positive TTL and values no deeper than [`MAX_JSON_DEPTH`].
+pub fn set_presence(
+    session_id: &str,
+    participant: &str,
+    values: &BTreeMap<String, Value>,
+    meta: &PresenceMeta,
+) -> Result<()> {
+    self::session_id(session_id)?;
+    name("participant", participant)?;
+    if meta.ttl_ms <= 0 {
+        return Err(StoreError::invalid_input(format!(
+            "presence ttl_ms must be positive, got {}",
+            meta.ttl_ms
+        )));
+    }
+    values
+        .values()
+        .try_for_each(|value| json_depth("presence value", value))
+}
+
+/// [`Store::read_presence`](crate::Store::read_presence): the session id.
+pub fn read_presence(session_id: &str) -> Result<()> {
+    self::session_id(session_id)
+}
+
+/// Rejects an empty session id.
+pub fn session_id(session_id: &str) -> Result<()> {
+    if session_id.is_empty() {
+        return Err(StoreError::invalid_input(
+            "session id is empty: name the session with a non-empty string",
+        ));
+    }
+    Ok(())
+}
+
+/// Rejects an empty name of `what` (a holder, consumer, reducer, participant...).
+pub fn name(what: &str, value: &str) -> Result<()> {
+    if value.is_empty() {
+        return Err(StoreError::invalid_input(format!(
+            "{what} is empty: pass a non-empty string"
+        )));
+    }
+    Ok(())
+}
+
+/// Validates a batch: non-empty types and ids, non-empty target names, no
+/// `a2.cleared` events (only `clear` appends markers), payloads no deeper
+/// than [`MAX_JSON_DEPTH`], and no id twice.
+pub fn new_events(events: &[NewEvent]) -> Result<()> {
+    let mut seen = HashSet::new();
+    for (position, event) in events.iter().enumerate() {
+        if event.event_type.is_empty() {
+            return Err(StoreError::invalid_input(format!(
+                "event {position} of the batch has an empty type"
+            )));
+        }
+        if event.event_type == CLEAR_EVENT_TYPE {
+            return Err(StoreError::invalid_input(format!(
+                "event {position} of the batch has the reserved type '{CLEAR_EVENT_TYPE}': use clear() to clear a session"
+            )));
+        }
+        if let Some(id) = &event.id {
+            if id.is_empty() {
+                return Err(StoreError::invalid_input(format!(
+                    "event {position} of the batch has an empty id: omit it to have one generated"
+                )));
+            }
+            if !seen.insert(id.as_str()) {
+                return Err(StoreError::partial_duplicate(format!(
+                    "batch contains the event id '{id}' more than once"
+                )));
+            }
+        }
+        for target in &event.targets {
+            name("target consumer", &target.consumer)?;
+            if target.lane.as_deref() == Some("") {
+                return Err(StoreError::invalid_input(format!(
+                    "event {position} targets consumer '{}' on an empty lane: omit the lane for an event cursor",
+                    target.consumer
+                )));
+            }
+        }
+        if let Some(cause) = &event.cause {
+            name("cause consumer", &cause.consumer)?;
+        }
+        if too_deep(&event.payload) {
+            return Err(StoreError::invalid_input(format!(
+                "event {position} of the batch has a payload nested more than {MAX_JSON_DEPTH} arrays/objects deep"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Validates consumer declarations: non-empty names, each name declared
+/// once (identical repeats allowed), log lanes non-empty, and no target in
+/// `events` naming a lane declared as a log lane.
+pub fn consumers(consumers: Option<&[ConsumerDeclaration]>, events: &[NewEvent]) -> Result<()> {
+    let Some(consumers) = consumers else {
+        return Ok(());
+    };
+    for (position, consumer) in consumers.iter().enumerate() {
+        name("consumer name", &consumer.name)?;
+        let redeclared = consumers[..position]
+            .iter()
+            .any(|earlier| earlier.name == consumer.name && earlier != consumer);
+        if redeclared {
+            return Err(StoreError::invalid_input(format!(
+                "consumer '{}' is declared twice with different declarations: declare each consumer once",
+                consumer.name
+            )));
+        }
+        let Some(log) = &consumer.log else { continue };
+        if log.lane.is_empty() {
+            return Err(StoreError::invalid_input(format!(
+                "log consumer '{}' has no lane: a log consumer always has a lane",
+                consumer.name
+            )));
+        }
+        let clash = events
+            .iter()
+            .flat_map(|event| &event.targets)
+            .any(|target| {
+                target.consumer == consumer.name && target.lane.as_deref() == Some(&log.lane)
+            });
+        if clash {
+            return Err(StoreError::lane_conflict(&consumer.name, &log.lane));
+        }
+    }
+    Ok(())
+}
+
+/// The log declaration of `consumer`, or an `InvalidInput` error when it has none.
+pub fn log_declaration(consumer: &ConsumerDeclaration) -> Result<&LogDeclaration> {
+    name("consumer name", &consumer.name)?;
+    match &consumer.log {
+        Some(log) if !log.lane.is_empty() => Ok(log),
+        _ => Err(StoreError::invalid_input(format!(
+            "consumer '{}' is not a log consumer: declare `log` with a lane",
+            consumer.name
+        ))),
+    }
+}
+
+/// Rejects a negative retry delay.
+pub fn retry_after(retry_after_ms: Option<i64>) -> Result<()> {
+    match retry_after_ms {
+        Some(delay) if delay < 0 => Err(StoreError::invalid_input(format!(
+            "retry_after_ms must not be negative, got {delay}"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// Rejects a JSON value nested deeper than [`MAX_JSON_DEPTH`] as invalid
+/// input. Walks the value with an explicit stack (no recursion), so any depth
+/// is checked without growing the call stack.
+pub fn json_depth(what: &str, value: &Value) -> Result<()> {
+    if too_deep(value) {
+        return Err(StoreError::invalid_input(format!(
+            "{what} is nested more than {MAX_JSON_DEPTH} arrays/objects deep"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `value` nests deeper than [`MAX_JSON_DEPTH`]; iterative, and free
+/// for scalars.
+fn too_deep(value: &Value) -> bool {
+    let mut pending: Vec<(&Value, usize)> = Vec::new();
+    let mut next = Some((value, 0));
+    while let Some((value, depth)) = next.take().or_else(|| pending.pop()) {
+        let depth = depth + 1;
+        match value {
+            Value::Array(items) => {
+                if depth > MAX_JSON_DEPTH {
+                    return true;
+                }
+                pending.extend(items.iter().map(|child| (child, depth)));
+            }
+            Value::Object(fields) => {
+                if depth > MAX_JSON_DEPTH {
+                    return true;
+                }
+                pending.extend(fields.values().map(|child| (child, depth)));
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::{Cause, Target};
+    use crate::ErrorCode;
+    use serde_json::json;
+
+    fn code(result: Result<()>) -> Option<ErrorCode> {
+        result.err().map(|error| error.code())
+    }
+
+    #[test]
+    fn json_depth_is_checked_without_recursion() {
+        let nested = |levels: usize| {
+            let mut value = json!([]);
+            for _ in 1..levels {
+                value = Value::Array(vec![value]);
+            }
+            value
+        };
+        assert!(json_depth("v", &json!(1)).is_ok());
+        assert!(json_depth("v", &nested(MAX_JSON_DEPTH)).is_ok());
+        let text = serde_json::to_string(&nested(MAX_JSON_DEPTH)).unwrap();
+        assert!(serde_json::from_str::<Value>(&text).is_ok());
+        let error = json_depth("v", &nested(MAX_JSON_DEPTH + 1)).unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidInput);
+        let mut wrapped = serde_json::Map::new();
+        wrapped.insert("a".to_owned(), Value::Array(vec![json!(1), nested(10_000)]));
+        assert!(json_depth("v", &Value::Object(wrapped)).is_err());
+        let event = NewEvent::new("t", nested(MAX_JSON_DEPTH + 1));
+        assert_eq!(code(new_events(&[event])), Some(ErrorCode::InvalidInput));
+    }
+
+    #[test]
+    fn batches_are_validated() {
+        let ok = NewEvent::new("msg", json!(1)).with_id("a");
+        assert!(new_events(std::slice::from_ref(&ok)).is_ok());
+        let twice = [ok.clone(), ok.clone()];
+        assert_eq!(
+            code(new_events(&twice)),
+            Some(ErrorCode::PartialDuplicateBatch)
+        );
+        let empty_type = [NewEvent::new("", json!(1))];
+        assert_eq!(code(new_events(&empty_type)), Some(ErrorCode::InvalidInput));
+        let marker = [NewEvent::new(CLEAR_EVENT_TYPE, json!(1))];
+        assert_eq!(code(new_events(&marker)), Some(ErrorCode::InvalidInput));
+        let empty_lane = [NewEvent::new("m", json!(1)).with_target(Target::lane("c", ""))];
+        assert_eq!(code(new_events(&empty_lane)), Some(ErrorCode::InvalidInput));
+        let twice = [
+            ConsumerDeclaration::log("c", "L", None, false),
+            ConsumerDeclaration::log("c", "L", Some(vec!["a".into()]), false),
+        ];
+        assert_eq!(
+            code(consumers(Some(&twice), &[])),
+            Some(ErrorCode::InvalidInput)
+        );
+        let same = [twice[0].clone(), twice[0].clone()];
+        assert!(consumers(Some(&same), &[]).is_ok());
+        let declared = [ConsumerDeclaration::log("c", "L", None, false)];
+        let clash = [NewEvent::new("msg", json!(1)).with_target(Target::lane("c", "L"))];
+        assert_eq!(
+            code(consumers(Some(&declared), &clash)),
+            Some(ErrorCode::InvalidInput)
+        );
+    }
+
+    #[test]
+    fn each_operation_checks_its_request() {
+        let claim = ClaimRequest {
+            session_id: "s".into(),
+            holder: "w".into(),
+            ttl_ms: Some(10),
+            ..ClaimRequest::default()
+        };
+        assert!(claim_available(&claim).is_ok());
+        for bad in [
+            ClaimRequest {
+                limit: Some(0),
+                ..claim.clone()
+            },
+            ClaimRequest {
+                holder: String::new(),
+                ..claim.clone()
+            },
+            ClaimRequest {
+                ttl_ms: None,
+                ..claim.clone()
+            },
+            ClaimRequest {
+                session_id: String::new(),
+                ..claim.clone()
+            },
+        ] {
+            assert_eq!(code(claim_available(&bad)), Some(ErrorCode::InvalidInput));
+        }
+        let fail = FailRequest {
+            session_id: "s".into(),
+            consumer: "c".into(),
+            retry_after_ms: Some(-1),
+            ..FailRequest::default()
+        };
+        assert_eq!(code(fail_attempt(&fail)), Some(ErrorCode::InvalidInput));
+        let clear_request = ClearRequest {
+            session_id: "s".into(),
+            cause: Some(Cause {
+                consumer: String::new(),
+                lane: None,
+                index: 1,
+                attempt: 1,
+            }),
+            ..ClearRequest::default()
+        };
+        assert_eq!(code(clear(&clear_request)), Some(ErrorCode::InvalidInput));
+        let bad_read = ReadOptions {
+            after: Some(5),
+            through: Some(4),
+            limit: None,
+        };
+        assert_eq!(code(read("s", &bad_read)), Some(ErrorCode::InvalidInput));
+        let meta = PresenceMeta {
+            at: 0,
+            seen: None,
+            ttl_ms: 0,
+        };
+        assert_eq!(
+            code(set_presence("s", "p", &BTreeMap::new(), &meta)),
+            Some(ErrorCode::InvalidInput)
+        );
+        assert!(wake_log("s", &ConsumerDeclaration::targeted("c")).is_err());
+        assert!(wake_log("s", &ConsumerDeclaration::log("c", "L", None, true)).is_ok());
+        assert_eq!(code(read_state("s", "")), Some(ErrorCode::InvalidInput));
+    }
+}
