@@ -117,7 +117,10 @@ pub(crate) async fn append_replays_batch_whose_ids_are_all_stored(cx: Cx) -> Cas
         .append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
         .await?;
     let heads = cx.claim_heads(&s, "w1").await?;
-    ensure_eq!(hs(&heads), strs(&["1 agent/- #1", "2 agent/- #1"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["1 agent/- #1", "2 agent/- #1"])
+    );
     cx.advance(10);
     let before = cx.state(&s).await?;
     let replay = cx

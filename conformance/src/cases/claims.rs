@@ -21,7 +21,7 @@ pub(crate) async fn claim_returns_heads_by_index_consumer_lane(cx: Cx) -> CaseRe
     )
     .await?;
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["1 a/- #1", "1 a/L #1", "1 b/- #1", "2 a/- #1"])
     );
     Ok(())
@@ -85,7 +85,7 @@ pub(crate) async fn claim_on_busy_heads_is_busy_with_earliest_expiry(cx: Cx) -> 
     ensure_eq!(busy(cx.claim(&s, "w2").await?)?, T0 + 400);
     cx.advance(300);
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w2").await?),
+        head_summaries(&cx.claim_heads(&s, "w2").await?),
         strs(&["2 agent/- #2"])
     );
     ensure_eq!(busy(cx.claim(&s, "w3").await?)?, T0 + TTL);
@@ -121,7 +121,10 @@ pub(crate) async fn claim_skips_heads_above_through(cx: Cx) -> CaseResult {
         ..cx.req(&s, "w1")
     };
     let (heads, _, head) = claimed(cx.store.claim_available(request.clone()).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 agent/- #1", "2 agent/- #1"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["1 agent/- #1", "2 agent/- #1"])
+    );
     ensure_eq!(head, 3);
     ensure_eq!(busy(cx.store.claim_available(request).await?)?, T0 + TTL);
     let none_below = ClaimRequest {
@@ -130,7 +133,7 @@ pub(crate) async fn claim_skips_heads_above_through(cx: Cx) -> CaseResult {
     };
     settled(cx.store.claim_available(none_below).await?)?;
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["3 agent/- #1"])
     );
     Ok(())
@@ -146,10 +149,10 @@ pub(crate) async fn claim_excludes_event_cursor_by_index(cx: Cx) -> CaseResult {
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request.clone()).await?)?;
-    ensure_eq!(hs(&heads), strs(&["2 agent/- #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["2 agent/- #1"]));
     ensure_eq!(busy(cx.store.claim_available(request).await?)?, T0 + TTL);
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["1 agent/- #1"])
     );
     Ok(())
@@ -168,7 +171,7 @@ pub(crate) async fn claim_excludes_lane_cursor_whatever_its_head(cx: Cx) -> Case
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request).await?)?;
-    ensure_eq!(hs(&heads), strs(&["2 agent/L2 #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["2 agent/L2 #1"]));
     Ok(())
 }
 
@@ -186,7 +189,7 @@ pub(crate) async fn claim_excludes_log_cursor_whatever_its_head(cx: Cx) -> CaseR
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 agent/- #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["1 agent/- #1"]));
     Ok(())
 }
 
@@ -209,7 +212,10 @@ pub(crate) async fn claim_limit_takes_lowest_and_leaves_rest(cx: Cx) -> CaseResu
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request.clone()).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 zed/- #1", "2 agent/- #1"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["1 zed/- #1", "2 agent/- #1"])
+    );
     let untouched = cx.cursors(&s).await?;
     ensure_eq!(
         untouched
@@ -219,7 +225,7 @@ pub(crate) async fn claim_limit_takes_lowest_and_leaves_rest(cx: Cx) -> CaseResu
         2
     );
     let (heads, _, _) = claimed(cx.store.claim_available(request).await?)?;
-    ensure_eq!(hs(&heads), strs(&["3 al/- #1", "3 bob/- #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["3 al/- #1", "3 bob/- #1"]));
     Ok(())
 }
 
@@ -250,14 +256,14 @@ pub(crate) async fn served_claim_orders_ties_by_consumer_then_lane(cx: Cx) -> Ca
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(one).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 bob/- #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["1 bob/- #1"]));
     let rest = ClaimRequest {
         consumers: served,
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(rest).await?)?;
     ensure_eq!(
-        hs(&heads),
+        head_summaries(&heads),
         strs(&["1 bob/L9 #1", "1 zed/- #1", "1 zed/L1 #1", "1 zed/L2 #1"])
     );
     Ok(())
@@ -312,10 +318,10 @@ pub(crate) async fn expired_claim_at_max_failures_is_dead_lettered(cx: Cx) -> Ca
         ..cx.req(&s, "w2")
     };
     let (heads, dead, log_head) = claimed(cx.store.claim_available(request.clone()).await?)?;
-    ensure_eq!(hs(&heads), Vec::<String>::new());
+    ensure_eq!(head_summaries(&heads), Vec::<String>::new());
     ensure_eq!(log_head, 1);
     let dead_head = nth(&dead, 0)?;
-    ensure_eq!(hs(&dead), strs(&["1 agent/L1 #2"]));
+    ensure_eq!(head_summaries(&dead), strs(&["1 agent/L1 #2"]));
     ensure_eq!(
         dead_head.dispatch,
         Dispatch {
@@ -351,8 +357,8 @@ pub(crate) async fn dead_letter_on_expiry_not_counted_against_limit(cx: Cx) -> C
         ..cx.req(&s, "w2")
     };
     let (heads, dead, _) = claimed(cx.store.claim_available(request).await?)?;
-    ensure_eq!(hs(&dead), strs(&["1 agent/- #2"]));
-    ensure_eq!(hs(&heads), strs(&["2 agent/- #1"]));
+    ensure_eq!(head_summaries(&dead), strs(&["1 agent/- #2"]));
+    ensure_eq!(head_summaries(&heads), strs(&["2 agent/- #1"]));
     Ok(())
 }
 
@@ -397,7 +403,7 @@ pub(crate) async fn claims_are_per_session(cx: Cx) -> CaseResult {
     let untouched = only(&cx.cursors(&s2).await?)?;
     ensure_eq!(untouched.dispatch.attempt_count, 0);
     ensure_eq!(
-        hs(&cx.claim_heads(&s2, "w2").await?),
+        head_summaries(&cx.claim_heads(&s2, "w2").await?),
         strs(&["1 agent/- #1"])
     );
     Ok(())
@@ -415,7 +421,7 @@ pub(crate) async fn busy_retry_at_ignores_skipped_heads(cx: Cx) -> CaseResult {
         ..cx.req(&s, "w1")
     };
     ensure_eq!(
-        hs(&claimed(cx.store.claim_available(short).await?)?.0),
+        head_summaries(&claimed(cx.store.claim_available(short).await?)?.0),
         strs(&["1 agent/- #1"])
     );
     cx.claim_heads(&s, "w1").await?;
@@ -454,7 +460,7 @@ pub(crate) async fn expired_claims_dead_letter_when_count_reaches_max(cx: Cx) ->
     }
     let (heads, dead, _) = claimed(cx.store.claim_available(request).await?)?;
     ensure_eq!(heads, vec![]);
-    ensure_eq!(hs(&dead), strs(&["1 agent/- #3"]));
+    ensure_eq!(head_summaries(&dead), strs(&["1 agent/- #3"]));
     ensure_eq!(nth(&dead, 0)?.dispatch.failure_count, 2);
     Ok(())
 }

@@ -156,7 +156,10 @@ pub(crate) async fn clear_drops_event_and_lane_cursors_parks_log_cursors(cx: Cx)
     cx.claim_heads(&s, "w1").await?;
     marker(cx.store.clear(request(&s)).await?)?;
     let cursors = cx.cursors(&s).await?;
-    ensure_eq!(cs(&cursors), strs(&["audit/log log pos=3 head=-"]));
+    ensure_eq!(
+        cursor_summaries(&cursors),
+        strs(&["audit/log log pos=3 head=-"])
+    );
     ensure_eq!(cursors[0].dispatch, a2_store_api::Dispatch::default());
     settled(cx.claim(&s, "w1").await?)?;
     ensure!(
@@ -175,7 +178,7 @@ pub(crate) async fn log_cursor_resumes_after_clear(cx: Cx) -> CaseResult {
     marker(cx.store.clear(request(&s)).await?)?;
     cx.append_for(&s, vec![msg("c")], vec![audit]).await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=3 head=4"])
     );
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;

@@ -37,7 +37,7 @@ pub(crate) async fn complete_advances_lane_to_next_head(cx: Cx) -> CaseResult {
     ensure_eq!(completed(cx.complete(&s, &head, vec![]).await?)?, vec![]);
     let cursor = only(&cx.cursors(&s).await?)?;
     ensure_eq!(
-        cs(std::slice::from_ref(&cursor)),
+        cursor_summaries(std::slice::from_ref(&cursor)),
         strs(&["agent/L1 lane pos=1 head=2"])
     );
     ensure_eq!(cursor.dispatch, a2_store_api::Dispatch::default());
@@ -85,12 +85,15 @@ pub(crate) async fn complete_returned_events_fan_out_to_other_consumers(cx: Cx) 
         .with_target(Target::lane("indexer", "main"));
     completed(cx.complete(&s, &head, vec![step]).await?)?;
     let heads = cx.claim_heads(&s, "w1").await?;
-    ensure_eq!(hs(&heads), strs(&["2 indexer/main #1", "2 notifier/- #1"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["2 indexer/main #1", "2 notifier/- #1"])
+    );
     let next = ev("step", "s2").with_target(Target::event("archiver"));
     let events = completed(cx.complete(&s, &nth(&heads, 1)?, vec![next]).await?)?;
     ensure_eq!(events[0].cause, Some(cause("notifier", None, 2, 1)));
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["3 archiver/- #1"])
     );
     Ok(())
@@ -306,7 +309,7 @@ pub(crate) async fn complete_after_unreclaimed_expiry_succeeds(cx: Cx) -> CaseRe
     let events = completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
     ensure_eq!(idx(&events), vec![2]);
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=-"])
     );
     Ok(())
@@ -365,7 +368,7 @@ pub(crate) async fn complete_advances_log_cursor_to_next_taken_event(cx: Cx) -> 
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=1 head=4"])
     );
     Ok(())
@@ -475,7 +478,7 @@ pub(crate) async fn completion_can_queue_on_its_own_lane(cx: Cx) -> CaseResult {
     );
     for expected in ["2 agent/L1 #1", "3 agent/L1 #1"] {
         let heads = cx.claim_heads(&s, "w1").await?;
-        ensure_eq!(hs(&heads), strs(&[expected]));
+        ensure_eq!(head_summaries(&heads), strs(&[expected]));
         completed(cx.complete(&s, &heads[0], vec![]).await?)?;
     }
     settled(cx.claim(&s, "w1").await?)

@@ -109,7 +109,7 @@ pub(crate) async fn concurrent_claims_never_hand_out_a_head_twice(cx: Cx) -> Cas
     );
     settled(cx.claim(&s, "w0").await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=59 head=-", "agent/L2 lane pos=60 head=-"])
     );
     Ok(())
@@ -199,7 +199,7 @@ pub(crate) async fn concurrent_completions_apply_once(cx: Cx) -> CaseResult {
     ensure_eq!(idx(&results[0]), vec![4, 5]);
     ensure_eq!(idx(&cx.read_all(&s).await?), vec![1, 2, 3, 4, 5]);
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=2"])
     );
     Ok(())
@@ -229,7 +229,7 @@ pub(crate) async fn concurrent_identical_appends_write_once(cx: Cx) -> CaseResul
     }
     ensure_eq!(idx(&cx.read_all(&s).await?), vec![1, 2]);
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/- event pos=0 head=1"])
     );
     Ok(())

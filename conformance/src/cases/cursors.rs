@@ -33,7 +33,7 @@ pub(crate) async fn event_cursors_run_concurrently(cx: Cx) -> CaseResult {
     .await?;
     let heads = cx.claim_heads(&s, "w1").await?;
     ensure_eq!(
-        hs(&heads),
+        head_summaries(&heads),
         strs(&["1 notifier/- #1", "2 notifier/- #1", "3 notifier/- #1"])
     );
     Ok(())
@@ -46,7 +46,10 @@ pub(crate) async fn event_cursor_position_is_index_minus_one(cx: Cx) -> CaseResu
         .await?;
     let cursor = only(&cx.cursors(&s).await?)?;
     ensure_eq!(cursor.kind, CursorKind::Event);
-    ensure_eq!(cs(&[cursor]), strs(&["notifier/- event pos=1 head=2"]));
+    ensure_eq!(
+        cursor_summaries(&[cursor]),
+        strs(&["notifier/- event pos=1 head=2"])
+    );
     Ok(())
 }
 
@@ -61,7 +64,7 @@ pub(crate) async fn event_cursor_finishes_after_completion(cx: Cx) -> CaseResult
     let heads = cx.claim_heads(&s, "w1").await?;
     completed(cx.complete(&s, &nth(&heads, 0)?, vec![]).await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["notifier/- event pos=1 head=2"])
     );
     Ok(())
@@ -81,7 +84,7 @@ pub(crate) async fn lane_cursor_hands_out_one_head_at_a_time(cx: Cx) -> CaseResu
     .await?;
     for expected in ["1 agent/L1 #1", "2 agent/L1 #1", "3 agent/L1 #1"] {
         let heads = cx.claim_heads(&s, "w1").await?;
-        ensure_eq!(hs(&heads), strs(&[expected]));
+        ensure_eq!(head_summaries(&heads), strs(&[expected]));
         ensure_eq!(busy(cx.claim(&s, "w2").await?)?, cx.now() + TTL);
         completed(cx.complete(&s, &heads[0], vec![]).await?)?;
     }
@@ -97,15 +100,18 @@ pub(crate) async fn lane_cursor_queues_across_batches(cx: Cx) -> CaseResult {
         .await?;
     let cursor = only(&cx.cursors(&s).await?)?;
     ensure_eq!(cursor.kind, CursorKind::Lane);
-    ensure_eq!(cs(&[cursor]), strs(&["agent/L1 lane pos=0 head=1"]));
+    ensure_eq!(
+        cursor_summaries(&[cursor]),
+        strs(&["agent/L1 lane pos=0 head=1"])
+    );
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=4"])
     );
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["4 agent/L1 #1"])
     );
     Ok(())
@@ -125,7 +131,7 @@ pub(crate) async fn separate_lanes_run_concurrently(cx: Cx) -> CaseResult {
     )
     .await?;
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["1 agent/L1 #1", "2 agent/L2 #1", "3 other/L1 #1"])
     );
     Ok(())
@@ -138,13 +144,13 @@ pub(crate) async fn drained_lane_cursor_stays_listed_without_head(cx: Cx) -> Cas
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=-"])
     );
     settled(cx.claim(&s, "w1").await?)?;
     cx.append(&s, vec![to_lane("b", "agent", "L1")]).await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=2"])
     );
     Ok(())
@@ -159,28 +165,37 @@ pub(crate) async fn lane_target_repeated_in_one_event_is_queued_once(cx: Cx) -> 
     cx.append(&s, vec![twice("a"), to_lane("b", "agent", "L1")])
         .await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=0 head=1"])
     );
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    ensure_eq!(hs(std::slice::from_ref(&head)), strs(&["1 agent/L1 #1"]));
+    ensure_eq!(
+        head_summaries(std::slice::from_ref(&head)),
+        strs(&["1 agent/L1 #1"])
+    );
     completed(cx.complete(&s, &head, vec![]).await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=2"])
     );
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    ensure_eq!(hs(std::slice::from_ref(&head)), strs(&["2 agent/L1 #1"]));
+    ensure_eq!(
+        head_summaries(std::slice::from_ref(&head)),
+        strs(&["2 agent/L1 #1"])
+    );
     completed(cx.complete(&s, &head, vec![twice("c")]).await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=2 head=3"])
     );
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    ensure_eq!(hs(std::slice::from_ref(&head)), strs(&["3 agent/L1 #1"]));
+    ensure_eq!(
+        head_summaries(std::slice::from_ref(&head)),
+        strs(&["3 agent/L1 #1"])
+    );
     completed(cx.complete(&s, &head, vec![]).await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=3 head=-"])
     );
     settled(cx.claim(&s, "w1").await?)
@@ -194,7 +209,7 @@ pub(crate) async fn lane_cursor_created_after_clear_starts_at_clear(cx: Cx) -> C
     cx.append(&s, vec![msg("c"), to_lane("d", "agent", "L1")])
         .await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=3 head=5"])
     );
     Ok(())
@@ -209,20 +224,23 @@ pub(crate) async fn log_cursor_takes_every_type_without_filter(cx: Cx) -> CaseRe
     let cursor = only(&cx.cursors(&s).await?)?;
     ensure_eq!(cursor.kind, CursorKind::Log);
     ensure_eq!(cursor.types, None);
-    ensure_eq!(cs(&[cursor]), strs(&["audit/log log pos=0 head=1"]));
+    ensure_eq!(
+        cursor_summaries(&[cursor]),
+        strs(&["audit/log log pos=0 head=1"])
+    );
     for expected in ["1 audit/log #1", "2 audit/log #1"] {
         let heads = cx.claim_heads(&s, "w1").await?;
-        ensure_eq!(hs(&heads), strs(&[expected]));
+        ensure_eq!(head_summaries(&heads), strs(&[expected]));
         completed(cx.complete(&s, &heads[0], vec![]).await?)?;
     }
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=2 head=-"])
     );
     settled(cx.claim(&s, "w1").await?)?;
     cx.append_for(&s, vec![ev("c", "3")], vec![audit]).await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=2 head=3"])
     );
     Ok(())
@@ -242,7 +260,7 @@ pub(crate) async fn log_cursor_skips_types_it_does_not_take(cx: Cx) -> CaseResul
     ensure_eq!(cursor.types, Some(strs(&["x"])));
     for expected in ["2 audit/log #1", "4 audit/log #1"] {
         let heads = cx.claim_heads(&s, "w1").await?;
-        ensure_eq!(hs(&heads), strs(&[expected]));
+        ensure_eq!(head_summaries(&heads), strs(&[expected]));
         completed(cx.complete(&s, &heads[0], vec![]).await?)?;
     }
     settled(cx.claim(&s, "w1").await?)
@@ -257,7 +275,7 @@ pub(crate) async fn log_cursor_without_backfill_starts_at_declaring_batch(cx: Cx
     cx.append_for(&s, vec![ev("y", "3"), ev("x", "4")], vec![audit])
         .await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=2 head=4"])
     );
     Ok(())
@@ -270,7 +288,7 @@ pub(crate) async fn log_cursor_with_backfill_starts_from_beginning(cx: Cx) -> Ca
     let audit = log_consumer("audit", "log", Some(&["x"]), true);
     cx.append_for(&s, vec![ev("x", "3")], vec![audit]).await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=0 head=2"])
     );
     Ok(())
@@ -285,7 +303,7 @@ pub(crate) async fn log_cursor_with_backfill_starts_after_last_clear(cx: Cx) -> 
     let audit = log_consumer("audit", "log", None, true);
     cx.append_for(&s, vec![ev("x", "5")], vec![audit]).await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=3 head=4"])
     );
     Ok(())
@@ -299,11 +317,14 @@ pub(crate) async fn log_cursor_not_created_without_taken_type(cx: Cx) -> CaseRes
         .append_for(&s, vec![ev("y", "1")], vec![audit.clone()])
         .await?;
     ensure!(!result.has_pending, "no cursor, nothing pending");
-    ensure_eq!(cs(&cx.cursors(&s).await?), Vec::<String>::new());
+    ensure_eq!(
+        cursor_summaries(&cx.cursors(&s).await?),
+        Vec::<String>::new()
+    );
     let result = cx.append_for(&s, vec![ev("x", "2")], vec![audit]).await?;
     ensure!(result.has_pending, "the cursor now has head 2");
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=0 head=2"])
     );
     Ok(())
@@ -320,7 +341,7 @@ pub(crate) async fn log_cursor_never_takes_clear_marker(cx: Cx) -> CaseResult {
     completed(cx.complete(&s, &head, vec![]).await?)?;
     clear(&cx, &s).await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=2 head=-"])
     );
     settled(cx.claim(&s, "w1").await?)?;
@@ -329,7 +350,7 @@ pub(crate) async fn log_cursor_never_takes_clear_marker(cx: Cx) -> CaseResult {
     ensure_eq!(woken.head, 2);
     cx.append_for(&s, vec![ev("x", "3")], vec![audit]).await?;
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["3 audit/log #1"])
     );
     Ok(())
@@ -352,12 +373,12 @@ pub(crate) async fn log_declaration_refreshes_types_from_next_advance(cx: Cx) ->
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 audit/log #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["1 audit/log #1"]));
     let cursor = only(&cx.cursors(&s).await?)?;
     ensure_eq!(cursor.types, Some(strs(&["b"])));
     completed(cx.complete(&s, &heads[0], vec![]).await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=1 head=2"])
     );
     Ok(())
@@ -371,7 +392,7 @@ pub(crate) async fn log_consumers_follow_the_log_independently(cx: Cx) -> CaseRe
     cx.append_for(&s, vec![ev("y", "1"), ev("x", "2")], vec![audit, index])
         .await?;
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["1 audit/log #1", "2 index/main #1"])
     );
     Ok(())
@@ -453,7 +474,7 @@ pub(crate) async fn completion_targeting_log_lane_is_invalid(cx: Cx) -> CaseResu
         .iter()
         .find(|head| head.consumer == "agent")
         .cloned()
-        .ok_or_else(|| Failure::Fail(format!("no agent head in {:?}", hs(&heads))))?;
+        .ok_or_else(|| Failure::Fail(format!("no agent head in {:?}", head_summaries(&heads))))?;
     let before = cx.state(&s).await?;
     let reply = NewEvent::new("reply", json!(null))
         .with_id("r")
@@ -481,10 +502,10 @@ pub(crate) async fn claim_serves_only_declared_consumers(cx: Cx) -> CaseResult {
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request.clone()).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 notifier/- #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["1 notifier/- #1"]));
     ensure_eq!(busy(cx.store.claim_available(request).await?)?, T0 + TTL);
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["1 agent/- #1"])
     );
     Ok(())
@@ -521,7 +542,7 @@ pub(crate) async fn cursors_sorted_by_consumer_lane_then_event_heads(cx: Cx) -> 
     )
     .await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&[
             "a/- event pos=4 head=5",
             "b/L1 lane pos=0 head=4",
@@ -564,8 +585,14 @@ pub(crate) async fn wake_log_on_empty_session_is_idle(cx: Cx) -> CaseResult {
     ensure_eq!(woken.head, 0);
     ensure_eq!(woken.cursor.kind, CursorKind::Log);
     ensure_eq!(woken.cursor.types, Some(strs(&["x"])));
-    ensure_eq!(cs(&[woken.cursor]), strs(&["audit/log log pos=0 head=-"]));
-    ensure_eq!(cs(&cx.cursors(&s).await?), Vec::<String>::new());
+    ensure_eq!(
+        cursor_summaries(&[woken.cursor]),
+        strs(&["audit/log log pos=0 head=-"])
+    );
+    ensure_eq!(
+        cursor_summaries(&cx.cursors(&s).await?),
+        Vec::<String>::new()
+    );
     Ok(())
 }
 
@@ -579,8 +606,14 @@ pub(crate) async fn wake_log_on_just_cleared_session_is_idle(cx: Cx) -> CaseResu
         .wake_log(&s, &log_consumer("audit", "log", None, true))
         .await?;
     ensure_eq!(woken.head, 3);
-    ensure_eq!(cs(&[woken.cursor]), strs(&["audit/log log pos=3 head=-"]));
-    ensure_eq!(cs(&cx.cursors(&s).await?), Vec::<String>::new());
+    ensure_eq!(
+        cursor_summaries(&[woken.cursor]),
+        strs(&["audit/log log pos=3 head=-"])
+    );
+    ensure_eq!(
+        cursor_summaries(&cx.cursors(&s).await?),
+        Vec::<String>::new()
+    );
     Ok(())
 }
 
@@ -593,9 +626,12 @@ pub(crate) async fn wake_log_with_backfill_creates_cursor(cx: Cx) -> CaseResult 
         .wake_log(&s, &log_consumer("audit", "log", Some(&["y"]), true))
         .await?;
     ensure_eq!(woken.head, 2);
-    ensure_eq!(cs(&[woken.cursor]), strs(&["audit/log log pos=0 head=2"]));
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&[woken.cursor]),
+        strs(&["audit/log log pos=0 head=2"])
+    );
+    ensure_eq!(
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=0 head=2"])
     );
     Ok(())
@@ -608,14 +644,17 @@ pub(crate) async fn wake_log_without_backfill_creates_cursor_at_head(cx: Cx) -> 
     cx.append(&s, vec![ev("x", "1"), ev("x", "2")]).await?;
     let audit = log_consumer("audit", "log", None, false);
     let woken = cx.store.wake_log(&s, &audit).await?;
-    ensure_eq!(cs(&[woken.cursor]), strs(&["audit/log log pos=2 head=-"]));
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&[woken.cursor]),
+        strs(&["audit/log log pos=2 head=-"])
+    );
+    ensure_eq!(
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=2 head=-"])
     );
     cx.append_for(&s, vec![ev("x", "3")], vec![audit]).await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=2 head=3"])
     );
     Ok(())
@@ -630,7 +669,7 @@ pub(crate) async fn wake_log_refreshes_types_and_wakes_idle_cursor(cx: Cx) -> Ca
     completed(cx.complete(&s, &head, vec![]).await?)?;
     cx.append(&s, vec![ev("y", "2"), ev("z", "3")]).await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=1 head=-"])
     );
     let woken = cx
@@ -639,7 +678,10 @@ pub(crate) async fn wake_log_refreshes_types_and_wakes_idle_cursor(cx: Cx) -> Ca
         .await?;
     ensure_eq!(woken.head, 3);
     ensure_eq!(woken.cursor.types, Some(strs(&["z"])));
-    ensure_eq!(cs(&[woken.cursor]), strs(&["audit/log log pos=1 head=3"]));
+    ensure_eq!(
+        cursor_summaries(&[woken.cursor]),
+        strs(&["audit/log log pos=1 head=3"])
+    );
     Ok(())
 }
 
@@ -677,7 +719,7 @@ pub(crate) async fn completion_creates_declared_log_cursor(cx: Cx) -> CaseResult
         .await?;
     ensure_eq!(idx(&completed(result)?), vec![3]);
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=-", "audit/log log pos=2 head=3"])
     );
     Ok(())
@@ -721,7 +763,10 @@ pub(crate) async fn complete_declaration_refreshes_log_types(cx: Cx) -> CaseResu
     completed(result)?;
     let cursor = only(&cx.cursors(&s).await?)?;
     ensure_eq!(cursor.types, Some(strs(&["b"])));
-    ensure_eq!(cs(&[cursor]), strs(&["audit/log log pos=1 head=2"]));
+    ensure_eq!(
+        cursor_summaries(&[cursor]),
+        strs(&["audit/log log pos=1 head=2"])
+    );
     Ok(())
 }
 
@@ -749,7 +794,10 @@ pub(crate) async fn redrive_declaration_refreshes_log_types(cx: Cx) -> CaseResul
     ensure!(result.redriven, "the dead head is skipped");
     let cursor = only(&cx.cursors(&s).await?)?;
     ensure_eq!(cursor.types, Some(strs(&["b"])));
-    ensure_eq!(cs(&[cursor]), strs(&["audit/log log pos=1 head=2"]));
+    ensure_eq!(
+        cursor_summaries(&[cursor]),
+        strs(&["audit/log log pos=1 head=2"])
+    );
     Ok(())
 }
 
@@ -764,7 +812,7 @@ pub(crate) async fn log_and_target_lanes_coexist_when_distinct(cx: Cx) -> CaseRe
     )
     .await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&[
             "audit/L1 lane pos=0 head=1",
             "audit/log log pos=0 head=1",
@@ -806,7 +854,7 @@ pub(crate) async fn dead_lettered_lane_head_blocks_the_lane(cx: Cx) -> CaseResul
         "the lane's head is dead-lettered"
     );
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=0 head=1"])
     );
     Ok(())
@@ -851,14 +899,17 @@ pub(crate) async fn wake_log_with_nothing_taken_creates_headless_cursor(cx: Cx) 
     let audit = log_consumer("audit", "log", Some(&["x"]), true);
     let woken = cx.store.wake_log(&s, &audit).await?;
     ensure_eq!(woken.head, 1);
-    ensure_eq!(cs(&[woken.cursor]), strs(&["audit/log log pos=0 head=-"]));
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&[woken.cursor]),
+        strs(&["audit/log log pos=0 head=-"])
+    );
+    ensure_eq!(
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=0 head=-"])
     );
     cx.append_for(&s, vec![ev("x", "2")], vec![audit]).await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=0 head=2"])
     );
     Ok(())

@@ -25,7 +25,7 @@ async fn session_taking_a(cx: &Cx) -> std::result::Result<String, Failure> {
     let s = cx.s("s");
     cx.append_for(&s, batch(), vec![audit(&["a"])]).await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=0 head=1"])
     );
     Ok(s)
@@ -37,7 +37,7 @@ async fn only_types(
     s: &str,
 ) -> std::result::Result<(Option<Vec<String>>, Vec<String>), Failure> {
     let cursor = only(&cx.cursors(s).await?)?;
-    Ok((cursor.types.clone(), cs(&[cursor])))
+    Ok((cursor.types.clone(), cursor_summaries(&[cursor])))
 }
 
 /// A completion request on `(audit, log, index)` with `attempt`, no returned
@@ -111,7 +111,7 @@ pub(crate) async fn replayed_completion_declaration_refreshes_log_types(cx: Cx) 
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=1 head=3"])
     );
     let replay = cx
@@ -159,7 +159,7 @@ pub(crate) async fn claim_declaration_refreshes_log_types(cx: Cx) -> CaseResult 
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 audit/log #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["1 audit/log #1"]));
     ensure_eq!(only_types(&cx, &s).await?.0, Some(strs(&["b"])));
     let request = ClaimRequest {
         consumers: Some(vec![audit(&["x"])]),

@@ -31,7 +31,7 @@ pub(crate) async fn spec_worked_example(cx: Cx) -> CaseResult {
     ensure!(appended.has_pending, "step 1: has_pending");
     // 2. one head: index 1, attempt 1; log head 3.
     let (heads, dead, log_head) = claimed(cx.claim(&s, "w1").await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 agent/L1 #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["1 agent/L1 #1"]));
     ensure_eq!(dead, vec![]);
     ensure_eq!(log_head, 3);
     let first = heads[0].clone();
@@ -53,12 +53,15 @@ pub(crate) async fn spec_worked_example(cx: Cx) -> CaseResult {
     let stored_reply = events[0].clone();
     // 5. next claim: 2 on the lane and 4 for the notifier; then 3; then settled.
     let heads = cx.claim_heads(&s, "w1").await?;
-    ensure_eq!(hs(&heads), strs(&["2 agent/L1 #1", "4 notifier/- #1"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["2 agent/L1 #1", "4 notifier/- #1"])
+    );
     for head in &heads {
         completed(cx.complete(&s, head, vec![]).await?)?;
     }
     let heads = cx.claim_heads(&s, "w1").await?;
-    ensure_eq!(hs(&heads), strs(&["3 agent/L1 #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["3 agent/L1 #1"]));
     completed(cx.complete(&s, &heads[0], vec![]).await?)?;
     settled(cx.claim(&s, "w1").await?)?;
     // 6. replay, other attempt, other id.
@@ -96,7 +99,7 @@ pub(crate) async fn spec_worked_example_expired_claim_is_retried(cx: Cx) -> Case
     cx.claim_heads(&s, "w1").await?;
     cx.advance(1000);
     let heads = cx.claim_heads(&s, "w2").await?;
-    ensure_eq!(hs(&heads), strs(&["1 agent/L1 #2"]));
+    ensure_eq!(head_summaries(&heads), strs(&["1 agent/L1 #2"]));
     ensure_eq!(heads[0].dispatch.failure_count, 1);
     ensure_eq!(heads[0].dispatch.claim_holder.as_deref(), Some("w2"));
     Ok(())

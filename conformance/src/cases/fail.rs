@@ -108,7 +108,7 @@ pub(crate) async fn fail_at_max_failures_dead_letters(cx: Cx) -> CaseResult {
         failed(FailOutcome::DeadLettered, 2)
     );
     let dead = cx.store.dead_letters(&s).await?;
-    ensure_eq!(hs(&dead), strs(&["1 agent/L1 #2"]));
+    ensure_eq!(head_summaries(&dead), strs(&["1 agent/L1 #2"]));
     let dispatch = &nth(&dead, 0)?.dispatch;
     ensure_eq!(dispatch.failed_at, Some(T0 + 7));
     ensure_eq!(dispatch.claim_expires_at, None);
@@ -306,7 +306,7 @@ pub(crate) async fn dead_letters_sorted_by_index_consumer_lane(cx: Cx) -> CaseRe
         cx.fail(&s, head, Some(1)).await?;
     }
     ensure_eq!(
-        hs(&cx.store.dead_letters(&s).await?),
+        head_summaries(&cx.store.dead_letters(&s).await?),
         strs(&["1 zed/- #1", "2 bob/L2 #1", "3 bob/- #1", "3 bob/L1 #1"])
     );
     Ok(())
@@ -384,11 +384,11 @@ pub(crate) async fn redrive_skip_advances_cursor(cx: Cx) -> CaseResult {
         }
     );
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=2"])
     );
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["2 agent/L1 #1"])
     );
     Ok(())
@@ -495,7 +495,7 @@ pub(crate) async fn dead_letters_carry_clear_index_after_clear(cx: Cx) -> CaseRe
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, Some(1)).await?;
     let dead = cx.store.dead_letters(&s).await?;
-    ensure_eq!(hs(&dead), strs(&["3 agent/- #1"]));
+    ensure_eq!(head_summaries(&dead), strs(&["3 agent/- #1"]));
     ensure_eq!(nth(&dead, 0)?.clear_index, Some(2));
     Ok(())
 }
@@ -514,11 +514,14 @@ pub(crate) async fn redriven_head_completes_and_lane_advances(cx: Cx) -> CaseRes
         .redrive(redrive(&s, "agent", 1, RedriveAction::Retry))
         .await?;
     let again = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    ensure_eq!(hs(std::slice::from_ref(&again)), strs(&["1 agent/L1 #2"]));
+    ensure_eq!(
+        head_summaries(std::slice::from_ref(&again)),
+        strs(&["1 agent/L1 #2"])
+    );
     let events = completed(cx.complete(&s, &again, vec![ev("reply", "r")]).await?)?;
     ensure_eq!(events[0].cause, Some(again.cause()));
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["2 agent/L1 #1"])
     );
     Ok(())

@@ -145,7 +145,12 @@ pub(crate) async fn lane_conflict_completion_draws_no_ids(cx: Cx) -> CaseResult 
         .iter()
         .find(|head| head.consumer == "agent")
         .cloned()
-        .ok_or_else(|| Failure::Fail(format!("agent/L1 was not claimed: {:?}", hs(&heads))))?;
+        .ok_or_else(|| {
+            Failure::Fail(format!(
+                "agent/L1 was not claimed: {:?}",
+                head_summaries(&heads)
+            ))
+        })?;
     let before = cx.state(&s).await?;
     let request = CompleteRequest {
         session_id: s.clone(),

@@ -56,11 +56,17 @@ pub(crate) async fn claims_are_exclusive_across_instances(cx: Cx) -> CaseResult 
     )
     .await?;
     let (heads, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 agent/L1 #1", "2 agent/- #1"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["1 agent/L1 #1", "2 agent/- #1"])
+    );
     ensure_eq!(busy(claim(&b, &cx, &s, "w2").await?)?, T0 + TTL);
     cx.advance(TTL);
     let (heads, _, _) = claimed(claim(&b, &cx, &s, "w2").await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 agent/L1 #2", "2 agent/- #2"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["1 agent/L1 #2", "2 agent/- #2"])
+    );
     Ok(())
 }
 
@@ -134,7 +140,7 @@ pub(crate) async fn completion_applies_once_across_instances(cx: Cx) -> CaseResu
         vec![1, 2, 3]
     );
     ensure_eq!(
-        cs(&b.cursors(&s).await?),
+        cursor_summaries(&b.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=2"])
     );
     Ok(())

@@ -35,7 +35,7 @@ pub(crate) async fn renew_extends_held_claim(cx: Cx) -> CaseResult {
         .store
         .renew_claims(renew(&s, "w1", vec![held(&head)]))
         .await?;
-    ensure_eq!(rs(&result.renewed), strs(&["1 agent/L1"]));
+    ensure_eq!(ref_summaries(&result.renewed), strs(&["1 agent/L1"]));
     ensure_eq!(result.superseded, vec![]);
     let cursor = only(&cx.cursors(&s).await?)?;
     ensure_eq!(cursor.dispatch.claim_expires_at, Some(T0 + 500 + TTL));
@@ -55,7 +55,7 @@ pub(crate) async fn renew_with_expires_at_sets_lease_end(cx: Cx) -> CaseResult {
         ..renew(&s, "w1", vec![held(&head)])
     };
     let result = cx.store.renew_claims(request).await?;
-    ensure_eq!(rs(&result.renewed), strs(&["1 agent/-"]));
+    ensure_eq!(ref_summaries(&result.renewed), strs(&["1 agent/-"]));
     ensure_eq!(
         only(&cx.cursors(&s).await?)?.dispatch.claim_expires_at,
         Some(T0 + 9_000)
@@ -108,7 +108,7 @@ pub(crate) async fn renew_after_completion_is_superseded(cx: Cx) -> CaseResult {
         .store
         .renew_claims(renew(&s, "w1", vec![held(&head)]))
         .await?;
-    ensure_eq!(rs(&result.superseded), strs(&["1 agent/L1"]));
+    ensure_eq!(ref_summaries(&result.superseded), strs(&["1 agent/L1"]));
     ensure_eq!(result.renewed, vec![]);
     Ok(())
 }
@@ -123,7 +123,7 @@ pub(crate) async fn renew_of_finished_event_cursor_is_superseded(cx: Cx) -> Case
         .store
         .renew_claims(renew(&s, "w1", vec![held(&head)]))
         .await?;
-    ensure_eq!(rs(&result.superseded), strs(&["1 agent/-"]));
+    ensure_eq!(ref_summaries(&result.superseded), strs(&["1 agent/-"]));
     ensure_eq!(result.renewed, vec![]);
     Ok(())
 }
@@ -143,7 +143,7 @@ pub(crate) async fn renew_after_clear_is_superseded(cx: Cx) -> CaseResult {
         .store
         .renew_claims(renew(&s, "w1", vec![held(&head)]))
         .await?;
-    ensure_eq!(rs(&result.superseded), strs(&["1 agent/-"]));
+    ensure_eq!(ref_summaries(&result.superseded), strs(&["1 agent/-"]));
     ensure_eq!(result.renewed, vec![]);
     Ok(())
 }
@@ -161,7 +161,7 @@ pub(crate) async fn renew_of_older_attempt_is_superseded(cx: Cx) -> CaseResult {
         .store
         .renew_claims(renew(&s, "w1", vec![held(&first)]))
         .await?;
-    ensure_eq!(rs(&result.superseded), strs(&["1 agent/L1"]));
+    ensure_eq!(ref_summaries(&result.superseded), strs(&["1 agent/L1"]));
     ensure_eq!(result.renewed, vec![]);
     ensure_unchanged!(cx, &s, before);
     Ok(())
@@ -236,8 +236,8 @@ pub(crate) async fn renew_reports_refs_in_index_order(cx: Cx) -> CaseResult {
     completed(cx.complete(&s, &nth(&heads, 0)?, vec![]).await?)?;
     let claims: Vec<HeldClaim> = heads.iter().rev().map(held).collect();
     let result = cx.store.renew_claims(renew(&s, "w1", claims)).await?;
-    ensure_eq!(rs(&result.renewed), strs(&["2 a/-", "4 a/-"]));
-    ensure_eq!(rs(&result.superseded), strs(&["1 b/-", "3 a/-"]));
+    ensure_eq!(ref_summaries(&result.renewed), strs(&["2 a/-", "4 a/-"]));
+    ensure_eq!(ref_summaries(&result.superseded), strs(&["1 b/-", "3 a/-"]));
     Ok(())
 }
 
@@ -294,7 +294,7 @@ pub(crate) async fn lease_handover_supersedes_the_old_holder(cx: Cx) -> CaseResu
         .store
         .renew_claims(renew(&s, "w1", vec![held(&old)]))
         .await?;
-    ensure_eq!(rs(&result.renewed), strs(&["1 agent/L1"]));
+    ensure_eq!(ref_summaries(&result.renewed), strs(&["1 agent/L1"]));
     cx.advance(TTL);
     let new = nth(&cx.claim_heads(&s, "w2").await?, 0)?;
     ensure_eq!(new.dispatch.attempt_count, 2);
@@ -303,7 +303,7 @@ pub(crate) async fn lease_handover_supersedes_the_old_holder(cx: Cx) -> CaseResu
         .store
         .renew_claims(renew(&s, "w1", vec![held(&old)]))
         .await?;
-    ensure_eq!(rs(&result.superseded), strs(&["1 agent/L1"]));
+    ensure_eq!(ref_summaries(&result.superseded), strs(&["1 agent/L1"]));
     ensure_eq!(
         cx.complete(&s, &old, vec![]).await?,
         a2_store_api::CompleteResult::Superseded
@@ -322,7 +322,7 @@ pub(crate) async fn lease_handover_supersedes_the_old_holder(cx: Cx) -> CaseResu
         .store
         .renew_claims(renew(&s, "w2", vec![held(&new)]))
         .await?;
-    ensure_eq!(rs(&result.renewed), strs(&["1 agent/L1"]));
+    ensure_eq!(ref_summaries(&result.renewed), strs(&["1 agent/L1"]));
     completed(cx.complete(&s, &new, vec![]).await?)?;
     Ok(())
 }

@@ -28,7 +28,12 @@ async fn busy_session(cx: &Cx) -> std::result::Result<String, Failure> {
         .iter()
         .find(|head| head.lane.is_none())
         .cloned()
-        .ok_or_else(|| Failure::Fail(format!("no event cursor head in {:?}", hs(&heads))))?;
+        .ok_or_else(|| {
+            Failure::Fail(format!(
+                "no event cursor head in {:?}",
+                head_summaries(&heads)
+            ))
+        })?;
     cx.fail(s.as_str(), &dead, Some(1)).await?;
     Ok(s)
 }
