@@ -76,7 +76,7 @@ pub(crate) struct Cx {
 
 impl Cx {
     /// A session id unique to this case.
-    pub fn s(&self, name: &str) -> String {
+    pub fn session_id(&self, name: &str) -> String {
         format!("{}-{name}", self.prefix)
     }
 

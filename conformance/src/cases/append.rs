@@ -10,7 +10,7 @@ use crate::support::*;
 
 /// Rows get contiguous 1-based indexes across batches, with session, type and payload kept.
 pub(crate) async fn append_assigns_contiguous_indexes_from_one(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let first = cx.append(&s, vec![msg("a"), msg("b"), msg("c")]).await?;
     ensure_eq!(idx(&first.events), vec![1, 2, 3]);
     let second = cx.append(&s, vec![msg("d"), msg("e")]).await?;
@@ -29,7 +29,7 @@ pub(crate) async fn append_assigns_contiguous_indexes_from_one(cx: Cx) -> CaseRe
 
 /// Events without an id get one from the store's id generator, in batch order.
 pub(crate) async fn append_generates_ids_when_absent(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let batch = vec![
         NewEvent::new("msg", json!(1)),
         msg("given"),
@@ -51,7 +51,7 @@ pub(crate) async fn append_generates_ids_when_absent(cx: Cx) -> CaseResult {
 
 /// Supplied ids are stored as given and returned in the batch's order.
 pub(crate) async fn append_keeps_supplied_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let result = cx.append(&s, vec![msg("z"), msg("a"), msg("m")]).await?;
     ensure_eq!(ids(&result.events), strs(&["z", "a", "m"]));
     ensure_eq!(idx(&result.events), vec![1, 2, 3]);
@@ -60,7 +60,7 @@ pub(crate) async fn append_keeps_supplied_ids(cx: Cx) -> CaseResult {
 
 /// `created_at` comes from the store clock and is the same for every row of a batch.
 pub(crate) async fn append_stamps_created_at_from_store_clock(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let first = cx.append(&s, vec![msg("a"), msg("b")]).await?;
     ensure_eq!(
         first
@@ -83,7 +83,7 @@ pub(crate) async fn append_stamps_created_at_from_store_clock(cx: Cx) -> CaseRes
 
 /// An empty batch writes nothing and reports the current `has_pending`.
 pub(crate) async fn append_empty_batch_reports_has_pending(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let empty = cx.append(&s, vec![]).await?;
     ensure_eq!(empty.events, vec![]);
     ensure!(!empty.has_pending, "nothing is pending on a new session");
@@ -98,7 +98,7 @@ pub(crate) async fn append_empty_batch_reports_has_pending(cx: Cx) -> CaseResult
 
 /// The same supplied id twice in one batch is `PartialDuplicateBatch`; nothing is written.
 pub(crate) async fn append_rejects_duplicate_ids_within_batch(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("x")]).await?;
     let before = cx.state(&s).await?;
     ensure_code!(
@@ -112,7 +112,7 @@ pub(crate) async fn append_rejects_duplicate_ids_within_batch(cx: Cx) -> CaseRes
 /// A batch whose every id is stored replays: nothing written, the stored rows
 /// returned in the batch's order, no new cursors.
 pub(crate) async fn append_replays_batch_whose_ids_are_all_stored(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let stored = cx
         .append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
         .await?;
@@ -140,7 +140,7 @@ pub(crate) async fn append_replays_batch_whose_ids_are_all_stored(cx: Cx) -> Cas
 
 /// A replay whose type or payload differs from the stored row is `IdempotencyConflict`.
 pub(crate) async fn append_replay_with_different_content_is_conflict(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
     let before = cx.state(&s).await?;
     let other_payload = NewEvent::new("msg", json!({"id": "changed"})).with_id("b");
@@ -159,7 +159,7 @@ pub(crate) async fn append_replay_with_different_content_is_conflict(cx: Cx) -> 
 
 /// A batch mixing stored and fresh ids is `PartialDuplicateBatch`; the fresh ones are not written.
 pub(crate) async fn append_partial_duplicate_batch_writes_nothing(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let before = cx.state(&s).await?;
     ensure_code!(
@@ -174,7 +174,7 @@ pub(crate) async fn append_partial_duplicate_batch_writes_nothing(cx: Cx) -> Cas
 
 /// Ids are per session: the same id is a fresh row in another session.
 pub(crate) async fn append_ids_are_per_session(cx: Cx) -> CaseResult {
-    let (s1, s2) = (cx.s("one"), cx.s("two"));
+    let (s1, s2) = (cx.session_id("one"), cx.session_id("two"));
     cx.append(&s1, vec![msg("a"), msg("b")]).await?;
     let other = cx.append(&s2, vec![msg("b")]).await?;
     ensure_eq!(idx(&other.events), vec![1]);
@@ -184,7 +184,7 @@ pub(crate) async fn append_ids_are_per_session(cx: Cx) -> CaseResult {
 }
 
 async fn cleared_session(cx: &Cx) -> std::result::Result<String, Failure> {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
     cx.store
         .clear(ClearRequest {
@@ -231,7 +231,7 @@ pub(crate) async fn append_origin_index_below_clear_is_session_cleared(cx: Cx) -
 /// 0: `origin_index: Some(0)` is `SessionCleared`, and completing or failing
 /// index 0 is `Superseded`, all changing nothing.
 pub(crate) async fn index_zero_is_at_the_clear_of_an_uncleared_session(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let before = cx.state(&s).await?;
     let options = AppendOptions {
@@ -312,7 +312,7 @@ pub(crate) async fn append_checks_origin_before_cause(cx: Cx) -> CaseResult {
 
 /// An event whose cause is the current attempt is appended with that cause.
 pub(crate) async fn append_with_current_cause_is_accepted(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let result = cx
@@ -326,7 +326,7 @@ pub(crate) async fn append_with_current_cause_is_accepted(cx: Cx) -> CaseResult 
 
 /// A cause naming an older attempt than the cursor's is `SupersededAttempt`; nothing written.
 pub(crate) async fn append_with_stale_attempt_cause_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
@@ -344,7 +344,7 @@ pub(crate) async fn append_with_stale_attempt_cause_is_superseded(cx: Cx) -> Cas
 
 /// A cause naming a dead-lettered head is `SupersededAttempt`.
 pub(crate) async fn append_with_dead_lettered_cause_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let failed = cx.fail(&s, &head, Some(1)).await?;
@@ -361,7 +361,7 @@ pub(crate) async fn append_with_dead_lettered_cause_is_superseded(cx: Cx) -> Cas
 
 /// A cause naming a head its cursor has completed is `SupersededAttempt`.
 pub(crate) async fn append_with_completed_cause_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
@@ -377,7 +377,7 @@ pub(crate) async fn append_with_completed_cause_is_superseded(cx: Cx) -> CaseRes
 
 /// A cause at or below the clear is `SupersededAttempt`.
 pub(crate) async fn append_with_cause_below_clear_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.store
@@ -398,7 +398,7 @@ pub(crate) async fn append_with_cause_below_clear_is_superseded(cx: Cx) -> CaseR
 
 /// A cause naming a cursor that does not exist is `SupersededAttempt`.
 pub(crate) async fn append_with_unknown_cause_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let before = cx.state(&s).await?;
     let cause = Cause {
@@ -419,7 +419,7 @@ pub(crate) async fn append_with_unknown_cause_is_superseded(cx: Cx) -> CaseResul
 pub(crate) async fn append_with_failed_attempt_cause_is_current_until_reclaimed(
     cx: Cx,
 ) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(cx.fail(&s, &head, None).await?.outcome, FailOutcome::Failed);
@@ -439,7 +439,7 @@ pub(crate) async fn append_with_failed_attempt_cause_is_current_until_reclaimed(
 
 /// One stale cause rejects the whole batch: nothing of it is written.
 pub(crate) async fn append_fenced_batch_is_atomic(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
         .await?;
     let heads = cx.claim_heads(&s, "w1").await?;
@@ -463,7 +463,7 @@ pub(crate) async fn append_fenced_batch_is_atomic(cx: Cx) -> CaseResult {
 
 /// `has_pending` counts only the declared consumers' cursors when `consumers` is given.
 pub(crate) async fn append_has_pending_respects_consumers(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let result = cx
         .append_for(
             &s,
@@ -490,7 +490,7 @@ pub(crate) async fn append_has_pending_respects_consumers(cx: Cx) -> CaseResult 
 
 /// Dead-lettered heads do not count as pending.
 pub(crate) async fn append_has_pending_ignores_dead_letters(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(
@@ -504,7 +504,7 @@ pub(crate) async fn append_has_pending_ignores_dead_letters(cx: Cx) -> CaseResul
 
 /// Busy (claimed) heads still count as pending.
 pub(crate) async fn append_has_pending_counts_busy_heads(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s, "w1").await?;
     let result = cx.append(&s, vec![msg("b")]).await?;
@@ -543,7 +543,7 @@ pub(crate) async fn append_replay_precedes_origin_check(cx: Cx) -> CaseResult {
 /// Precedence: a full replay of a fenced append succeeds after its attempt
 /// completed, so a worker retrying a lost response is not rejected.
 pub(crate) async fn append_replay_precedes_cause_fence(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let out = msg("out").with_cause(head.cause());

@@ -8,7 +8,7 @@ use crate::support::*;
 
 /// Claimed heads come sorted by `(index, consumer, lane)`, lane `None` first.
 pub(crate) async fn claim_returns_heads_by_index_consumer_lane(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -29,7 +29,7 @@ pub(crate) async fn claim_returns_heads_by_index_consumer_lane(cx: Cx) -> CaseRe
 
 /// A claim returns the stored event, the cursor and fresh bookkeeping, and the log head.
 pub(crate) async fn claim_sets_bookkeeping_and_reports_log_head(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let stored = cx
         .append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
@@ -57,7 +57,7 @@ pub(crate) async fn claim_sets_bookkeeping_and_reports_log_head(cx: Cx) -> CaseR
 
 /// `expires_at_ms` sets the lease end directly.
 pub(crate) async fn claim_with_expires_at_sets_lease_end(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let request = ClaimRequest {
         ttl_ms: None,
@@ -72,7 +72,7 @@ pub(crate) async fn claim_with_expires_at_sets_lease_end(cx: Cx) -> CaseResult {
 
 /// With only busy heads a claim is `Busy` with the earliest expiry.
 pub(crate) async fn claim_on_busy_heads_is_busy_with_earliest_expiry(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s, "w1").await?;
     cx.advance(100);
@@ -94,7 +94,7 @@ pub(crate) async fn claim_on_busy_heads_is_busy_with_earliest_expiry(cx: Cx) -> 
 
 /// A claim with no head anywhere is `Settled`, on a new session and once all work is done.
 pub(crate) async fn claim_without_work_is_settled(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     settled(cx.claim(&s, "w1").await?)?;
     cx.append(&s, vec![msg("plain")]).await?;
     settled(cx.claim(&s, "w1").await?)?;
@@ -106,7 +106,7 @@ pub(crate) async fn claim_without_work_is_settled(cx: Cx) -> CaseResult {
 
 /// Heads above `through` are skipped (and not counted as busy).
 pub(crate) async fn claim_skips_heads_above_through(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -141,7 +141,7 @@ pub(crate) async fn claim_skips_heads_above_through(cx: Cx) -> CaseResult {
 
 /// An excluded event cursor is skipped by its index; other event cursors are not.
 pub(crate) async fn claim_excludes_event_cursor_by_index(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
         .await?;
     let request = ClaimRequest {
@@ -160,7 +160,7 @@ pub(crate) async fn claim_excludes_event_cursor_by_index(cx: Cx) -> CaseResult {
 
 /// An excluded lane cursor is skipped whatever index the exclude ref names.
 pub(crate) async fn claim_excludes_lane_cursor_whatever_its_head(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L2")],
@@ -177,7 +177,7 @@ pub(crate) async fn claim_excludes_lane_cursor_whatever_its_head(cx: Cx) -> Case
 
 /// An excluded log cursor is skipped whatever index the exclude ref names.
 pub(crate) async fn claim_excludes_log_cursor_whatever_its_head(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![to_event("a", "agent")],
@@ -195,7 +195,7 @@ pub(crate) async fn claim_excludes_log_cursor_whatever_its_head(cx: Cx) -> CaseR
 
 /// `limit` claims the lowest `(index, consumer)` heads; the rest stay claimable.
 pub(crate) async fn claim_limit_takes_lowest_and_leaves_rest(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -234,7 +234,7 @@ pub(crate) async fn claim_limit_takes_lowest_and_leaves_rest(cx: Cx) -> CaseResu
 /// first, then lane `None`, then lanes by name, whatever order the event
 /// named its targets in.
 pub(crate) async fn served_claim_orders_ties_by_consumer_then_lane(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![msg("m")
@@ -271,7 +271,7 @@ pub(crate) async fn served_claim_orders_ties_by_consumer_then_lane(cx: Cx) -> Ca
 
 /// A busy head is not handed to another holder, nor again to its own holder.
 pub(crate) async fn claim_never_hands_busy_head_to_anyone(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s, "w1").await?;
     ensure_eq!(busy(cx.claim(&s, "w2").await?)?, T0 + TTL);
@@ -286,7 +286,7 @@ pub(crate) async fn claim_never_hands_busy_head_to_anyone(cx: Cx) -> CaseResult 
 
 /// An expired claim is handed out again as the next attempt, counting one failure.
 pub(crate) async fn expired_claim_counts_failure_and_is_reclaimed(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     cx.claim_heads(&s, "w1").await?;
     cx.advance(TTL);
@@ -309,7 +309,7 @@ pub(crate) async fn expired_claim_counts_failure_and_is_reclaimed(cx: Cx) -> Cas
 /// An expired claim reaching `max_failures` is dead-lettered, reported apart
 /// from the claimed heads, and no longer claimable or pending.
 pub(crate) async fn expired_claim_at_max_failures_is_dead_lettered(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     cx.claim_heads(&s, "w1").await?;
     cx.advance(TTL);
@@ -345,7 +345,7 @@ pub(crate) async fn expired_claim_at_max_failures_is_dead_lettered(cx: Cx) -> Ca
 
 /// Dead-lettering on expiry does not count against `limit`.
 pub(crate) async fn dead_letter_on_expiry_not_counted_against_limit(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s, "w1").await?;
     cx.advance(TTL);
@@ -364,7 +364,7 @@ pub(crate) async fn dead_letter_on_expiry_not_counted_against_limit(cx: Cx) -> C
 
 /// Without `max_failures` expired claims are retried forever, counting failures.
 pub(crate) async fn claim_without_max_failures_never_dead_letters(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     for attempt in 1..=4u32 {
         let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -378,7 +378,7 @@ pub(crate) async fn claim_without_max_failures_never_dead_letters(cx: Cx) -> Cas
 
 /// After a clear, claimed heads carry the clear index; before, none.
 pub(crate) async fn claimed_heads_carry_clear_index_after_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     ensure_eq!(nth(&cx.claim_heads(&s, "w1").await?, 0)?.clear_index, None);
     cx.store
@@ -396,7 +396,7 @@ pub(crate) async fn claimed_heads_carry_clear_index_after_clear(cx: Cx) -> CaseR
 
 /// A claim in one session never touches another session's cursors.
 pub(crate) async fn claims_are_per_session(cx: Cx) -> CaseResult {
-    let (s1, s2) = (cx.s("one"), cx.s("two"));
+    let (s1, s2) = (cx.session_id("one"), cx.session_id("two"));
     cx.append(&s1, vec![to_event("a", "agent")]).await?;
     cx.append(&s2, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s1, "w1").await?;
@@ -412,7 +412,7 @@ pub(crate) async fn claims_are_per_session(cx: Cx) -> CaseResult {
 /// `retry_at` considers only candidates: busy heads that are excluded, above
 /// `through` or unserved do not count.
 pub(crate) async fn busy_retry_at_ignores_skipped_heads(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "other")])
         .await?;
     let short = ClaimRequest {
@@ -446,7 +446,7 @@ pub(crate) async fn busy_retry_at_ignores_skipped_heads(cx: Cx) -> CaseResult {
 
 /// With `max_failures: 2` the first expired claim is retried and the second dead-letters.
 pub(crate) async fn expired_claims_dead_letter_when_count_reaches_max(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let request = ClaimRequest {
         max_failures: Some(2),

@@ -27,7 +27,7 @@ fn superseded(result: CompleteResult) -> CaseResult {
 
 /// Completing a lane head advances the lane to its next queued head.
 pub(crate) async fn complete_advances_lane_to_next_head(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -46,7 +46,7 @@ pub(crate) async fn complete_advances_lane_to_next_head(cx: Cx) -> CaseResult {
 
 /// Returned events are appended after the head with the completing attempt as cause.
 pub(crate) async fn complete_appends_returned_events_with_cause(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -77,7 +77,7 @@ pub(crate) async fn complete_appends_returned_events_with_cause(cx: Cx) -> CaseR
 
 /// Returned events that target other consumers start their work: a fan-out chain.
 pub(crate) async fn complete_returned_events_fan_out_to_other_consumers(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let step = ev("step", "s1")
@@ -101,7 +101,7 @@ pub(crate) async fn complete_returned_events_fan_out_to_other_consumers(cx: Cx) 
 
 /// Repeating a completion with the same ids replays it: the stored rows, nothing written.
 pub(crate) async fn complete_replay_returns_stored_rows(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -125,7 +125,7 @@ pub(crate) async fn complete_replay_returns_stored_rows(cx: Cx) -> CaseResult {
 
 /// A completion that returned nothing replays as `Completed` with no events.
 pub(crate) async fn complete_replay_without_returned_events(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
@@ -137,7 +137,7 @@ pub(crate) async fn complete_replay_without_returned_events(cx: Cx) -> CaseResul
 
 /// A replay whose returned ids differ from the recorded ones is `PartialDuplicateBatch`.
 pub(crate) async fn complete_replay_with_different_ids_is_partial_duplicate(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![ev("reply", "r1")]).await?)?;
@@ -161,7 +161,7 @@ pub(crate) async fn complete_replay_with_different_ids_is_partial_duplicate(cx: 
 
 /// A completion whose returned events had generated ids cannot be replayed.
 pub(crate) async fn complete_replay_with_generated_ids_is_partial_duplicate(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let reply = NewEvent::new("reply", json!(1));
@@ -177,7 +177,7 @@ pub(crate) async fn complete_replay_with_generated_ids_is_partial_duplicate(cx: 
 
 /// Replaying a completed head with a different attempt is `Superseded`.
 pub(crate) async fn complete_replay_by_other_attempt_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![ev("reply", "r1")]).await?)?;
@@ -192,7 +192,7 @@ pub(crate) async fn complete_replay_by_other_attempt_is_superseded(cx: Cx) -> Ca
 
 /// An older attempt cannot complete once the head was claimed again; the newer one can.
 pub(crate) async fn complete_by_older_attempt_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
@@ -207,7 +207,7 @@ pub(crate) async fn complete_by_older_attempt_is_superseded(cx: Cx) -> CaseResul
 
 /// A failed attempt (holder released) cannot complete.
 pub(crate) async fn complete_after_fail_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(cx.fail(&s, &head, None).await?.outcome, FailOutcome::Failed);
@@ -219,7 +219,7 @@ pub(crate) async fn complete_after_fail_is_superseded(cx: Cx) -> CaseResult {
 
 /// A dead-lettered head cannot complete.
 pub(crate) async fn complete_of_dead_lettered_head_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, Some(1)).await?;
@@ -231,7 +231,7 @@ pub(crate) async fn complete_of_dead_lettered_head_is_superseded(cx: Cx) -> Case
 
 /// A completion at or below the clear is `Superseded`.
 pub(crate) async fn complete_after_clear_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.store
@@ -248,7 +248,7 @@ pub(crate) async fn complete_after_clear_is_superseded(cx: Cx) -> CaseResult {
 
 /// A completion naming no cursor and no stored event is `NoSuchEvent`.
 pub(crate) async fn complete_unknown_index_is_no_such_event(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let before = cx.state(&s).await?;
     ensure_code!(
@@ -256,8 +256,13 @@ pub(crate) async fn complete_unknown_index_is_no_such_event(cx: Cx) -> CaseResul
         ErrorCode::NoSuchEvent
     );
     ensure_code!(
-        cx.complete_at(&cx.s("never"), &at("agent", Some("L1"), 1), 1, vec![])
-            .await,
+        cx.complete_at(
+            &cx.session_id("never"),
+            &at("agent", Some("L1"), 1),
+            1,
+            vec![]
+        )
+        .await,
         ErrorCode::NoSuchEvent
     );
     ensure_unchanged!(cx, &s, before);
@@ -266,7 +271,7 @@ pub(crate) async fn complete_unknown_index_is_no_such_event(cx: Cx) -> CaseResul
 
 /// A completion naming no cursor at an existing event is `Superseded`.
 pub(crate) async fn complete_without_cursor_on_existing_event_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let before = cx.state(&s).await?;
     superseded(cx.complete_at(&s, &at("agent", None, 1), 1, vec![]).await?)?;
@@ -280,7 +285,7 @@ pub(crate) async fn complete_without_cursor_on_existing_event_is_superseded(cx: 
 
 /// A returned id already stored in the session is `PartialDuplicateBatch`; the head stays claimed.
 pub(crate) async fn complete_with_stored_returned_id_is_partial_duplicate(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("taken")])
         .await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -302,7 +307,7 @@ pub(crate) async fn complete_with_stored_returned_id_is_partial_duplicate(cx: Cx
 
 /// A claim that expired but was not claimed again can still complete.
 pub(crate) async fn complete_after_unreclaimed_expiry_succeeds(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(10 * TTL);
@@ -317,7 +322,7 @@ pub(crate) async fn complete_after_unreclaimed_expiry_succeeds(cx: Cx) -> CaseRe
 
 /// Lane cursors keep every completion record until a clear: older completions replay.
 pub(crate) async fn lane_cursor_keeps_completion_records(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -336,7 +341,7 @@ pub(crate) async fn lane_cursor_keeps_completion_records(cx: Cx) -> CaseResult {
 
 /// A log cursor keeps only its latest completion: the older one is `Superseded`.
 pub(crate) async fn log_cursor_keeps_only_latest_completion(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", Some(&["msg"]), false);
     cx.append_for(&s, vec![msg("a"), msg("b")], vec![audit])
         .await?;
@@ -357,7 +362,7 @@ pub(crate) async fn log_cursor_keeps_only_latest_completion(cx: Cx) -> CaseResul
 
 /// A log cursor advances to the next event whose type it takes.
 pub(crate) async fn complete_advances_log_cursor_to_next_taken_event(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", Some(&["x"]), false);
     cx.append_for(
         &s,
@@ -376,7 +381,7 @@ pub(crate) async fn complete_advances_log_cursor_to_next_taken_event(cx: Cx) -> 
 
 /// A log consumer taking the type of events its own completion returns visits them next.
 pub(crate) async fn log_cursor_takes_events_returned_by_its_completion(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", None, false);
     cx.append_for(&s, vec![msg("a")], vec![audit]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -389,7 +394,7 @@ pub(crate) async fn log_cursor_takes_events_returned_by_its_completion(cx: Cx) -
 
 /// After a skip (redrive) no completion is recorded: completing the skipped head is `Superseded`.
 pub(crate) async fn complete_of_skipped_head_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -414,7 +419,7 @@ pub(crate) async fn complete_of_skipped_head_is_superseded(cx: Cx) -> CaseResult
 
 /// A finished event cursor keeps its completion record: the completion replays.
 pub(crate) async fn event_cursor_completion_replays(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let first = completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
@@ -429,7 +434,7 @@ pub(crate) async fn event_cursor_completion_replays(cx: Cx) -> CaseResult {
 
 /// A clear drops completion records: replaying a completion from before it is `Superseded`.
 pub(crate) async fn completion_records_end_at_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
@@ -445,7 +450,7 @@ pub(crate) async fn completion_records_end_at_clear(cx: Cx) -> CaseResult {
 
 /// Returned events always carry the completing attempt as cause, whatever cause they name.
 pub(crate) async fn complete_overrides_returned_event_cause(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let foreign = cause("someone", None, 77, 9);
@@ -464,7 +469,7 @@ pub(crate) async fn complete_overrides_returned_event_cause(cx: Cx) -> CaseResul
 /// A completion may queue work on its own lane: it runs after the lane's
 /// earlier heads, in log order.
 pub(crate) async fn completion_can_queue_on_its_own_lane(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],

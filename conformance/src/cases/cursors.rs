@@ -21,7 +21,7 @@ async fn clear(cx: &Cx, s: &str) -> CaseResult {
 
 /// Laneless targets make one event cursor per event; all their heads are claimed at once.
 pub(crate) async fn event_cursors_run_concurrently(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -41,7 +41,7 @@ pub(crate) async fn event_cursors_run_concurrently(cx: Cx) -> CaseResult {
 
 /// An event cursor sits at position `index - 1` with head `index`.
 pub(crate) async fn event_cursor_position_is_index_minus_one(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), to_event("b", "notifier")])
         .await?;
     let cursor = only(&cx.cursors(&s).await?)?;
@@ -55,7 +55,7 @@ pub(crate) async fn event_cursor_position_is_index_minus_one(cx: Cx) -> CaseResu
 
 /// A finished event cursor is no longer listed by `cursors()`.
 pub(crate) async fn event_cursor_finishes_after_completion(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_event("a", "notifier"), to_event("b", "notifier")],
@@ -72,7 +72,7 @@ pub(crate) async fn event_cursor_finishes_after_completion(cx: Cx) -> CaseResult
 
 /// A lane hands out its heads strictly one at a time, in log order.
 pub(crate) async fn lane_cursor_hands_out_one_head_at_a_time(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -93,7 +93,7 @@ pub(crate) async fn lane_cursor_hands_out_one_head_at_a_time(cx: Cx) -> CaseResu
 
 /// A lane's queue follows log order across batches, skipping untargeted rows.
 pub(crate) async fn lane_cursor_queues_across_batches(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("x")])
         .await?;
     cx.append(&s, vec![msg("y"), to_lane("b", "agent", "L1")])
@@ -119,7 +119,7 @@ pub(crate) async fn lane_cursor_queues_across_batches(cx: Cx) -> CaseResult {
 
 /// Different lanes (and different consumers on one lane name) run concurrently.
 pub(crate) async fn separate_lanes_run_concurrently(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -139,7 +139,7 @@ pub(crate) async fn separate_lanes_run_concurrently(cx: Cx) -> CaseResult {
 
 /// A lane cursor whose queue is drained stays listed with no head.
 pub(crate) async fn drained_lane_cursor_stays_listed_without_head(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
@@ -160,7 +160,7 @@ pub(crate) async fn drained_lane_cursor_stays_listed_without_head(cx: Cx) -> Cas
 /// by a completion) is queued once: the lane hands the index out once and
 /// moves on after one completion.
 pub(crate) async fn lane_target_repeated_in_one_event_is_queued_once(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let twice = |id: &str| to_lane(id, "agent", "L1").with_target(Target::lane("agent", "L1"));
     cx.append(&s, vec![twice("a"), to_lane("b", "agent", "L1")])
         .await?;
@@ -203,7 +203,7 @@ pub(crate) async fn lane_target_repeated_in_one_event_is_queued_once(cx: Cx) -> 
 
 /// A lane cursor created after a clear starts at the clear index.
 pub(crate) async fn lane_cursor_created_after_clear_starts_at_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
     clear(&cx, &s).await?;
     cx.append(&s, vec![msg("c"), to_lane("d", "agent", "L1")])
@@ -217,7 +217,7 @@ pub(crate) async fn lane_cursor_created_after_clear_starts_at_clear(cx: Cx) -> C
 
 /// A log consumer without `types` takes every event, one at a time, in order.
 pub(crate) async fn log_cursor_takes_every_type_without_filter(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", None, false);
     cx.append_for(&s, vec![ev("a", "1"), ev("b", "2")], vec![audit.clone()])
         .await?;
@@ -248,7 +248,7 @@ pub(crate) async fn log_cursor_takes_every_type_without_filter(cx: Cx) -> CaseRe
 
 /// A log consumer with `types` visits only those types, skipping the rest.
 pub(crate) async fn log_cursor_skips_types_it_does_not_take(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", Some(&["x"]), false);
     cx.append_for(
         &s,
@@ -269,7 +269,7 @@ pub(crate) async fn log_cursor_skips_types_it_does_not_take(cx: Cx) -> CaseResul
 /// Without backfill a log cursor starts at the head before the declaring
 /// batch, its head the first taken row of that batch.
 pub(crate) async fn log_cursor_without_backfill_starts_at_declaring_batch(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![ev("x", "1"), ev("x", "2")]).await?;
     let audit = log_consumer("audit", "log", Some(&["x"]), false);
     cx.append_for(&s, vec![ev("y", "3"), ev("x", "4")], vec![audit])
@@ -283,7 +283,7 @@ pub(crate) async fn log_cursor_without_backfill_starts_at_declaring_batch(cx: Cx
 
 /// With backfill a log cursor starts from the beginning of a never-cleared log.
 pub(crate) async fn log_cursor_with_backfill_starts_from_beginning(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![ev("y", "1"), ev("x", "2")]).await?;
     let audit = log_consumer("audit", "log", Some(&["x"]), true);
     cx.append_for(&s, vec![ev("x", "3")], vec![audit]).await?;
@@ -296,7 +296,7 @@ pub(crate) async fn log_cursor_with_backfill_starts_from_beginning(cx: Cx) -> Ca
 
 /// With backfill a log cursor starts from the last clear, not before it.
 pub(crate) async fn log_cursor_with_backfill_starts_after_last_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![ev("x", "1"), ev("x", "2")]).await?;
     clear(&cx, &s).await?;
     cx.append(&s, vec![ev("x", "4")]).await?;
@@ -311,7 +311,7 @@ pub(crate) async fn log_cursor_with_backfill_starts_after_last_clear(cx: Cx) -> 
 
 /// A declaring batch with no event of a taken type creates no log cursor.
 pub(crate) async fn log_cursor_not_created_without_taken_type(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", Some(&["x"]), true);
     let result = cx
         .append_for(&s, vec![ev("y", "1")], vec![audit.clone()])
@@ -333,7 +333,7 @@ pub(crate) async fn log_cursor_not_created_without_taken_type(cx: Cx) -> CaseRes
 /// A log cursor never takes the `a2.cleared` marker; after a clear it is parked
 /// at the marker and resumes with the next taken append.
 pub(crate) async fn log_cursor_never_takes_clear_marker(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", None, false);
     cx.append_for(&s, vec![ev("x", "1")], vec![audit.clone()])
         .await?;
@@ -359,7 +359,7 @@ pub(crate) async fn log_cursor_never_takes_clear_marker(cx: Cx) -> CaseResult {
 /// Declarations refresh a log cursor's types; the current head is kept and
 /// the new types apply from the next advance.
 pub(crate) async fn log_declaration_refreshes_types_from_next_advance(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let only_a = log_consumer("audit", "log", Some(&["a"]), false);
     cx.append_for(
         &s,
@@ -386,7 +386,7 @@ pub(crate) async fn log_declaration_refreshes_types_from_next_advance(cx: Cx) ->
 
 /// Several log consumers follow the same log independently.
 pub(crate) async fn log_consumers_follow_the_log_independently(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", None, false);
     let index = log_consumer("index", "main", Some(&["x"]), false);
     cx.append_for(&s, vec![ev("y", "1"), ev("x", "2")], vec![audit, index])
@@ -400,7 +400,7 @@ pub(crate) async fn log_consumers_follow_the_log_independently(cx: Cx) -> CaseRe
 
 /// A target on the lane the same call declares as a log lane is `InvalidInput`.
 pub(crate) async fn target_on_log_lane_declared_in_same_call_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let before = cx.state(&s).await?;
     ensure_code!(
@@ -418,7 +418,7 @@ pub(crate) async fn target_on_log_lane_declared_in_same_call_is_invalid(cx: Cx) 
 
 /// A target on an existing log cursor's lane is `InvalidInput`, even undeclared.
 pub(crate) async fn target_on_existing_log_lane_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![msg("a")],
@@ -436,7 +436,7 @@ pub(crate) async fn target_on_existing_log_lane_is_invalid(cx: Cx) -> CaseResult
 
 /// A log declaration on a lane that already holds targeted work is `InvalidInput`.
 pub(crate) async fn log_declaration_on_target_lane_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "audit", "log")]).await?;
     let before = cx.state(&s).await?;
     ensure_code!(
@@ -462,7 +462,7 @@ pub(crate) async fn log_declaration_on_target_lane_is_invalid(cx: Cx) -> CaseRes
 /// A completion returning an event targeted at an existing log lane is
 /// `InvalidInput` and changes nothing (the head stays claimed).
 pub(crate) async fn completion_targeting_log_lane_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![to_lane("a", "agent", "L1")],
@@ -489,7 +489,7 @@ pub(crate) async fn completion_targeting_log_lane_is_invalid(cx: Cx) -> CaseResu
 
 /// `consumers` on a claim serves only those consumers' cursors.
 pub(crate) async fn claim_serves_only_declared_consumers(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![msg("a")
@@ -513,7 +513,7 @@ pub(crate) async fn claim_serves_only_declared_consumers(cx: Cx) -> CaseResult {
 
 /// A claim serving only consumers with no cursor is `Settled`.
 pub(crate) async fn claim_for_consumers_without_work_is_settled(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let request = ClaimRequest {
         consumers: Some(vec![ConsumerDeclaration::targeted("nobody")]),
@@ -528,7 +528,7 @@ pub(crate) async fn claim_for_consumers_without_work_is_settled(cx: Cx) -> CaseR
 /// `cursors()` sorts by consumer, then lane cursors by lane name, then laneless
 /// event cursors by head.
 pub(crate) async fn cursors_sorted_by_consumer_lane_then_event_heads(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![
@@ -557,7 +557,7 @@ pub(crate) async fn cursors_sorted_by_consumer_lane_then_event_heads(cx: Cx) -> 
 
 /// `cursors()` reports each head's dispatch bookkeeping.
 pub(crate) async fn cursors_report_dispatch_bookkeeping(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let fresh = only(&cx.cursors(&s).await?)?;
     ensure_eq!(fresh.dispatch, a2_store_api::Dispatch::default());
@@ -579,7 +579,7 @@ pub(crate) async fn cursors_report_dispatch_bookkeeping(cx: Cx) -> CaseResult {
 
 /// `wake_log` on a session never written returns an idle cursor and creates none.
 pub(crate) async fn wake_log_on_empty_session_is_idle(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", Some(&["x"]), true);
     let woken = cx.store.wake_log(&s, &audit).await?;
     ensure_eq!(woken.head, 0);
@@ -598,7 +598,7 @@ pub(crate) async fn wake_log_on_empty_session_is_idle(cx: Cx) -> CaseResult {
 
 /// `wake_log` right after a clear (nothing after the marker) is idle at the marker, creating nothing.
 pub(crate) async fn wake_log_on_just_cleared_session_is_idle(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
     clear(&cx, &s).await?;
     let woken = cx
@@ -619,7 +619,7 @@ pub(crate) async fn wake_log_on_just_cleared_session_is_idle(cx: Cx) -> CaseResu
 
 /// `wake_log` with backfill creates the cursor at the first taken event after the clear.
 pub(crate) async fn wake_log_with_backfill_creates_cursor(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![ev("x", "1"), ev("y", "2")]).await?;
     let woken = cx
         .store
@@ -640,7 +640,7 @@ pub(crate) async fn wake_log_with_backfill_creates_cursor(cx: Cx) -> CaseResult 
 /// `wake_log` without backfill creates the cursor at the head, with no head
 /// until a declaring append brings a taken event.
 pub(crate) async fn wake_log_without_backfill_creates_cursor_at_head(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![ev("x", "1"), ev("x", "2")]).await?;
     let audit = log_consumer("audit", "log", None, false);
     let woken = cx.store.wake_log(&s, &audit).await?;
@@ -662,7 +662,7 @@ pub(crate) async fn wake_log_without_backfill_creates_cursor_at_head(cx: Cx) -> 
 
 /// `wake_log` refreshes an existing cursor's types and wakes it onto the next taken event.
 pub(crate) async fn wake_log_refreshes_types_and_wakes_idle_cursor(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let only_x = log_consumer("audit", "log", Some(&["x"]), false);
     cx.append_for(&s, vec![ev("x", "1")], vec![only_x]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -687,7 +687,7 @@ pub(crate) async fn wake_log_refreshes_types_and_wakes_idle_cursor(cx: Cx) -> Ca
 
 /// `wake_log` keeps the current head of a cursor that has one.
 pub(crate) async fn wake_log_keeps_current_head(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", None, true);
     cx.append_for(&s, vec![ev("x", "1"), ev("x", "2")], vec![audit.clone()])
         .await?;
@@ -701,7 +701,7 @@ pub(crate) async fn wake_log_keeps_current_head(cx: Cx) -> CaseResult {
 
 /// A completion's returned events create a declared log cursor like an append does.
 pub(crate) async fn completion_creates_declared_log_cursor(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -727,7 +727,7 @@ pub(crate) async fn completion_creates_declared_log_cursor(cx: Cx) -> CaseResult
 
 /// A claim's declarations refresh existing log cursors but never create one.
 pub(crate) async fn claim_declaration_never_creates_log_cursor(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
     let request = ClaimRequest {
         consumers: Some(vec![log_consumer("audit", "log", None, true)]),
@@ -740,7 +740,7 @@ pub(crate) async fn claim_declaration_never_creates_log_cursor(cx: Cx) -> CaseRe
 
 /// A completion's declarations refresh an existing log cursor's types.
 pub(crate) async fn complete_declaration_refreshes_log_types(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![ev("a", "1"), ev("b", "2"), ev("a", "3")],
@@ -772,7 +772,7 @@ pub(crate) async fn complete_declaration_refreshes_log_types(cx: Cx) -> CaseResu
 
 /// A redrive's declarations refresh an existing log cursor's types.
 pub(crate) async fn redrive_declaration_refreshes_log_types(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![ev("a", "1"), ev("b", "2"), ev("a", "3")],
@@ -804,7 +804,7 @@ pub(crate) async fn redrive_declaration_refreshes_log_types(cx: Cx) -> CaseResul
 /// A consumer may have a log lane and target lanes of other names; another
 /// consumer may target a lane with the log lane's name. No conflict.
 pub(crate) async fn log_and_target_lanes_coexist_when_distinct(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![to_lane("a", "audit", "L1"), to_lane("b", "other", "log")],
@@ -824,7 +824,7 @@ pub(crate) async fn log_and_target_lanes_coexist_when_distinct(cx: Cx) -> CaseRe
 
 /// A log cursor created by `wake_log` makes later targets on its lane `InvalidInput`.
 pub(crate) async fn target_on_lane_created_by_wake_log_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     cx.store
         .wake_log(&s, &log_consumer("audit", "log", None, true))
@@ -840,7 +840,7 @@ pub(crate) async fn target_on_lane_created_by_wake_log_is_invalid(cx: Cx) -> Cas
 
 /// A dead-lettered lane head blocks the lane: later heads wait behind it.
 pub(crate) async fn dead_lettered_lane_head_blocks_the_lane(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -862,7 +862,7 @@ pub(crate) async fn dead_lettered_lane_head_blocks_the_lane(cx: Cx) -> CaseResul
 
 /// A lane head waiting out a retry delay keeps the lane busy.
 pub(crate) async fn retrying_lane_head_keeps_the_lane_busy(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -878,7 +878,7 @@ pub(crate) async fn retrying_lane_head_keeps_the_lane_busy(cx: Cx) -> CaseResult
 
 /// A log consumer declaring an empty type list takes nothing: no cursor is created.
 pub(crate) async fn log_consumer_with_empty_types_takes_nothing(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let result = cx
         .append_for(
             &s,
@@ -894,7 +894,7 @@ pub(crate) async fn log_consumer_with_empty_types_takes_nothing(cx: Cx) -> CaseR
 /// `wake_log` with backfill on a log holding nothing it takes creates the
 /// cursor (listed, no head); a later taken append gives it a head.
 pub(crate) async fn wake_log_with_nothing_taken_creates_headless_cursor(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![ev("y", "1")]).await?;
     let audit = log_consumer("audit", "log", Some(&["x"]), true);
     let woken = cx.store.wake_log(&s, &audit).await?;

@@ -22,7 +22,7 @@ fn batch() -> Vec<a2_store_api::NewEvent> {
 
 /// A session whose `(audit, log)` cursor takes `["a"]`, at head 1.
 async fn session_taking_a(cx: &Cx) -> std::result::Result<String, Failure> {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(&s, batch(), vec![audit(&["a"])]).await?;
     ensure_eq!(
         cursor_summaries(&cx.cursors(&s).await?),

@@ -15,7 +15,7 @@ fn reply(id: &str) -> NewEvent {
 /// a completion fanning out to a notifier, then replay, supersession and a
 /// mismatched replay of the first completion.
 pub(crate) async fn spec_worked_example(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     // 1. three `msg` events targeted at (agent, L1).
     let appended = cx
         .append(
@@ -86,7 +86,7 @@ pub(crate) async fn spec_worked_example(cx: Cx) -> CaseResult {
 /// Step 7: without the completion, a claim after the lease counts the expired
 /// claim as a failure and hands index 1 out again as attempt 2.
 pub(crate) async fn spec_worked_example_expired_claim_is_retried(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![

@@ -26,7 +26,7 @@ fn redrive(s: &str, consumer: &str, index: u64, action: RedriveAction) -> Redriv
 
 /// A failure counts, records error, time and attempt, and releases the holder.
 pub(crate) async fn fail_counts_failure_and_releases_holder(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(30);
@@ -60,7 +60,7 @@ pub(crate) async fn fail_counts_failure_and_releases_holder(cx: Cx) -> CaseResul
 /// With `retry_after_ms` the head is busy until the delay passes; claiming
 /// it afterwards counts no extra failure.
 pub(crate) async fn fail_with_retry_delay_keeps_head_busy(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(100);
@@ -91,7 +91,7 @@ pub(crate) async fn fail_with_retry_delay_keeps_head_busy(cx: Cx) -> CaseResult 
 
 /// Reaching `max_failures` dead-letters the head (no retry delay), listed in `dead_letters`.
 pub(crate) async fn fail_at_max_failures_dead_letters(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(
@@ -124,7 +124,7 @@ pub(crate) async fn fail_at_max_failures_dead_letters(cx: Cx) -> CaseResult {
 
 /// Without `max_failures` explicit failures never dead-letter.
 pub(crate) async fn fail_without_max_failures_never_dead_letters(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     for count in 1..=5u32 {
         let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -139,7 +139,7 @@ pub(crate) async fn fail_without_max_failures_never_dead_letters(cx: Cx) -> Case
 
 /// Repeating the same failure is idempotent: same outcome, same count, nothing changed.
 pub(crate) async fn fail_repeat_is_idempotent(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
         .await?;
     let heads = cx.claim_heads(&s, "w1").await?;
@@ -170,7 +170,7 @@ pub(crate) async fn fail_repeat_is_idempotent(cx: Cx) -> CaseResult {
 
 /// Failing an older attempt is `Superseded`, reporting the head's current failure count.
 pub(crate) async fn fail_of_older_attempt_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
@@ -186,7 +186,7 @@ pub(crate) async fn fail_of_older_attempt_is_superseded(cx: Cx) -> CaseResult {
 
 /// Failing a completed head is `Superseded` with count 0.
 pub(crate) async fn fail_after_completion_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -205,7 +205,7 @@ pub(crate) async fn fail_after_completion_is_superseded(cx: Cx) -> CaseResult {
 
 /// Failing at or below the clear is `Superseded` with count 0.
 pub(crate) async fn fail_after_clear_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.store
@@ -226,7 +226,7 @@ pub(crate) async fn fail_after_clear_is_superseded(cx: Cx) -> CaseResult {
 /// Failing an index with no cursor and no event is `NoSuchEvent`; with an
 /// event but no cursor, `Superseded`.
 pub(crate) async fn fail_unknown_index_is_no_such_event(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let before = cx.state(&s).await?;
     let mut request = a2_store_api::FailRequest {
@@ -254,7 +254,7 @@ pub(crate) async fn fail_unknown_index_is_no_such_event(cx: Cx) -> CaseResult {
 
 /// An attempt dead-lettered on expiry cannot be failed again: `Superseded`.
 pub(crate) async fn fail_of_attempt_dead_lettered_on_expiry_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s, "w1").await?;
     cx.advance(TTL);
@@ -275,7 +275,7 @@ pub(crate) async fn fail_of_attempt_dead_lettered_on_expiry_is_superseded(cx: Cx
 
 /// Failing with a negative retry delay is `InvalidInput`.
 pub(crate) async fn fail_with_negative_retry_delay_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let before = cx.state(&s).await?;
@@ -291,7 +291,7 @@ pub(crate) async fn fail_with_negative_retry_delay_is_invalid(cx: Cx) -> CaseRes
 
 /// `dead_letters` lists dead heads by `(index, consumer, lane)` with their bookkeeping.
 pub(crate) async fn dead_letters_sorted_by_index_consumer_lane(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -314,7 +314,7 @@ pub(crate) async fn dead_letters_sorted_by_index_consumer_lane(cx: Cx) -> CaseRe
 
 /// `dead_letters` lists nothing at or below the clear.
 pub(crate) async fn dead_letters_empty_after_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, Some(1)).await?;
@@ -331,7 +331,7 @@ pub(crate) async fn dead_letters_empty_after_clear(cx: Cx) -> CaseResult {
 
 /// Redrive `Retry` makes the head claimable again: failures reset, attempts kept.
 pub(crate) async fn redrive_retry_keeps_attempt_count(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, None).await?;
@@ -364,7 +364,7 @@ pub(crate) async fn redrive_retry_keeps_attempt_count(cx: Cx) -> CaseResult {
 
 /// Redrive `Skip` advances the cursor past the dead head as if processed.
 pub(crate) async fn redrive_skip_advances_cursor(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -396,7 +396,7 @@ pub(crate) async fn redrive_skip_advances_cursor(cx: Cx) -> CaseResult {
 
 /// Skipping a dead event cursor finishes it; `has_pending` turns false.
 pub(crate) async fn redrive_skip_finishes_event_cursor(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, Some(1)).await?;
@@ -418,7 +418,7 @@ pub(crate) async fn redrive_skip_finishes_event_cursor(cx: Cx) -> CaseResult {
 /// Redriving a head that is not dead-lettered, an unknown index, or another
 /// consumer's head finds nothing: `redriven: false`, nothing changed.
 pub(crate) async fn redrive_without_dead_head_is_not_redriven(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
         .await?;
     let heads = cx.claim_heads(&s, "w1").await?;
@@ -446,7 +446,7 @@ pub(crate) async fn redrive_without_dead_head_is_not_redriven(cx: Cx) -> CaseRes
 
 /// A redrive's `has_pending` counts only the declared consumers.
 pub(crate) async fn redrive_has_pending_respects_consumers(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "other")])
         .await?;
     let heads = cx.claim_heads(&s, "w1").await?;
@@ -467,7 +467,7 @@ pub(crate) async fn redrive_has_pending_respects_consumers(cx: Cx) -> CaseResult
 
 /// A claim that expired without being claimed again can still be failed by its attempt.
 pub(crate) async fn fail_after_unreclaimed_expiry_counts(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(2 * TTL);
@@ -483,7 +483,7 @@ pub(crate) async fn fail_after_unreclaimed_expiry_counts(cx: Cx) -> CaseResult {
 
 /// Dead letters carry the clear index once the session has been cleared.
 pub(crate) async fn dead_letters_carry_clear_index_after_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     cx.store
         .clear(ClearRequest {
@@ -502,7 +502,7 @@ pub(crate) async fn dead_letters_carry_clear_index_after_clear(cx: Cx) -> CaseRe
 
 /// A retried dead letter is claimed, completed and the lane moves on.
 pub(crate) async fn redriven_head_completes_and_lane_advances(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],

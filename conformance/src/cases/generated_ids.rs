@@ -29,7 +29,7 @@ async fn next_id_is(cx: &Cx, s: &str, n: u64) -> CaseResult {
 /// An append refused for a target on an existing log lane draws no ids,
 /// though its other events have none.
 pub(crate) async fn lane_conflict_append_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let first = cx
         .append_for(
             &s,
@@ -56,7 +56,7 @@ pub(crate) async fn lane_conflict_append_draws_no_ids(cx: Cx) -> CaseResult {
 
 /// An append refused as a partial duplicate draws no ids for its unnamed events.
 pub(crate) async fn partial_duplicate_append_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let before = cx.state(&s).await?;
     ensure_code!(
@@ -69,7 +69,7 @@ pub(crate) async fn partial_duplicate_append_draws_no_ids(cx: Cx) -> CaseResult 
 
 /// An append refused for a superseded cause draws no ids.
 pub(crate) async fn superseded_cause_append_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let before = cx.state(&s).await?;
     let cause = Cause {
@@ -89,7 +89,7 @@ pub(crate) async fn superseded_cause_append_draws_no_ids(cx: Cx) -> CaseResult {
 
 /// An append refused because its origin is at or below the clear draws no ids.
 pub(crate) async fn cleared_origin_append_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let clear = cx
         .store
@@ -117,7 +117,7 @@ pub(crate) async fn cleared_origin_append_draws_no_ids(cx: Cx) -> CaseResult {
 
 /// A superseded completion draws no ids for its unnamed returned events.
 pub(crate) async fn superseded_completion_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(cx.fail(&s, &head, None).await?.outcome, FailOutcome::Failed);
@@ -133,7 +133,7 @@ pub(crate) async fn superseded_completion_draws_no_ids(cx: Cx) -> CaseResult {
 /// A completion refused for returning an event targeted at an existing log
 /// lane draws no ids for its unnamed returned events.
 pub(crate) async fn lane_conflict_completion_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![to_lane("a", "agent", "L1")],

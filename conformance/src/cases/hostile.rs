@@ -94,7 +94,7 @@ pub(crate) async fn hostile_strings_round_trip_through_every_operation(cx: Cx) -
     let strings = hostile_strings();
     let mut listed = Vec::new();
     for (n, h) in strings.iter().enumerate() {
-        let s = cx.s(&format!("{n}:{h}"));
+        let s = cx.session_id(&format!("{n}:{h}"));
         let event = NewEvent::new(h.clone(), json!({ h.clone(): [h, n] }))
             .with_id(h.clone())
             .with_target(Target::lane(h.clone(), h.clone()));
@@ -219,7 +219,7 @@ pub(crate) async fn hostile_strings_round_trip_through_every_operation(cx: Cx) -
 /// refused as `InvalidInput` with nothing changed).
 pub(crate) async fn hostile_log_declarations_round_trip(cx: Cx) -> CaseResult {
     for (n, h) in hostile_strings().iter().enumerate() {
-        let s = cx.s(&format!("log{n}"));
+        let s = cx.session_id(&format!("log{n}"));
         let before = cx.state(&s).await?;
         let declaration = log_consumer(h, h, Some(&[h.as_str()]), true);
         if stored_or_refused(
@@ -254,7 +254,7 @@ pub(crate) async fn hostile_log_declarations_round_trip(cx: Cx) -> CaseResult {
 /// A 16 MiB JSON string payload is stored and read back exactly (or refused
 /// as `InvalidInput` with nothing changed).
 pub(crate) async fn sixteen_mib_payload_is_stored_or_refused(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("first")]).await?;
     let before = cx.state(&s).await?;
     let big = "é'\"\\%_🚀x".repeat((16 << 20) / 12 + 1);
@@ -293,7 +293,7 @@ fn nested(levels: usize) -> Value {
 /// with nothing changed (the contract's JSON depth limit), at append and as
 /// an event a completion returns; one at the limit is stored exactly.
 pub(crate) async fn deeply_nested_payload_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let before = cx.state(&s).await?;
@@ -322,7 +322,7 @@ pub(crate) async fn deeply_nested_payload_is_invalid(cx: Cx) -> CaseResult {
 /// A state nested 10,000 levels deep is refused as `InvalidInput` and the
 /// reducer keeps no snapshot.
 pub(crate) async fn deeply_nested_state_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let before: StateRead = cx
         .store
@@ -351,7 +351,7 @@ pub(crate) async fn deeply_nested_state_is_invalid(cx: Cx) -> CaseResult {
 /// A presence value nested 10,000 levels deep is refused as `InvalidInput`
 /// and no field is written.
 pub(crate) async fn deeply_nested_presence_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     for levels in [MAX_JSON_DEPTH + 1, 10_000] {
         let values: BTreeMap<String, Value> = [
             ("ok".to_owned(), json!(1)),
@@ -378,7 +378,7 @@ pub(crate) async fn deeply_nested_presence_is_invalid(cx: Cx) -> CaseResult {
 /// wrap-around), and a refused call changes nothing.
 pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
     const ERR: &[ErrorCode] = &[ErrorCode::InvalidInput, ErrorCode::NoSuchEvent];
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -495,7 +495,7 @@ pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
             .into_iter()
             .enumerate()
         {
-            let t = cx.s(&format!("lease-{n}-{m}"));
+            let t = cx.session_id(&format!("lease-{n}-{m}"));
             cx.append(&t, vec![to_lane("a", "agent", "L1")]).await?;
             let held = nth(&cx.claim_heads(&t, "w1").await?, 0)?;
             let renewed = typed(

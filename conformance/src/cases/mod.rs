@@ -46,7 +46,7 @@ pub(crate) struct CaseDef {
 /// expands [`suite!`](crate::suite) and every [`run`](crate::run).
 ///
 /// To add a case: write `pub(crate) async fn <behaviour_it_proves>(cx: Cx) ->
-/// CaseResult` in the area's module (fresh sessions from `cx.s(..)`, time
+/// CaseResult` in the area's module (fresh sessions from `cx.session_id(..)`, time
 /// from `cx.advance(..)`, exact expectations with `ensure_eq!`/`ensure_code!`,
 /// `ensure_unchanged!` after every expected error), then list it here. Names
 /// are unique across areas: they are the test names.

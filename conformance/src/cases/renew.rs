@@ -27,7 +27,7 @@ fn neither() -> RenewResult {
 
 /// A held, unexpired claim is renewed: its expiry moves to now + ttl.
 pub(crate) async fn renew_extends_held_claim(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(500);
@@ -46,7 +46,7 @@ pub(crate) async fn renew_extends_held_claim(cx: Cx) -> CaseResult {
 
 /// `expires_at_ms` sets the renewed lease end directly.
 pub(crate) async fn renew_with_expires_at_sets_lease_end(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let request = RenewRequest {
@@ -65,7 +65,7 @@ pub(crate) async fn renew_with_expires_at_sets_lease_end(cx: Cx) -> CaseResult {
 
 /// Another holder cannot renew a claim: neither renewed nor superseded, expiry kept.
 pub(crate) async fn renew_by_other_holder_is_neither(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let before = cx.state(&s).await?;
@@ -80,7 +80,7 @@ pub(crate) async fn renew_by_other_holder_is_neither(cx: Cx) -> CaseResult {
 
 /// An expired claim cannot be renewed (neither), even by its holder.
 pub(crate) async fn renew_of_expired_claim_is_neither(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
@@ -96,7 +96,7 @@ pub(crate) async fn renew_of_expired_claim_is_neither(cx: Cx) -> CaseResult {
 
 /// After its completion a lane head's claim is superseded.
 pub(crate) async fn renew_after_completion_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -115,7 +115,7 @@ pub(crate) async fn renew_after_completion_is_superseded(cx: Cx) -> CaseResult {
 
 /// A finished event cursor's claim is superseded.
 pub(crate) async fn renew_of_finished_event_cursor_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
@@ -130,7 +130,7 @@ pub(crate) async fn renew_of_finished_event_cursor_is_superseded(cx: Cx) -> Case
 
 /// A claim at or below the clear is superseded.
 pub(crate) async fn renew_after_clear_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.store
@@ -150,7 +150,7 @@ pub(crate) async fn renew_after_clear_is_superseded(cx: Cx) -> CaseResult {
 
 /// A claim whose head has a newer attempt is superseded.
 pub(crate) async fn renew_of_older_attempt_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
@@ -169,7 +169,7 @@ pub(crate) async fn renew_of_older_attempt_is_superseded(cx: Cx) -> CaseResult {
 
 /// A ref the lane has not reached yet is neither renewed nor superseded.
 pub(crate) async fn renew_of_index_not_reached_is_neither(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -187,7 +187,7 @@ pub(crate) async fn renew_of_index_not_reached_is_neither(cx: Cx) -> CaseResult 
 
 /// A ref naming no cursor is neither renewed nor superseded.
 pub(crate) async fn renew_of_unknown_cursor_is_neither(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let claims = vec![
         HeldClaim {
@@ -206,7 +206,7 @@ pub(crate) async fn renew_of_unknown_cursor_is_neither(cx: Cx) -> CaseResult {
 
 /// A dead-lettered head's claim is neither renewed nor superseded.
 pub(crate) async fn renew_of_dead_lettered_head_is_neither(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, Some(1)).await?;
@@ -220,7 +220,7 @@ pub(crate) async fn renew_of_dead_lettered_head_is_neither(cx: Cx) -> CaseResult
 
 /// Renewed and superseded refs are reported in `(index, consumer, lane)` order.
 pub(crate) async fn renew_reports_refs_in_index_order(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -243,7 +243,7 @@ pub(crate) async fn renew_reports_refs_in_index_order(cx: Cx) -> CaseResult {
 
 /// Renewing with an invalid lease (both, neither, non-positive ttl) is `InvalidInput`.
 pub(crate) async fn renew_with_invalid_lease_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let before = cx.state(&s).await?;
@@ -269,7 +269,7 @@ pub(crate) async fn renew_with_invalid_lease_is_invalid(cx: Cx) -> CaseResult {
 
 /// A failed (released) claim cannot be renewed: neither.
 pub(crate) async fn renew_after_fail_is_neither(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, None).await?;
@@ -286,7 +286,7 @@ pub(crate) async fn renew_after_fail_is_neither(cx: Cx) -> CaseResult {
 /// A lease handed over after expiry supersedes the old holder everywhere
 /// (renew, complete, fail, fenced append) while the new holder proceeds.
 pub(crate) async fn lease_handover_supersedes_the_old_holder(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let old = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL / 2);

@@ -25,7 +25,7 @@ fn tolerated<T>(what: &str, result: a2_store_api::Result<T>, codes: &[ErrorCode]
 /// never panic: each call answers or fails with a typed error, changing nothing.
 pub(crate) async fn extreme_numbers_never_panic(cx: Cx) -> CaseResult {
     const ERR: &[ErrorCode] = &[ErrorCode::InvalidInput, ErrorCode::NoSuchEvent];
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
     let before = cx.state(&s).await?;
@@ -165,7 +165,7 @@ pub(crate) async fn extreme_numbers_never_panic(cx: Cx) -> CaseResult {
 /// Unusual strings (unicode, quotes, SQL and path syntax, a 1,000-character
 /// id) are stored and read back exactly, as ids, types, names and session ids.
 pub(crate) async fn odd_strings_round_trip(cx: Cx) -> CaseResult {
-    let s = cx.s("sé ssion/with:odd'chars\"%_");
+    let s = cx.session_id("sé ssion/with:odd'chars\"%_");
     let long = "x".repeat(1_000);
     let odd_ids = [
         "ünïcødé 🚀",
@@ -213,7 +213,7 @@ pub(crate) async fn odd_strings_round_trip(cx: Cx) -> CaseResult {
 /// id) are either stored and read back exactly or rejected as `InvalidInput`
 /// with nothing changed — never a panic or a backend failure.
 pub(crate) async fn nul_and_huge_strings_are_stored_or_rejected(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("first")]).await?;
     let huge = "y".repeat(100_000);
     let candidates = [
@@ -255,7 +255,7 @@ fn nth_event(
 /// Requests with nothing in them are valid no-ops: renewing no claims,
 /// writing no snapshots or presence fields, listing zero sessions.
 pub(crate) async fn empty_requests_are_no_ops(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s, "w1").await?;
     let before = cx.state(&s).await?;

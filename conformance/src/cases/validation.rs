@@ -16,7 +16,7 @@ const INVALID: ErrorCode = ErrorCode::InvalidInput;
 /// A session with a claimed lane head, a log cursor and a dead letter, so
 /// "nothing changed" compares real state.
 async fn busy_session(cx: &Cx) -> std::result::Result<String, Failure> {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![to_lane("a", "agent", "L1"), to_event("b", "agent")],
@@ -340,7 +340,7 @@ pub(crate) async fn wake_log_without_log_declaration_is_invalid(cx: Cx) -> CaseR
 
 /// A claim needs exactly one of a positive `ttl_ms` and `expires_at_ms`.
 pub(crate) async fn claim_with_invalid_lease_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let before = cx.state(&s).await?;
     for (ttl_ms, expires_at_ms) in [
@@ -386,7 +386,7 @@ pub(crate) async fn append_validates_before_replay_and_empty_batch(cx: Cx) -> Ca
 /// A claim with `limit: Some(0)` is `InvalidInput` (it could never claim;
 /// every backend agrees, the CONTRACT does not list it yet).
 pub(crate) async fn claim_with_zero_limit_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let before = cx.state(&s).await?;
     let request = ClaimRequest {
