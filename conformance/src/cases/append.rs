@@ -88,11 +88,11 @@ pub(crate) async fn append_empty_batch_reports_has_pending(cx: Cx) -> CaseResult
     ensure_eq!(empty.events, vec![]);
     ensure!(!empty.has_pending, "nothing is pending on a new session");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
-    let before = cx.state(&s).await?;
-    let empty = cx.append(&s, vec![]).await?;
-    ensure_eq!(empty.events, vec![]);
-    ensure!(empty.has_pending, "the targeted event is pending");
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let empty = cx.append(&s, vec![]).await?;
+        ensure_eq!(empty.events, vec![]);
+        ensure!(empty.has_pending, "the targeted event is pending");
+    });
     Ok(())
 }
 
@@ -100,12 +100,12 @@ pub(crate) async fn append_empty_batch_reports_has_pending(cx: Cx) -> CaseResult
 pub(crate) async fn append_rejects_duplicate_ids_within_batch(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("x")]).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![msg("a"), msg("b"), msg("a")]).await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![msg("a"), msg("b"), msg("a")]).await,
+            ErrorCode::PartialDuplicateBatch
+        );
+    });
     Ok(())
 }
 
@@ -122,19 +122,19 @@ pub(crate) async fn append_replays_batch_whose_ids_are_all_stored(cx: Cx) -> Cas
         strs(&["1 agent/- #1", "2 agent/- #1"])
     );
     cx.advance(10);
-    let before = cx.state(&s).await?;
-    let replay = cx
-        .append(&s, vec![to_event("b", "agent"), to_event("a", "agent")])
-        .await?;
-    ensure_eq!(
-        replay.events,
-        vec![stored.events[1].clone(), stored.events[0].clone()]
-    );
-    ensure!(
-        replay.has_pending,
-        "the two claimed heads are still pending"
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let replay = cx
+            .append(&s, vec![to_event("b", "agent"), to_event("a", "agent")])
+            .await?;
+        ensure_eq!(
+            replay.events,
+            vec![stored.events[1].clone(), stored.events[0].clone()]
+        );
+        ensure!(
+            replay.has_pending,
+            "the two claimed heads are still pending"
+        );
+    });
     Ok(())
 }
 
@@ -142,18 +142,18 @@ pub(crate) async fn append_replays_batch_whose_ids_are_all_stored(cx: Cx) -> Cas
 pub(crate) async fn append_replay_with_different_content_is_conflict(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
-    let before = cx.state(&s).await?;
-    let other_payload = NewEvent::new("msg", json!({"id": "changed"})).with_id("b");
-    ensure_code!(
-        cx.append(&s, vec![msg("a"), other_payload]).await,
-        ErrorCode::IdempotencyConflict
-    );
-    let other_type = NewEvent::new("other", json!({"id": "a"})).with_id("a");
-    ensure_code!(
-        cx.append(&s, vec![other_type]).await,
-        ErrorCode::IdempotencyConflict
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let other_payload = NewEvent::new("msg", json!({"id": "changed"})).with_id("b");
+        ensure_code!(
+            cx.append(&s, vec![msg("a"), other_payload]).await,
+            ErrorCode::IdempotencyConflict
+        );
+        let other_type = NewEvent::new("other", json!({"id": "a"})).with_id("a");
+        ensure_code!(
+            cx.append(&s, vec![other_type]).await,
+            ErrorCode::IdempotencyConflict
+        );
+    });
     Ok(())
 }
 
@@ -161,12 +161,12 @@ pub(crate) async fn append_replay_with_different_content_is_conflict(cx: Cx) -> 
 pub(crate) async fn append_partial_duplicate_batch_writes_nothing(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![msg("fresh"), msg("a")]).await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![msg("fresh"), msg("a")]).await,
+            ErrorCode::PartialDuplicateBatch
+        );
+    });
     let next = cx.append(&s, vec![msg("fresh")]).await?;
     ensure_eq!(idx(&next.events), vec![2]);
     Ok(())
@@ -198,32 +198,32 @@ async fn cleared_session(cx: &Cx) -> std::result::Result<String, Failure> {
 /// `origin_index` equal to the clear index is `SessionCleared`; nothing written.
 pub(crate) async fn append_origin_index_at_clear_is_session_cleared(cx: Cx) -> CaseResult {
     let s = cleared_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    let options = AppendOptions {
-        origin_index: Some(3),
-        ..AppendOptions::default()
-    };
-    ensure_code!(
-        cx.store.append(&s, vec![msg("c")], options).await,
-        ErrorCode::SessionCleared
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let options = AppendOptions {
+            origin_index: Some(3),
+            ..AppendOptions::default()
+        };
+        ensure_code!(
+            cx.store.append(&s, vec![msg("c")], options).await,
+            ErrorCode::SessionCleared
+        );
+    });
     Ok(())
 }
 
 /// `origin_index` below the clear index is `SessionCleared`; nothing written.
 pub(crate) async fn append_origin_index_below_clear_is_session_cleared(cx: Cx) -> CaseResult {
     let s = cleared_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    let options = AppendOptions {
-        origin_index: Some(1),
-        ..AppendOptions::default()
-    };
-    ensure_code!(
-        cx.store.append(&s, vec![msg("c")], options).await,
-        ErrorCode::SessionCleared
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let options = AppendOptions {
+            origin_index: Some(1),
+            ..AppendOptions::default()
+        };
+        ensure_code!(
+            cx.store.append(&s, vec![msg("c")], options).await,
+            ErrorCode::SessionCleared
+        );
+    });
     Ok(())
 }
 
@@ -233,44 +233,44 @@ pub(crate) async fn append_origin_index_below_clear_is_session_cleared(cx: Cx) -
 pub(crate) async fn index_zero_is_at_the_clear_of_an_uncleared_session(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
-    let before = cx.state(&s).await?;
-    let options = AppendOptions {
-        origin_index: Some(0),
-        ..AppendOptions::default()
-    };
-    ensure_code!(
-        cx.store.append(&s, vec![msg("b")], options).await,
-        ErrorCode::SessionCleared
-    );
-    let done = cx
-        .store
-        .complete_attempt(a2_store_api::CompleteRequest {
-            session_id: s.clone(),
-            consumer: "agent".into(),
-            lane: Some("L1".into()),
-            index: 0,
-            attempt: 0,
-            events: vec![],
-            consumers: None,
-        })
-        .await?;
-    ensure_eq!(done, a2_store_api::CompleteResult::Superseded);
-    let failed = cx
-        .store
-        .fail_attempt(a2_store_api::FailRequest {
-            session_id: s.clone(),
-            consumer: "agent".into(),
-            lane: Some("L1".into()),
-            index: 0,
-            attempt: 0,
-            error: "e".into(),
-            max_failures: None,
-            retry_after_ms: None,
-        })
-        .await?;
-    ensure_eq!(failed.outcome, FailOutcome::Superseded);
-    ensure_eq!(failed.failure_count, 0);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let options = AppendOptions {
+            origin_index: Some(0),
+            ..AppendOptions::default()
+        };
+        ensure_code!(
+            cx.store.append(&s, vec![msg("b")], options).await,
+            ErrorCode::SessionCleared
+        );
+        let done = cx
+            .store
+            .complete_attempt(a2_store_api::CompleteRequest {
+                session_id: s.clone(),
+                consumer: "agent".into(),
+                lane: Some("L1".into()),
+                index: 0,
+                attempt: 0,
+                events: vec![],
+                consumers: None,
+            })
+            .await?;
+        ensure_eq!(done, a2_store_api::CompleteResult::Superseded);
+        let failed = cx
+            .store
+            .fail_attempt(a2_store_api::FailRequest {
+                session_id: s.clone(),
+                consumer: "agent".into(),
+                lane: Some("L1".into()),
+                index: 0,
+                attempt: 0,
+                error: "e".into(),
+                max_failures: None,
+                retry_after_ms: None,
+            })
+            .await?;
+        ensure_eq!(failed.outcome, FailOutcome::Superseded);
+        ensure_eq!(failed.failure_count, 0);
+    });
     Ok(())
 }
 
@@ -332,13 +332,13 @@ pub(crate) async fn append_with_stale_attempt_cause_is_superseded(cx: Cx) -> Cas
     cx.advance(TTL);
     let second = nth(&cx.claim_heads(&s, "w2").await?, 0)?;
     ensure_eq!(second.dispatch.attempt_count, 2);
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![msg("out").with_cause(first.cause())])
-            .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![msg("out").with_cause(first.cause())])
+                .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     Ok(())
 }
 
@@ -349,13 +349,13 @@ pub(crate) async fn append_with_dead_lettered_cause_is_superseded(cx: Cx) -> Cas
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let failed = cx.fail(&s, &head, Some(1)).await?;
     ensure_eq!(failed.outcome, FailOutcome::DeadLettered);
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![msg("out").with_cause(head.cause())])
-            .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![msg("out").with_cause(head.cause())])
+                .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     Ok(())
 }
 
@@ -365,13 +365,13 @@ pub(crate) async fn append_with_completed_cause_is_superseded(cx: Cx) -> CaseRes
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![msg("out").with_cause(head.cause())])
-            .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![msg("out").with_cause(head.cause())])
+                .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     Ok(())
 }
 
@@ -386,13 +386,13 @@ pub(crate) async fn append_with_cause_below_clear_is_superseded(cx: Cx) -> CaseR
             ..ClearRequest::default()
         })
         .await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![msg("out").with_cause(head.cause())])
-            .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![msg("out").with_cause(head.cause())])
+                .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     Ok(())
 }
 
@@ -400,18 +400,18 @@ pub(crate) async fn append_with_cause_below_clear_is_superseded(cx: Cx) -> CaseR
 pub(crate) async fn append_with_unknown_cause_is_superseded(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    let cause = Cause {
-        consumer: "ghost".into(),
-        lane: Some("L".into()),
-        index: 1,
-        attempt: 1,
-    };
-    ensure_code!(
-        cx.append(&s, vec![msg("out").with_cause(cause)]).await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let cause = Cause {
+            consumer: "ghost".into(),
+            lane: Some("L".into()),
+            index: 1,
+            attempt: 1,
+        };
+        ensure_code!(
+            cx.append(&s, vec![msg("out").with_cause(cause)]).await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     Ok(())
 }
 
@@ -445,19 +445,19 @@ pub(crate) async fn append_fenced_batch_is_atomic(cx: Cx) -> CaseResult {
     let heads = cx.claim_heads(&s, "w1").await?;
     let (live, done) = (nth(&heads, 0)?, nth(&heads, 1)?);
     completed(cx.complete(&s, &done, vec![]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(
-            &s,
-            vec![
-                msg("ok").with_cause(live.cause()),
-                msg("stale").with_cause(done.cause()),
-            ],
-        )
-        .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(
+                &s,
+                vec![
+                    msg("ok").with_cause(live.cause()),
+                    msg("stale").with_cause(done.cause()),
+                ],
+            )
+            .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     Ok(())
 }
 
@@ -515,15 +515,15 @@ pub(crate) async fn append_has_pending_counts_busy_heads(cx: Cx) -> CaseResult {
 /// Precedence: an empty batch returns before the clear check.
 pub(crate) async fn append_empty_batch_precedes_origin_check(cx: Cx) -> CaseResult {
     let s = cleared_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    let options = AppendOptions {
-        origin_index: Some(1),
-        ..AppendOptions::default()
-    };
-    let result = cx.store.append(&s, vec![], options).await?;
-    ensure_eq!(result.events, vec![]);
-    ensure!(!result.has_pending, "nothing is pending after the clear");
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let options = AppendOptions {
+            origin_index: Some(1),
+            ..AppendOptions::default()
+        };
+        let result = cx.store.append(&s, vec![], options).await?;
+        ensure_eq!(result.events, vec![]);
+        ensure!(!result.has_pending, "nothing is pending after the clear");
+    });
     Ok(())
 }
 
@@ -549,9 +549,9 @@ pub(crate) async fn append_replay_precedes_cause_fence(cx: Cx) -> CaseResult {
     let out = msg("out").with_cause(head.cause());
     let stored = cx.append(&s, vec![out.clone()]).await?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
-    let before = cx.state(&s).await?;
-    let replay = cx.append(&s, vec![out]).await?;
-    ensure_eq!(replay.events, stored.events);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let replay = cx.append(&s, vec![out]).await?;
+        ensure_eq!(replay.events, stored.events);
+    });
     Ok(())
 }

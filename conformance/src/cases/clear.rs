@@ -76,18 +76,18 @@ pub(crate) async fn clear_with_other_last_index_is_not_cleared(cx: Cx) -> CaseRe
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
     cx.claim_heads(&s, "w1").await?;
-    let before = cx.state(&s).await?;
-    for stale in [1, 3] {
-        let result = cx
-            .store
-            .clear(ClearRequest {
-                if_last_index: Some(stale),
-                ..request(&s)
-            })
-            .await?;
-        ensure_eq!(result, ClearResult::NotCleared { head: 2 });
-    }
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        for stale in [1, 3] {
+            let result = cx
+                .store
+                .clear(ClearRequest {
+                    if_last_index: Some(stale),
+                    ..request(&s)
+                })
+                .await?;
+            ensure_eq!(result, ClearResult::NotCleared { head: 2 });
+        }
+    });
     Ok(())
 }
 
@@ -119,27 +119,27 @@ pub(crate) async fn clear_fenced_by_stale_cause_is_superseded(cx: Cx) -> CaseRes
     let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
     cx.claim_heads(&s, "w2").await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.store
-            .clear(ClearRequest {
-                cause: Some(first.cause()),
-                ..request(&s)
-            })
-            .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_code!(
-        cx.store
-            .clear(ClearRequest {
-                cause: Some(first.cause()),
-                if_last_index: Some(7),
-                ..request(&s)
-            })
-            .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.store
+                .clear(ClearRequest {
+                    cause: Some(first.cause()),
+                    ..request(&s)
+                })
+                .await,
+            ErrorCode::SupersededAttempt
+        );
+        ensure_code!(
+            cx.store
+                .clear(ClearRequest {
+                    cause: Some(first.cause()),
+                    if_last_index: Some(7),
+                    ..request(&s)
+                })
+                .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     Ok(())
 }
 
@@ -210,21 +210,21 @@ pub(crate) async fn attempts_below_clear_are_superseded(cx: Cx) -> CaseResult {
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     marker(cx.store.clear(request(&s)).await?)?;
     cx.append_for(&s, vec![msg("b")], vec![audit]).await?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        cx.complete(&s, &head, vec![]).await?,
-        CompleteResult::Superseded
-    );
-    ensure_eq!(
-        cx.fail(&s, &head, None).await?.outcome,
-        a2_store_api::FailOutcome::Superseded
-    );
-    ensure_code!(
-        cx.append(&s, vec![msg("late").with_cause(head.cause())])
-            .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.complete(&s, &head, vec![]).await?,
+            CompleteResult::Superseded
+        );
+        ensure_eq!(
+            cx.fail(&s, &head, None).await?.outcome,
+            a2_store_api::FailOutcome::Superseded
+        );
+        ensure_code!(
+            cx.append(&s, vec![msg("late").with_cause(head.cause())])
+                .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     Ok(())
 }
 
@@ -322,12 +322,12 @@ pub(crate) async fn marker_id_stays_taken_after_clear(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let mark = marker(cx.store.clear(request(&s)).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![msg(&mark.id)]).await,
-        ErrorCode::IdempotencyConflict
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![msg(&mark.id)]).await,
+            ErrorCode::IdempotencyConflict
+        );
+    });
     Ok(())
 }
 

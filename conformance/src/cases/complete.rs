@@ -113,13 +113,13 @@ pub(crate) async fn complete_replay_returns_stored_rows(cx: Cx) -> CaseResult {
             .await?,
     )?;
     cx.advance(10);
-    let before = cx.state(&s).await?;
-    let replay = completed(
-        cx.complete(&s, &head, vec![ev("reply", "r1"), ev("reply", "r2")])
-            .await?,
-    )?;
-    ensure_eq!(replay, first);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let replay = completed(
+            cx.complete(&s, &head, vec![ev("reply", "r1"), ev("reply", "r2")])
+                .await?,
+        )?;
+        ensure_eq!(replay, first);
+    });
     Ok(())
 }
 
@@ -129,9 +129,9 @@ pub(crate) async fn complete_replay_without_returned_events(cx: Cx) -> CaseResul
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(completed(cx.complete(&s, &head, vec![]).await?)?, vec![]);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(completed(cx.complete(&s, &head, vec![]).await?)?, vec![]);
+    });
     Ok(())
 }
 
@@ -141,21 +141,21 @@ pub(crate) async fn complete_replay_with_different_ids_is_partial_duplicate(cx: 
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![ev("reply", "r1")]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.complete(&s, &head, vec![ev("reply", "other")]).await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_code!(
-        cx.complete(&s, &head, vec![]).await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_code!(
-        cx.complete(&s, &head, vec![ev("reply", "r1"), ev("reply", "r2")])
-            .await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.complete(&s, &head, vec![ev("reply", "other")]).await,
+            ErrorCode::PartialDuplicateBatch
+        );
+        ensure_code!(
+            cx.complete(&s, &head, vec![]).await,
+            ErrorCode::PartialDuplicateBatch
+        );
+        ensure_code!(
+            cx.complete(&s, &head, vec![ev("reply", "r1"), ev("reply", "r2")])
+                .await,
+            ErrorCode::PartialDuplicateBatch
+        );
+    });
     Ok(())
 }
 
@@ -166,12 +166,12 @@ pub(crate) async fn complete_replay_with_generated_ids_is_partial_duplicate(cx: 
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let reply = NewEvent::new("reply", json!(1));
     completed(cx.complete(&s, &head, vec![reply.clone()]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.complete(&s, &head, vec![reply]).await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.complete(&s, &head, vec![reply]).await,
+            ErrorCode::PartialDuplicateBatch
+        );
+    });
     Ok(())
 }
 
@@ -181,12 +181,12 @@ pub(crate) async fn complete_replay_by_other_attempt_is_superseded(cx: Cx) -> Ca
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![ev("reply", "r1")]).await?)?;
-    let before = cx.state(&s).await?;
-    superseded(
-        cx.complete_at(&s, &head.cursor_ref(), 2, vec![ev("reply", "r1")])
-            .await?,
-    )?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(
+            cx.complete_at(&s, &head.cursor_ref(), 2, vec![ev("reply", "r1")])
+                .await?,
+        )?;
+    });
     Ok(())
 }
 
@@ -197,9 +197,9 @@ pub(crate) async fn complete_by_older_attempt_is_superseded(cx: Cx) -> CaseResul
     let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
     let second = nth(&cx.claim_heads(&s, "w2").await?, 0)?;
-    let before = cx.state(&s).await?;
-    superseded(cx.complete(&s, &first, vec![ev("reply", "old")]).await?)?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete(&s, &first, vec![ev("reply", "old")]).await?)?;
+    });
     let events = completed(cx.complete(&s, &second, vec![ev("reply", "new")]).await?)?;
     ensure_eq!(events[0].cause, Some(cause("agent", Some("L1"), 1, 2)));
     Ok(())
@@ -211,9 +211,9 @@ pub(crate) async fn complete_after_fail_is_superseded(cx: Cx) -> CaseResult {
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(cx.fail(&s, &head, None).await?.outcome, FailOutcome::Failed);
-    let before = cx.state(&s).await?;
-    superseded(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
+    });
     Ok(())
 }
 
@@ -223,9 +223,9 @@ pub(crate) async fn complete_of_dead_lettered_head_is_superseded(cx: Cx) -> Case
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, Some(1)).await?;
-    let before = cx.state(&s).await?;
-    superseded(cx.complete(&s, &head, vec![]).await?)?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete(&s, &head, vec![]).await?)?;
+    });
     Ok(())
 }
 
@@ -240,9 +240,9 @@ pub(crate) async fn complete_after_clear_is_superseded(cx: Cx) -> CaseResult {
             ..ClearRequest::default()
         })
         .await?;
-    let before = cx.state(&s).await?;
-    superseded(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
+    });
     Ok(())
 }
 
@@ -250,22 +250,22 @@ pub(crate) async fn complete_after_clear_is_superseded(cx: Cx) -> CaseResult {
 pub(crate) async fn complete_unknown_index_is_no_such_event(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.complete_at(&s, &at("agent", None, 9), 1, vec![]).await,
-        ErrorCode::NoSuchEvent
-    );
-    ensure_code!(
-        cx.complete_at(
-            &cx.session_id("never"),
-            &at("agent", Some("L1"), 1),
-            1,
-            vec![]
-        )
-        .await,
-        ErrorCode::NoSuchEvent
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.complete_at(&s, &at("agent", None, 9), 1, vec![]).await,
+            ErrorCode::NoSuchEvent
+        );
+        ensure_code!(
+            cx.complete_at(
+                &cx.session_id("never"),
+                &at("agent", Some("L1"), 1),
+                1,
+                vec![]
+            )
+            .await,
+            ErrorCode::NoSuchEvent
+        );
+    });
     Ok(())
 }
 
@@ -273,13 +273,13 @@ pub(crate) async fn complete_unknown_index_is_no_such_event(cx: Cx) -> CaseResul
 pub(crate) async fn complete_without_cursor_on_existing_event_is_superseded(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    superseded(cx.complete_at(&s, &at("agent", None, 1), 1, vec![]).await?)?;
-    superseded(
-        cx.complete_at(&s, &at("agent", Some("L1"), 1), 1, vec![])
-            .await?,
-    )?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete_at(&s, &at("agent", None, 1), 1, vec![]).await?)?;
+        superseded(
+            cx.complete_at(&s, &at("agent", Some("L1"), 1), 1, vec![])
+                .await?,
+        )?;
+    });
     Ok(())
 }
 
@@ -289,19 +289,24 @@ pub(crate) async fn complete_with_stored_returned_id_is_partial_duplicate(cx: Cx
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("taken")])
         .await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.complete(&s, &head, vec![ev("reply", "new"), msg("taken")])
-            .await,
-        ErrorCode::PartialDuplicateBatch
+    ensure_unchanged!(
+        cx,
+        &s,
+        {
+            ensure_code!(
+                cx.complete(&s, &head, vec![ev("reply", "new"), msg("taken")])
+                    .await,
+                ErrorCode::PartialDuplicateBatch
+            );
+        },
+        {
+            ensure_code!(
+                cx.complete(&s, &head, vec![msg("twice"), msg("twice")])
+                    .await,
+                ErrorCode::PartialDuplicateBatch
+            );
+        },
     );
-    ensure_unchanged!(cx, &s, before);
-    ensure_code!(
-        cx.complete(&s, &head, vec![msg("twice"), msg("twice")])
-            .await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
     Ok(())
 }
 
@@ -350,13 +355,13 @@ pub(crate) async fn log_cursor_keeps_only_latest_completion(cx: Cx) -> CaseResul
     let second = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(second.event.index, 2);
     let latest = completed(cx.complete(&s, &second, vec![ev("reply", "r2")]).await?)?;
-    let before = cx.state(&s).await?;
-    superseded(cx.complete(&s, &first, vec![ev("reply", "r1")]).await?)?;
-    ensure_eq!(
-        completed(cx.complete(&s, &second, vec![ev("reply", "r2")]).await?)?,
-        latest
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete(&s, &first, vec![ev("reply", "r1")]).await?)?;
+        ensure_eq!(
+            completed(cx.complete(&s, &second, vec![ev("reply", "r2")]).await?)?,
+            latest
+        );
+    });
     Ok(())
 }
 
@@ -423,12 +428,12 @@ pub(crate) async fn event_cursor_completion_replays(cx: Cx) -> CaseResult {
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let first = completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?,
-        first
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?,
+            first
+        );
+    });
     Ok(())
 }
 

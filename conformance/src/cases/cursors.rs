@@ -402,17 +402,17 @@ pub(crate) async fn log_consumers_follow_the_log_independently(cx: Cx) -> CaseRe
 pub(crate) async fn target_on_log_lane_declared_in_same_call_is_invalid(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append_for(
-            &s,
-            vec![to_lane("b", "audit", "log")],
-            vec![log_consumer("audit", "log", None, false)],
-        )
-        .await,
-        ErrorCode::InvalidInput
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append_for(
+                &s,
+                vec![to_lane("b", "audit", "log")],
+                vec![log_consumer("audit", "log", None, false)],
+            )
+            .await,
+            ErrorCode::InvalidInput
+        );
+    });
     Ok(())
 }
 
@@ -425,12 +425,12 @@ pub(crate) async fn target_on_existing_log_lane_is_invalid(cx: Cx) -> CaseResult
         vec![log_consumer("audit", "log", None, false)],
     )
     .await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![to_lane("b", "audit", "log")]).await,
-        ErrorCode::InvalidInput
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![to_lane("b", "audit", "log")]).await,
+            ErrorCode::InvalidInput
+        );
+    });
     Ok(())
 }
 
@@ -438,24 +438,29 @@ pub(crate) async fn target_on_existing_log_lane_is_invalid(cx: Cx) -> CaseResult
 pub(crate) async fn log_declaration_on_target_lane_is_invalid(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "audit", "log")]).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append_for(
-            &s,
-            vec![msg("b")],
-            vec![log_consumer("audit", "log", None, false)],
-        )
-        .await,
-        ErrorCode::InvalidInput
+    ensure_unchanged!(
+        cx,
+        &s,
+        {
+            ensure_code!(
+                cx.append_for(
+                    &s,
+                    vec![msg("b")],
+                    vec![log_consumer("audit", "log", None, false)],
+                )
+                .await,
+                ErrorCode::InvalidInput
+            );
+        },
+        {
+            ensure_code!(
+                cx.store
+                    .wake_log(&s, &log_consumer("audit", "log", None, true))
+                    .await,
+                ErrorCode::InvalidInput
+            );
+        },
     );
-    ensure_unchanged!(cx, &s, before);
-    ensure_code!(
-        cx.store
-            .wake_log(&s, &log_consumer("audit", "log", None, true))
-            .await,
-        ErrorCode::InvalidInput
-    );
-    ensure_unchanged!(cx, &s, before);
     Ok(())
 }
 
@@ -475,15 +480,15 @@ pub(crate) async fn completion_targeting_log_lane_is_invalid(cx: Cx) -> CaseResu
         .find(|head| head.consumer == "agent")
         .cloned()
         .ok_or_else(|| Failure::Fail(format!("no agent head in {:?}", head_summaries(&heads))))?;
-    let before = cx.state(&s).await?;
-    let reply = NewEvent::new("reply", json!(null))
-        .with_id("r")
-        .with_target(Target::lane("audit", "log"));
-    ensure_code!(
-        cx.complete(&s, &agent, vec![reply]).await,
-        ErrorCode::InvalidInput
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let reply = NewEvent::new("reply", json!(null))
+            .with_id("r")
+            .with_target(Target::lane("audit", "log"));
+        ensure_code!(
+            cx.complete(&s, &agent, vec![reply]).await,
+            ErrorCode::InvalidInput
+        );
+    });
     Ok(())
 }
 
@@ -829,12 +834,12 @@ pub(crate) async fn target_on_lane_created_by_wake_log_is_invalid(cx: Cx) -> Cas
     cx.store
         .wake_log(&s, &log_consumer("audit", "log", None, true))
         .await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![to_lane("b", "audit", "log")]).await,
-        ErrorCode::InvalidInput
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![to_lane("b", "audit", "log")]).await,
+            ErrorCode::InvalidInput
+        );
+    });
     Ok(())
 }
 

@@ -192,33 +192,40 @@ pub(crate) async fn wake_log_declaration_refreshes_log_types(cx: Cx) -> CaseResu
 /// completion naming no cursor and no stored event.
 pub(crate) async fn failed_call_declaration_refreshes_nothing(cx: Cx) -> CaseResult {
     let s = session_taking_a(&cx).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append_for(&s, vec![to_lane("t", "audit", "log")], vec![audit(&["b"])])
-            .await,
-        ErrorCode::InvalidInput
+    ensure_unchanged!(
+        cx,
+        &s,
+        {
+            ensure_code!(
+                cx.append_for(&s, vec![to_lane("t", "audit", "log")], vec![audit(&["b"])])
+                    .await,
+                ErrorCode::InvalidInput
+            );
+        },
+        {
+            ensure_code!(
+                cx.append_for(&s, vec![ev("a", "1"), ev("a", "new")], vec![audit(&["b"])])
+                    .await,
+                ErrorCode::PartialDuplicateBatch
+            );
+        },
+        {
+            ensure_code!(
+                cx.append_for(&s, vec![ev("other", "1")], vec![audit(&["b"])])
+                    .await,
+                ErrorCode::IdempotencyConflict
+            );
+        },
+        {
+            let unknown = CompleteRequest {
+                consumer: "ghost".into(),
+                ..complete_audit(&s, 99, 1, vec![audit(&["b"])])
+            };
+            ensure_code!(
+                cx.store.complete_attempt(unknown).await,
+                ErrorCode::NoSuchEvent
+            );
+        },
     );
-    ensure_unchanged!(cx, &s, before);
-    ensure_code!(
-        cx.append_for(&s, vec![ev("a", "1"), ev("a", "new")], vec![audit(&["b"])])
-            .await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
-    ensure_code!(
-        cx.append_for(&s, vec![ev("other", "1")], vec![audit(&["b"])])
-            .await,
-        ErrorCode::IdempotencyConflict
-    );
-    ensure_unchanged!(cx, &s, before);
-    let unknown = CompleteRequest {
-        consumer: "ghost".into(),
-        ..complete_audit(&s, 99, 1, vec![audit(&["b"])])
-    };
-    ensure_code!(
-        cx.store.complete_attempt(unknown).await,
-        ErrorCode::NoSuchEvent
-    );
-    ensure_unchanged!(cx, &s, before);
     Ok(())
 }

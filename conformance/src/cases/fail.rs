@@ -148,23 +148,23 @@ pub(crate) async fn fail_repeat_is_idempotent(cx: Cx) -> CaseResult {
         cx.fail(&s, &one, Some(3)).await?,
         failed(FailOutcome::Failed, 1)
     );
-    let before = cx.state(&s).await?;
-    cx.advance(5);
-    ensure_eq!(
-        cx.fail(&s, &one, Some(3)).await?,
-        failed(FailOutcome::Failed, 1)
-    );
-    ensure_unchanged!(cx, &s, before);
-    ensure_eq!(
-        cx.fail(&s, &two, Some(1)).await?,
-        failed(FailOutcome::DeadLettered, 1)
-    );
-    let before = cx.state(&s).await?;
+    ensure_unchanged!(cx, &s, {
+        cx.advance(5);
+        ensure_eq!(
+            cx.fail(&s, &one, Some(3)).await?,
+            failed(FailOutcome::Failed, 1)
+        );
+    });
     ensure_eq!(
         cx.fail(&s, &two, Some(1)).await?,
         failed(FailOutcome::DeadLettered, 1)
     );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.fail(&s, &two, Some(1)).await?,
+            failed(FailOutcome::DeadLettered, 1)
+        );
+    });
     Ok(())
 }
 
@@ -175,12 +175,12 @@ pub(crate) async fn fail_of_older_attempt_is_superseded(cx: Cx) -> CaseResult {
     let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
     nth(&cx.claim_heads(&s, "w2").await?, 0)?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        cx.fail(&s, &first, Some(5)).await?,
-        failed(FailOutcome::Superseded, 1)
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.fail(&s, &first, Some(5)).await?,
+            failed(FailOutcome::Superseded, 1)
+        );
+    });
     Ok(())
 }
 
@@ -194,12 +194,12 @@ pub(crate) async fn fail_after_completion_is_superseded(cx: Cx) -> CaseResult {
     .await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        cx.fail(&s, &head, None).await?,
-        failed(FailOutcome::Superseded, 0)
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.fail(&s, &head, None).await?,
+            failed(FailOutcome::Superseded, 0)
+        );
+    });
     Ok(())
 }
 
@@ -214,12 +214,12 @@ pub(crate) async fn fail_after_clear_is_superseded(cx: Cx) -> CaseResult {
             ..ClearRequest::default()
         })
         .await?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        cx.fail(&s, &head, None).await?,
-        failed(FailOutcome::Superseded, 0)
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.fail(&s, &head, None).await?,
+            failed(FailOutcome::Superseded, 0)
+        );
+    });
     Ok(())
 }
 
@@ -228,27 +228,27 @@ pub(crate) async fn fail_after_clear_is_superseded(cx: Cx) -> CaseResult {
 pub(crate) async fn fail_unknown_index_is_no_such_event(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    let mut request = a2_store_api::FailRequest {
-        session_id: s.clone(),
-        consumer: "agent".into(),
-        lane: None,
-        index: 5,
-        attempt: 1,
-        error: "boom".into(),
-        max_failures: None,
-        retry_after_ms: None,
-    };
-    ensure_code!(
-        cx.store.fail_attempt(request.clone()).await,
-        ErrorCode::NoSuchEvent
-    );
-    request.index = 1;
-    ensure_eq!(
-        cx.store.fail_attempt(request).await?,
-        failed(FailOutcome::Superseded, 0)
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let mut request = a2_store_api::FailRequest {
+            session_id: s.clone(),
+            consumer: "agent".into(),
+            lane: None,
+            index: 5,
+            attempt: 1,
+            error: "boom".into(),
+            max_failures: None,
+            retry_after_ms: None,
+        };
+        ensure_code!(
+            cx.store.fail_attempt(request.clone()).await,
+            ErrorCode::NoSuchEvent
+        );
+        request.index = 1;
+        ensure_eq!(
+            cx.store.fail_attempt(request).await?,
+            failed(FailOutcome::Superseded, 0)
+        );
+    });
     Ok(())
 }
 
@@ -264,12 +264,12 @@ pub(crate) async fn fail_of_attempt_dead_lettered_on_expiry_is_superseded(cx: Cx
     };
     let (_, dead, _) = claimed(cx.store.claim_available(request).await?)?;
     let dead = nth(&dead, 0)?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        cx.fail(&s, &dead, Some(1)).await?,
-        failed(FailOutcome::Superseded, 1)
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.fail(&s, &dead, Some(1)).await?,
+            failed(FailOutcome::Superseded, 1)
+        );
+    });
     Ok(())
 }
 
@@ -278,14 +278,14 @@ pub(crate) async fn fail_with_negative_retry_delay_is_invalid(cx: Cx) -> CaseRes
     let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    let before = cx.state(&s).await?;
-    let mut request = cx.fail_req(&s, &head, "x");
-    request.retry_after_ms = Some(-1);
-    ensure_code!(
-        cx.store.fail_attempt(request).await,
-        ErrorCode::InvalidInput
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let mut request = cx.fail_req(&s, &head, "x");
+        request.retry_after_ms = Some(-1);
+        ensure_code!(
+            cx.store.fail_attempt(request).await,
+            ErrorCode::InvalidInput
+        );
+    });
     Ok(())
 }
 
@@ -423,24 +423,24 @@ pub(crate) async fn redrive_without_dead_head_is_not_redriven(cx: Cx) -> CaseRes
         .await?;
     let heads = cx.claim_heads(&s, "w1").await?;
     cx.fail(&s, &nth(&heads, 0)?, Some(1)).await?;
-    let before = cx.state(&s).await?;
-    for (consumer, index) in [("agent", 2), ("agent", 9), ("other", 1)] {
-        for action in [RedriveAction::Retry, RedriveAction::Skip] {
-            let result = cx
-                .store
-                .redrive(redrive(&s, consumer, index, action))
-                .await?;
-            ensure_eq!(
-                result,
-                RedriveResult {
-                    redriven: false,
-                    has_pending: true
-                },
-                "redrive {consumer} {index} {action:?}"
-            );
+    ensure_unchanged!(cx, &s, {
+        for (consumer, index) in [("agent", 2), ("agent", 9), ("other", 1)] {
+            for action in [RedriveAction::Retry, RedriveAction::Skip] {
+                let result = cx
+                    .store
+                    .redrive(redrive(&s, consumer, index, action))
+                    .await?;
+                ensure_eq!(
+                    result,
+                    RedriveResult {
+                        redriven: false,
+                        has_pending: true
+                    },
+                    "redrive {consumer} {index} {action:?}"
+                );
+            }
         }
-    }
-    ensure_unchanged!(cx, &s, before);
+    });
     Ok(())
 }
 

@@ -38,19 +38,19 @@ pub(crate) async fn lane_conflict_append_draws_no_ids(cx: Cx) -> CaseResult {
         )
         .await?;
     ensure_eq!(ids(&first.events), vec![nth_generated(1)]);
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(
-            &s,
-            vec![
-                unnamed("msg").with_target(Target::lane("audit", "log")),
-                unnamed("msg"),
-            ],
-        )
-        .await,
-        ErrorCode::InvalidInput
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(
+                &s,
+                vec![
+                    unnamed("msg").with_target(Target::lane("audit", "log")),
+                    unnamed("msg"),
+                ],
+            )
+            .await,
+            ErrorCode::InvalidInput
+        );
+    });
     next_id_is(&cx, &s, 2).await
 }
 
@@ -58,12 +58,12 @@ pub(crate) async fn lane_conflict_append_draws_no_ids(cx: Cx) -> CaseResult {
 pub(crate) async fn partial_duplicate_append_draws_no_ids(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![msg("a"), unnamed("msg")]).await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![msg("a"), unnamed("msg")]).await,
+            ErrorCode::PartialDuplicateBatch
+        );
+    });
     next_id_is(&cx, &s, 1).await
 }
 
@@ -71,19 +71,19 @@ pub(crate) async fn partial_duplicate_append_draws_no_ids(cx: Cx) -> CaseResult 
 pub(crate) async fn superseded_cause_append_draws_no_ids(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    let cause = Cause {
-        consumer: "ghost".into(),
-        lane: Some("L".into()),
-        index: 1,
-        attempt: 1,
-    };
-    ensure_code!(
-        cx.append(&s, vec![unnamed("msg").with_cause(cause), unnamed("msg")])
-            .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let cause = Cause {
+            consumer: "ghost".into(),
+            lane: Some("L".into()),
+            index: 1,
+            attempt: 1,
+        };
+        ensure_code!(
+            cx.append(&s, vec![unnamed("msg").with_cause(cause), unnamed("msg")])
+                .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     next_id_is(&cx, &s, 1).await
 }
 
@@ -102,16 +102,16 @@ pub(crate) async fn cleared_origin_append_draws_no_ids(cx: Cx) -> CaseResult {
         ClearResult::Cleared { marker } => ensure_eq!(marker.id, nth_generated(1)),
         other => return Err(Failure::Fail(format!("expected Cleared, got {other:?}"))),
     }
-    let before = cx.state(&s).await?;
-    let options = AppendOptions {
-        origin_index: Some(2),
-        ..AppendOptions::default()
-    };
-    ensure_code!(
-        cx.store.append(&s, vec![unnamed("msg")], options).await,
-        ErrorCode::SessionCleared
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let options = AppendOptions {
+            origin_index: Some(2),
+            ..AppendOptions::default()
+        };
+        ensure_code!(
+            cx.store.append(&s, vec![unnamed("msg")], options).await,
+            ErrorCode::SessionCleared
+        );
+    });
     next_id_is(&cx, &s, 2).await
 }
 
@@ -121,12 +121,12 @@ pub(crate) async fn superseded_completion_draws_no_ids(cx: Cx) -> CaseResult {
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(cx.fail(&s, &head, None).await?.outcome, FailOutcome::Failed);
-    let before = cx.state(&s).await?;
-    let result = cx
-        .complete(&s, &head, vec![unnamed("reply"), unnamed("reply")])
-        .await?;
-    ensure_eq!(result, CompleteResult::Superseded);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let result = cx
+            .complete(&s, &head, vec![unnamed("reply"), unnamed("reply")])
+            .await?;
+        ensure_eq!(result, CompleteResult::Superseded);
+    });
     next_id_is(&cx, &s, 1).await
 }
 
@@ -151,23 +151,23 @@ pub(crate) async fn lane_conflict_completion_draws_no_ids(cx: Cx) -> CaseResult 
                 head_summaries(&heads)
             ))
         })?;
-    let before = cx.state(&s).await?;
-    let request = CompleteRequest {
-        session_id: s.clone(),
-        consumer: "agent".into(),
-        lane: Some("L1".into()),
-        index: 1,
-        attempt: head.dispatch.attempt_count,
-        events: vec![
-            unnamed("reply"),
-            unnamed("reply").with_target(Target::lane("audit", "log")),
-        ],
-        consumers: None,
-    };
-    ensure_code!(
-        cx.store.complete_attempt(request).await,
-        ErrorCode::InvalidInput
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let request = CompleteRequest {
+            session_id: s.clone(),
+            consumer: "agent".into(),
+            lane: Some("L1".into()),
+            index: 1,
+            attempt: head.dispatch.attempt_count,
+            events: vec![
+                unnamed("reply"),
+                unnamed("reply").with_target(Target::lane("audit", "log")),
+            ],
+            consumers: None,
+        };
+        ensure_code!(
+            cx.store.complete_attempt(request).await,
+            ErrorCode::InvalidInput
+        );
+    });
     next_id_is(&cx, &s, 1).await
 }

@@ -18,16 +18,16 @@ pub(crate) async fn append_checks_cause_before_lane_conflicts(cx: Cx) -> CaseRes
     let heads = cx.claim_heads(&s, "w1").await?;
     let agent = nth(&heads, 0)?;
     completed(cx.complete(&s, &agent, vec![]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(
-            &s,
-            vec![to_lane("b", "audit", "log").with_cause(agent.cause())]
-        )
-        .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(
+                &s,
+                vec![to_lane("b", "audit", "log").with_cause(agent.cause())]
+            )
+            .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     Ok(())
 }
 
@@ -67,12 +67,12 @@ pub(crate) async fn complete_supersession_precedes_duplicate_check(cx: Cx) -> Ca
     let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
     cx.claim_heads(&s, "w2").await?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        cx.complete(&s, &first, vec![msg("taken")]).await?,
-        CompleteResult::Superseded
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.complete(&s, &first, vec![msg("taken")]).await?,
+            CompleteResult::Superseded
+        );
+    });
     Ok(())
 }
 
@@ -122,16 +122,16 @@ pub(crate) async fn clear_checks_last_index_after_fence(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    let before = cx.state(&s).await?;
-    let result = cx
-        .store
-        .clear(ClearRequest {
-            session_id: s.clone(),
-            if_last_index: Some(5),
-            cause: Some(head.cause()),
-        })
-        .await?;
-    ensure_eq!(result, a2_store_api::ClearResult::NotCleared { head: 1 });
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let result = cx
+            .store
+            .clear(ClearRequest {
+                session_id: s.clone(),
+                if_last_index: Some(5),
+                cause: Some(head.cause()),
+            })
+            .await?;
+        ensure_eq!(result, a2_store_api::ClearResult::NotCleared { head: 1 });
+    });
     Ok(())
 }

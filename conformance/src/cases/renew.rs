@@ -68,13 +68,13 @@ pub(crate) async fn renew_by_other_holder_is_neither(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    let before = cx.state(&s).await?;
-    let result = cx
-        .store
-        .renew_claims(renew(&s, "w2", vec![held(&head)]))
-        .await?;
-    ensure_eq!(result, neither());
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let result = cx
+            .store
+            .renew_claims(renew(&s, "w2", vec![held(&head)]))
+            .await?;
+        ensure_eq!(result, neither());
+    });
     Ok(())
 }
 
@@ -84,13 +84,13 @@ pub(crate) async fn renew_of_expired_claim_is_neither(cx: Cx) -> CaseResult {
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
-    let before = cx.state(&s).await?;
-    let result = cx
-        .store
-        .renew_claims(renew(&s, "w1", vec![held(&head)]))
-        .await?;
-    ensure_eq!(result, neither());
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let result = cx
+            .store
+            .renew_claims(renew(&s, "w1", vec![held(&head)]))
+            .await?;
+        ensure_eq!(result, neither());
+    });
     Ok(())
 }
 
@@ -156,14 +156,14 @@ pub(crate) async fn renew_of_older_attempt_is_superseded(cx: Cx) -> CaseResult {
     cx.advance(TTL);
     let second = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(second.dispatch.attempt_count, 2);
-    let before = cx.state(&s).await?;
-    let result = cx
-        .store
-        .renew_claims(renew(&s, "w1", vec![held(&first)]))
-        .await?;
-    ensure_eq!(ref_summaries(&result.superseded), strs(&["1 agent/L1"]));
-    ensure_eq!(result.renewed, vec![]);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let result = cx
+            .store
+            .renew_claims(renew(&s, "w1", vec![held(&first)]))
+            .await?;
+        ensure_eq!(ref_summaries(&result.superseded), strs(&["1 agent/L1"]));
+        ensure_eq!(result.renewed, vec![]);
+    });
     Ok(())
 }
 
@@ -246,24 +246,24 @@ pub(crate) async fn renew_with_invalid_lease_is_invalid(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    let before = cx.state(&s).await?;
-    for (ttl_ms, expires_at_ms) in [
-        (None, None),
-        (Some(TTL), Some(T0 + TTL)),
-        (Some(0), None),
-        (Some(-5), None),
-    ] {
-        let request = RenewRequest {
-            ttl_ms,
-            expires_at_ms,
-            ..renew(&s, "w1", vec![held(&head)])
-        };
-        ensure_code!(
-            cx.store.renew_claims(request).await,
-            ErrorCode::InvalidInput
-        );
-    }
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        for (ttl_ms, expires_at_ms) in [
+            (None, None),
+            (Some(TTL), Some(T0 + TTL)),
+            (Some(0), None),
+            (Some(-5), None),
+        ] {
+            let request = RenewRequest {
+                ttl_ms,
+                expires_at_ms,
+                ..renew(&s, "w1", vec![held(&head)])
+            };
+            ensure_code!(
+                cx.store.renew_claims(request).await,
+                ErrorCode::InvalidInput
+            );
+        }
+    });
     Ok(())
 }
 
@@ -273,13 +273,13 @@ pub(crate) async fn renew_after_fail_is_neither(cx: Cx) -> CaseResult {
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, None).await?;
-    let before = cx.state(&s).await?;
-    let result = cx
-        .store
-        .renew_claims(renew(&s, "w1", vec![held(&head)]))
-        .await?;
-    ensure_eq!(result, neither());
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let result = cx
+            .store
+            .renew_claims(renew(&s, "w1", vec![held(&head)]))
+            .await?;
+        ensure_eq!(result, neither());
+    });
     Ok(())
 }
 
@@ -298,26 +298,26 @@ pub(crate) async fn lease_handover_supersedes_the_old_holder(cx: Cx) -> CaseResu
     cx.advance(TTL);
     let new = nth(&cx.claim_heads(&s, "w2").await?, 0)?;
     ensure_eq!(new.dispatch.attempt_count, 2);
-    let before = cx.state(&s).await?;
-    let result = cx
-        .store
-        .renew_claims(renew(&s, "w1", vec![held(&old)]))
-        .await?;
-    ensure_eq!(ref_summaries(&result.superseded), strs(&["1 agent/L1"]));
-    ensure_eq!(
-        cx.complete(&s, &old, vec![]).await?,
-        a2_store_api::CompleteResult::Superseded
-    );
-    ensure_eq!(
-        cx.fail(&s, &old, None).await?.outcome,
-        a2_store_api::FailOutcome::Superseded
-    );
-    ensure_code!(
-        cx.append(&s, vec![msg("late").with_cause(old.cause())])
-            .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let result = cx
+            .store
+            .renew_claims(renew(&s, "w1", vec![held(&old)]))
+            .await?;
+        ensure_eq!(ref_summaries(&result.superseded), strs(&["1 agent/L1"]));
+        ensure_eq!(
+            cx.complete(&s, &old, vec![]).await?,
+            a2_store_api::CompleteResult::Superseded
+        );
+        ensure_eq!(
+            cx.fail(&s, &old, None).await?.outcome,
+            a2_store_api::FailOutcome::Superseded
+        );
+        ensure_code!(
+            cx.append(&s, vec![msg("late").with_cause(old.cause())])
+                .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     let result = cx
         .store
         .renew_claims(renew(&s, "w2", vec![held(&new)]))
