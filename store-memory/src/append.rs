@@ -1,26 +1,25 @@
 //! `append` and `wake_log`: writing batches and starting log cursors.
 
 use a2_store_api::{
-    codec, AppendOptions, AppendResult, ConsumerDeclaration, CursorKind, Dispatch, NewEvent,
-    Result, StoreError, WakeLogResult,
+    log, replay, AppendOptions, AppendResult, ConsumerDeclaration, CursorKind, Dispatch,
+    LogDeclaration, NewEvent, Result, StoreError, WakeLogResult,
 };
 
 use crate::cursor::CursorState;
 use crate::session::{Env, Session};
 
 impl Session {
-    /// Appends a batch atomically, or replays it when every id is stored.
-    /// Precedence: validation, empty batch, replay / partial duplicate,
-    /// `origin_index` at or below the clear, fencing, lane conflicts, insert.
+    /// Appends an already validated batch atomically, or replays it when
+    /// every id is stored. Precedence: empty batch, replay / partial
+    /// duplicate, `origin_index` at or below the clear, fencing, lane
+    /// conflicts, insert.
     pub fn append(
         &mut self,
         env: Env<'_>,
         events: Vec<NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendResult> {
-        codec::validate_new_events(&events)?;
         let consumers = options.consumers.as_deref();
-        codec::validate_consumers(consumers, &events)?;
         if events.is_empty() {
             self.refresh_log_types(consumers);
             return Ok(AppendResult {
@@ -31,13 +30,12 @@ impl Session {
         let owners = self.owners(&events);
         if !owners.is_empty() {
             if owners.len() != events.len() {
-                return Err(StoreError::partial_duplicate(format!(
-                    "batch mixes {} already-appended and {} fresh events",
+                return Err(StoreError::mixed_batch(
                     owners.len(),
-                    events.len() - owners.len()
-                )));
+                    events.len() - owners.len(),
+                ));
             }
-            let stored = codec::idempotent_replay(&events, self.rows(&owners)?)?;
+            let stored = replay::append(&events, self.rows(&owners)?)?;
             self.refresh_log_types(consumers);
             return Ok(AppendResult {
                 events: stored,
@@ -60,16 +58,20 @@ impl Session {
         })
     }
 
-    /// Makes sure the declared log consumer's cursor exists and points at
-    /// its next taken event; refreshes its types. On a session with nothing
-    /// after its clear, returns an idle cursor without creating one.
-    pub fn wake_log(&mut self, consumer: &ConsumerDeclaration) -> Result<WakeLogResult> {
-        let log = codec::log_declaration(consumer)?;
+    /// Makes sure the declared log consumer's cursor (`log`: its validated
+    /// declaration) exists and points at its next taken event; refreshes
+    /// its types. On a session with nothing after its clear, returns an
+    /// idle cursor without creating one.
+    pub fn wake_log(
+        &mut self,
+        consumer: &ConsumerDeclaration,
+        log: &LogDeclaration,
+    ) -> Result<WakeLogResult> {
         let head = self.log.head();
         let types = log.types.clone();
         let id = match self.cursors.find(&consumer.name, Some(&log.lane), 0) {
             Some((_, cursor)) if cursor.kind != CursorKind::Log => {
-                return Err(codec::lane_conflict(&consumer.name, &log.lane));
+                return Err(StoreError::lane_conflict(&consumer.name, &log.lane));
             }
             Some((id, cursor)) => {
                 let next = match cursor.head {
@@ -90,7 +92,7 @@ impl Session {
                 let marker = self.log.clear_index();
                 if head == marker {
                     return Ok(WakeLogResult {
-                        cursor: codec::idle_log_cursor(consumer, marker),
+                        cursor: log::idle_log_cursor(consumer, marker),
                         head,
                     });
                 }

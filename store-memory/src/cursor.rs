@@ -174,7 +174,7 @@ impl CursorState {
     pub fn natural_placement(&self) -> Placement {
         match (self.head, &self.dispatch) {
             (None, _) => Placement::Idle,
-            (Some(_), dispatch) if dispatch.failed_at.is_some() => Placement::Dead,
+            (Some(_), dispatch) if dispatch.is_dead_lettered() => Placement::Dead,
             (Some(_), dispatch) => match dispatch.claim_expires_at {
                 Some(expiry) => Placement::Busy(expiry),
                 None => Placement::Ready,

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use a2_store_api::{
-    codec, Cause, CompleteRequest, CompleteResult, FailOutcome, FailRequest, FailResult, Head,
-    RedriveAction, RedriveRequest, RedriveResult, Result, StoreError,
+    replay, Cause, CompleteRequest, CompleteResult, CompleteVerdict, FailOutcome, FailRequest,
+    FailResult, Head, RedriveAction, RedriveRequest, RedriveResult, Result, StoreError,
 };
 
 use crate::cursor::Completion;
@@ -13,14 +13,14 @@ use crate::cursor_table::Lookup;
 use crate::session::{Env, Session};
 
 impl Session {
-    /// Completes the current head (appending the returned events with the
-    /// attempt as cause and advancing the cursor), replays a recorded
-    /// completion, or reports `Superseded`.
+    /// Completes the current head of an already validated request
+    /// (appending the returned events with the attempt as cause and
+    /// advancing the cursor), replays a recorded completion, or reports
+    /// `Superseded`, as [`Dispatch::complete_verdict`] decides.
+    ///
+    /// [`Dispatch::complete_verdict`]: a2_store_api::Dispatch::complete_verdict
     pub fn complete(&mut self, env: Env<'_>, request: CompleteRequest) -> Result<CompleteResult> {
-        codec::validate_name("consumer name", &request.consumer)?;
-        codec::validate_new_events(&request.events)?;
         let consumers = request.consumers.as_deref();
-        codec::validate_consumers(consumers, &request.events)?;
         if request.index <= self.log.clear_index() {
             self.refresh_log_types(consumers);
             return Ok(CompleteResult::Superseded);
@@ -41,27 +41,24 @@ impl Session {
                 return Ok(result);
             }
             Lookup::Live(id, cursor) => {
-                if cursor.head != Some(request.index) {
-                    let record = cursor.completions.get(request.index).cloned();
-                    let result = self.replay(&request, record.as_ref())?;
-                    self.refresh_log_types(consumers);
-                    return Ok(result);
+                let on_head = cursor.head == Some(request.index);
+                match cursor.dispatch.complete_verdict(on_head, request.attempt) {
+                    CompleteVerdict::Apply => id,
+                    CompleteVerdict::Replay => {
+                        let record = cursor.completions.get(request.index).cloned();
+                        let result = self.replay(&request, record.as_ref())?;
+                        self.refresh_log_types(consumers);
+                        return Ok(result);
+                    }
+                    CompleteVerdict::Superseded => {
+                        self.refresh_log_types(consumers);
+                        return Ok(CompleteResult::Superseded);
+                    }
                 }
-                let dispatch = &cursor.dispatch;
-                if dispatch.attempt_count != request.attempt
-                    || dispatch.failed_at.is_some()
-                    || dispatch.claim_holder.is_none()
-                {
-                    self.refresh_log_types(consumers);
-                    return Ok(CompleteResult::Superseded);
-                }
-                id
             }
         };
         if !self.owners(&request.events).is_empty() {
-            return Err(StoreError::partial_duplicate(
-                "returned event batch contains already-appended ids",
-            ));
+            return Err(StoreError::returned_ids_stored());
         }
         self.check_lane_conflicts(&request.events, consumers)?;
         // With nothing returned there is nothing to insert (and declared log
@@ -90,59 +87,25 @@ impl Session {
         Ok(CompleteResult::Completed { events: stored })
     }
 
-    /// A repeated completion of a head the cursor moved past: `Completed`
-    /// with the stored rows when `record` is this attempt's and the ids and
-    /// causes match; `PartialDuplicateBatch` when they do not; else `Superseded`.
+    /// A repeated completion of a head the cursor moved past, judged by
+    /// [`replay::completion_record`] on `record` and then
+    /// [`replay::completed_events`] on the rows owning the returned ids.
     fn replay(
         &self,
         request: &CompleteRequest,
         record: Option<&Completion>,
     ) -> Result<CompleteResult> {
-        let Some(record) = record.filter(|record| record.attempt == request.attempt) else {
+        let record = record.map(|record| (record.attempt, record.returned_ids.as_slice()));
+        if !replay::completion_record(request, record)? {
             return Ok(CompleteResult::Superseded);
-        };
-        let mismatch = || {
-            StoreError::partial_duplicate(
-                "completed attempt does not match the returned event batch",
-            )
-        };
-        let same_ids = record.returned_ids.len() == request.events.len()
-            && record
-                .returned_ids
-                .iter()
-                .zip(&request.events)
-                .all(|(recorded, event)| *recorded == event.id);
-        if !same_ids {
-            return Err(mismatch());
         }
-        let owners = self.owners(&request.events);
-        if owners.len() != request.events.len() {
-            return Err(mismatch());
-        }
-        let rows = self.rows(&owners)?;
-        let caused = rows.iter().all(|row| {
-            row.cause.as_ref().is_some_and(|cause| {
-                cause.consumer == request.consumer
-                    && cause.lane == request.lane
-                    && cause.index == request.index
-                    && cause.attempt == request.attempt
-            })
-        });
-        if !caused {
-            return Err(mismatch());
-        }
-        let events = if request.events.is_empty() {
-            Vec::new()
-        } else {
-            codec::idempotent_replay(&request.events, rows)?
-        };
+        let rows = self.rows(&self.owners(&request.events))?;
+        let events = replay::completed_events(request, rows)?;
         Ok(CompleteResult::Completed { events })
     }
 
     /// Records a failed attempt; repeating the same failure is idempotent.
     pub fn fail(&mut self, env: Env<'_>, request: FailRequest) -> Result<FailResult> {
-        codec::validate_name("consumer name", &request.consumer)?;
-        codec::validate_retry_after(request.retry_after_ms)?;
         let superseded = |failure_count| FailResult {
             outcome: FailOutcome::Superseded,
             failure_count,
@@ -164,18 +127,16 @@ impl Session {
                 Lookup::Finished(_) => return Ok(superseded(0)),
                 Lookup::Live(id, cursor) => {
                     let on_head = cursor.head == Some(request.index);
-                    if let Some(result) =
-                        codec::fail_verdict(&cursor.dispatch, on_head, request.attempt)
-                    {
+                    if let Some(result) = cursor.dispatch.fail_verdict(on_head, request.attempt) {
                         return Ok(result);
                     }
                     id
                 }
             };
         let now = env.clock.now_ms();
-        let recorded = self.cursors.modify(id, |cursor| {
-            codec::record_failure(&mut cursor.dispatch, &request, now)
-        });
+        let recorded = self
+            .cursors
+            .modify(id, |cursor| cursor.dispatch.record_failure(&request, now));
         let Some(result) = recorded else {
             return Err(self.inconsistent("the failed cursor vanished"));
         };
@@ -204,9 +165,7 @@ impl Session {
     /// Retries or skips `consumer`'s dead-lettered head at `index` (the
     /// first such head in `(lane)` order, laneless first).
     pub fn redrive(&mut self, request: RedriveRequest) -> Result<RedriveResult> {
-        codec::validate_name("consumer name", &request.consumer)?;
         let consumers = request.consumers.as_deref();
-        codec::validate_consumers(consumers, &[])?;
         let found = if request.index <= self.log.clear_index() {
             None
         } else {
@@ -236,10 +195,7 @@ impl Session {
         match request.action {
             RedriveAction::Skip => self.advance(id, None),
             RedriveAction::Retry => {
-                self.cursors.modify(id, |cursor| {
-                    cursor.dispatch.failed_at = None;
-                    cursor.dispatch.failure_count = 0;
-                });
+                self.cursors.modify(id, |cursor| cursor.dispatch.retry());
             }
         }
         Ok(RedriveResult {

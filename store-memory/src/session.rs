@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use a2_store_api::{
-    codec, Cause, Clock, ConsumerDeclaration, CursorKind, Dispatch, Head, IdGenerator, NewEvent,
-    Result, StoreError, StoredEvent, Target,
+    dispatch, log, Cause, Clock, ConsumerDeclaration, CursorKind, Dispatch, Head, IdGenerator,
+    NewEvent, Result, StoreError, StoredEvent, Target,
 };
 
 use crate::cursor::{Completion, CursorId, CursorState};
@@ -80,27 +80,18 @@ impl Session {
         (clear > 0).then_some(clear)
     }
 
-    /// Fencing: `cause` must name a cursor whose head is `cause.index`
-    /// (above the clear) at attempt `cause.attempt`, not dead-lettered.
+    /// Fencing ([`dispatch::fence`]): `cause` must name a cursor whose head
+    /// is `cause.index` (above the clear) at attempt `cause.attempt`, not
+    /// dead-lettered.
     pub fn fence(&self, cause: &Cause) -> Result<()> {
-        codec::validate_name("cause consumer", &cause.consumer)?;
-        let superseded = || StoreError::superseded(&self.id, cause);
-        if cause.index <= self.log.clear_index() {
-            return Err(superseded());
-        }
-        match self
+        let cursor = match self
             .cursors
             .lookup(&cause.consumer, cause.lane.as_deref(), cause.index)
         {
-            Lookup::Live(_, cursor)
-                if cursor.head == Some(cause.index)
-                    && cursor.dispatch.attempt_count == cause.attempt
-                    && cursor.dispatch.failed_at.is_none() =>
-            {
-                Ok(())
-            }
-            _ => Err(superseded()),
-        }
+            Lookup::Live(_, cursor) => Some((cursor.head, &cursor.dispatch)),
+            Lookup::Finished(_) | Lookup::Missing => None,
+        };
+        dispatch::fence(&self.id, self.log.clear_index(), cause, cursor)
     }
 
     /// Lane conflicts with stored cursors: a target on a stored log lane, or
@@ -114,7 +105,7 @@ impl Session {
             let Some(lane) = &target.lane else { continue };
             if let Some((_, cursor)) = self.cursors.find(&target.consumer, Some(lane), 0) {
                 if cursor.kind == CursorKind::Log {
-                    return Err(codec::lane_conflict(&target.consumer, lane));
+                    return Err(StoreError::lane_conflict(&target.consumer, lane));
                 }
             }
         }
@@ -122,7 +113,7 @@ impl Session {
             let Some(log) = &consumer.log else { continue };
             if let Some((_, cursor)) = self.cursors.find(&consumer.name, Some(&log.lane), 0) {
                 if cursor.kind != CursorKind::Log {
-                    return Err(codec::lane_conflict(&consumer.name, &log.lane));
+                    return Err(StoreError::lane_conflict(&consumer.name, &log.lane));
                 }
             }
         }
@@ -301,7 +292,7 @@ impl Session {
             let Some(log) = &consumer.log else { continue };
             let first = stored
                 .iter()
-                .find(|row| codec::takes(log.types.as_deref(), &row.event_type))
+                .find(|row| log::takes(log.types.as_deref(), &row.event_type))
                 .map(|row| row.index);
             match self.cursors.find(&consumer.name, Some(&log.lane), 0) {
                 Some((_, cursor)) if cursor.kind != CursorKind::Log => {}
