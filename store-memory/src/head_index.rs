@@ -16,7 +16,7 @@ pub(crate) type HeadKey = (u64, Arc<str>, Option<Arc<str>>, CursorId);
 /// A claimable head by index: `(index, cursor)`. Two integers, so the sets
 /// claims and completions update on every call compare and move no names;
 /// heads sharing an index are put in `(consumer, lane)` order by the walk
-/// that reads them (`claim::candidates`).
+/// that reads them (`claims::candidates`).
 pub(crate) type ReadyKey = (u64, CursorId);
 
 /// The identity of a head as the indexes need it, borrowed from its cursor

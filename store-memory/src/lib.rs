@@ -25,19 +25,19 @@
 #![warn(missing_docs)]
 
 mod append;
-mod claim;
+mod claims;
 mod clear;
+mod complete;
 mod cursor;
 mod cursor_table;
+mod event_log;
 mod head_index;
 mod id_hash;
 #[cfg(test)]
 mod invariant_tests;
-mod log;
-mod outcome;
 mod presence;
 mod session;
-mod snapshots;
+mod snapshot_cache;
 mod state;
 mod store;
 mod subscribers;

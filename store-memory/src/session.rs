@@ -11,9 +11,9 @@ use a2_store_api::{
 
 use crate::cursor::{Completion, CursorId, CursorState};
 use crate::cursor_table::{CursorTable, Lookup};
-use crate::log::{to_stored, EventLog, Row};
+use crate::event_log::{to_stored, EventLog, Row};
 use crate::presence::PresenceTable;
-use crate::snapshots::SnapshotCache;
+use crate::snapshot_cache::SnapshotCache;
 use crate::subscribers::Subscribers;
 
 /// The clock and id generator a session operation runs with.

@@ -4,7 +4,7 @@ use a2_store_api::{ReadStateOptions, StateRead, StateWrite};
 
 use crate::cursor_table::Lookup;
 use crate::session::Session;
-use crate::snapshots::PinKey;
+use crate::snapshot_cache::PinKey;
 
 impl Session {
     /// Applies already validated `writes` in index order: writes below the
