@@ -38,7 +38,7 @@ mod invariant_tests;
 mod presence;
 mod session;
 mod snapshot_cache;
-mod state;
+mod snapshots;
 mod store;
 mod subscribers;
 
