@@ -1,11 +1,7 @@
-//! `append` and `wake_log`: writing batches and starting log cursors.
+//! `append`: writing a batch atomically, or replaying one already stored.
 
-use a2_store_api::{
-    log, replay, AppendOptions, AppendResult, ConsumerDeclaration, CursorKind, Dispatch,
-    LogDeclaration, NewEvent, Result, StoreError, WakeLogResult,
-};
+use a2_store_api::{replay, AppendOptions, AppendResult, NewEvent, Result, StoreError};
 
-use crate::cursor::CursorState;
 use crate::session::{Env, Session};
 
 impl Session {
@@ -56,61 +52,5 @@ impl Session {
             events: stored,
             has_pending: self.has_pending(consumers),
         })
-    }
-
-    /// Makes sure the declared log consumer's cursor (`log`: its validated
-    /// declaration) exists and points at its next taken event; refreshes
-    /// its types. On a session with nothing after its clear, returns an
-    /// idle cursor without creating one.
-    pub fn wake_log(
-        &mut self,
-        consumer: &ConsumerDeclaration,
-        log: &LogDeclaration,
-    ) -> Result<WakeLogResult> {
-        let head = self.log.head();
-        let types = log.types.clone();
-        let id = match self.cursors.find(&consumer.name, Some(&log.lane), 0) {
-            Some((_, cursor)) if cursor.kind != CursorKind::Log => {
-                return Err(StoreError::lane_conflict(&consumer.name, &log.lane));
-            }
-            Some((id, cursor)) => {
-                let next = match cursor.head {
-                    Some(current) => Some(current),
-                    None => self.log.next_taken(cursor.position, types.as_deref()),
-                };
-                let woken = cursor.head.is_none() && next.is_some();
-                self.cursors.modify(id, |cursor| {
-                    cursor.types = types;
-                    if woken {
-                        cursor.head = next;
-                        cursor.dispatch = Dispatch::default();
-                    }
-                });
-                id
-            }
-            None => {
-                let marker = self.log.clear_index();
-                if head == marker {
-                    return Ok(WakeLogResult {
-                        cursor: log::idle_log_cursor(consumer, marker),
-                        head,
-                    });
-                }
-                let position = if log.backfill { marker } else { head };
-                let mut cursor =
-                    CursorState::new(&consumer.name, Some(&log.lane), CursorKind::Log, position);
-                if log.backfill {
-                    cursor.head = self.log.next_taken(position, types.as_deref());
-                }
-                cursor.types = types;
-                self.cursors.insert(cursor)
-            }
-        };
-        let cursor = self
-            .cursors
-            .get(id)
-            .map(CursorState::to_cursor)
-            .ok_or_else(|| self.inconsistent("an indexed cursor is missing"))?;
-        Ok(WakeLogResult { cursor, head })
     }
 }

@@ -30,12 +30,16 @@ mod clear;
 mod complete;
 mod cursor;
 mod cursor_table;
+mod cursors;
 mod event_log;
+mod fail;
 mod head_index;
 mod id_hash;
 #[cfg(test)]
 mod invariant_tests;
 mod presence;
+mod read;
+mod renew;
 mod session;
 mod snapshot_cache;
 mod snapshots;

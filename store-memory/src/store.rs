@@ -9,12 +9,12 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use a2_store_api::{
-    log, order, validate, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest,
-    ClearResult, Clock, CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream,
-    FailRequest, FailResult, Head, IdGenerator, ListSessions, NewEvent, PresenceMeta,
-    PresenceResult, PresenceRow, RandomIds, ReadOptions, ReadStateOptions, ReclaimResult,
-    RedriveRequest, RedriveResult, RenewRequest, RenewResult, Result, SessionInfo, StateRead,
-    StateWrite, Store, StoreError, StoredEvent, SystemClock, WakeLogResult,
+    validate, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
+    Clock, CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
+    FailResult, Head, IdGenerator, ListSessions, NewEvent, PresenceMeta, PresenceResult,
+    PresenceRow, RandomIds, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest,
+    RedriveResult, RenewRequest, RenewResult, Result, SessionInfo, StateRead, StateWrite, Store,
+    StoreError, StoredEvent, SystemClock, WakeLogResult,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -246,10 +246,7 @@ impl Store for MemoryStore {
 
     async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>> {
         validate::read(session_id, &options)?;
-        self.with_existing(session_id, |session, _| {
-            let (after, through) = log::read_bounds(&options, session.log.head())?;
-            Ok(session.log.read(&session.id, after, through, options.limit))
-        })
+        self.with_existing(session_id, |session, _| session.read(&options))
     }
 
     async fn wake_log(
@@ -263,15 +260,7 @@ impl Store for MemoryStore {
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
         validate::cursors(session_id)?;
-        self.with_existing(session_id, |session, _| {
-            let mut cursors: Vec<Cursor> = session
-                .cursors
-                .iter()
-                .map(|cursor| cursor.to_cursor())
-                .collect();
-            cursors.sort_by(order::compare_cursors);
-            Ok(cursors)
-        })
+        self.with_existing(session_id, |session, _| Ok(session.list_cursors()))
     }
 
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream> {
@@ -346,16 +335,9 @@ impl Store for MemoryStore {
             if listed.len() >= limit {
                 break;
             }
-            let guard = lock(&session, "session")?;
-            if guard.log.is_empty() {
-                continue;
+            if let Some(info) = lock(&session, "session")?.info() {
+                listed.push(info);
             }
-            listed.push(SessionInfo {
-                session_id: guard.id.clone(),
-                head: guard.log.head(),
-                clear_index: guard.log.clear_index(),
-                reclaimed_through: guard.log.reclaimed_through(),
-            });
         }
         Ok(listed)
     }
