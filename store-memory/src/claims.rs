@@ -10,9 +10,10 @@ use std::sync::Arc;
 
 use a2_store_api::{ClaimRequest, ClaimResult, ClaimStep, Head, Result};
 
-use crate::cursor::{CursorId, CursorKey, CursorState};
+use crate::cursor::{CursorKey, CursorState};
 use crate::cursor_table::CursorTable;
 use crate::head_index::ReadyKey;
+use crate::ids::CursorId;
 use crate::session::{Env, Session};
 
 impl Session {

@@ -6,10 +6,7 @@ use std::sync::Arc;
 
 use a2_store_api::{Cursor, CursorKind, CursorRef, Dispatch};
 
-use crate::head_index::ConsumerId;
-
-/// A cursor's identity inside one session's cursor table.
-pub(crate) type CursorId = u64;
+use crate::ids::ConsumerId;
 
 /// How callers name a cursor: an event cursor by `(consumer, index)`, a lane
 /// or log cursor by `(consumer, lane)`.

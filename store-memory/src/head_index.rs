@@ -4,10 +4,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::cursor::{CursorId, Placement};
-
-/// A consumer's slot number in one session (interned by the cursor table).
-pub(crate) type ConsumerId = usize;
+use crate::cursor::Placement;
+use crate::ids::{ConsumerId, CursorId};
 
 /// A head in claim order with its names: `(index, consumer, lane, cursor)`,
 /// lane `None` first. Keys the dead letters, which are listed in that order.

@@ -34,7 +34,7 @@ mod cursors;
 mod event_log;
 mod fail;
 mod head_index;
-mod id_hash;
+mod ids;
 #[cfg(test)]
 mod invariant_tests;
 mod presence;

@@ -9,9 +9,10 @@ use a2_store_api::{
     NewEvent, Result, StoreError, StoredEvent, Target,
 };
 
-use crate::cursor::{Completion, CursorId, CursorState};
+use crate::cursor::{Completion, CursorState};
 use crate::cursor_table::{CursorTable, Lookup};
 use crate::event_log::{to_stored, EventLog, Row};
+use crate::ids::CursorId;
 use crate::presence::PresenceTable;
 use crate::snapshot_cache::SnapshotCache;
 use crate::subscribers::Subscribers;

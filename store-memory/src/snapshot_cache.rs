@@ -6,8 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use a2_store_api::Snapshot;
 use serde_json::Value;
 
-use crate::cursor::CursorId;
-use crate::id_hash::IdMap;
+use crate::ids::{CursorId, IdMap};
 
 /// A pin: a cursor and the head it must still have.
 pub(crate) type PinKey = (CursorId, u64);
