@@ -87,22 +87,22 @@ impl Session {
             }
         }
 
-        // The last claim takes the holder, the others a copy.
-        let mut holder = Some(request.holder);
+        // The steps `claim_step` chose, applied by the two transitions
+        // `Dispatch::take` is made of. The last claim takes the holder, the
+        // others a copy.
+        let mut holder = request.holder;
         let mut heads = Vec::with_capacity(claims);
         let mut dead_lettered = Vec::new();
         for (id, step) in steps {
             match step {
                 ClaimStep::Claim => {
                     let holder = if heads.len() + 1 >= claims {
-                        holder.take()
+                        std::mem::take(&mut holder)
                     } else {
                         holder.clone()
                     };
                     self.cursors.modify(id, |cursor| {
-                        cursor
-                            .dispatch
-                            .claim(holder.unwrap_or_default(), now, expires_at);
+                        cursor.dispatch.claim(holder, now, expires_at);
                     });
                     heads.push(self.view(id)?);
                 }

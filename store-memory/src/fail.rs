@@ -12,7 +12,12 @@ use crate::cursor_table::Lookup;
 use crate::session::{Env, Session};
 
 impl Session {
-    /// Records a failed attempt; repeating the same failure is idempotent.
+    /// Records a failed attempt as [`Dispatch::fail_verdict`] and
+    /// [`Dispatch::record_failure`] decide; repeating the same failure is
+    /// idempotent.
+    ///
+    /// [`Dispatch::fail_verdict`]: a2_store_api::Dispatch::fail_verdict
+    /// [`Dispatch::record_failure`]: a2_store_api::Dispatch::record_failure
     pub fn fail(&mut self, env: Env<'_>, request: FailRequest) -> Result<FailResult> {
         let superseded = |failure_count| FailResult {
             outcome: FailOutcome::Superseded,
