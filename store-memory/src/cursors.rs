@@ -2,8 +2,8 @@
 //! waking a declared log consumer's cursor.
 
 use a2_store_api::{
-    log, order, ConsumerDeclaration, Cursor, CursorKind, Dispatch, LogDeclaration, Result,
-    StoreError, WakeLogResult,
+    log, order, ConsumerDeclaration, Cursor, CursorKind, LogDeclaration, Result, StoreError,
+    WakeLogResult,
 };
 
 use crate::cursor::CursorState;
@@ -32,19 +32,8 @@ impl Session {
             Some((_, cursor)) if cursor.kind != CursorKind::Log => {
                 return Err(StoreError::lane_conflict(&consumer.name, &log.lane));
             }
-            Some((id, cursor)) => {
-                let next = match cursor.head {
-                    Some(current) => Some(current),
-                    None => self.log.next_taken(cursor.position, types.as_deref()),
-                };
-                let woken = cursor.head.is_none() && next.is_some();
-                self.cursors.modify(id, |cursor| {
-                    cursor.types = types;
-                    if woken {
-                        cursor.head = next;
-                        cursor.dispatch = Dispatch::default();
-                    }
-                });
+            Some((id, _)) => {
+                self.update_log_cursor(id, types, true);
                 id
             }
             None => {

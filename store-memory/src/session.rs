@@ -137,6 +137,24 @@ impl Session {
         }
     }
 
+    /// Gives log cursor `id` the declared `types` and, when `wake` and it
+    /// has no head, its next taken event after its position as a fresh head.
+    pub fn update_log_cursor(&mut self, id: CursorId, types: Option<Vec<String>>, wake: bool) {
+        let next = match self.cursors.get(id) {
+            Some(cursor) if wake && cursor.head.is_none() => {
+                self.log.next_taken(cursor.position, types.as_deref())
+            }
+            _ => None,
+        };
+        self.cursors.modify(id, |cursor| {
+            cursor.types = types;
+            if next.is_some() {
+                cursor.head = next;
+                cursor.dispatch = Dispatch::default();
+            }
+        });
+    }
+
     /// The stored row owning each supplied id of `events` (ids never stored
     /// are left out).
     pub fn owners(&self, events: &[NewEvent]) -> Vec<u64> {
@@ -297,22 +315,7 @@ impl Session {
                 .map(|row| row.index);
             match self.cursors.find(&consumer.name, Some(&log.lane), 0) {
                 Some((_, cursor)) if cursor.kind != CursorKind::Log => {}
-                Some((id, cursor)) => {
-                    let wake = first.is_some() && cursor.head.is_none();
-                    let next = if wake {
-                        self.log.next_taken(cursor.position, log.types.as_deref())
-                    } else {
-                        cursor.head
-                    };
-                    let types = log.types.clone();
-                    self.cursors.modify(id, |cursor| {
-                        cursor.types = types;
-                        if wake {
-                            cursor.head = next;
-                            cursor.dispatch = Dispatch::default();
-                        }
-                    });
-                }
+                Some((id, _)) => self.update_log_cursor(id, log.types.clone(), first.is_some()),
                 None => {
                     let Some(first) = first else { continue };
                     let clear = self.log.clear_index();
