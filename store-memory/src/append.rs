@@ -38,11 +38,7 @@ impl Session {
                 has_pending: self.has_pending(consumers),
             });
         }
-        if let Some(origin) = options.origin_index {
-            if origin <= self.log.clear_index() {
-                return Err(StoreError::session_cleared(&self.id, origin));
-            }
-        }
+        options.check_origin(&self.id, self.log.clear_index())?;
         for cause in events.iter().filter_map(|event| event.cause.as_ref()) {
             self.fence(cause)?;
         }

@@ -34,10 +34,7 @@ impl Session {
     pub fn reclaim(&mut self) -> ReclaimResult {
         let clear = self.log.clear_index();
         if clear == 0 {
-            return ReclaimResult {
-                reclaimed: 0,
-                done: true,
-            };
+            return ReclaimResult::nothing_left();
         }
         let reclaimed = self.log.reclaim(RECLAIM_BATCH);
         let done = !self.log.has_reclaimable();

@@ -2,7 +2,7 @@
 //! events, or replaying a completion already recorded.
 
 use a2_store_api::{
-    replay, Cause, CompleteRequest, CompleteResult, CompleteVerdict, Result, StoreError,
+    dispatch, replay, CompleteRequest, CompleteResult, CompleteVerdict, Result, StoreError,
 };
 
 use crate::cursor::Completion;
@@ -18,16 +18,15 @@ impl Session {
     /// [`Dispatch::complete_verdict`]: a2_store_api::Dispatch::complete_verdict
     pub fn complete(&mut self, env: Env<'_>, request: CompleteRequest) -> Result<CompleteResult> {
         let consumers = request.consumers.as_deref();
-        if request.index <= self.log.clear_index() {
+        if dispatch::cleared(request.index, self.log.clear_index()) {
             self.refresh_log_types(consumers);
             return Ok(CompleteResult::Superseded);
         }
         let lane = request.lane.as_deref();
         let id = match self.cursors.lookup(&request.consumer, lane, request.index) {
             Lookup::Missing => {
-                if self.log.row(request.index).is_none() {
-                    return Err(StoreError::no_such_event(&self.id, request.index));
-                }
+                let exists = self.log.row(request.index).is_some();
+                dispatch::without_cursor(&self.id, request.index, exists)?;
                 self.refresh_log_types(consumers);
                 return Ok(CompleteResult::Superseded);
             }
@@ -63,13 +62,7 @@ impl Session {
         let stored = if request.events.is_empty() {
             Vec::new()
         } else {
-            let cause = Cause {
-                consumer: request.consumer.clone(),
-                lane: request.lane.clone(),
-                index: request.index,
-                attempt: request.attempt,
-            };
-            self.insert_batch(env, &request.events, Some(&cause), consumers)?
+            self.insert_batch(env, &request.events, Some(&request.cause()), consumers)?
         };
         self.refresh_log_types(consumers);
         let completion = Completion {

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use a2_store_api::{
-    FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest, RedriveResult,
-    Result, StoreError,
+    dispatch, FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest,
+    RedriveResult, Result,
 };
 
 use crate::cursor_table::Lookup;
@@ -19,12 +19,8 @@ impl Session {
     /// [`Dispatch::fail_verdict`]: a2_store_api::Dispatch::fail_verdict
     /// [`Dispatch::record_failure`]: a2_store_api::Dispatch::record_failure
     pub fn fail(&mut self, env: Env<'_>, request: FailRequest) -> Result<FailResult> {
-        let superseded = |failure_count| FailResult {
-            outcome: FailOutcome::Superseded,
-            failure_count,
-        };
-        if request.index <= self.log.clear_index() {
-            return Ok(superseded(0));
+        if dispatch::cleared(request.index, self.log.clear_index()) {
+            return Ok(FailResult::superseded());
         }
         let id =
             match self
@@ -32,12 +28,11 @@ impl Session {
                 .lookup(&request.consumer, request.lane.as_deref(), request.index)
             {
                 Lookup::Missing => {
-                    return match self.log.row(request.index) {
-                        Some(_) => Ok(superseded(0)),
-                        None => Err(StoreError::no_such_event(&self.id, request.index)),
-                    };
+                    let exists = self.log.row(request.index).is_some();
+                    dispatch::without_cursor(&self.id, request.index, exists)?;
+                    return Ok(FailResult::superseded());
                 }
-                Lookup::Finished(_) => return Ok(superseded(0)),
+                Lookup::Finished(_) => return Ok(FailResult::superseded()),
                 Lookup::Live(id, cursor) => {
                     let on_head = cursor.head == Some(request.index);
                     if let Some(result) = cursor.dispatch.fail_verdict(on_head, request.attempt) {

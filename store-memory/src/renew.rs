@@ -40,7 +40,7 @@ impl Session {
                         );
                         if verdict == RenewVerdict::Renew {
                             self.cursors.modify(id, |cursor| {
-                                cursor.dispatch.claim_expires_at = Some(expires_at);
+                                cursor.dispatch.renew(expires_at);
                             });
                         }
                         verdict

@@ -232,10 +232,7 @@ impl Session {
                 None => env.ids.next_id(),
             };
             if id.is_empty() || self.log.owner_of(&id).is_some() || !fresh.insert(id.clone()) {
-                return Err(StoreError::partial_duplicate(format!(
-                    "event id '{id}' already exists in session '{}'",
-                    self.id
-                )));
+                return Err(StoreError::id_taken(&self.id, &id));
             }
             ids.push(id);
         }
