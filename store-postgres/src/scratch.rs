@@ -59,6 +59,9 @@ const CLIENT_GRACE: Duration = Duration::from_secs(2);
 /// Errors: `InvalidInput` when `prefix` makes no valid schema name (empty,
 /// not `[a-z_][a-z0-9_]*`, starting with `pg_`, or longer than 31 bytes).
 pub fn fresh_schema_name(prefix: &str) -> Result<String> {
+    // The prefix alone must be a valid name too: an empty one would make
+    // the name's first character depend on the UUID, and mark nothing.
+    validate_schema_name(prefix)?;
     let name = format!("{prefix}{}", uuid::Uuid::new_v4().simple());
     validate_schema_name(&name)?;
     Ok(name)
@@ -227,6 +230,14 @@ impl ScratchSchemas {
     /// The schemas named and not dropped yet, oldest first.
     pub fn schemas(&self) -> Vec<String> {
         self.named().clone()
+    }
+
+    /// Stops tracking every schema still listed, without dropping any, and
+    /// returns their names: for a caller that reports what is left itself
+    /// (after a failed [`drop_all`](Self::drop_all)) and wants no second
+    /// try and no note on stderr when this is dropped.
+    pub fn forget_all(&self) -> Vec<String> {
+        std::mem::take(&mut *self.named())
     }
 
     /// A store on `schema` (created with its tables when missing) with
@@ -509,10 +520,14 @@ mod tests {
             .unwrap();
         let refused = runtime.block_on(scratch.drop_schema("public")).unwrap_err();
         assert_eq!(refused.code(), a2_store_api::ErrorCode::InvalidInput);
-        // Nothing listens on port 1: dropping fails fast, keeps every name,
-        // and the final drop (on stderr) does not panic.
+        // Nothing listens on port 1: dropping fails fast and keeps every
+        // name; forgetting empties the list; the final drop of a name left
+        // fails the same way (a note on stderr) without panicking.
         assert!(runtime.block_on(scratch.drop_all()).is_err());
         assert_eq!(scratch.schemas().len(), 3);
+        assert_eq!(scratch.forget_all().len(), 3);
+        assert!(scratch.schemas().is_empty());
+        let _ = scratch.fresh_schema().unwrap();
         drop(scratch);
     }
 }
