@@ -40,7 +40,7 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
 //!
-//! With the `postgres` feature, [`postgres`] adds what tools need beyond
+//! With the `postgres` feature, module `postgres` adds what tools need beyond
 //! `open`: the options a URL asks for, a schema-exists check and scratch
 //! schemas that are dropped again.
 //!
