@@ -45,7 +45,7 @@
 //! schemas that are dropped again.
 //!
 //! Everything `a2-store-api` defines (the trait, its types, errors, clocks,
-//! id generators and codecs) is re-exported here, so an app depends on this
+//! id generators and the shared rules) is re-exported here, so an app depends on this
 //! crate alone.
 
 #![forbid(unsafe_code)]
