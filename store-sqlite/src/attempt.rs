@@ -1,30 +1,18 @@
 //! `complete_attempt` and `fail_attempt`: the outcomes of a claimed head.
 
-use a2_store_api::codec::{
-    decode_json, encode_json, fail_verdict, idempotent_replay, record_failure, to_sql_int,
-    validate_consumers, validate_name, validate_new_events, validate_retry_after,
-    validate_session_id,
-};
+use a2_store_api::sql::{decode_json, encode_json, from_sql_count, to_sql_int};
 use a2_store_api::{
-    Cause, CompleteRequest, CompleteResult, CursorKind, FailOutcome, FailRequest, FailResult,
-    StoreError, StoredEvent,
+    replay, Cause, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, FailOutcome,
+    FailRequest, FailResult, StoreError,
 };
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::batch;
-use crate::cursor::{self, advance, dead_letter, refresh_log_types, CursorRow};
+use crate::cursor::{self, advance, refresh_log_types, release_head_pins, CursorRow};
 use crate::errors::SqlContext;
 use crate::events::{owner_of, row_at};
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
-
-/// Validates a completion before any database work.
-pub(crate) fn validate_complete(request: &CompleteRequest) -> Result<(), StoreError> {
-    validate_session_id(&request.session_id)?;
-    validate_name("consumer name", &request.consumer)?;
-    validate_new_events(&request.events)?;
-    validate_consumers(request.consumers.as_deref(), &request.events)
-}
 
 /// What a completion did: its result, and whether rows were written.
 pub(crate) struct Completed {
@@ -96,28 +84,25 @@ pub(crate) fn complete(
     let Some(mut session) = session else {
         return Ok(Completed::superseded());
     };
+    let on_head = found.head == Some(request.index);
+    match found.dispatch.complete_verdict(on_head, request.attempt) {
+        CompleteVerdict::Apply => {}
+        CompleteVerdict::Replay => return replay(tx, &session, &found, request),
+        CompleteVerdict::Superseded => return Ok(Completed::superseded()),
+    }
+    for event in &request.events {
+        if let Some(id) = &event.id {
+            if owner_of(tx, &session, id)?.is_some() {
+                return Err(StoreError::returned_ids_stored());
+            }
+        }
+    }
     let cause = Cause {
         consumer: request.consumer.clone(),
         lane: request.lane.clone(),
         index: request.index,
         attempt: request.attempt,
     };
-    if found.head != Some(request.index) {
-        return replay(tx, &session, &found, request, &cause);
-    }
-    let d = &found.dispatch;
-    if d.attempt_count != request.attempt || d.failed_at.is_some() || d.claim_holder.is_none() {
-        return Ok(Completed::superseded());
-    }
-    for event in &request.events {
-        if let Some(id) = &event.id {
-            if owner_of(tx, &session, id)?.is_some() {
-                return Err(StoreError::partial_duplicate(
-                    "returned event batch contains already-appended ids",
-                ));
-            }
-        }
-    }
     let rows = batch::insert(
         tx,
         ctx,
@@ -157,7 +142,6 @@ fn replay(
     session: &SessionRow,
     found: &CursorRow,
     request: &CompleteRequest,
-    cause: &Cause,
 ) -> Result<Completed, StoreError> {
     let Ok(idx) = i64::try_from(request.index) else {
         return Ok(Completed::superseded());
@@ -169,21 +153,20 @@ fn replay(
                 .optional()
         })
         .ctx("reading a completion record")?;
-    let Some((attempt, ids)) = record else {
-        return Ok(Completed::superseded());
-    };
-    if attempt != i64::from(request.attempt) {
+    let record = record
+        .map(|(attempt, ids)| {
+            let attempt = from_sql_count("completed attempt", attempt)?;
+            let ids: Vec<Option<String>> = decode_json("completion record", &ids)?;
+            Ok::<_, StoreError>((attempt, ids))
+        })
+        .transpose()?;
+    let record = record
+        .as_ref()
+        .map(|(attempt, ids)| (*attempt, ids.as_slice()));
+    if !replay::completion_record(request, record)? {
         return Ok(Completed::superseded());
     }
-    let mismatch = || {
-        StoreError::partial_duplicate("completed attempt does not match the returned event batch")
-    };
-    let recorded: Vec<Option<String>> = decode_json("completion record", &ids)?;
-    let requested: Vec<Option<String>> = request.events.iter().map(|e| e.id.clone()).collect();
-    if recorded != requested {
-        return Err(mismatch());
-    }
-    let mut stored: Vec<StoredEvent> = Vec::new();
+    let mut stored = Vec::new();
     for event in &request.events {
         if let Some(id) = &event.id {
             if let Some(row) = owner_of(tx, session, id)? {
@@ -191,27 +174,11 @@ fn replay(
             }
         }
     }
-    if stored.len() != request.events.len()
-        || stored.iter().any(|row| row.cause.as_ref() != Some(cause))
-    {
-        return Err(mismatch());
-    }
-    let events = if request.events.is_empty() {
-        Vec::new()
-    } else {
-        idempotent_replay(&request.events, stored)?
-    };
+    let events = replay::completed_events(request, stored)?;
     Ok(Completed {
         result: CompleteResult::Completed { events },
         wrote: false,
     })
-}
-
-/// Validates a failure before any database work.
-pub(crate) fn validate_fail(request: &FailRequest) -> Result<(), StoreError> {
-    validate_session_id(&request.session_id)?;
-    validate_name("consumer name", &request.consumer)?;
-    validate_retry_after(request.retry_after_ms)
 }
 
 /// Records a failed attempt: counted, holder released, retry delay or dead letter.
@@ -240,13 +207,13 @@ pub(crate) fn fail(
         return Ok(superseded(0));
     };
     let on_head = found.head == Some(request.index);
-    if let Some(result) = fail_verdict(&found.dispatch, on_head, request.attempt) {
+    if let Some(result) = found.dispatch.fail_verdict(on_head, request.attempt) {
         return Ok(result);
     }
     let now = ctx.clock.now_ms();
-    let result = record_failure(&mut found.dispatch, request, now);
+    let result = found.dispatch.record_failure(request, now);
     if result.outcome == FailOutcome::DeadLettered {
-        dead_letter(tx, &mut found, now)?;
+        release_head_pins(tx, &found)?;
         cursor::save(tx, &found)?;
     } else {
         cursor::save_claim(tx, &found)?;

@@ -1,6 +1,7 @@
 //! Inserting a batch of events and starting the cursor work it carries.
 
-use a2_store_api::codec::{lane_conflict, takes, to_sql_int};
+use a2_store_api::log::takes;
+use a2_store_api::sql::to_sql_int;
 use a2_store_api::{
     Cause, ConsumerDeclaration, CursorKind, Dispatch, NewEvent, StoreError, StoredEvent,
 };
@@ -67,13 +68,13 @@ fn check_lane_conflicts(
     for target in events.iter().flat_map(|event| &event.targets) {
         let Some(lane) = &target.lane else { continue };
         if cursor::lane_kind(tx, session, &target.consumer, lane)? == Some(CursorKind::Log) {
-            return Err(lane_conflict(&target.consumer, lane));
+            return Err(StoreError::lane_conflict(&target.consumer, lane));
         }
     }
     for consumer in consumers.unwrap_or_default() {
         let Some(log) = &consumer.log else { continue };
         if cursor::lane_kind(tx, session, &consumer.name, &log.lane)? == Some(CursorKind::Lane) {
-            return Err(lane_conflict(&consumer.name, &log.lane));
+            return Err(StoreError::lane_conflict(&consumer.name, &log.lane));
         }
     }
     Ok(())
@@ -169,7 +170,7 @@ fn queue_on_lane(
 ) -> Result<(), StoreError> {
     let mut lane_cursor = match cursor::find(tx, session, consumer, Some(lane), 0)? {
         Some(existing) if existing.kind == CursorKind::Log => {
-            return Err(lane_conflict(consumer, lane));
+            return Err(StoreError::lane_conflict(consumer, lane));
         }
         Some(existing) => existing,
         None => cursor::create(

@@ -2,17 +2,14 @@
 
 use std::collections::HashSet;
 
-use a2_store_api::codec::{
-    compare_heads, compare_refs, lease_expiry, validate_consumers, validate_name,
-    validate_session_id,
-};
+use a2_store_api::order::{compare_heads, compare_refs};
 use a2_store_api::{
-    ClaimRequest, ClaimResult, ConsumerDeclaration, CursorRef, RenewRequest, RenewResult,
-    StoreError,
+    ClaimRequest, ClaimResult, ClaimStep, ConsumerDeclaration, CursorRef, RenewRequest,
+    RenewResult, RenewVerdict, StoreError,
 };
 use rusqlite::Connection;
 
-use crate::cursor::{self, cursor_columns, dead_letter, refresh_log_types, CursorRow};
+use crate::cursor::{self, cursor_columns, refresh_log_types, release_head_pins, CursorRow};
 use crate::errors::SqlContext;
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
@@ -55,20 +52,6 @@ impl Filter {
     }
 }
 
-/// Validates a claim request before any database work.
-pub(crate) fn validate_claim(request: &ClaimRequest) -> Result<(), StoreError> {
-    validate_session_id(&request.session_id)?;
-    validate_name("holder", &request.holder)?;
-    validate_consumers(request.consumers.as_deref(), &[])?;
-    lease_expiry(0, request.ttl_ms, request.expires_at_ms)?;
-    if request.limit == Some(0) {
-        return Err(StoreError::invalid_input(
-            "claim limit is 0: pass at least 1, or no limit",
-        ));
-    }
-    Ok(())
-}
-
 /// Claims every claimable head of the served cursors in `(index, consumer,
 /// lane)` order, up to `limit`, counting expired claims as failures first.
 ///
@@ -84,7 +67,7 @@ pub(crate) fn claim(
     request: &ClaimRequest,
 ) -> Result<ClaimResult, StoreError> {
     let now = ctx.clock.now_ms();
-    let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+    let expires_at = request.lease_expiry(now)?;
     let Some(session) = session::find(tx, &request.session_id)? else {
         return Ok(ClaimResult::Settled);
     };
@@ -123,30 +106,32 @@ pub(crate) fn claim(
             ) {
                 continue;
             }
-            if let Some(expiry) = candidate
-                .dispatch
-                .claim_expires_at
-                .filter(|expiry| *expiry > now)
-            {
+            if let Some(expiry) = candidate.dispatch.busy_until(now) {
                 early_busy = Some(early_busy.map_or(expiry, |early| early.min(expiry)));
                 continue;
             }
-            let taken = take(
-                tx,
-                &mut candidate,
-                &request.holder,
+            let step = candidate.dispatch.take(
+                request.holder.clone(),
                 now,
                 expires_at,
                 request.max_failures,
-            )?;
-            let head = candidate.to_head(tx, &session)?;
-            if taken {
-                heads.push(head);
-                if heads.len() >= limit {
-                    break 'walk;
+            );
+            match step {
+                ClaimStep::Claim => cursor::save_claim(tx, &candidate)?,
+                ClaimStep::DeadLetter => {
+                    release_head_pins(tx, &candidate)?;
+                    cursor::save(tx, &candidate)?;
                 }
-            } else {
-                dead_lettered.push(head);
+            }
+            let head = candidate.to_head(tx, &session)?;
+            match step {
+                ClaimStep::Claim => {
+                    heads.push(head);
+                    if heads.len() >= limit {
+                        break 'walk;
+                    }
+                }
+                ClaimStep::DeadLetter => dead_lettered.push(head),
             }
         }
         if last_page {
@@ -222,38 +207,6 @@ fn ready_page(
     Ok(page)
 }
 
-/// Claims one head for `holder` and saves it. An expired claim still held
-/// counts a failure first; reaching `max_failures` dead-letters the head
-/// instead (returns `false`).
-fn take(
-    tx: &Connection,
-    cursor: &mut CursorRow,
-    holder: &str,
-    now: i64,
-    expires_at: i64,
-    max_failures: Option<u32>,
-) -> Result<bool, StoreError> {
-    let dispatch = &mut cursor.dispatch;
-    if dispatch.claim_holder.is_some() {
-        dispatch.failure_count = dispatch.failure_count.saturating_add(1);
-        if max_failures.is_some_and(|max| dispatch.failure_count >= max) {
-            dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
-            dispatch.claim_holder = None;
-            dispatch.claim_expires_at = None;
-            dead_letter(tx, cursor, now)?;
-            cursor::save(tx, cursor)?;
-            return Ok(false);
-        }
-    }
-    dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
-    dispatch.first_claimed_at.get_or_insert(now);
-    dispatch.last_claimed_at = Some(now);
-    dispatch.claim_holder = Some(holder.to_owned());
-    dispatch.claim_expires_at = Some(expires_at);
-    cursor::save_claim(tx, cursor)?;
-    Ok(true)
-}
-
 /// The earliest expiry among busy served candidates, by the expiry index.
 fn earliest_busy(
     tx: &Connection,
@@ -286,13 +239,6 @@ fn earliest_busy(
     Ok(None)
 }
 
-/// Validates a renew request before any database work.
-pub(crate) fn validate_renew(request: &RenewRequest) -> Result<(), StoreError> {
-    validate_session_id(&request.session_id)?;
-    validate_name("holder", &request.holder)?;
-    lease_expiry(0, request.ttl_ms, request.expires_at_ms).map(|_| ())
-}
-
 /// Extends the leases `holder` still holds; reports claims that can never complete.
 pub(crate) fn renew(
     tx: &Connection,
@@ -300,16 +246,16 @@ pub(crate) fn renew(
     request: &RenewRequest,
 ) -> Result<RenewResult, StoreError> {
     let now = ctx.clock.now_ms();
-    let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+    let expires_at = request.lease_expiry(now)?;
     let session = session::find(tx, &request.session_id)?;
     let clear = session.as_ref().map_or(0, |session| session.clear);
     let mut claims = request.claims.clone();
     claims.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
     let mut result = RenewResult::default();
     for claim in claims {
-        let r = claim.cursor;
+        let r = &claim.cursor;
         if r.index <= clear {
-            result.superseded.push(r);
+            result.superseded.push(claim.cursor);
             continue;
         }
         let Some(session) = &session else { continue };
@@ -317,21 +263,18 @@ pub(crate) fn renew(
         else {
             continue;
         };
-        if found.head != Some(r.index) && found.position < r.index {
-            continue;
-        }
-        if found.head != Some(r.index) || found.dispatch.attempt_count > claim.attempt {
-            result.superseded.push(r);
-            continue;
-        }
-        let d = &mut found.dispatch;
-        let held = d.failed_at.is_none()
-            && d.claim_holder.as_deref() == Some(request.holder.as_str())
-            && d.claim_expires_at.is_some_and(|expiry| expiry > now);
-        if held {
-            d.claim_expires_at = Some(expires_at);
-            cursor::save_claim(tx, &found)?;
-            result.renewed.push(r);
+        let verdict =
+            found
+                .dispatch
+                .renew_verdict(found.head, found.position, &claim, &request.holder, now);
+        match verdict {
+            RenewVerdict::Renew => {
+                found.dispatch.claim_expires_at = Some(expires_at);
+                cursor::save_claim(tx, &found)?;
+                result.renewed.push(claim.cursor);
+            }
+            RenewVerdict::Superseded => result.superseded.push(claim.cursor),
+            RenewVerdict::Skip => {}
         }
     }
     Ok(result)

@@ -1,10 +1,9 @@
 //! `clear` (the marker, cursor reset, pin release) and `reclaim` (deleting
 //! rows below the marker in batches).
 
-use a2_store_api::codec::{to_sql_int, validate_session_id};
+use a2_store_api::sql::to_sql_int;
 use a2_store_api::{
-    ClearRequest, ClearResult, Payload, ReclaimResult, StoreError, StoredEvent, CLEAR_EVENT_TYPE,
-    RECLAIM_BATCH,
+    ClearRequest, ClearResult, ReclaimResult, StoreError, StoredEvent, RECLAIM_BATCH,
 };
 use rusqlite::Connection;
 
@@ -14,15 +13,6 @@ use crate::events::RowWriter;
 use crate::pool::Ctx;
 use crate::session;
 use crate::snapshot;
-
-/// Validates a clear before any database work.
-pub(crate) fn validate_clear(request: &ClearRequest) -> Result<(), StoreError> {
-    validate_session_id(&request.session_id)?;
-    if let Some(cause) = &request.cause {
-        a2_store_api::codec::validate_name("cause consumer", &cause.consumer)?;
-    }
-    Ok(())
-}
 
 /// Appends the `a2.cleared` marker: drops event and lane cursors (with their
 /// queues and completion records), parks log cursors at the marker and
@@ -37,25 +27,15 @@ pub(crate) fn clear(
         fence(tx, existing.as_ref(), &request.session_id, cause)?;
     }
     let head = existing.as_ref().map_or(0, |session| session.head);
-    if let Some(expected) = request.if_last_index {
-        if expected != head {
-            return Ok(ClearResult::NotCleared { head });
-        }
+    if let Some(unmet) = request.unmet_condition(head) {
+        return Ok(unmet);
     }
     let mut session = match existing {
         Some(session) => session,
         None => session::find_or_create(tx, &request.session_id)?,
     };
     let id = ctx.ids.next_id();
-    let marker = StoredEvent {
-        id,
-        event_type: CLEAR_EVENT_TYPE.to_owned(),
-        payload: Payload::default(),
-        index: session.head + 1,
-        session_id: session.name.clone(),
-        created_at: ctx.clock.now_ms(),
-        cause: None,
-    };
+    let marker = StoredEvent::clear_marker(&session.name, id, session.head + 1, ctx.clock.now_ms());
     RowWriter::new(tx, &session)?.write(&session.name, &marker)?;
     session.head = marker.index;
     session.clear = marker.index;
@@ -95,7 +75,6 @@ pub(crate) fn clear(
 /// Deletes up to [`RECLAIM_BATCH`] rows below the clear marker; when none
 /// remain, snapshots below the clear go too.
 pub(crate) fn reclaim(tx: &Connection, session_id: &str) -> Result<ReclaimResult, StoreError> {
-    validate_session_id(session_id)?;
     let Some(mut session) = session::find(tx, session_id)? else {
         return Ok(ReclaimResult {
             reclaimed: 0,

@@ -1,9 +1,10 @@
 //! Cursor rows: loading, saving, moving a cursor to its next head, and the
 //! questions every call asks of them (pending work, fencing).
 
-use a2_store_api::codec::{decode_json, encode_json, from_sql_count, from_sql_int, to_sql_int};
+use a2_store_api::sql::{decode_json, encode_json, from_sql_count, from_sql_int, to_sql_int};
 use a2_store_api::{
-    Cause, ConsumerDeclaration, Cursor, CursorKind, Dispatch, Head, LogDeclaration, StoreError,
+    dispatch, Cause, ConsumerDeclaration, Cursor, CursorKind, Dispatch, Head, LogDeclaration,
+    StoreError,
 };
 use rusqlite::{Connection, OptionalExtension, Row};
 
@@ -383,17 +384,13 @@ pub(crate) fn advance(
     save(tx, cursor)
 }
 
-/// Dead-letters a cursor's head at `now` (releasing its pins); the caller saves.
-pub(crate) fn dead_letter(
-    tx: &Connection,
-    cursor: &mut CursorRow,
-    now: i64,
-) -> Result<(), StoreError> {
-    cursor.dispatch.failed_at = Some(now);
-    if let Some(head) = cursor.head {
-        release_pins(tx, cursor.cid, head)?;
+/// Releases the pins a cursor's head holds, as a dead letter does (the
+/// head's `Dispatch` is already dead-lettered; the caller saves it).
+pub(crate) fn release_head_pins(tx: &Connection, cursor: &CursorRow) -> Result<(), StoreError> {
+    match cursor.head {
+        Some(head) => release_pins(tx, cursor.cid, head),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Whether some served cursor has a head that is not dead-lettered (busy heads count).
@@ -458,21 +455,17 @@ pub(crate) fn refresh_log_types(
     Ok(())
 }
 
-/// The fence of causes (appends and clears): the attempt must be above the
-/// clear, on its cursor's head, current and not dead-lettered.
+/// The fence of causes (appends and clears), [`dispatch::fence`] on the
+/// cursor `cause` names (none without a session).
 pub(crate) fn fence(
     tx: &Connection,
     session: Option<&SessionRow>,
     session_id: &str,
     cause: &Cause,
 ) -> Result<(), StoreError> {
-    let superseded = || StoreError::superseded(session_id, cause);
     let Some(session) = session else {
-        return Err(superseded());
+        return dispatch::fence(session_id, 0, cause, None);
     };
-    if cause.index <= session.clear {
-        return Err(superseded());
-    }
     let cursor = find(
         tx,
         session,
@@ -480,16 +473,8 @@ pub(crate) fn fence(
         cause.lane.as_deref(),
         cause.index,
     )?;
-    match cursor {
-        Some(cursor)
-            if cursor.head == Some(cause.index)
-                && cursor.dispatch.attempt_count == cause.attempt
-                && cursor.dispatch.failed_at.is_none() =>
-        {
-            Ok(())
-        }
-        _ => Err(superseded()),
-    }
+    let cursor = cursor.as_ref().map(|found| (found.head, &found.dispatch));
+    dispatch::fence(session_id, session.clear, cause, cursor)
 }
 
 /// Whether a lane or log cursor `(consumer, lane)` exists and of which kind.

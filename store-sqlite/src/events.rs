@@ -1,6 +1,7 @@
 //! Event rows: inserting, reading, id ownership and a log consumer's next event.
 
-use a2_store_api::codec::{decode_json, encode_json, from_sql_int, takes, to_sql_int};
+use a2_store_api::log::takes;
+use a2_store_api::sql::{decode_json, encode_json, from_sql_int, to_sql_int};
 use a2_store_api::{Cause, StoreError, StoredEvent, CLEAR_EVENT_TYPE};
 use rusqlite::{Connection, OptionalExtension, Row};
 

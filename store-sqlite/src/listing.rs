@@ -1,6 +1,8 @@
 //! Read-only listings: `read`, `cursors` and `sessions`.
 
-use a2_store_api::codec::{compare_cursors, from_sql_int, read_bounds, validate_session_id};
+use a2_store_api::log::read_bounds;
+use a2_store_api::order::compare_cursors;
+use a2_store_api::sql::from_sql_int;
 use a2_store_api::{Cursor, ListSessions, ReadOptions, SessionInfo, StoreError, StoredEvent};
 use rusqlite::Connection;
 
@@ -15,7 +17,6 @@ pub(crate) fn read(
     session_id: &str,
     options: &ReadOptions,
 ) -> Result<Vec<StoredEvent>, StoreError> {
-    validate_session_id(session_id)?;
     let session = session::find(tx, session_id)?;
     let head = session.as_ref().map_or(0, |session| session.head);
     let (after, through) = read_bounds(options, head)?;

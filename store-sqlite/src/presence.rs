@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use a2_store_api::codec::{decode_json, encode_json, presence_write_wins};
+use a2_store_api::presence::write_wins;
+use a2_store_api::sql::{decode_json, encode_json};
 use a2_store_api::{PresenceMeta, PresenceResult, PresenceRow, StoreError};
 use rusqlite::{Connection, OptionalExtension};
 use serde_json::Value;
@@ -40,7 +41,7 @@ pub(crate) fn set_presence(
                 .optional()
             })
             .ctx("reading presence")?;
-        if !presence_write_wins(existing, meta.at, now) {
+        if !write_wins(existing, meta.at, now) {
             continue;
         }
         let text = encode_json(value)?;

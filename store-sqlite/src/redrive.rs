@@ -1,6 +1,6 @@
 //! Dead letters: listing them and redriving (retry or skip) one.
 
-use a2_store_api::codec::{compare_heads, validate_consumers, validate_name, validate_session_id};
+use a2_store_api::order::compare_heads;
 use a2_store_api::{Head, RedriveAction, RedriveRequest, RedriveResult, StoreError};
 use rusqlite::Connection;
 
@@ -51,13 +51,6 @@ fn dead_cursors(
     Ok(found)
 }
 
-/// Validates a redrive before any database work.
-pub(crate) fn validate_redrive(request: &RedriveRequest) -> Result<(), StoreError> {
-    validate_session_id(&request.session_id)?;
-    validate_name("consumer name", &request.consumer)?;
-    validate_consumers(request.consumers.as_deref(), &[])
-}
-
 /// Retries or skips the consumer's dead-lettered head at `index`.
 pub(crate) fn redrive(
     tx: &Connection,
@@ -86,8 +79,7 @@ pub(crate) fn redrive(
     match request.action {
         RedriveAction::Skip => advance(tx, &session, &mut found)?,
         RedriveAction::Retry => {
-            found.dispatch.failed_at = None;
-            found.dispatch.failure_count = 0;
+            found.dispatch.retry();
             cursor::save(tx, &found)?;
         }
     }

@@ -1,6 +1,6 @@
 //! Session rows: head, clear index and reclaimed offset of each log.
 
-use a2_store_api::codec::{from_sql_int, to_sql_int};
+use a2_store_api::sql::{from_sql_int, to_sql_int};
 use a2_store_api::StoreError;
 use rusqlite::{Connection, OptionalExtension};
 

@@ -1,7 +1,7 @@
 //! Reducer snapshots: the head snapshot of each reducer plus checkpoints
 //! kept while one of their pins (a cursor head) holds. Only a cache.
 
-use a2_store_api::codec::{decode_json, encode_json, from_sql_int, to_sql_int};
+use a2_store_api::sql::{decode_json, encode_json, from_sql_int, to_sql_int};
 use a2_store_api::{Snapshot, StateRead, StateWrite, StoreError};
 use rusqlite::{Connection, OptionalExtension};
 

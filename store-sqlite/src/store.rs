@@ -4,12 +4,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use a2_store_api::codec::{
-    validate_name, validate_presence_ttl, validate_presence_values, validate_session_id,
-    validate_state_writes,
-};
 use a2_store_api::{
-    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
+    validate, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
     CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
     FailResult, Head, ListSessions, NewEvent, PresenceMeta, PresenceResult, PresenceRow,
     ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
@@ -76,7 +72,7 @@ impl Store for SqliteStore {
         events: Vec<NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendResult, StoreError> {
-        append::validate(session_id, &events, &options)?;
+        validate::append(session_id, &events, &options)?;
         let session_id = session_id.to_owned();
         let appended = self
             .pool
@@ -91,7 +87,7 @@ impl Store for SqliteStore {
     }
 
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult, StoreError> {
-        claim::validate_claim(&request)?;
+        validate::claim_available(&request)?;
         self.pool
             .run(Access::Write, move |tx, ctx| {
                 claim::claim(tx, ctx, &request)
@@ -100,7 +96,7 @@ impl Store for SqliteStore {
     }
 
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult, StoreError> {
-        claim::validate_renew(&request)?;
+        validate::renew_claims(&request)?;
         self.pool
             .run(Access::Write, move |tx, ctx| {
                 claim::renew(tx, ctx, &request)
@@ -112,7 +108,7 @@ impl Store for SqliteStore {
         &self,
         request: CompleteRequest,
     ) -> Result<CompleteResult, StoreError> {
-        attempt::validate_complete(&request)?;
+        validate::complete_attempt(&request)?;
         let completed = self
             .pool
             .run(Access::Write, move |tx, ctx| {
@@ -126,7 +122,7 @@ impl Store for SqliteStore {
     }
 
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult, StoreError> {
-        attempt::validate_fail(&request)?;
+        validate::fail_attempt(&request)?;
         self.pool
             .run(Access::Write, move |tx, ctx| {
                 attempt::fail(tx, ctx, &request)
@@ -135,7 +131,7 @@ impl Store for SqliteStore {
     }
 
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>, StoreError> {
-        validate_session_id(session_id)?;
+        validate::dead_letters(session_id)?;
         let session_id = session_id.to_owned();
         self.pool
             .run(Access::Read, move |tx, _| {
@@ -145,14 +141,14 @@ impl Store for SqliteStore {
     }
 
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult, StoreError> {
-        redrive::validate_redrive(&request)?;
+        validate::redrive(&request)?;
         self.pool
             .run(Access::Write, move |tx, _| redrive::redrive(tx, &request))
             .await
     }
 
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult, StoreError> {
-        clear::validate_clear(&request)?;
+        validate::clear(&request)?;
         let result = self
             .pool
             .run(Access::Write, move |tx, ctx| {
@@ -166,7 +162,7 @@ impl Store for SqliteStore {
     }
 
     async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult, StoreError> {
-        validate_session_id(session_id)?;
+        validate::reclaim(session_id)?;
         let session_id = session_id.to_owned();
         self.pool
             .run(Access::Write, move |tx, _| clear::reclaim(tx, &session_id))
@@ -178,7 +174,7 @@ impl Store for SqliteStore {
         session_id: &str,
         options: ReadOptions,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        validate_session_id(session_id)?;
+        validate::read(session_id, &options)?;
         let session_id = session_id.to_owned();
         self.pool
             .run(Access::Read, move |tx, _| {
@@ -192,18 +188,18 @@ impl Store for SqliteStore {
         session_id: &str,
         consumer: &ConsumerDeclaration,
     ) -> Result<WakeLogResult, StoreError> {
-        wake::validate_wake(session_id, consumer)?;
+        let log = validate::wake_log(session_id, consumer)?.clone();
         let session_id = session_id.to_owned();
         let consumer = consumer.clone();
         self.pool
             .run(Access::Write, move |tx, _| {
-                wake::wake_log(tx, &session_id, &consumer)
+                wake::wake_log(tx, &session_id, &consumer, &log)
             })
             .await
     }
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
-        validate_session_id(session_id)?;
+        validate::cursors(session_id)?;
         let session_id = session_id.to_owned();
         self.pool
             .run(Access::Read, move |tx, _| listing::cursors(tx, &session_id))
@@ -211,7 +207,7 @@ impl Store for SqliteStore {
     }
 
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream, StoreError> {
-        validate_session_id(session_id)?;
+        validate::subscribe(session_id)?;
         Ok(subscribe::follow(
             &self.pool,
             self.notifier.subscribe(),
@@ -226,9 +222,7 @@ impl Store for SqliteStore {
         reducer: &str,
         writes: Vec<StateWrite>,
     ) -> Result<(), StoreError> {
-        validate_session_id(session_id)?;
-        validate_name("reducer name", reducer)?;
-        validate_state_writes(&writes)?;
+        validate::write_state(session_id, reducer, &writes)?;
         let session_id = session_id.to_owned();
         let reducer = reducer.to_owned();
         self.pool
@@ -244,8 +238,7 @@ impl Store for SqliteStore {
         reducer: &str,
         options: ReadStateOptions,
     ) -> Result<StateRead, StoreError> {
-        validate_session_id(session_id)?;
-        validate_name("reducer name", reducer)?;
+        validate::read_state(session_id, reducer)?;
         let session_id = session_id.to_owned();
         let reducer = reducer.to_owned();
         self.pool
@@ -262,10 +255,7 @@ impl Store for SqliteStore {
         values: BTreeMap<String, Value>,
         meta: PresenceMeta,
     ) -> Result<PresenceResult, StoreError> {
-        validate_session_id(session_id)?;
-        validate_name("participant", participant)?;
-        validate_presence_ttl(meta.ttl_ms)?;
-        validate_presence_values(&values)?;
+        validate::set_presence(session_id, participant, &values, &meta)?;
         let session_id = session_id.to_owned();
         let participant = participant.to_owned();
         self.pool
@@ -277,7 +267,7 @@ impl Store for SqliteStore {
     }
 
     async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>, StoreError> {
-        validate_session_id(session_id)?;
+        validate::read_presence(session_id)?;
         let session_id = session_id.to_owned();
         let now = self.pool.ctx().clock.now_ms();
         self.pool

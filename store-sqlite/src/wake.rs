@@ -1,31 +1,23 @@
 //! `wake_log`: making sure a declared log consumer's cursor exists and
 //! points at its next taken event.
 
-use a2_store_api::codec::{idle_log_cursor, lane_conflict, log_declaration, validate_session_id};
-use a2_store_api::{ConsumerDeclaration, CursorKind, StoreError, WakeLogResult};
+use a2_store_api::log::idle_log_cursor;
+use a2_store_api::{ConsumerDeclaration, CursorKind, LogDeclaration, StoreError, WakeLogResult};
 use rusqlite::Connection;
 
 use crate::cursor::{self, CursorRow};
 use crate::events::next_log_head;
 use crate::session;
 
-/// Validates a wake before any database work.
-pub(crate) fn validate_wake(
-    session_id: &str,
-    consumer: &ConsumerDeclaration,
-) -> Result<(), StoreError> {
-    validate_session_id(session_id)?;
-    log_declaration(consumer).map(|_| ())
-}
-
-/// Creates or wakes the consumer's log cursor; on a session with nothing
-/// after its clear, returns an idle cursor without storing one.
+/// Creates or wakes the consumer's log cursor (`log`: its declaration's log
+/// part); on a session with nothing after its clear, returns an idle cursor
+/// without storing one.
 pub(crate) fn wake_log(
     tx: &Connection,
     session_id: &str,
     consumer: &ConsumerDeclaration,
+    log: &LogDeclaration,
 ) -> Result<WakeLogResult, StoreError> {
-    let log = log_declaration(consumer)?;
     let Some(session) = session::find(tx, session_id)? else {
         return Ok(WakeLogResult {
             cursor: idle_log_cursor(consumer, 0),
@@ -35,7 +27,7 @@ pub(crate) fn wake_log(
     let found = cursor::find(tx, &session, &consumer.name, Some(&log.lane), 0)?;
     let row = match found {
         Some(existing) if existing.kind != CursorKind::Log => {
-            return Err(lane_conflict(&consumer.name, &log.lane));
+            return Err(StoreError::lane_conflict(&consumer.name, &log.lane));
         }
         Some(mut existing) => {
             existing.types = log.types.clone();
