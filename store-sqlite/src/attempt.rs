@@ -1,6 +1,5 @@
 //! `complete_attempt` and `fail_attempt`: the outcomes of a claimed head.
 
-use a2_store_api::sql::{decode_json, encode_json, from_sql_count, to_sql_int};
 use a2_store_api::{
     replay, Cause, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, FailOutcome,
     FailRequest, FailResult, StoreError,
@@ -13,6 +12,7 @@ use crate::errors::SqlContext;
 use crate::events::{owner_of, row_at};
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
+use crate::values::{Json, SqlCount, SqlIndex};
 
 /// What a completion did: its result, and whether rows were written.
 pub(crate) struct Completed {
@@ -120,12 +120,11 @@ pub(crate) fn complete(
             .ctx("recording a completion")?;
     }
     let ids: Vec<Option<String>> = request.events.iter().map(|e| e.id.clone()).collect();
-    let idx = to_sql_int("completed index", request.index)?;
-    let ids = encode_json(&ids)?;
+    let idx = SqlIndex::new("completed index", request.index)?;
     tx.prepare_cached(
         "INSERT OR REPLACE INTO completions (cid, idx, attempt, returned_ids) VALUES (?1, ?2, ?3, ?4)",
     )
-    .and_then(|mut stmt| stmt.execute((current.cid, idx, request.attempt, &ids)))
+    .and_then(|mut stmt| stmt.execute((current.cid, idx, SqlCount(request.attempt), Json(&ids))))
     .ctx("recording a completion")?;
     advance(tx, &session, &mut current)?;
     let wrote = !rows.is_empty();
@@ -143,10 +142,10 @@ fn replay(
     found: &CursorRow,
     request: &CompleteRequest,
 ) -> Result<Completed, StoreError> {
-    let Ok(idx) = i64::try_from(request.index) else {
+    let Some(idx) = SqlIndex::fitting(request.index) else {
         return Ok(Completed::superseded());
     };
-    let record: Option<(i64, String)> = tx
+    let record: Option<(SqlCount, Json<Vec<Option<String>>>)> = tx
         .prepare_cached("SELECT attempt, returned_ids FROM completions WHERE cid = ?1 AND idx = ?2")
         .and_then(|mut stmt| {
             stmt.query_row((found.cid, idx), |row| Ok((row.get(0)?, row.get(1)?)))
@@ -154,15 +153,8 @@ fn replay(
         })
         .ctx("reading a completion record")?;
     let record = record
-        .map(|(attempt, ids)| {
-            let attempt = from_sql_count("completed attempt", attempt)?;
-            let ids: Vec<Option<String>> = decode_json("completion record", &ids)?;
-            Ok::<_, StoreError>((attempt, ids))
-        })
-        .transpose()?;
-    let record = record
         .as_ref()
-        .map(|(attempt, ids)| (*attempt, ids.as_slice()));
+        .map(|(attempt, ids)| (attempt.0, ids.0.as_slice()));
     if !replay::completion_record(request, record)? {
         return Ok(Completed::superseded());
     }

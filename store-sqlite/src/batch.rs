@@ -1,7 +1,6 @@
 //! Inserting a batch of events and starting the cursor work it carries.
 
 use a2_store_api::log::takes;
-use a2_store_api::sql::to_sql_int;
 use a2_store_api::{
     Cause, ConsumerDeclaration, CursorKind, Dispatch, NewEvent, StoreError, StoredEvent,
 };
@@ -12,6 +11,7 @@ use crate::errors::SqlContext;
 use crate::events::{next_log_head, RowWriter};
 use crate::pool::Ctx;
 use crate::session::SessionRow;
+use crate::values::SqlIndex;
 
 /// Appends `events` at the session's head with one `created_at`, then creates
 /// or extends the cursors their targets name and creates or wakes the
@@ -189,7 +189,7 @@ fn queue_on_lane(
             },
         )?,
     };
-    let idx = to_sql_int("lane index", index)?;
+    let idx = SqlIndex::new("lane index", index)?;
     tx.prepare_cached("INSERT OR IGNORE INTO lane_queue (cid, idx) VALUES (?1, ?2)")
         .and_then(|mut stmt| stmt.execute((lane_cursor.cid, idx)))
         .ctx("queueing on a lane")?;

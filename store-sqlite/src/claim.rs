@@ -13,9 +13,10 @@ use crate::cursor::{self, cursor_columns, refresh_log_types, release_head_pins, 
 use crate::errors::SqlContext;
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
+use crate::values::{SqlIndex, SqlLimit};
 
 /// How many candidate cursors one query fetches while walking claimable heads.
-const PAGE: i64 = 256;
+const PAGE: usize = 256;
 
 /// Which cursors a claim looks at: served consumers, not excluded, head in range.
 struct Filter {
@@ -74,9 +75,7 @@ pub(crate) fn claim(
     refresh_log_types(tx, &session, request.consumers.as_deref())?;
     promote_expired(tx, &session, now)?;
     let filter = Filter::new(request.consumers.as_deref(), &request.exclude);
-    let through = request.through.map_or(i64::MAX, |through| {
-        i64::try_from(through).unwrap_or(i64::MAX)
-    });
+    let through = request.through.map_or(SqlIndex::MAX, SqlIndex::clamped);
     let limit = request.limit.unwrap_or(usize::MAX);
     let mut heads = Vec::new();
     let mut dead_lettered = Vec::new();
@@ -85,17 +84,18 @@ pub(crate) fn claim(
     let mut early_busy: Option<i64> = None;
     // Keyset walk; rows are updated between pages, never while a page's
     // statement is open.
-    let mut after: (i64, String, String) = (-1, String::new(), String::new());
+    // Every head is at least 1, so the walk starts after `(0, "", "")`.
+    let mut after: (SqlIndex, String, String) = Default::default();
     'walk: while heads.len() < limit {
         // No more rows than claims still allowed (dead letters, filtered and
         // busy cursors just lead to another page).
         let left = limit - heads.len();
-        let want = i64::try_from(left).map_or(PAGE, |want| want.clamp(1, PAGE));
+        let want = left.clamp(1, PAGE);
         let page = ready_page(tx, &session, through, &after, want)?;
-        let last_page = page.len() < usize::try_from(want).unwrap_or(usize::MAX);
+        let last_page = page.len() < want;
         for mut candidate in page {
             after = (
-                i64::try_from(candidate.head.unwrap_or_default()).unwrap_or(i64::MAX),
+                SqlIndex::clamped(candidate.head.unwrap_or_default()),
                 candidate.consumer.clone(),
                 candidate.lane.clone().unwrap_or_default(),
             );
@@ -176,9 +176,9 @@ fn promote_expired(tx: &Connection, session: &SessionRow, now: i64) -> Result<()
 fn ready_page(
     tx: &Connection,
     session: &SessionRow,
-    through: i64,
-    after: &(i64, String, String),
-    want: i64,
+    through: SqlIndex,
+    after: &(SqlIndex, String, String),
+    want: usize,
 ) -> Result<Vec<CursorRow>, StoreError> {
     let mut stmt = tx
         .prepare_cached(concat!(
@@ -197,7 +197,7 @@ fn ready_page(
             after.0,
             after.1,
             after.2,
-            want
+            SqlLimit(Some(want))
         ])
         .ctx("finding claimable heads")?;
     let mut page = Vec::new();
@@ -212,7 +212,7 @@ fn earliest_busy(
     tx: &Connection,
     session: &SessionRow,
     now: i64,
-    through: i64,
+    through: SqlIndex,
     filter: &Filter,
 ) -> Result<Option<i64>, StoreError> {
     let mut stmt = tx
@@ -229,10 +229,10 @@ fn earliest_busy(
     while let Some(row) = rows.next().ctx("finding busy heads")? {
         let consumer: String = row.get(0).ctx("finding busy heads")?;
         let lane: String = row.get(1).ctx("finding busy heads")?;
-        let ev_index: i64 = row.get(2).ctx("finding busy heads")?;
+        let ev_index: SqlIndex = row.get(2).ctx("finding busy heads")?;
         let expiry: i64 = row.get(3).ctx("finding busy heads")?;
         let lane = (!lane.is_empty()).then_some(lane.as_str());
-        if filter.admits(&consumer, lane, u64::try_from(ev_index).unwrap_or_default()) {
+        if filter.admits(&consumer, lane, ev_index.get()) {
             return Ok(Some(expiry));
         }
     }

@@ -1,7 +1,6 @@
 //! `clear` (the marker, cursor reset, pin release) and `reclaim` (deleting
 //! rows below the marker in batches).
 
-use a2_store_api::sql::to_sql_int;
 use a2_store_api::{
     ClearRequest, ClearResult, ReclaimResult, StoreError, StoredEvent, RECLAIM_BATCH,
 };
@@ -13,6 +12,7 @@ use crate::events::RowWriter;
 use crate::pool::Ctx;
 use crate::session;
 use crate::snapshot;
+use crate::values::SqlIndex;
 
 /// Appends the `a2.cleared` marker: drops event and lane cursors (with their
 /// queues and completion records), parks log cursors at the marker and
@@ -42,7 +42,7 @@ pub(crate) fn clear(
     session::save(tx, &session)?;
     snapshot::release_all(tx, &session)?;
     let sid = session.sid;
-    let marker_idx = to_sql_int("marker index", marker.index)?;
+    let marker_idx = SqlIndex::new("marker index", marker.index)?;
     // Event and lane cursors go stale (born below the new clear): they lose
     // their heads now, which takes them out of every dispatch index, and
     // `reclaim` deletes them with their queues and completion records later,
@@ -92,8 +92,8 @@ pub(crate) fn reclaim(tx: &Connection, session_id: &str) -> Result<ReclaimResult
     let to = last.min(from + RECLAIM_BATCH as u64);
     let mut reclaimed = 0;
     if to > from {
-        let low = to_sql_int("reclaim start", from)?;
-        let high = to_sql_int("reclaim end", to)?;
+        let low = SqlIndex::new("reclaim start", from)?;
+        let high = SqlIndex::new("reclaim end", to)?;
         tx.prepare_cached(
             "DELETE FROM event_ids WHERE sid = ?1 AND id IN \
              (SELECT id FROM events WHERE sid = ?1 AND idx > ?2 AND idx <= ?3) \

@@ -38,6 +38,7 @@ mod session;
 mod snapshot;
 mod store;
 mod subscribe;
+mod values;
 mod wake;
 
 pub use options::{Durability, SqliteOptions};

@@ -2,7 +2,6 @@
 
 use a2_store_api::log::read_bounds;
 use a2_store_api::order::compare_cursors;
-use a2_store_api::sql::from_sql_int;
 use a2_store_api::{Cursor, ListSessions, ReadOptions, SessionInfo, StoreError, StoredEvent};
 use rusqlite::Connection;
 
@@ -10,6 +9,7 @@ use crate::cursor::{self, cursor_columns};
 use crate::errors::SqlContext;
 use crate::events::read_range;
 use crate::session;
+use crate::values::{SqlIndex, SqlLimit};
 
 /// Stored rows with `after < index <= through` in order (reclaimed rows are gone).
 pub(crate) fn read(
@@ -37,7 +37,7 @@ pub(crate) fn cursors(tx: &Connection, session_id: &str) -> Result<Vec<Cursor>, 
     let Some(session) = session::find(tx, session_id)? else {
         return Ok(Vec::new());
     };
-    let clear = i64::try_from(session.clear).unwrap_or(i64::MAX);
+    let clear = SqlIndex::new("clear index", session.clear)?;
     let mut listed = Vec::new();
     for sql in [
         concat!(
@@ -74,10 +74,8 @@ pub(crate) fn sessions(
     tx: &Connection,
     options: &ListSessions,
 ) -> Result<Vec<SessionInfo>, StoreError> {
-    let limit = options
-        .limit
-        .map_or(-1, |limit| i64::try_from(limit).unwrap_or(i64::MAX));
-    type Raw = (String, i64, i64, i64);
+    let limit = SqlLimit(options.limit);
+    type Raw = (String, SqlIndex, SqlIndex, SqlIndex);
     let raws: Vec<Raw> = match &options.after {
         Some(after) => tx
             .prepare_cached(
@@ -111,14 +109,13 @@ pub(crate) fn sessions(
             }),
     }
     .ctx("listing sessions")?;
-    raws.into_iter()
-        .map(|(session_id, head, clear, reclaimed)| {
-            Ok(SessionInfo {
-                session_id,
-                head: from_sql_int("session head", head)?,
-                clear_index: from_sql_int("clear index", clear)?,
-                reclaimed_through: from_sql_int("reclaimed offset", reclaimed)?,
-            })
+    Ok(raws
+        .into_iter()
+        .map(|(session_id, head, clear, reclaimed)| SessionInfo {
+            session_id,
+            head: head.get(),
+            clear_index: clear.get(),
+            reclaimed_through: reclaimed.get(),
         })
-        .collect()
+        .collect())
 }

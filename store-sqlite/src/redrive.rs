@@ -7,6 +7,7 @@ use rusqlite::Connection;
 use crate::cursor::{self, advance, cursor_columns, has_pending, refresh_log_types};
 use crate::errors::SqlContext;
 use crate::session::{self, SessionRow};
+use crate::values::SqlIndex;
 
 /// Dead-lettered heads above the clear, by `(index, consumer, lane)`.
 pub(crate) fn dead_letters(tx: &Connection, session_id: &str) -> Result<Vec<Head>, StoreError> {
@@ -26,12 +27,12 @@ pub(crate) fn dead_letters(tx: &Connection, session_id: &str) -> Result<Vec<Head
 fn dead_cursors(
     tx: &Connection,
     session: &SessionRow,
-    at: Option<i64>,
+    at: Option<SqlIndex>,
 ) -> Result<Vec<cursor::CursorRow>, StoreError> {
-    let clear = i64::try_from(session.clear).unwrap_or(i64::MAX);
+    let above = SqlIndex::clamped(session.clear.saturating_add(1));
     let (low, high) = match at {
-        Some(at) => (at.max(clear.saturating_add(1)), at),
-        None => (clear.saturating_add(1), i64::MAX),
+        Some(at) => (at.max(above), at),
+        None => (above, SqlIndex::MAX),
     };
     let mut stmt = tx
         .prepare_cached(concat!(
@@ -64,11 +65,11 @@ pub(crate) fn redrive(
         });
     };
     refresh_log_types(tx, &session, consumers)?;
-    let target = match i64::try_from(request.index) {
-        Ok(at) => dead_cursors(tx, &session, Some(at))?
+    let target = match SqlIndex::fitting(request.index) {
+        Some(at) => dead_cursors(tx, &session, Some(at))?
             .into_iter()
             .find(|found| found.consumer == request.consumer),
-        Err(_) => None,
+        None => None,
     };
     let Some(mut found) = target else {
         return Ok(RedriveResult {

@@ -1,18 +1,19 @@
 //! Reducer snapshots: the head snapshot of each reducer plus checkpoints
 //! kept while one of their pins (a cursor head) holds. Only a cache.
 
-use a2_store_api::sql::{decode_json, encode_json, from_sql_int, to_sql_int};
 use a2_store_api::{Snapshot, StateRead, StateWrite, StoreError};
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::{Connection, OptionalExtension, Row};
+use serde_json::Value;
 
 use crate::cursor;
 use crate::errors::SqlContext;
 use crate::session::{self, SessionRow};
+use crate::values::{Json, SqlIndex};
 
 /// Releases the pins a cursor's head `head` holds; checkpoints no pin keeps
 /// any more are dropped.
 pub(crate) fn release_pins(tx: &Connection, cid: i64, head: u64) -> Result<(), StoreError> {
-    let head = to_sql_int("pinned head", head)?;
+    let head = SqlIndex::new("pinned head", head)?;
     // Pins are rare: a plain probe is much cheaper than a DELETE ... RETURNING.
     let pinned = tx
         .prepare_cached("SELECT 1 FROM pins WHERE cid = ?1 AND head = ?2 LIMIT 1")
@@ -21,7 +22,7 @@ pub(crate) fn release_pins(tx: &Connection, cid: i64, head: u64) -> Result<(), S
     if !pinned {
         return Ok(());
     }
-    let released: Vec<(i64, String, i64)> = tx
+    let released: Vec<(i64, String, SqlIndex)> = tx
         .prepare_cached(
             "DELETE FROM pins WHERE cid = ?1 AND head = ?2 RETURNING sid, reducer, cp_idx",
         )
@@ -61,7 +62,7 @@ pub(crate) fn release_all(tx: &Connection, session: &SessionRow) -> Result<(), S
 
 /// Drops snapshots below the clear (after a finished reclaim).
 pub(crate) fn drop_below(tx: &Connection, session: &SessionRow) -> Result<(), StoreError> {
-    let clear = to_sql_int("clear index", session.clear)?;
+    let clear = SqlIndex::new("clear index", session.clear)?;
     tx.prepare_cached("DELETE FROM snapshot_heads WHERE sid = ?1 AND idx < ?2")
         .and_then(|mut stmt| stmt.execute((session.sid, clear)))
         .ctx("dropping old snapshots")?;
@@ -92,8 +93,8 @@ pub(crate) fn write_state(
         if write.index < session.clear {
             continue;
         }
-        let idx = to_sql_int("snapshot index", write.index)?;
-        let state = encode_json(&write.state)?;
+        let idx = SqlIndex::new("snapshot index", write.index)?;
+        let state = Json(&write.state);
         let mut held = Vec::new();
         for pin in &write.pins {
             if pin.index <= session.clear {
@@ -102,7 +103,7 @@ pub(crate) fn write_state(
             let found = cursor::find(tx, &session, &pin.consumer, pin.lane.as_deref(), pin.index)?;
             if let Some(found) = found {
                 if found.head == Some(pin.index) && found.dispatch.failed_at.is_none() {
-                    held.push((found.cid, to_sql_int("pinned head", pin.index)?));
+                    held.push((found.cid, SqlIndex::new("pinned head", pin.index)?));
                 }
             }
         }
@@ -157,47 +158,47 @@ pub(crate) fn read_state(
     if at < session.clear {
         return Ok(none);
     }
-    let clear = to_sql_int("clear index", session.clear)?;
-    let at_sql = i64::try_from(at).unwrap_or(i64::MAX);
-    let head: Option<(i64, String)> = tx
+    let clear = SqlIndex::new("clear index", session.clear)?;
+    let at = SqlIndex::clamped(at);
+    let head = tx
         .prepare_cached(
             "SELECT idx, state FROM snapshot_heads WHERE sid = ?1 AND reducer = ?2 \
              AND idx >= ?3 AND idx <= ?4",
         )
         .and_then(|mut stmt| {
-            stmt.query_row((session.sid, reducer, clear, at_sql), |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })
-            .optional()
+            stmt.query_row((session.sid, reducer, clear, at), snapshot_of)
+                .optional()
         })
         .ctx("reading a snapshot")?;
-    let pinned: Option<(i64, String)> = tx
-        .prepare_cached(
-            "SELECT idx, state FROM checkpoints WHERE sid = ?1 AND reducer = ?2 \
-             AND idx >= ?3 AND idx <= ?4 ORDER BY idx DESC LIMIT 1",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_row((session.sid, reducer, clear, at_sql), |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })
-            .optional()
-        })
-        .ctx("reading a checkpoint")?;
-    let best = match (head, pinned) {
-        (Some(head), Some(pinned)) if pinned.0 > head.0 => Some(pinned),
-        (Some(head), _) => Some(head),
-        (None, pinned) => pinned,
+    // A checkpoint wins only above the head snapshot (which wins a tie: it
+    // is newer), so only those are read.
+    let above = match &head {
+        Some(head) => SqlIndex::fitting(head.index + 1),
+        None => Some(clear),
     };
-    let snapshot = best
-        .map(|(idx, state)| {
-            Ok::<_, StoreError>(Snapshot {
-                index: from_sql_int("snapshot index", idx)?,
-                state: decode_json("snapshot state", &state)?,
+    let pinned = match above {
+        Some(above) => tx
+            .prepare_cached(
+                "SELECT idx, state FROM checkpoints WHERE sid = ?1 AND reducer = ?2 \
+                 AND idx >= ?3 AND idx <= ?4 ORDER BY idx DESC LIMIT 1",
+            )
+            .and_then(|mut stmt| {
+                stmt.query_row((session.sid, reducer, above, at), snapshot_of)
+                    .optional()
             })
-        })
-        .transpose()?;
+            .ctx("reading a checkpoint")?,
+        None => None,
+    };
     Ok(StateRead {
-        snapshot,
+        snapshot: pinned.or(head),
         clear_index: session.clear,
+    })
+}
+
+/// The snapshot in a row selected as `idx, state`.
+fn snapshot_of(row: &Row<'_>) -> rusqlite::Result<Snapshot> {
+    Ok(Snapshot {
+        index: row.get::<_, SqlIndex>(0)?.get(),
+        state: row.get::<_, Json<Value>>(1)?.0,
     })
 }
