@@ -4,7 +4,7 @@ use a2_store_api::{replay, AppendOptions, AppendResult, NewEvent, StoreError};
 use rusqlite::Connection;
 
 use crate::batch;
-use crate::cursor::{fence, has_pending, refresh_log_types};
+use crate::cursor_rows::{fence, has_pending, refresh_log_types};
 use crate::events::owner_of;
 use crate::pool::Ctx;
 use crate::session;

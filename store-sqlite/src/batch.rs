@@ -6,7 +6,7 @@ use a2_store_api::{
 };
 use rusqlite::Connection;
 
-use crate::cursor::{self, CursorRow};
+use crate::cursor_rows::{self, CursorRow};
 use crate::errors::SqlContext;
 use crate::events::{next_log_head, RowWriter};
 use crate::pool::Ctx;
@@ -67,13 +67,14 @@ fn check_lane_conflicts(
 ) -> Result<(), StoreError> {
     for target in events.iter().flat_map(|event| &event.targets) {
         let Some(lane) = &target.lane else { continue };
-        if cursor::lane_kind(tx, session, &target.consumer, lane)? == Some(CursorKind::Log) {
+        if cursor_rows::lane_kind(tx, session, &target.consumer, lane)? == Some(CursorKind::Log) {
             return Err(StoreError::lane_conflict(&target.consumer, lane));
         }
     }
     for consumer in consumers.unwrap_or_default() {
         let Some(log) = &consumer.log else { continue };
-        if cursor::lane_kind(tx, session, &consumer.name, &log.lane)? == Some(CursorKind::Lane) {
+        if cursor_rows::lane_kind(tx, session, &consumer.name, &log.lane)? == Some(CursorKind::Lane)
+        {
             return Err(StoreError::lane_conflict(&consumer.name, &log.lane));
         }
     }
@@ -105,7 +106,7 @@ fn enqueue(
         else {
             continue;
         };
-        match cursor::find(tx, session, &consumer.name, Some(&log.lane), 0)? {
+        match cursor_rows::find(tx, session, &consumer.name, Some(&log.lane), 0)? {
             None => {
                 let position = if log.backfill { session.clear } else { base };
                 let head = if log.backfill {
@@ -113,7 +114,7 @@ fn enqueue(
                 } else {
                     Some(first.index)
                 };
-                cursor::create(
+                cursor_rows::create(
                     tx,
                     session,
                     CursorRow::new_log(&consumer.name, log, position, head),
@@ -125,7 +126,7 @@ fn enqueue(
                     existing.head =
                         next_log_head(tx, session, existing.position, log.types.as_deref())?;
                 }
-                cursor::save(tx, &existing)?;
+                cursor_rows::save(tx, &existing)?;
             }
         }
     }
@@ -139,10 +140,10 @@ fn add_event_cursor(
     consumer: &str,
     index: u64,
 ) -> Result<(), StoreError> {
-    if cursor::find(tx, session, consumer, None, index)?.is_some() {
+    if cursor_rows::find(tx, session, consumer, None, index)?.is_some() {
         return Ok(());
     }
-    cursor::create(
+    cursor_rows::create(
         tx,
         session,
         CursorRow {
@@ -168,12 +169,12 @@ fn queue_on_lane(
     lane: &str,
     index: u64,
 ) -> Result<(), StoreError> {
-    let mut lane_cursor = match cursor::find(tx, session, consumer, Some(lane), 0)? {
+    let mut lane_cursor = match cursor_rows::find(tx, session, consumer, Some(lane), 0)? {
         Some(existing) if existing.kind == CursorKind::Log => {
             return Err(StoreError::lane_conflict(consumer, lane));
         }
         Some(existing) => existing,
-        None => cursor::create(
+        None => cursor_rows::create(
             tx,
             session,
             CursorRow {
@@ -195,7 +196,7 @@ fn queue_on_lane(
         .ctx("queueing on a lane")?;
     if lane_cursor.head.is_none() {
         lane_cursor.head = Some(index);
-        cursor::save(tx, &lane_cursor)?;
+        cursor_rows::save(tx, &lane_cursor)?;
     }
     Ok(())
 }

@@ -6,12 +6,12 @@ use a2_store_api::{
 };
 use rusqlite::Connection;
 
-use crate::cursor::{self, fence};
+use crate::cursor_rows::{self, fence};
 use crate::errors::SqlContext;
 use crate::events::RowWriter;
 use crate::pool::Ctx;
 use crate::session;
-use crate::snapshot;
+use crate::snapshots;
 use crate::values::SqlIndex;
 
 /// Appends the `a2.cleared` marker: drops event and lane cursors (with their
@@ -40,7 +40,7 @@ pub(crate) fn clear(
     session.head = marker.index;
     session.clear = marker.index;
     session::save(tx, &session)?;
-    snapshot::release_all(tx, &session)?;
+    snapshots::release_all(tx, &session)?;
     let sid = session.sid;
     let marker_idx = SqlIndex::new("marker index", marker.index)?;
     // Event and lane cursors go stale (born below the new clear): they lose
@@ -109,10 +109,10 @@ pub(crate) fn reclaim(tx: &Connection, session_id: &str) -> Result<ReclaimResult
         session::save(tx, &session)?;
     }
     // Cursors of cleared generations go at the same pace (not counted as rows).
-    cursor::purge_stale(tx, &session, RECLAIM_BATCH)?;
+    cursor_rows::purge_stale(tx, &session, RECLAIM_BATCH)?;
     let done = session.reclaimed >= last;
     if done {
-        snapshot::drop_below(tx, &session)?;
+        snapshots::drop_below(tx, &session)?;
     }
     Ok(ReclaimResult { reclaimed, done })
 }

@@ -18,7 +18,9 @@ use crate::connection::Location;
 use crate::notify::{notifier_for, Notifier};
 use crate::options::SqliteOptions;
 use crate::pool::{Access, Pool};
-use crate::{append, attempt, claim, clear, listing, presence, redrive, snapshot, subscribe, wake};
+use crate::{
+    append, claims, clear, complete, cursors, fail, presence, read, renew, snapshots, subscribe,
+};
 
 /// The SQLite backend of the session store.
 ///
@@ -90,7 +92,7 @@ impl Store for SqliteStore {
         validate::claim_available(&request)?;
         self.pool
             .run(Access::Write, move |tx, ctx| {
-                claim::claim(tx, ctx, &request)
+                claims::claim(tx, ctx, &request)
             })
             .await
     }
@@ -99,7 +101,7 @@ impl Store for SqliteStore {
         validate::renew_claims(&request)?;
         self.pool
             .run(Access::Write, move |tx, ctx| {
-                claim::renew(tx, ctx, &request)
+                renew::renew(tx, ctx, &request)
             })
             .await
     }
@@ -112,7 +114,7 @@ impl Store for SqliteStore {
         let completed = self
             .pool
             .run(Access::Write, move |tx, ctx| {
-                attempt::complete(tx, ctx, &request)
+                complete::complete(tx, ctx, &request)
             })
             .await?;
         if completed.wrote {
@@ -124,9 +126,7 @@ impl Store for SqliteStore {
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult, StoreError> {
         validate::fail_attempt(&request)?;
         self.pool
-            .run(Access::Write, move |tx, ctx| {
-                attempt::fail(tx, ctx, &request)
-            })
+            .run(Access::Write, move |tx, ctx| fail::fail(tx, ctx, &request))
             .await
     }
 
@@ -135,7 +135,7 @@ impl Store for SqliteStore {
         let session_id = session_id.to_owned();
         self.pool
             .run(Access::Read, move |tx, _| {
-                redrive::dead_letters(tx, &session_id)
+                fail::dead_letters(tx, &session_id)
             })
             .await
     }
@@ -143,7 +143,7 @@ impl Store for SqliteStore {
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult, StoreError> {
         validate::redrive(&request)?;
         self.pool
-            .run(Access::Write, move |tx, _| redrive::redrive(tx, &request))
+            .run(Access::Write, move |tx, _| fail::redrive(tx, &request))
             .await
     }
 
@@ -178,7 +178,7 @@ impl Store for SqliteStore {
         let session_id = session_id.to_owned();
         self.pool
             .run(Access::Read, move |tx, _| {
-                listing::read(tx, &session_id, &options)
+                read::read(tx, &session_id, &options)
             })
             .await
     }
@@ -193,7 +193,7 @@ impl Store for SqliteStore {
         let consumer = consumer.clone();
         self.pool
             .run(Access::Write, move |tx, _| {
-                wake::wake_log(tx, &session_id, &consumer, &log)
+                cursors::wake_log(tx, &session_id, &consumer, &log)
             })
             .await
     }
@@ -202,7 +202,7 @@ impl Store for SqliteStore {
         validate::cursors(session_id)?;
         let session_id = session_id.to_owned();
         self.pool
-            .run(Access::Read, move |tx, _| listing::cursors(tx, &session_id))
+            .run(Access::Read, move |tx, _| cursors::cursors(tx, &session_id))
             .await
     }
 
@@ -227,7 +227,7 @@ impl Store for SqliteStore {
         let reducer = reducer.to_owned();
         self.pool
             .run(Access::Write, move |tx, _| {
-                snapshot::write_state(tx, &session_id, &reducer, writes.clone())
+                snapshots::write_state(tx, &session_id, &reducer, writes.clone())
             })
             .await
     }
@@ -243,7 +243,7 @@ impl Store for SqliteStore {
         let reducer = reducer.to_owned();
         self.pool
             .run(Access::Read, move |tx, _| {
-                snapshot::read_state(tx, &session_id, &reducer, options.at)
+                snapshots::read_state(tx, &session_id, &reducer, options.at)
             })
             .await
     }
@@ -279,7 +279,7 @@ impl Store for SqliteStore {
 
     async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>, StoreError> {
         self.pool
-            .run(Access::Read, move |tx, _| listing::sessions(tx, &options))
+            .run(Access::Read, move |tx, _| read::sessions(tx, &options))
             .await
     }
 }

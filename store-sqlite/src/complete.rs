@@ -1,15 +1,15 @@
-//! `complete_attempt` and `fail_attempt`: the outcomes of a claimed head.
+//! `complete_attempt`: a claimed head done, its returned events appended
+//! with it as their cause, or a repeated completion replayed.
 
 use a2_store_api::{
-    replay, Cause, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, FailOutcome,
-    FailRequest, FailResult, StoreError,
+    replay, Cause, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, StoreError,
 };
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::batch;
-use crate::cursor::{self, advance, refresh_log_types, release_head_pins, CursorRow};
+use crate::cursor_rows::{self, advance, refresh_log_types, CursorRow};
 use crate::errors::SqlContext;
-use crate::events::{owner_of, row_at};
+use crate::events::owner_of;
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
 use crate::values::{Json, SqlCount, SqlIndex};
@@ -31,29 +31,6 @@ impl Completed {
     }
 }
 
-/// The cursor a completion or failure names: `Ok(None)` when there is none
-/// but the event exists (the call is superseded), `NoSuchEvent` when neither
-/// exists (never appended, or reclaimed).
-fn target_cursor(
-    tx: &Connection,
-    session: Option<&SessionRow>,
-    session_id: &str,
-    consumer: &str,
-    lane: Option<&str>,
-    index: u64,
-) -> Result<Option<CursorRow>, StoreError> {
-    let Some(session) = session else {
-        return Err(StoreError::no_such_event(session_id, index));
-    };
-    match cursor::find(tx, session, consumer, lane, index)? {
-        Some(found) => Ok(Some(found)),
-        None if row_at(tx, session, index)?.is_none() => {
-            Err(StoreError::no_such_event(session_id, index))
-        }
-        None => Ok(None),
-    }
-}
-
 /// Completes the current attempt atomically (append with this attempt as
 /// cause, record the completion, advance), or replays a recorded one.
 pub(crate) fn complete(
@@ -70,7 +47,7 @@ pub(crate) fn complete(
         return Ok(Completed::superseded());
     }
     let lane = request.lane.as_deref();
-    let Some(found) = target_cursor(
+    let Some(found) = cursor_rows::find_attempted(
         tx,
         session.as_ref(),
         &request.session_id,
@@ -171,44 +148,4 @@ fn replay(
         result: CompleteResult::Completed { events },
         wrote: false,
     })
-}
-
-/// Records a failed attempt: counted, holder released, retry delay or dead letter.
-pub(crate) fn fail(
-    tx: &Connection,
-    ctx: &Ctx,
-    request: &FailRequest,
-) -> Result<FailResult, StoreError> {
-    let superseded = |failure_count| FailResult {
-        outcome: FailOutcome::Superseded,
-        failure_count,
-    };
-    let session = session::find(tx, &request.session_id)?;
-    if request.index <= session.as_ref().map_or(0, |s| s.clear) {
-        return Ok(superseded(0));
-    }
-    let Some(mut found) = target_cursor(
-        tx,
-        session.as_ref(),
-        &request.session_id,
-        &request.consumer,
-        request.lane.as_deref(),
-        request.index,
-    )?
-    else {
-        return Ok(superseded(0));
-    };
-    let on_head = found.head == Some(request.index);
-    if let Some(result) = found.dispatch.fail_verdict(on_head, request.attempt) {
-        return Ok(result);
-    }
-    let now = ctx.clock.now_ms();
-    let result = found.dispatch.record_failure(request, now);
-    if result.outcome == FailOutcome::DeadLettered {
-        release_head_pins(tx, &found)?;
-        cursor::save(tx, &found)?;
-    } else {
-        cursor::save_claim(tx, &found)?;
-    }
-    Ok(result)
 }

@@ -5,7 +5,7 @@ use a2_store_api::{Snapshot, StateRead, StateWrite, StoreError};
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-use crate::cursor;
+use crate::cursor_rows;
 use crate::errors::SqlContext;
 use crate::session::{self, SessionRow};
 use crate::values::{Json, SqlIndex};
@@ -100,7 +100,8 @@ pub(crate) fn write_state(
             if pin.index <= session.clear {
                 continue;
             }
-            let found = cursor::find(tx, &session, &pin.consumer, pin.lane.as_deref(), pin.index)?;
+            let found =
+                cursor_rows::find(tx, &session, &pin.consumer, pin.lane.as_deref(), pin.index)?;
             if let Some(found) = found {
                 if found.head == Some(pin.index) && found.dispatch.failed_at.is_none() {
                     held.push((found.cid, SqlIndex::new("pinned head", pin.index)?));

@@ -1,11 +1,9 @@
-//! Read-only listings: `read`, `cursors` and `sessions`.
+//! `read` and `sessions`: the log and the list of sessions.
 
 use a2_store_api::log::read_bounds;
-use a2_store_api::order::compare_cursors;
-use a2_store_api::{Cursor, ListSessions, ReadOptions, SessionInfo, StoreError, StoredEvent};
+use a2_store_api::{ListSessions, ReadOptions, SessionInfo, StoreError, StoredEvent};
 use rusqlite::Connection;
 
-use crate::cursor::{self, cursor_columns};
 use crate::errors::SqlContext;
 use crate::events::read_range;
 use crate::session;
@@ -27,46 +25,6 @@ pub(crate) fn read(
         return Ok(Vec::new());
     }
     read_range(tx, &session, after, through, options.limit)
-}
-
-/// Every cursor except finished event cursors, by consumer then lane
-/// (laneless event cursors last by head): lane and log cursors from
-/// `cursors_listed`, open event cursors from the pending and dead-letter
-/// indexes, so finished event cursors are never visited.
-pub(crate) fn cursors(tx: &Connection, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
-    let Some(session) = session::find(tx, session_id)? else {
-        return Ok(Vec::new());
-    };
-    let clear = SqlIndex::new("clear index", session.clear)?;
-    let mut listed = Vec::new();
-    for sql in [
-        concat!(
-            "SELECT ",
-            cursor_columns!(),
-            " FROM cursors INDEXED BY cursors_listed WHERE sid = ?1 AND kind <> 0 \
-             AND (kind = 2 OR born >= ?2)"
-        ),
-        concat!(
-            "SELECT ",
-            cursor_columns!(),
-            " FROM cursors INDEXED BY cursors_pending WHERE sid = ?1 AND head IS NOT NULL \
-             AND failed_at IS NULL AND kind = 0 AND born >= ?2"
-        ),
-        concat!(
-            "SELECT ",
-            cursor_columns!(),
-            " FROM cursors INDEXED BY cursors_dead WHERE sid = ?1 AND head IS NOT NULL \
-             AND failed_at IS NOT NULL AND kind = 0 AND born >= ?2"
-        ),
-    ] {
-        let mut stmt = tx.prepare_cached(sql).ctx("listing cursors")?;
-        let mut rows = stmt.query((session.sid, clear)).ctx("listing cursors")?;
-        while let Some(row) = rows.next().ctx("listing cursors")? {
-            listed.push(cursor::decode(row)?.to_cursor());
-        }
-    }
-    listed.sort_by(compare_cursors);
-    Ok(listed)
 }
 
 /// Sessions with at least one appended row, by id, after `after`, at most `limit`.

@@ -1,13 +1,60 @@
-//! Dead letters: listing them and redriving (retry or skip) one.
+//! `fail_attempt`, `dead_letters` and `redrive`: a failed attempt counted
+//! (up to a dead letter), dead letters listed, and one retried or skipped.
 
 use a2_store_api::order::compare_heads;
-use a2_store_api::{Head, RedriveAction, RedriveRequest, RedriveResult, StoreError};
+use a2_store_api::{
+    FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest, RedriveResult,
+    StoreError,
+};
 use rusqlite::Connection;
 
-use crate::cursor::{self, advance, cursor_columns, has_pending, refresh_log_types};
+use crate::cursor_rows::{
+    self, advance, cursor_columns, has_pending, refresh_log_types, release_head_pins,
+};
 use crate::errors::SqlContext;
+use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
 use crate::values::SqlIndex;
+
+/// Records a failed attempt: counted, holder released, retry delay or dead letter.
+pub(crate) fn fail(
+    tx: &Connection,
+    ctx: &Ctx,
+    request: &FailRequest,
+) -> Result<FailResult, StoreError> {
+    let superseded = |failure_count| FailResult {
+        outcome: FailOutcome::Superseded,
+        failure_count,
+    };
+    let session = session::find(tx, &request.session_id)?;
+    if request.index <= session.as_ref().map_or(0, |s| s.clear) {
+        return Ok(superseded(0));
+    }
+    let Some(mut found) = cursor_rows::find_attempted(
+        tx,
+        session.as_ref(),
+        &request.session_id,
+        &request.consumer,
+        request.lane.as_deref(),
+        request.index,
+    )?
+    else {
+        return Ok(superseded(0));
+    };
+    let on_head = found.head == Some(request.index);
+    if let Some(result) = found.dispatch.fail_verdict(on_head, request.attempt) {
+        return Ok(result);
+    }
+    let now = ctx.clock.now_ms();
+    let result = found.dispatch.record_failure(request, now);
+    if result.outcome == FailOutcome::DeadLettered {
+        release_head_pins(tx, &found)?;
+        cursor_rows::save(tx, &found)?;
+    } else {
+        cursor_rows::save_claim(tx, &found)?;
+    }
+    Ok(result)
+}
 
 /// Dead-lettered heads above the clear, by `(index, consumer, lane)`.
 pub(crate) fn dead_letters(tx: &Connection, session_id: &str) -> Result<Vec<Head>, StoreError> {
@@ -28,7 +75,7 @@ fn dead_cursors(
     tx: &Connection,
     session: &SessionRow,
     at: Option<SqlIndex>,
-) -> Result<Vec<cursor::CursorRow>, StoreError> {
+) -> Result<Vec<cursor_rows::CursorRow>, StoreError> {
     let above = SqlIndex::clamped(session.clear.saturating_add(1));
     let (low, high) = match at {
         Some(at) => (at.max(above), at),
@@ -47,7 +94,7 @@ fn dead_cursors(
         .ctx("reading dead letters")?;
     let mut found = Vec::new();
     while let Some(row) = rows.next().ctx("reading dead letters")? {
-        found.push(cursor::decode(row)?);
+        found.push(cursor_rows::decode(row)?);
     }
     Ok(found)
 }
@@ -81,7 +128,7 @@ pub(crate) fn redrive(
         RedriveAction::Skip => advance(tx, &session, &mut found)?,
         RedriveAction::Retry => {
             found.dispatch.retry();
-            cursor::save(tx, &found)?;
+            cursor_rows::save(tx, &found)?;
         }
     }
     Ok(RedriveResult {

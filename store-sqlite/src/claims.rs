@@ -1,15 +1,14 @@
-//! `claim_available` and `renew_claims`: handing out heads under leases.
+//! `claim_available`: handing out heads under leases.
 
 use std::collections::HashSet;
 
-use a2_store_api::order::{compare_heads, compare_refs};
+use a2_store_api::order::compare_heads;
 use a2_store_api::{
-    ClaimRequest, ClaimResult, ClaimStep, ConsumerDeclaration, CursorRef, RenewRequest,
-    RenewResult, RenewVerdict, StoreError,
+    ClaimRequest, ClaimResult, ClaimStep, ConsumerDeclaration, CursorRef, StoreError,
 };
 use rusqlite::Connection;
 
-use crate::cursor::{self, cursor_columns, refresh_log_types, release_head_pins, CursorRow};
+use crate::cursor_rows::{self, cursor_columns, refresh_log_types, release_head_pins, CursorRow};
 use crate::errors::SqlContext;
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
@@ -117,10 +116,10 @@ pub(crate) fn claim(
                 request.max_failures,
             );
             match step {
-                ClaimStep::Claim => cursor::save_claim(tx, &candidate)?,
+                ClaimStep::Claim => cursor_rows::save_claim(tx, &candidate)?,
                 ClaimStep::DeadLetter => {
                     release_head_pins(tx, &candidate)?;
-                    cursor::save(tx, &candidate)?;
+                    cursor_rows::save(tx, &candidate)?;
                 }
             }
             let head = candidate.to_head(tx, &session)?;
@@ -202,7 +201,7 @@ fn ready_page(
         .ctx("finding claimable heads")?;
     let mut page = Vec::new();
     while let Some(row) = rows.next().ctx("finding claimable heads")? {
-        page.push(cursor::decode(row)?);
+        page.push(cursor_rows::decode(row)?);
     }
     Ok(page)
 }
@@ -237,45 +236,4 @@ fn earliest_busy(
         }
     }
     Ok(None)
-}
-
-/// Extends the leases `holder` still holds; reports claims that can never complete.
-pub(crate) fn renew(
-    tx: &Connection,
-    ctx: &Ctx,
-    request: &RenewRequest,
-) -> Result<RenewResult, StoreError> {
-    let now = ctx.clock.now_ms();
-    let expires_at = request.lease_expiry(now)?;
-    let session = session::find(tx, &request.session_id)?;
-    let clear = session.as_ref().map_or(0, |session| session.clear);
-    let mut claims = request.claims.clone();
-    claims.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
-    let mut result = RenewResult::default();
-    for claim in claims {
-        let r = &claim.cursor;
-        if r.index <= clear {
-            result.superseded.push(claim.cursor);
-            continue;
-        }
-        let Some(session) = &session else { continue };
-        let Some(mut found) = cursor::find(tx, session, &r.consumer, r.lane.as_deref(), r.index)?
-        else {
-            continue;
-        };
-        let verdict =
-            found
-                .dispatch
-                .renew_verdict(found.head, found.position, &claim, &request.holder, now);
-        match verdict {
-            RenewVerdict::Renew => {
-                found.dispatch.claim_expires_at = Some(expires_at);
-                cursor::save_claim(tx, &found)?;
-                result.renewed.push(claim.cursor);
-            }
-            RenewVerdict::Superseded => result.superseded.push(claim.cursor),
-            RenewVerdict::Skip => {}
-        }
-    }
-    Ok(result)
 }

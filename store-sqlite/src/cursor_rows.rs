@@ -8,9 +8,9 @@ use a2_store_api::{
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::errors::SqlContext;
-use crate::events::{head_row, next_log_head};
+use crate::events::{head_row, next_log_head, row_at};
 use crate::session::SessionRow;
-use crate::snapshot::release_pins;
+use crate::snapshots::release_pins;
 use crate::values::{Json, SqlCount, SqlIndex, SqlKind, SqlLimit};
 
 /// The columns of a cursor row, in the order [`decode`] reads them.
@@ -169,6 +169,29 @@ pub(crate) fn find(
         .ctx("looking up a cursor")?;
     match rows.next().ctx("looking up a cursor")? {
         Some(row) => decode(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The cursor a completion or failure names: `Ok(None)` when there is none
+/// but the event exists (the call is superseded), `NoSuchEvent` when neither
+/// exists (never appended, or reclaimed).
+pub(crate) fn find_attempted(
+    tx: &Connection,
+    session: Option<&SessionRow>,
+    session_id: &str,
+    consumer: &str,
+    lane: Option<&str>,
+    index: u64,
+) -> Result<Option<CursorRow>, StoreError> {
+    let Some(session) = session else {
+        return Err(StoreError::no_such_event(session_id, index));
+    };
+    match find(tx, session, consumer, lane, index)? {
+        Some(found) => Ok(Some(found)),
+        None if row_at(tx, session, index)?.is_none() => {
+            Err(StoreError::no_such_event(session_id, index))
+        }
         None => Ok(None),
     }
 }
