@@ -9,6 +9,7 @@ use rusqlite::Connection;
 use crate::cursor_rows::{self, fence};
 use crate::errors::SqlContext;
 use crate::events::RowWriter;
+use crate::pins;
 use crate::pool::Ctx;
 use crate::session;
 use crate::snapshots;
@@ -40,7 +41,7 @@ pub(crate) fn clear(
     session.head = marker.index;
     session.clear = marker.index;
     session::save(tx, &session)?;
-    snapshots::release_all(tx, &session)?;
+    pins::release_all(tx, &session)?;
     let sid = session.sid;
     let marker_idx = SqlIndex::new("marker index", marker.index)?;
     // Event and lane cursors go stale (born below the new clear): they lose

@@ -9,8 +9,8 @@ use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::errors::SqlContext;
 use crate::events::{head_row, next_log_head, row_at};
+use crate::pins;
 use crate::session::SessionRow;
-use crate::snapshots::release_pins;
 use crate::values::{Json, SqlCount, SqlIndex, SqlKind, SqlLimit};
 
 /// The columns of a cursor row, in the order [`decode`] reads them.
@@ -357,7 +357,7 @@ pub(crate) fn advance(
     let Some(done) = cursor.head else {
         return Ok(());
     };
-    release_pins(tx, cursor.cid, done)?;
+    pins::release(tx, cursor.cid, done)?;
     cursor.position = done;
     cursor.dispatch = Dispatch::default();
     cursor.head = match cursor.kind {
@@ -382,7 +382,7 @@ pub(crate) fn advance(
 /// head's `Dispatch` is already dead-lettered; the caller saves it).
 pub(crate) fn release_head_pins(tx: &Connection, cursor: &CursorRow) -> Result<(), StoreError> {
     match cursor.head {
-        Some(head) => release_pins(tx, cursor.cid, head),
+        Some(head) => pins::release(tx, cursor.cid, head),
         None => Ok(()),
     }
 }

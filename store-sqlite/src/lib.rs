@@ -31,6 +31,7 @@ mod events;
 mod fail;
 mod notify;
 mod options;
+mod pins;
 mod pool;
 mod presence;
 mod read;
