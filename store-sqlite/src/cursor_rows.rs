@@ -1,5 +1,6 @@
 //! Cursor rows: loading, saving, moving a cursor to its next head, and the
-//! questions every call asks of them (pending work, fencing).
+//! questions calls ask of them (pending work, fencing, the cursor an
+//! attempt names).
 
 use a2_store_api::{
     dispatch, Cause, ConsumerDeclaration, Cursor, CursorKind, Dispatch, Head, LogDeclaration,

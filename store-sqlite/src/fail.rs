@@ -70,7 +70,7 @@ pub(crate) fn dead_letters(tx: &Connection, session_id: &str) -> Result<Vec<Head
     Ok(heads)
 }
 
-/// Dead-lettered cursors above the clear, optionally only those at `head`.
+/// Dead-lettered cursors above the clear, optionally only those whose head is `at`.
 fn dead_cursors(
     tx: &Connection,
     session: &SessionRow,

@@ -54,7 +54,7 @@ pub(crate) fn write_state(
             let found =
                 cursor_rows::find(tx, &session, &pin.consumer, pin.lane.as_deref(), pin.index)?;
             if let Some(found) = found {
-                if found.head == Some(pin.index) && found.dispatch.failed_at.is_none() {
+                if found.head == Some(pin.index) && !found.dispatch.is_dead_lettered() {
                     held.push((found.cid, SqlIndex::new("pinned head", pin.index)?));
                 }
             }
