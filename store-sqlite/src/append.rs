@@ -67,12 +67,8 @@ pub(crate) fn append(
             ));
         }
     }
-    if let Some(origin) = options.origin_index {
-        let clear = existing_session.as_ref().map_or(0, |session| session.clear);
-        if origin <= clear {
-            return Err(StoreError::session_cleared(session_id, origin));
-        }
-    }
+    let clear = existing_session.as_ref().map_or(0, |session| session.clear);
+    options.check_origin(session_id, clear)?;
     for event in events {
         if let Some(cause) = &event.cause {
             fence(tx, existing_session.as_ref(), session_id, cause)?;

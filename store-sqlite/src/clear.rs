@@ -77,16 +77,10 @@ pub(crate) fn clear(
 /// remain, snapshots below the clear go too.
 pub(crate) fn reclaim(tx: &Connection, session_id: &str) -> Result<ReclaimResult, StoreError> {
     let Some(mut session) = session::find(tx, session_id)? else {
-        return Ok(ReclaimResult {
-            reclaimed: 0,
-            done: true,
-        });
+        return Ok(ReclaimResult::nothing_left());
     };
     if session.clear == 0 {
-        return Ok(ReclaimResult {
-            reclaimed: 0,
-            done: true,
-        });
+        return Ok(ReclaimResult::nothing_left());
     }
     let last = session.clear - 1;
     let from = session.reclaimed;

@@ -1,8 +1,9 @@
 //! `complete_attempt`: a claimed head done, its returned events appended
 //! with it as their cause, or a repeated completion replayed.
 
+use a2_store_api::dispatch::cleared;
 use a2_store_api::{
-    replay, Cause, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, StoreError,
+    replay, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, StoreError,
 };
 use rusqlite::{Connection, OptionalExtension};
 
@@ -43,7 +44,7 @@ pub(crate) fn complete(
         // Every outcome refreshes the declared log types (an error rolls it back).
         refresh_log_types(tx, session, request.consumers.as_deref())?;
     }
-    if request.index <= session.as_ref().map_or(0, |s| s.clear) {
+    if cleared(request.index, session.as_ref().map_or(0, |s| s.clear)) {
         return Ok(Completed::superseded());
     }
     let lane = request.lane.as_deref();
@@ -74,12 +75,7 @@ pub(crate) fn complete(
             }
         }
     }
-    let cause = Cause {
-        consumer: request.consumer.clone(),
-        lane: request.lane.clone(),
-        index: request.index,
-        attempt: request.attempt,
-    };
+    let cause = request.cause();
     let rows = batch::insert(
         tx,
         ctx,

@@ -2,6 +2,7 @@
 //! questions calls ask of them (pending work, fencing, the cursor an
 //! attempt names).
 
+use a2_store_api::dispatch::without_cursor;
 use a2_store_api::{
     dispatch, Cause, ConsumerDeclaration, Cursor, CursorKind, Dispatch, Head, LogDeclaration,
     StoreError,
@@ -186,14 +187,14 @@ pub(crate) fn find_attempted(
     index: u64,
 ) -> Result<Option<CursorRow>, StoreError> {
     let Some(session) = session else {
-        return Err(StoreError::no_such_event(session_id, index));
+        return without_cursor(session_id, index, false).map(|()| None);
     };
     match find(tx, session, consumer, lane, index)? {
         Some(found) => Ok(Some(found)),
-        None if row_at(tx, session, index)?.is_none() => {
-            Err(StoreError::no_such_event(session_id, index))
+        None => {
+            let exists = row_at(tx, session, index)?.is_some();
+            without_cursor(session_id, index, exists).map(|()| None)
         }
-        None => Ok(None),
     }
 }
 

@@ -139,10 +139,7 @@ impl<'c> RowWriter<'c> {
             .execute((self.sid, &event.id, idx, self.clear))
             .ctx("indexing an event id")?;
         if claimed == 0 {
-            return Err(StoreError::partial_duplicate(format!(
-                "event id '{}' already exists in session '{session}'",
-                event.id
-            )));
+            return Err(StoreError::id_taken(session, &event.id));
         }
         self.insert
             .execute((

@@ -1,6 +1,7 @@
 //! `fail_attempt`, `dead_letters` and `redrive`: a failed attempt counted
 //! (up to a dead letter), dead letters listed, and one retried or skipped.
 
+use a2_store_api::dispatch::cleared;
 use a2_store_api::order::compare_heads;
 use a2_store_api::{
     FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest, RedriveResult,
@@ -22,13 +23,9 @@ pub(crate) fn fail(
     ctx: &Ctx,
     request: &FailRequest,
 ) -> Result<FailResult, StoreError> {
-    let superseded = |failure_count| FailResult {
-        outcome: FailOutcome::Superseded,
-        failure_count,
-    };
     let session = session::find(tx, &request.session_id)?;
-    if request.index <= session.as_ref().map_or(0, |s| s.clear) {
-        return Ok(superseded(0));
+    if cleared(request.index, session.as_ref().map_or(0, |s| s.clear)) {
+        return Ok(FailResult::superseded());
     }
     let Some(mut found) = cursor_rows::find_attempted(
         tx,
@@ -39,7 +36,7 @@ pub(crate) fn fail(
         request.index,
     )?
     else {
-        return Ok(superseded(0));
+        return Ok(FailResult::superseded());
     };
     let on_head = found.head == Some(request.index);
     if let Some(result) = found.dispatch.fail_verdict(on_head, request.attempt) {

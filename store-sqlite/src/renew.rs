@@ -1,5 +1,6 @@
 //! `renew_claims`: extending the leases a holder still holds.
 
+use a2_store_api::dispatch::cleared;
 use a2_store_api::order::compare_refs;
 use a2_store_api::{RenewRequest, RenewResult, RenewVerdict, StoreError};
 use rusqlite::Connection;
@@ -23,7 +24,7 @@ pub(crate) fn renew(
     let mut result = RenewResult::default();
     for claim in claims {
         let r = &claim.cursor;
-        if r.index <= clear {
+        if cleared(r.index, clear) {
             result.superseded.push(claim.cursor);
             continue;
         }
@@ -39,7 +40,7 @@ pub(crate) fn renew(
                 .renew_verdict(found.head, found.position, &claim, &request.holder, now);
         match verdict {
             RenewVerdict::Renew => {
-                found.dispatch.claim_expires_at = Some(expires_at);
+                found.dispatch.renew(expires_at);
                 cursor_rows::save_claim(tx, &found)?;
                 result.renewed.push(claim.cursor);
             }
