@@ -300,6 +300,14 @@ impl Dispatch {
         }
     }
 
+    /// Whether a pin on this head's index keeps a snapshot checkpoint
+    /// (`on_head`: the cursor's head is the pin's index): the head is still
+    /// to be processed and not dead-lettered. Pins at or below the clear
+    /// never hold ([`cleared`]).
+    pub fn holds_pin(&self, on_head: bool) -> bool {
+        on_head && !self.is_dead_lettered()
+    }
+
     /// A renewal of a claim [`renew_verdict`](Self::renew_verdict) found
     /// held: the lease now ends at `expires_at`.
     pub fn renew(&mut self, expires_at: i64) {

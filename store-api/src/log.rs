@@ -3,8 +3,8 @@
 
 use crate::error::{Result, StoreError};
 use crate::types::{
-    ClearRequest, ClearResult, ConsumerDeclaration, Cursor, CursorKind, Dispatch, NewEvent,
-    ReadOptions, StoredEvent, CLEAR_EVENT_TYPE,
+    ClearRequest, ClearResult, ConsumerDeclaration, Cursor, CursorKind, Dispatch, LogDeclaration,
+    NewEvent, ReadOptions, StateWrite, StoredEvent, CLEAR_EVENT_TYPE,
 };
 use crate::Payload;
 
@@ -41,6 +41,30 @@ pub fn read_bounds(options: &ReadOptions, head: u64) -> Result<(u64, u64)> {
         }
     }
     Ok((after, options.through.unwrap_or(head).min(head)))
+}
+
+impl LogDeclaration {
+    /// Where a log cursor created now starts: at the clear (`clear_index`)
+    /// with `backfill`, else at the log `head` before this call, so it takes
+    /// only events appended from now on. With `backfill` its first head is
+    /// the next taken event after the clear; without, the first taken event
+    /// of the batch being appended (none for `wake_log`).
+    pub fn start_position(&self, clear_index: u64, head: u64) -> u64 {
+        if self.backfill {
+            clear_index
+        } else {
+            head
+        }
+    }
+}
+
+impl StateWrite {
+    /// Whether a snapshot write is cached in a session whose clear index is
+    /// `clear_index`: one folded through an index below the clear describes
+    /// cleared history and is dropped silently.
+    pub fn kept(&self, clear_index: u64) -> bool {
+        self.index >= clear_index
+    }
 }
 
 impl ClearRequest {
@@ -126,6 +150,23 @@ mod tests {
             request.unmet_condition(4),
             Some(ClearResult::NotCleared { head: 4 })
         );
+        let log = LogDeclaration {
+            lane: "L".into(),
+            types: None,
+            backfill: true,
+        };
+        assert_eq!(log.start_position(3, 9), 3);
+        let log = LogDeclaration {
+            backfill: false,
+            ..log
+        };
+        assert_eq!(log.start_position(3, 9), 9);
+        let write = StateWrite {
+            index: 3,
+            state: serde_json::json!(1),
+            pins: Vec::new(),
+        };
+        assert!(write.kept(3) && !write.kept(4));
         let marker = StoredEvent::clear_marker("s", "id".into(), 5, 9);
         assert_eq!(marker.event_type, CLEAR_EVENT_TYPE);
         assert_eq!(NewEvent::clear_marker().payload, marker.payload);

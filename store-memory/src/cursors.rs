@@ -44,7 +44,7 @@ impl Session {
                         head,
                     });
                 }
-                let position = if log.backfill { marker } else { head };
+                let position = log.start_position(marker, head);
                 let mut cursor =
                     CursorState::new(&consumer.name, Some(&log.lane), CursorKind::Log, position);
                 if log.backfill {

@@ -316,10 +316,11 @@ impl Session {
                 None => {
                     let Some(first) = first else { continue };
                     let clear = self.log.clear_index();
-                    let (position, head) = if log.backfill {
-                        (clear, self.log.next_taken(clear, log.types.as_deref()))
+                    let position = log.start_position(clear, base);
+                    let head = if log.backfill {
+                        self.log.next_taken(position, log.types.as_deref())
                     } else {
-                        (base, Some(first))
+                        Some(first)
                     };
                     let mut cursor = CursorState::new(
                         &consumer.name,

@@ -1,6 +1,6 @@
 //! `write_state` and `read_state`: the reducer snapshot cache with pins.
 
-use a2_store_api::{ReadStateOptions, StateRead, StateWrite};
+use a2_store_api::{dispatch, ReadStateOptions, StateRead, StateWrite};
 
 use crate::cursor_table::Lookup;
 use crate::session::Session;
@@ -15,21 +15,20 @@ impl Session {
         writes.sort_by_key(|write| write.index);
         let clear = self.log.clear_index();
         for write in writes {
-            if write.index < clear {
+            if !write.kept(clear) {
                 continue;
             }
             let pins: Vec<PinKey> = write
                 .pins
                 .iter()
-                .filter(|pin| pin.index > clear)
+                .filter(|pin| !dispatch::cleared(pin.index, clear))
                 .filter_map(|pin| {
                     match self
                         .cursors
                         .lookup(&pin.consumer, pin.lane.as_deref(), pin.index)
                     {
                         Lookup::Live(id, cursor)
-                            if cursor.head == Some(pin.index)
-                                && !cursor.dispatch.is_dead_lettered() =>
+                            if cursor.dispatch.holds_pin(cursor.head == Some(pin.index)) =>
                         {
                             Some((id, pin.index))
                         }

@@ -108,7 +108,7 @@ fn enqueue(
         };
         match cursor_rows::find(tx, session, &consumer.name, Some(&log.lane), 0)? {
             None => {
-                let position = if log.backfill { session.clear } else { base };
+                let position = log.start_position(session.clear, base);
                 let head = if log.backfill {
                     next_log_head(tx, session, position, log.types.as_deref())?
                 } else {

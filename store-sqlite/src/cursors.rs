@@ -50,11 +50,7 @@ pub(crate) fn wake_log(
                     head: session.head,
                 });
             }
-            let position = if log.backfill {
-                session.clear
-            } else {
-                session.head
-            };
+            let position = log.start_position(session.clear, session.head);
             let head = if log.backfill {
                 next_log_head(tx, &session, position, log.types.as_deref())?
             } else {

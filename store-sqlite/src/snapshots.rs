@@ -2,6 +2,7 @@
 //! checkpoints kept while one of their pins (a cursor head) holds (released
 //! in [`crate::pins`]). Only a cache.
 
+use a2_store_api::dispatch::cleared;
 use a2_store_api::{Snapshot, StateRead, StateWrite, StoreError};
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde_json::Value;
@@ -41,20 +42,20 @@ pub(crate) fn write_state(
     let session = session::find_or_create(tx, session_id)?;
     writes.sort_by_key(|write| write.index);
     for write in writes {
-        if write.index < session.clear {
+        if !write.kept(session.clear) {
             continue;
         }
         let idx = SqlIndex::new("snapshot index", write.index)?;
         let state = Json(&write.state);
         let mut held = Vec::new();
         for pin in &write.pins {
-            if pin.index <= session.clear {
+            if cleared(pin.index, session.clear) {
                 continue;
             }
             let found =
                 cursor_rows::find(tx, &session, &pin.consumer, pin.lane.as_deref(), pin.index)?;
             if let Some(found) = found {
-                if found.head == Some(pin.index) && !found.dispatch.is_dead_lettered() {
+                if found.dispatch.holds_pin(found.head == Some(pin.index)) {
                     held.push((found.cid, SqlIndex::new("pinned head", pin.index)?));
                 }
             }
