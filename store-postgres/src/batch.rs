@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use a2_store_api::codec::{lane_conflict, takes};
+use a2_store_api::log::takes;
+use a2_store_api::sql::count_to_sql;
 use a2_store_api::{
     Cause, ConsumerDeclaration, CursorKind, IdGenerator, NewEvent, StoreError, StoredEvent,
 };
@@ -72,7 +73,7 @@ pub(crate) async fn lane_cursors(
         let Some(lane) = &target.lane else { continue };
         if let Some(cursor) = map.get(&(target.consumer.clone(), lane.clone())) {
             if cursor.kind == CursorKind::Log {
-                return Err(lane_conflict(&target.consumer, lane).into());
+                return Err(StoreError::lane_conflict(&target.consumer, lane).into());
             }
         }
     }
@@ -80,7 +81,7 @@ pub(crate) async fn lane_cursors(
         let Some(log) = &consumer.log else { continue };
         if let Some(cursor) = map.get(&(consumer.name.clone(), log.lane.clone())) {
             if cursor.kind != CursorKind::Log {
-                return Err(lane_conflict(&consumer.name, &log.lane).into());
+                return Err(StoreError::lane_conflict(&consumer.name, &log.lane).into());
             }
         }
     }
@@ -178,7 +179,7 @@ async fn write_rows(
     }
     let cause_attempts: Vec<Option<i64>> = rows
         .iter()
-        .map(|row| row.cause.as_ref().map(|c| i64::from(c.attempt)))
+        .map(|row| row.cause.as_ref().map(|c| count_to_sql(c.attempt)))
         .collect();
     let created_at = rows.first().map(|row| row.created_at).unwrap_or_default();
     execute(

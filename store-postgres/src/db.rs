@@ -1,7 +1,7 @@
 //! Statement helpers (cached prepared statements, every value bound) and the
 //! per-session row lock that serializes writers of one session.
 
-use a2_store_api::codec::to_sql_int;
+use a2_store_api::sql::to_sql_int;
 use deadpool_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;

@@ -1,7 +1,7 @@
 //! Rows as read from and written to the tables: stored events and cursors.
 
-use a2_store_api::codec::{from_sql_count, from_sql_int, to_sql_int};
-use a2_store_api::{Cause, Cursor, CursorKind, Dispatch, Head, Result, StoredEvent};
+use a2_store_api::sql::{from_sql_count, from_sql_int, to_sql_int};
+use a2_store_api::{Cause, Cursor, CursorKind, Dispatch, Head, Result, StoreError, StoredEvent};
 use serde_json::Value;
 use tokio_postgres::types::Json;
 use tokio_postgres::Row;
@@ -82,45 +82,7 @@ fn kind_from_code(code: i16) -> Result<CursorKind> {
         0 => Ok(CursorKind::Event),
         1 => Ok(CursorKind::Lane),
         2 => Ok(CursorKind::Log),
-        other => Err(a2_store_api::StoreError::Backend {
-            message: format!("corrupt cursor kind {other} in the database"),
-            source: None,
-        }),
-    }
-}
-
-/// Dispatch bookkeeping as stored (signed integers, as the columns hold them).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct StoredDispatch {
-    pub attempt_count: i64,
-    pub first_claimed_at: Option<i64>,
-    pub last_claimed_at: Option<i64>,
-    pub claim_holder: Option<String>,
-    pub claim_expires_at: Option<i64>,
-    pub failure_count: i64,
-    pub last_failed_at: Option<i64>,
-    pub last_failed_attempt: Option<i64>,
-    pub last_error: Option<String>,
-    pub failed_at: Option<i64>,
-}
-
-impl StoredDispatch {
-    fn to_dispatch(&self) -> Result<Dispatch> {
-        Ok(Dispatch {
-            attempt_count: from_sql_count("attempt count", self.attempt_count)?,
-            first_claimed_at: self.first_claimed_at,
-            last_claimed_at: self.last_claimed_at,
-            claim_holder: self.claim_holder.clone(),
-            claim_expires_at: self.claim_expires_at,
-            failure_count: from_sql_count("failure count", self.failure_count)?,
-            last_failed_at: self.last_failed_at,
-            last_failed_attempt: self
-                .last_failed_attempt
-                .map(|attempt| from_sql_count("failed attempt", attempt))
-                .transpose()?,
-            last_error: self.last_error.clone(),
-            failed_at: self.failed_at,
-        })
+        other => Err(StoreError::corrupt_value(&format!("cursor kind {other}"))),
     }
 }
 
@@ -136,7 +98,7 @@ pub(crate) struct CursorRow {
     pub position: i64,
     pub head: Option<i64>,
     pub types: Option<Vec<String>>,
-    pub dispatch: StoredDispatch,
+    pub dispatch: Dispatch,
 }
 
 impl CursorRow {
@@ -158,7 +120,7 @@ impl CursorRow {
             position,
             head,
             types,
-            dispatch: StoredDispatch::default(),
+            dispatch: Dispatch::default(),
         }
     }
 
@@ -173,15 +135,18 @@ impl CursorRow {
             position: row.try_get(at + 4)?,
             head: row.try_get(at + 5)?,
             types: types.map(|Json(types)| types),
-            dispatch: StoredDispatch {
-                attempt_count: row.try_get(at + 7)?,
+            dispatch: Dispatch {
+                attempt_count: from_sql_count("attempt count", row.try_get(at + 7)?)?,
                 first_claimed_at: row.try_get(at + 8)?,
                 last_claimed_at: row.try_get(at + 9)?,
                 claim_holder: row.try_get(at + 10)?,
                 claim_expires_at: row.try_get(at + 11)?,
-                failure_count: row.try_get(at + 12)?,
+                failure_count: from_sql_count("failure count", row.try_get(at + 12)?)?,
                 last_failed_at: row.try_get(at + 13)?,
-                last_failed_attempt: row.try_get(at + 14)?,
+                last_failed_attempt: row
+                    .try_get::<_, Option<i64>>(at + 14)?
+                    .map(|attempt| from_sql_count("failed attempt", attempt))
+                    .transpose()?,
                 last_error: row.try_get(at + 15)?,
                 failed_at: row.try_get(at + 16)?,
             },
@@ -193,6 +158,13 @@ impl CursorRow {
         (!self.lane.is_empty()).then(|| self.lane.clone())
     }
 
+    /// The head as the API counts it.
+    pub(crate) fn head_index(&self) -> Result<Option<u64>> {
+        self.head
+            .map(|head| from_sql_int("cursor head", head))
+            .transpose()
+    }
+
     /// The API view of the cursor.
     pub(crate) fn to_cursor(&self) -> Result<Cursor> {
         Ok(Cursor {
@@ -200,16 +172,13 @@ impl CursorRow {
             lane: self.lane(),
             kind: self.kind,
             position: from_sql_int("cursor position", self.position)?,
-            head: self
-                .head
-                .map(|head| from_sql_int("cursor head", head))
-                .transpose()?,
+            head: self.head_index()?,
             types: if self.kind == CursorKind::Log {
                 self.types.clone()
             } else {
                 None
             },
-            dispatch: self.dispatch.to_dispatch()?,
+            dispatch: self.dispatch.clone(),
         })
     }
 
@@ -219,7 +188,7 @@ impl CursorRow {
             event,
             consumer: self.consumer.clone(),
             lane: self.lane(),
-            dispatch: self.dispatch.to_dispatch()?,
+            dispatch: self.dispatch.clone(),
             clear_index: if clear_index > 0 {
                 Some(from_sql_int("clear index", clear_index)?)
             } else {
@@ -230,6 +199,6 @@ impl CursorRow {
 
     /// Resets the bookkeeping for a new head.
     pub(crate) fn fresh_dispatch(&mut self) {
-        self.dispatch = StoredDispatch::default();
+        self.dispatch = Dispatch::default();
     }
 }

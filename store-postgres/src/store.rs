@@ -7,11 +7,8 @@ use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use a2_store_api::codec::{
-    lease_expiry, log_declaration, read_bounds, validate_consumers, validate_name,
-    validate_new_events, validate_presence_ttl, validate_presence_values, validate_retry_after,
-    validate_session_id, validate_state_writes,
-};
+use a2_store_api::log::read_bounds;
+use a2_store_api::validate;
 use a2_store_api::{
     AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult, Clock,
     CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
@@ -226,9 +223,7 @@ impl Store for PostgresStore {
         events: Vec<NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendResult> {
-        validate_session_id(session_id)?;
-        validate_new_events(&events)?;
-        validate_consumers(options.consumers.as_deref(), &events)?;
+        validate::append(session_id, &events, &options)?;
         if events.is_empty() {
             return transact!(self.inner, "checking pending work", |tx| {
                 ops::append::append_nothing(&tx, session_id, &options).await?
@@ -244,26 +239,18 @@ impl Store for PostgresStore {
     }
 
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult> {
-        validate_session_id(&request.session_id)?;
-        validate_name("holder", &request.holder)?;
-        validate_consumers(request.consumers.as_deref(), &[])?;
+        validate::claim_available(&request)?;
         let now = self.inner.clock.now_ms();
-        let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
-        if request.limit == Some(0) {
-            return Err(StoreError::invalid_input(
-                "claim limit is 0: pass at least 1, or no limit",
-            ));
-        }
+        let expires_at = request.lease_expiry(now)?;
         transact!(self.inner, "claiming heads", |tx| {
             ops::claim::claim(&tx, &request, now, expires_at).await?
         })
     }
 
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult> {
-        validate_session_id(&request.session_id)?;
-        validate_name("holder", &request.holder)?;
+        validate::renew_claims(&request)?;
         let now = self.inner.clock.now_ms();
-        let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+        let expires_at = request.lease_expiry(now)?;
         transact!(self.inner, "renewing claims", |tx| {
             ops::claim::renew(
                 &tx,
@@ -278,10 +265,7 @@ impl Store for PostgresStore {
     }
 
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
-        validate_session_id(&request.session_id)?;
-        validate_name("consumer name", &request.consumer)?;
-        validate_new_events(&request.events)?;
-        validate_consumers(request.consumers.as_deref(), &request.events)?;
+        validate::complete_attempt(&request)?;
         let (result, wrote) = transact!(self.inner, "completing an attempt", |tx| {
             ops::outcome::complete(&tx, &self.inner, &request).await?
         })?;
@@ -292,9 +276,7 @@ impl Store for PostgresStore {
     }
 
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
-        validate_session_id(&request.session_id)?;
-        validate_name("consumer name", &request.consumer)?;
-        validate_retry_after(request.retry_after_ms)?;
+        validate::fail_attempt(&request)?;
         let now = self.inner.clock.now_ms();
         transact!(self.inner, "failing an attempt", |tx| {
             ops::outcome::fail(&tx, &request, now).await?
@@ -302,26 +284,21 @@ impl Store for PostgresStore {
     }
 
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>> {
-        validate_session_id(session_id)?;
+        validate::dead_letters(session_id)?;
         transact!(self.inner, "listing dead letters", |tx| {
             ops::outcome::dead_letters(&tx, session_id).await?
         })
     }
 
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
-        validate_session_id(&request.session_id)?;
-        validate_name("consumer name", &request.consumer)?;
-        validate_consumers(request.consumers.as_deref(), &[])?;
+        validate::redrive(&request)?;
         transact!(self.inner, "redriving a dead letter", |tx| {
             ops::outcome::redrive(&tx, &request).await?
         })
     }
 
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult> {
-        validate_session_id(&request.session_id)?;
-        if let Some(cause) = &request.cause {
-            validate_name("cause consumer", &cause.consumer)?;
-        }
+        validate::clear(&request)?;
         let (result, wrote) = transact!(self.inner, "clearing a session", |tx| {
             ops::clear::clear(&tx, &self.inner, &request).await?
         })?;
@@ -332,14 +309,14 @@ impl Store for PostgresStore {
     }
 
     async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult> {
-        validate_session_id(session_id)?;
+        validate::reclaim(session_id)?;
         transact!(self.inner, "reclaiming cleared rows", |tx| {
             ops::clear::reclaim(&tx, session_id).await?
         })
     }
 
     async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>> {
-        validate_session_id(session_id)?;
+        validate::read(session_id, &options)?;
         let (after, through) = read_bounds(&options, u64::MAX)?;
         transact!(self.inner, "reading events", |tx| {
             ops::read::read(&tx, session_id, after, through, options.limit).await?
@@ -351,22 +328,21 @@ impl Store for PostgresStore {
         session_id: &str,
         consumer: &ConsumerDeclaration,
     ) -> Result<WakeLogResult> {
-        validate_session_id(session_id)?;
-        let log = log_declaration(consumer)?;
+        let log = validate::wake_log(session_id, consumer)?;
         transact!(self.inner, "waking a log consumer", |tx| {
             ops::read::wake_log(&tx, session_id, consumer, log).await?
         })
     }
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
-        validate_session_id(session_id)?;
+        validate::cursors(session_id)?;
         transact!(self.inner, "listing cursors", |tx| {
             ops::read::cursors(&tx, session_id).await?
         })
     }
 
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream> {
-        validate_session_id(session_id)?;
+        validate::subscribe(session_id)?;
         let inner = &self.inner;
         inner
             .listener
@@ -394,9 +370,7 @@ impl Store for PostgresStore {
         reducer: &str,
         writes: Vec<StateWrite>,
     ) -> Result<()> {
-        validate_session_id(session_id)?;
-        validate_name("reducer name", reducer)?;
-        validate_state_writes(&writes)?;
+        validate::write_state(session_id, reducer, &writes)?;
         transact!(self.inner, "writing reducer state", |tx| {
             ops::state::write_state(&tx, session_id, reducer, &writes).await?
         })
@@ -408,8 +382,7 @@ impl Store for PostgresStore {
         reducer: &str,
         options: ReadStateOptions,
     ) -> Result<StateRead> {
-        validate_session_id(session_id)?;
-        validate_name("reducer name", reducer)?;
+        validate::read_state(session_id, reducer)?;
         transact!(self.inner, "reading reducer state", |tx| {
             ops::state::read_state(&tx, session_id, reducer, options.at).await?
         })
@@ -422,10 +395,7 @@ impl Store for PostgresStore {
         values: BTreeMap<String, Value>,
         meta: PresenceMeta,
     ) -> Result<PresenceResult> {
-        validate_session_id(session_id)?;
-        validate_name("participant", participant)?;
-        validate_presence_ttl(meta.ttl_ms)?;
-        validate_presence_values(&values)?;
+        validate::set_presence(session_id, participant, &values, &meta)?;
         let now = self.inner.clock.now_ms();
         transact!(self.inner, "writing presence", |tx| {
             ops::presence::set_presence(&tx, session_id, participant, &values, &meta, now).await?
@@ -433,7 +403,7 @@ impl Store for PostgresStore {
     }
 
     async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>> {
-        validate_session_id(session_id)?;
+        validate::read_presence(session_id)?;
         let now = self.inner.clock.now_ms();
         transact!(self.inner, "reading presence", |tx| {
             ops::presence::read_presence(&tx, session_id, now).await?

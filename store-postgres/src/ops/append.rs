@@ -1,7 +1,6 @@
 //! `append`: idempotent replay, fencing, lane conflicts, then the insert.
 
-use a2_store_api::codec::idempotent_replay;
-use a2_store_api::{AppendOptions, AppendResult, NewEvent, StoreError};
+use a2_store_api::{replay, AppendOptions, AppendResult, NewEvent, StoreError};
 
 use crate::batch::{insert, lane_cursors, notify, stored_ids, InsertContext};
 use crate::cursors::{fence, has_pending, refresh_log_types};
@@ -21,29 +20,28 @@ pub(crate) async fn append(
     let consumers = options.consumers.as_deref();
     let mut state = lock_exclusive(tx, session_id).await?;
     let supplied: Vec<&str> = events.iter().filter_map(|e| e.id.as_deref()).collect();
-    let owners = stored_ids(tx, session_id, state.clear, &supplied).await?;
+    let mut owners = stored_ids(tx, session_id, state.clear, &supplied).await?;
     if !owners.is_empty() {
-        if owners.len() == events.len() {
-            let mut rows = Vec::with_capacity(events.len());
-            for event in events {
-                let row = event.id.as_ref().and_then(|id| owners.get(id)).cloned();
-                match row {
-                    Some(row) => rows.push(row),
-                    None => return Err(mixed(owners.len(), events.len()).into()),
-                }
-            }
-            let events = idempotent_replay(events, rows)?;
-            refresh_log_types(tx, session_id, consumers).await?;
-            let has_pending = has_pending(tx, session_id, consumers).await?;
-            return Ok((
-                AppendResult {
-                    events,
-                    has_pending,
-                },
-                false,
-            ));
+        // Batch ids are distinct, so as many owners as events means every
+        // event has a stored id: a replay.
+        let fresh = events.len() - owners.len();
+        if fresh > 0 {
+            return Err(StoreError::mixed_batch(owners.len(), fresh).into());
         }
-        return Err(mixed(owners.len(), events.len()).into());
+        let rows = events
+            .iter()
+            .filter_map(|event| owners.remove(event.id.as_deref()?))
+            .collect();
+        let events = replay::append(events, rows)?;
+        refresh_log_types(tx, session_id, consumers).await?;
+        let has_pending = has_pending(tx, session_id, consumers).await?;
+        return Ok((
+            AppendResult {
+                events,
+                has_pending,
+            },
+            false,
+        ));
     }
     if let Some(origin) = options.origin_index {
         if i64::try_from(origin).is_ok_and(|origin| origin <= state.clear) {
@@ -70,13 +68,6 @@ pub(crate) async fn append(
             has_pending,
         },
         true,
-    ))
-}
-
-fn mixed(stored: usize, total: usize) -> StoreError {
-    StoreError::partial_duplicate(format!(
-        "batch mixes {stored} already-appended and {} fresh events",
-        total - stored
     ))
 }
 

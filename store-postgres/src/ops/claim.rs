@@ -6,8 +6,8 @@
 //! ready ones (see [`claim_sql`] for the statements and indexes), so the
 //! heads other holders have in flight cost it nothing.
 
-use a2_store_api::codec::{compare_heads, compare_refs};
-use a2_store_api::{ClaimRequest, ClaimResult, CursorRef, HeldClaim, RenewResult};
+use a2_store_api::order::{compare_heads, compare_refs};
+use a2_store_api::{ClaimRequest, ClaimResult, ClaimStep, HeldClaim, RenewResult, RenewVerdict};
 
 use crate::cursors::{
     load_many, put_all, refresh_log_types, release_pins, served_names, CursorKey,
@@ -91,30 +91,21 @@ pub(crate) async fn claim(
             ex_consumers.push(cursor.consumer.clone());
             ex_lanes.push(cursor.lane.clone());
             ex_slots.push(cursor.slot);
-            let d = &mut cursor.dispatch;
-            if d.claim_holder.is_some() {
-                d.failure_count += 1;
-                if request
-                    .max_failures
-                    .is_some_and(|max| d.failure_count >= i64::from(max))
-                {
-                    d.attempt_count += 1;
-                    d.claim_holder = None;
-                    d.claim_expires_at = None;
-                    d.failed_at = Some(now);
+            // The walk's `FREE` is this rule: only heads free at `now` come back.
+            debug_assert_eq!(cursor.dispatch.busy_until(now), None);
+            let holder = request.holder.clone();
+            let step = cursor
+                .dispatch
+                .take(holder, now, expires_at, request.max_failures);
+            let head = cursor.to_head(event, 0)?;
+            match step {
+                ClaimStep::Claim => heads.push(head),
+                ClaimStep::DeadLetter => {
                     release_pins(tx, session_id, &cursor).await?;
-                    dead_lettered.push(cursor.to_head(event, 0)?);
-                    changed.push(cursor);
+                    dead_lettered.push(head);
                     dead_now += 1;
-                    continue;
                 }
             }
-            d.attempt_count += 1;
-            d.first_claimed_at.get_or_insert(now);
-            d.last_claimed_at = Some(now);
-            d.claim_holder = Some(request.holder.clone());
-            d.claim_expires_at = Some(expires_at);
-            heads.push(cursor.to_head(event, 0)?);
             changed.push(cursor);
         }
         put_all(tx, session_id, &changed).await?;
@@ -230,7 +221,7 @@ pub(crate) async fn renew(
     let mut result = RenewResult::default();
     let mut renewed_keys = std::collections::BTreeSet::new();
     for claim in ordered {
-        let r: &CursorRef = &claim.cursor;
+        let r = &claim.cursor;
         let Ok(index) = sql_index("index", r.index) else {
             continue;
         };
@@ -249,21 +240,19 @@ pub(crate) async fn renew(
         let Some(cursor) = cursors.get_mut(&key) else {
             continue;
         };
-        if cursor.head != Some(index) && cursor.position < index {
-            continue;
-        }
-        if cursor.head != Some(index) || cursor.dispatch.attempt_count > i64::from(claim.attempt) {
-            result.superseded.push(r.clone());
-            continue;
-        }
-        let d = &mut cursor.dispatch;
-        if d.failed_at.is_none()
-            && d.claim_holder.as_deref() == Some(holder)
-            && d.claim_expires_at.is_some_and(|expiry| expiry > now)
+        let head = cursor.head_index()?;
+        let position = crate::rows::index_of(cursor.position)?;
+        match cursor
+            .dispatch
+            .renew_verdict(head, position, claim, holder, now)
         {
-            d.claim_expires_at = Some(expires_at);
-            renewed_keys.insert(key);
-            result.renewed.push(r.clone());
+            RenewVerdict::Renew => {
+                cursor.dispatch.claim_expires_at = Some(expires_at);
+                renewed_keys.insert(key);
+                result.renewed.push(r.clone());
+            }
+            RenewVerdict::Superseded => result.superseded.push(r.clone()),
+            RenewVerdict::Skip => {}
         }
     }
     let changed = renewed_keys.iter().filter_map(|key| cursors.get(key));

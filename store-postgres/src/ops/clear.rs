@@ -1,10 +1,7 @@
 //! `clear` (the marker, dropping targeted cursors and every pin) and
 //! `reclaim` (deleting rows below the marker in bounded batches).
 
-use a2_store_api::{
-    ClearRequest, ClearResult, NewEvent, Payload, ReclaimResult, StoreError, CLEAR_EVENT_TYPE,
-    RECLAIM_BATCH,
-};
+use a2_store_api::{ClearRequest, ClearResult, NewEvent, ReclaimResult, StoreError, RECLAIM_BATCH};
 
 use crate::batch::{insert, notify, InsertContext};
 use crate::cursors::fence;
@@ -25,20 +22,9 @@ pub(crate) async fn clear(
     if let Some(cause) = &request.cause {
         fence(tx, session_id, state.clear, cause).await?;
     }
-    let head = index_of(state.head)?;
-    if request
-        .if_last_index
-        .is_some_and(|expected| expected != head)
-    {
-        return Ok((ClearResult::NotCleared { head }, false));
+    if let Some(unmet) = request.unmet_condition(index_of(state.head)?) {
+        return Ok((unmet, false));
     }
-    let marker = NewEvent {
-        id: None,
-        event_type: CLEAR_EVENT_TYPE.to_owned(),
-        payload: Payload::default(),
-        cause: None,
-        targets: Vec::new(),
-    };
     let cx = InsertContext {
         session_id,
         now: inner.clock.now_ms(),
@@ -46,7 +32,14 @@ pub(crate) async fn clear(
         cause: None,
         consumers: None,
     };
-    let mut rows = insert(tx, &cx, &mut state, &[marker], Default::default()).await?;
+    let mut rows = insert(
+        tx,
+        &cx,
+        &mut state,
+        &[NewEvent::clear_marker()],
+        Default::default(),
+    )
+    .await?;
     let Some(marker) = rows.pop() else {
         return Err(StoreError::Backend {
             message: "clearing: the marker row was not written".to_owned(),

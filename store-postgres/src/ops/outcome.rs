@@ -1,10 +1,12 @@
 //! The outcomes of a claimed head: `complete_attempt`, `fail_attempt`, and
 //! the dead-letter queue (`dead_letters`, `redrive`).
 
-use a2_store_api::codec::idempotent_replay;
+use a2_store_api::order::compare_heads;
+use a2_store_api::sql::{count_to_sql, from_sql_count};
 use a2_store_api::{
-    CompleteRequest, CompleteResult, ConsumerDeclaration, CursorKind, FailOutcome, FailRequest,
-    FailResult, Head, RedriveAction, RedriveRequest, RedriveResult, StoreError,
+    replay, CompleteRequest, CompleteResult, CompleteVerdict, ConsumerDeclaration, CursorKind,
+    FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest, RedriveResult,
+    StoreError,
 };
 use tokio_postgres::types::Json;
 
@@ -24,10 +26,6 @@ async fn row_exists(tx: &Tx<'_>, session_id: &str, index: i64) -> TxResult<bool>
     )
     .await?;
     Ok(row.is_some())
-}
-
-fn mismatch() -> StoreError {
-    StoreError::partial_duplicate("completed attempt does not match the returned event batch")
 }
 
 /// The body of [`Store::complete_attempt`](a2_store_api::Store::complete_attempt)
@@ -82,13 +80,13 @@ pub(crate) async fn complete(
     {
         cursor.types = log.types.clone();
     }
-    let attempt = i64::from(request.attempt);
-    if cursor.head != Some(index) {
-        return replay(tx, session_id, &state, request, index).await;
-    }
-    let d = &cursor.dispatch;
-    if d.attempt_count != attempt || d.failed_at.is_some() || d.claim_holder.is_none() {
-        return Ok((CompleteResult::Superseded, false));
+    match cursor
+        .dispatch
+        .complete_verdict(cursor.head == Some(index), request.attempt)
+    {
+        CompleteVerdict::Apply => {}
+        CompleteVerdict::Replay => return replay(tx, session_id, &state, request, index).await,
+        CompleteVerdict::Superseded => return Ok((CompleteResult::Superseded, false)),
     }
     let supplied: Vec<&str> = request
         .events
@@ -99,10 +97,7 @@ pub(crate) async fn complete(
         .await?
         .is_empty()
     {
-        return Err(StoreError::partial_duplicate(
-            "returned event batch contains already-appended ids",
-        )
-        .into());
+        return Err(StoreError::returned_ids_stored().into());
     }
     let lanes = lane_cursors(tx, session_id, &request.events, consumers).await?;
     let cause = a2_store_api::Cause {
@@ -149,7 +144,7 @@ pub(crate) async fn complete(
                 &request.consumer,
                 &lane_stored,
                 &index,
-                &attempt,
+                &count_to_sql(request.attempt),
                 &returned,
             ],
         )
@@ -188,42 +183,23 @@ async fn replay(
     let Some(row) = row else {
         return Ok((CompleteResult::Superseded, false));
     };
-    let recorded_attempt: i64 = row.try_get(0)?;
-    if recorded_attempt != i64::from(request.attempt) {
-        return Ok((CompleteResult::Superseded, false));
-    }
+    let attempt = from_sql_count("completion attempt", row.try_get(0)?)?;
     let Json(recorded): Json<Vec<Option<String>>> = row.try_get(1)?;
-    let requested: Vec<Option<String>> = request.events.iter().map(|e| e.id.clone()).collect();
-    if recorded != requested {
-        return Err(mismatch().into());
-    }
-    if request.events.is_empty() {
-        return Ok((CompleteResult::Completed { events: Vec::new() }, false));
+    if !replay::completion_record(request, Some((attempt, &recorded)))? {
+        return Ok((CompleteResult::Superseded, false));
     }
     let supplied: Vec<&str> = request
         .events
         .iter()
         .filter_map(|e| e.id.as_deref())
         .collect();
-    let owners = stored_ids(tx, session_id, state.clear, &supplied).await?;
-    let mut rows = Vec::with_capacity(request.events.len());
-    for event in &request.events {
-        let row = event.id.as_ref().and_then(|id| owners.get(id));
-        let Some(row) = row else {
-            return Err(mismatch().into());
-        };
-        let caused = row.cause.as_ref().is_some_and(|c| {
-            c.consumer == request.consumer
-                && c.lane == request.lane
-                && c.index == request.index
-                && c.attempt == request.attempt
-        });
-        if !caused {
-            return Err(mismatch().into());
-        }
-        rows.push(row.clone());
-    }
-    let events = idempotent_replay(&request.events, rows)?;
+    let mut owners = stored_ids(tx, session_id, state.clear, &supplied).await?;
+    let rows = request
+        .events
+        .iter()
+        .filter_map(|event| owners.remove(event.id.as_deref()?))
+        .collect();
+    let events = replay::completed_events(request, rows)?;
     Ok((CompleteResult::Completed { events }, false))
 }
 
@@ -253,62 +229,16 @@ pub(crate) async fn fail(tx: &Tx<'_>, request: &FailRequest, now: i64) -> TxResu
         }
         return Err(StoreError::no_such_event(session_id, request.index).into());
     };
-    let attempt = i64::from(request.attempt);
-    let count = |c: &CursorRow| u32::try_from(c.dispatch.failure_count).unwrap_or(u32::MAX);
-    let d = &cursor.dispatch;
-    if cursor.head != Some(index)
-        || d.attempt_count != attempt
-        || (d.claim_holder.is_none() && d.last_failed_attempt != Some(attempt))
-    {
-        let failures = if cursor.head == Some(index) {
-            count(&cursor)
-        } else {
-            0
-        };
-        return Ok(superseded(failures));
+    let on_head = cursor.head == Some(index);
+    if let Some(result) = cursor.dispatch.fail_verdict(on_head, request.attempt) {
+        return Ok(result);
     }
-    if d.last_failed_attempt == Some(attempt) && d.claim_holder.is_none() {
-        let outcome = if d.failed_at.is_some() {
-            FailOutcome::DeadLettered
-        } else {
-            FailOutcome::Failed
-        };
-        return Ok(FailResult {
-            outcome,
-            failure_count: count(&cursor),
-        });
-    }
-    if d.failed_at.is_some() {
-        return Ok(FailResult {
-            outcome: FailOutcome::DeadLettered,
-            failure_count: count(&cursor),
-        });
-    }
-    let d = &mut cursor.dispatch;
-    d.failure_count += 1;
-    d.last_error = Some(request.error.clone());
-    d.last_failed_at = Some(now);
-    d.last_failed_attempt = Some(attempt);
-    d.claim_holder = None;
-    let dead = request
-        .max_failures
-        .is_some_and(|max| d.failure_count >= i64::from(max));
-    d.claim_expires_at = match request.retry_after_ms {
-        Some(delay) if !dead => Some(now.saturating_add(delay)),
-        _ => None,
-    };
-    let outcome = if dead {
-        d.failed_at = Some(now);
+    let result = cursor.dispatch.record_failure(request, now);
+    if result.outcome == FailOutcome::DeadLettered {
         release_pins(tx, session_id, &cursor).await?;
-        FailOutcome::DeadLettered
-    } else {
-        FailOutcome::Failed
-    };
+    }
     put(tx, session_id, &cursor).await?;
-    Ok(FailResult {
-        outcome,
-        failure_count: count(&cursor),
-    })
+    Ok(result)
 }
 
 /// The body of [`Store::dead_letters`](a2_store_api::Store::dead_letters).
@@ -328,7 +258,7 @@ pub(crate) async fn dead_letters(tx: &Tx<'_>, session_id: &str) -> TxResult<Vec<
         let event = decode_event(row, CURSOR_WIDTH, session_id)?;
         heads.push(cursor.to_head(event, state.clear)?);
     }
-    heads.sort_by(a2_store_api::codec::compare_heads);
+    heads.sort_by(compare_heads);
     Ok(heads)
 }
 
@@ -372,8 +302,7 @@ pub(crate) async fn redrive(tx: &Tx<'_>, request: &RedriveRequest) -> TxResult<R
     match request.action {
         RedriveAction::Skip => advance(tx, session_id, &mut cursor).await?,
         RedriveAction::Retry => {
-            cursor.dispatch.failed_at = None;
-            cursor.dispatch.failure_count = 0;
+            cursor.dispatch.retry();
             put(tx, session_id, &cursor).await?;
         }
     }

@@ -1,9 +1,10 @@
 //! Reads of the log and its cursors (`read`, `cursors`, `sessions`) and
 //! `wake_log`, which makes sure a log follower's cursor exists.
 
-use a2_store_api::codec::{compare_cursors, idle_log_cursor, lane_conflict};
+use a2_store_api::log::idle_log_cursor;
+use a2_store_api::order::compare_cursors;
 use a2_store_api::{
-    ConsumerDeclaration, Cursor, CursorKind, ListSessions, LogDeclaration, SessionInfo,
+    ConsumerDeclaration, Cursor, CursorKind, ListSessions, LogDeclaration, SessionInfo, StoreError,
     StoredEvent, WakeLogResult,
 };
 
@@ -64,7 +65,7 @@ pub(crate) async fn wake_log(
     let existing = load(tx, session_id, &consumer.name, &log.lane, 0, true).await?;
     let cursor = match existing {
         Some(cursor) if cursor.kind != CursorKind::Log => {
-            return Err(lane_conflict(&consumer.name, &log.lane).into());
+            return Err(StoreError::lane_conflict(&consumer.name, &log.lane).into());
         }
         Some(mut cursor) => {
             cursor.types = log.types.clone();
