@@ -10,7 +10,7 @@ use a2_store_api::{
 };
 use tokio_postgres::types::Json;
 
-use crate::cursors::{load_many, next_log_head, put_all, CursorKey};
+use crate::cursor_table::{load_many, next_log_head, put_all, CursorKey};
 use crate::db::{execute, query, set_head, SessionState, Tx};
 use crate::error::TxResult;
 use crate::rows::{decode_event, CursorRow, EVENT_COLUMNS};
@@ -332,7 +332,7 @@ pub(crate) async fn notify(tx: &Tx<'_>, channel: &str, session_id: &str) -> TxRe
          WHERE EXISTS (SELECT 1 FROM subscribers WHERE session_id = $3)",
         &[
             &channel,
-            &crate::subscribe::notification_payload(session_id),
+            &crate::ops::subscribe::notification_payload(session_id),
             &session_id,
         ],
     )

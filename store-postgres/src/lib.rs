@@ -33,7 +33,7 @@
 #![warn(missing_docs)]
 
 mod batch;
-mod cursors;
+mod cursor_table;
 mod db;
 mod error;
 mod ops;
@@ -41,7 +41,6 @@ mod options;
 mod rows;
 mod schema;
 mod store;
-mod subscribe;
 
 pub use options::{validate_schema_name, PostgresOptions, MAX_SCHEMA_NAME_LEN};
 pub use schema::SCHEMA_VERSION;

@@ -25,8 +25,8 @@ use tokio_postgres::NoTls;
 
 use crate::error::{db_error, pool_error, TxError};
 use crate::ops;
+use crate::ops::subscribe::{follow, Listener};
 use crate::options::{validate_schema_name, PostgresOptions};
-use crate::subscribe::{follow, Listener};
 
 /// How many times a transaction that hit a serialization failure or a
 /// deadlock is run again before the call fails with `Busy`.
@@ -243,7 +243,7 @@ impl Store for PostgresStore {
         let now = self.inner.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
         transact!(self.inner, "claiming heads", |tx| {
-            ops::claim::claim(&tx, &request, now, expires_at).await?
+            ops::claims::claim(&tx, &request, now, expires_at).await?
         })
     }
 
@@ -252,7 +252,7 @@ impl Store for PostgresStore {
         let now = self.inner.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
         transact!(self.inner, "renewing claims", |tx| {
-            ops::claim::renew(
+            ops::claims::renew(
                 &tx,
                 &request.session_id,
                 &request.holder,
@@ -267,7 +267,7 @@ impl Store for PostgresStore {
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
         validate::complete_attempt(&request)?;
         let (result, wrote) = transact!(self.inner, "completing an attempt", |tx| {
-            ops::outcome::complete(&tx, &self.inner, &request).await?
+            ops::fail::complete(&tx, &self.inner, &request).await?
         })?;
         if wrote {
             self.wake_local(&request.session_id);
@@ -279,21 +279,21 @@ impl Store for PostgresStore {
         validate::fail_attempt(&request)?;
         let now = self.inner.clock.now_ms();
         transact!(self.inner, "failing an attempt", |tx| {
-            ops::outcome::fail(&tx, &request, now).await?
+            ops::fail::fail(&tx, &request, now).await?
         })
     }
 
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>> {
         validate::dead_letters(session_id)?;
         transact!(self.inner, "listing dead letters", |tx| {
-            ops::outcome::dead_letters(&tx, session_id).await?
+            ops::fail::dead_letters(&tx, session_id).await?
         })
     }
 
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
         validate::redrive(&request)?;
         transact!(self.inner, "redriving a dead letter", |tx| {
-            ops::outcome::redrive(&tx, &request).await?
+            ops::fail::redrive(&tx, &request).await?
         })
     }
 
@@ -359,7 +359,7 @@ impl Store for PostgresStore {
         let wakes = inner.wakes.subscribe();
         let token = uuid::Uuid::new_v4().simple().to_string();
         transact!(self.inner, "registering a subscriber", |tx| {
-            crate::subscribe::register(&tx, session_id, &token).await?
+            ops::subscribe::register(&tx, session_id, &token).await?
         })?;
         Ok(follow(inner.pool.clone(), session_id, token, after, wakes))
     }
@@ -372,7 +372,7 @@ impl Store for PostgresStore {
     ) -> Result<()> {
         validate::write_state(session_id, reducer, &writes)?;
         transact!(self.inner, "writing reducer state", |tx| {
-            ops::state::write_state(&tx, session_id, reducer, &writes).await?
+            ops::snapshots::write_state(&tx, session_id, reducer, &writes).await?
         })
     }
 
@@ -384,7 +384,7 @@ impl Store for PostgresStore {
     ) -> Result<StateRead> {
         validate::read_state(session_id, reducer)?;
         transact!(self.inner, "reading reducer state", |tx| {
-            ops::state::read_state(&tx, session_id, reducer, options.at).await?
+            ops::snapshots::read_state(&tx, session_id, reducer, options.at).await?
         })
     }
 

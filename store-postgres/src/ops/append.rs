@@ -3,7 +3,7 @@
 use a2_store_api::{replay, AppendOptions, AppendResult, NewEvent, StoreError};
 
 use crate::batch::{insert, lane_cursors, notify, stored_ids, InsertContext};
-use crate::cursors::{fence, has_pending, refresh_log_types};
+use crate::cursor_table::{fence, has_pending, refresh_log_types};
 use crate::db::{lock_exclusive, Tx};
 use crate::error::TxResult;
 use crate::store::Inner;

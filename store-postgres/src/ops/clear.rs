@@ -4,7 +4,7 @@
 use a2_store_api::{ClearRequest, ClearResult, NewEvent, ReclaimResult, StoreError, RECLAIM_BATCH};
 
 use crate::batch::{insert, notify, InsertContext};
-use crate::cursors::fence;
+use crate::cursor_table::fence;
 use crate::db::{execute, lock_exclusive, Tx};
 use crate::error::TxResult;
 use crate::rows::index_of;

@@ -8,7 +8,7 @@ use a2_store_api::{
     StoredEvent, WakeLogResult,
 };
 
-use crate::cursors::{load, next_log_head, put};
+use crate::cursor_table::{load, next_log_head, put};
 use crate::db::{bound, lock_exclusive, query, Tx};
 use crate::error::TxResult;
 use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, EVENT_COLUMNS};

@@ -11,7 +11,7 @@ use a2_store_api::{
 use tokio_postgres::types::Json;
 
 use crate::batch::{insert, lane_cursors, notify, stored_ids, InsertContext};
-use crate::cursors::{advance, has_pending, load_ref, put, refresh_log_types, release_pins};
+use crate::cursor_table::{advance, has_pending, load_ref, put, refresh_log_types, release_pins};
 use crate::db::{execute, lock_exclusive, query, query_opt, read_state, Tx};
 use crate::error::TxResult;
 use crate::rows::{decode_event, lane_key, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS};

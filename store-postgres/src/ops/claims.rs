@@ -3,18 +3,18 @@
 //! rows another transaction holds), then reads the clear index.
 //!
 //! A claim promotes the busy heads whose expiry passed, then walks only the
-//! ready ones (see [`claim_sql`] for the statements and indexes), so the
+//! ready ones (see [`sql`] for the statements and indexes), so the
 //! heads other holders have in flight cost it nothing.
 
 use a2_store_api::order::{compare_heads, compare_refs};
 use a2_store_api::{ClaimRequest, ClaimResult, ClaimStep, HeldClaim, RenewResult, RenewVerdict};
 
-use crate::cursors::{
+use crate::cursor_table::{
     load_many, put_all, refresh_log_types, release_pins, served_names, CursorKey,
 };
 use crate::db::{execute, query, query_opt, read_state, sql_index, Tx};
 use crate::error::TxResult;
-use crate::ops::claim_sql;
+mod sql;
 use crate::rows::{
     decode_event, lane_key, slot_key, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS,
 };
@@ -49,7 +49,7 @@ pub(crate) async fn claim(
         refresh_log_types(tx, session_id, consumers),
         promote(tx, session_id, now),
     )?;
-    let sql = claim_sql::walk(&format!("{CURSOR_COLUMNS}, {EVENT_COLUMNS}"));
+    let sql = sql::walk(&format!("{CURSOR_COLUMNS}, {EVENT_COLUMNS}"));
     let mut heads = Vec::new();
     let mut dead_lettered = Vec::new();
     // Lock only as many heads as the limit still needs (dead letters do not
@@ -138,7 +138,7 @@ pub(crate) async fn claim(
     // transaction holds locked right now may free now.
     let busy = query_opt(
         tx,
-        &claim_sql::retry_at(),
+        &sql::retry_at(),
         &[
             &session_id,
             &through,
@@ -161,10 +161,10 @@ pub(crate) async fn claim(
 }
 
 /// Moves the session's busy heads whose expiry passed by `now` to the ready
-/// heads (see [`claim_sql::DUE`]). Nothing is written when none is due,
+/// heads (see [`sql::DUE`]). Nothing is written when none is due,
 /// the usual case.
 async fn promote(tx: &Tx<'_>, session_id: &str, now: i64) -> TxResult<()> {
-    let due = query(tx, claim_sql::DUE, &[&session_id, &now]).await?;
+    let due = query(tx, sql::DUE, &[&session_id, &now]).await?;
     if due.is_empty() {
         return Ok(());
     }
@@ -176,12 +176,7 @@ async fn promote(tx: &Tx<'_>, session_id: &str, now: i64) -> TxResult<()> {
         lanes.push(row.try_get::<_, String>(1)?);
         slots.push(row.try_get::<_, i64>(2)?);
     }
-    execute(
-        tx,
-        claim_sql::PROMOTE,
-        &[&session_id, &consumers, &lanes, &slots],
-    )
-    .await?;
+    execute(tx, sql::PROMOTE, &[&session_id, &consumers, &lanes, &slots]).await?;
     Ok(())
 }
 

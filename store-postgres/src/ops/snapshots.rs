@@ -4,7 +4,7 @@
 use a2_store_api::{Snapshot, StateRead, StateWrite};
 use tokio_postgres::types::Json;
 
-use crate::cursors::load_ref;
+use crate::cursor_table::load_ref;
 use crate::db::{bound, execute, query_opt, read_state as session_state, Tx};
 use crate::error::TxResult;
 use crate::rows::index_of;
