@@ -1,19 +1,20 @@
-//! Cursor queries shared by the operations: load, store, advance, fence,
-//! pending checks and the log follower's next head.
+//! The cursor table's queries shared by several operations: load and store
+//! cursor rows, find the head an attempt names, advance a cursor (and a log
+//! follower's next head), the fence of causes, pending checks and declared
+//! log types.
 
 use std::collections::BTreeMap;
 
 use a2_store_api::log::takes;
 use a2_store_api::sql::count_to_sql;
-use a2_store_api::{dispatch, Cause, ConsumerDeclaration, CursorKind, CLEAR_EVENT_TYPE};
+use a2_store_api::{
+    dispatch, Cause, ConsumerDeclaration, CursorKind, StoreError, CLEAR_EVENT_TYPE,
+};
 use tokio_postgres::types::Json;
 
-use crate::db::{execute, query, query_opt, Tx};
+use crate::db::{execute, lock_session, query, query_opt, read_session, SessionState, Tx};
 use crate::error::TxResult;
-use crate::rows::{index_of, kind_code, lane_key, slot_key, CursorRow, CURSOR_COLUMNS};
-
-/// The stored key of a cursor: `(consumer, lane or '', slot)`.
-pub(crate) type CursorKey = (String, String, i64);
+use crate::rows::{index_of, kind_code, lane_key, slot_key, CursorKey, CursorRow, CURSOR_COLUMNS};
 
 /// Loads one cursor by key; `lock` takes its row lock (`FOR UPDATE`).
 pub(crate) async fn load(
@@ -50,6 +51,67 @@ pub(crate) async fn load_ref(
 ) -> TxResult<Option<CursorRow>> {
     let slot = slot_key(lane, index)?;
     load(tx, session_id, consumer, lane_key(lane), slot, lock).await
+}
+
+/// The head a completion or failure of `(consumer, lane, index)` names.
+pub(crate) struct Attempted {
+    /// The session's row, read after the cursor row was locked.
+    pub state: SessionState,
+    /// `index` as stored.
+    pub index: i64,
+    /// The cursor, locked; `None` when the head is superseded (at or below
+    /// the clear, or an event whose cursor is gone).
+    pub cursor: Option<CursorRow>,
+}
+
+/// Finds and locks the cursor a completion or failure names, the session
+/// row first when `lock` (a writer). Without the session lock the
+/// clear is read after the cursor row is locked: a clear that touched the
+/// row has committed, none can start. `NoSuchEvent` when no event is at
+/// `index`.
+pub(crate) async fn attempted(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumer: &str,
+    lane: Option<&str>,
+    index: u64,
+    lock: bool,
+) -> TxResult<Attempted> {
+    let no_such_event = || StoreError::no_such_event(session_id, index).into();
+    let Ok(stored) = i64::try_from(index) else {
+        return Err(no_such_event());
+    };
+    let locked = if lock {
+        Some(lock_session(tx, session_id).await?)
+    } else {
+        None
+    };
+    let cursor = load_ref(tx, session_id, consumer, lane, index, true).await?;
+    let state = match locked {
+        Some(state) => state,
+        None => read_session(tx, session_id).await?,
+    };
+    let cursor = match cursor {
+        _ if stored <= state.clear => None,
+        Some(cursor) => Some(cursor),
+        None => {
+            let exists = query_opt(
+                tx,
+                "SELECT 1 FROM events WHERE session_id = $1 AND idx = $2",
+                &[&session_id, &stored],
+            )
+            .await?;
+            if exists.is_none() {
+                return Err(no_such_event());
+            }
+            None
+        }
+    };
+    Ok(Attempted {
+        state,
+        index: stored,
+        cursor,
+    })
 }
 
 /// Loads the cursors with the given keys (missing ones are left out).
@@ -372,6 +434,25 @@ pub(crate) async fn has_pending(
     match row {
         Some(row) => Ok(row.try_get(0)?),
         None => Ok(false),
+    }
+}
+
+/// Gives a loaded log cursor the types its declaration among `consumers`
+/// names, as [`refresh_log_types`] did to its row.
+pub(crate) fn refresh_loaded_types(
+    cursor: &mut CursorRow,
+    consumers: Option<&[ConsumerDeclaration]>,
+) {
+    if cursor.kind != CursorKind::Log {
+        return;
+    }
+    let declared = consumers
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| c.name == cursor.consumer)
+        .find_map(|c| c.log.as_ref().filter(|log| log.lane == cursor.lane));
+    if let Some(log) = declared {
+        cursor.types = log.types.clone();
     }
 }
 

@@ -36,6 +36,8 @@ mod batch;
 mod cursor_table;
 mod db;
 mod error;
+mod inner;
+mod notify;
 mod ops;
 mod options;
 mod rows;

@@ -1,4 +1,6 @@
-//! Rows as read from and written to the tables: stored events and cursors.
+//! Rows as read from and written to the tables: one decode per row type
+//! (stored events, cursors with their [`Dispatch`]) and the stored forms of
+//! a cursor's key.
 
 use a2_store_api::sql::{from_sql_count, from_sql_int, to_sql_int};
 use a2_store_api::{Cause, Cursor, CursorKind, Dispatch, Head, Result, StoreError, StoredEvent};
@@ -53,6 +55,21 @@ pub(crate) fn decode_event(row: &Row, at: usize, session_id: &str) -> TxResult<S
 /// A stored index or count read back as `u64` (negative means a corrupt row).
 pub(crate) fn index_of(value: i64) -> Result<u64> {
     from_sql_int("index", value)
+}
+
+/// The session's clear index as the API reports it: `None` when never cleared.
+pub(crate) fn clear_of(clear: i64) -> Result<Option<u64>> {
+    (clear > 0).then(|| index_of(clear)).transpose()
+}
+
+/// The stored key of a cursor: `(consumer, lane or '', slot)`.
+pub(crate) type CursorKey = (String, String, i64);
+
+/// The stored key of the cursor `(consumer, lane, index)` names; `None` for
+/// an event cursor beyond any storable index (none can exist).
+pub(crate) fn key_of(consumer: &str, lane: Option<&str>, index: u64) -> Option<CursorKey> {
+    let slot = slot_key(lane, index).ok()?;
+    Some((consumer.to_owned(), lane_key(lane).to_owned(), slot))
 }
 
 /// The stored form of a cursor's lane: `''` for an event cursor.
@@ -153,6 +170,11 @@ impl CursorRow {
         })
     }
 
+    /// The stored key of this cursor.
+    pub(crate) fn key(&self) -> CursorKey {
+        (self.consumer.clone(), self.lane.clone(), self.slot)
+    }
+
     /// The lane as the API spells it.
     pub(crate) fn lane(&self) -> Option<String> {
         (!self.lane.is_empty()).then(|| self.lane.clone())
@@ -189,11 +211,7 @@ impl CursorRow {
             consumer: self.consumer.clone(),
             lane: self.lane(),
             dispatch: self.dispatch.clone(),
-            clear_index: if clear_index > 0 {
-                Some(from_sql_int("clear index", clear_index)?)
-            } else {
-                None
-            },
+            clear_index: clear_of(clear_index)?,
         })
     }
 

@@ -10,12 +10,12 @@ use std::time::Duration;
 use a2_store_api::log::read_bounds;
 use a2_store_api::validate;
 use a2_store_api::{
-    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult, Clock,
+    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
     CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
-    FailResult, Head, IdGenerator, ListSessions, NewEvent, PresenceMeta, PresenceResult,
-    PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult,
-    RenewRequest, RenewResult, Result, SessionInfo, StateRead, StateWrite, Store, StoreError,
-    StoredEvent, WakeLogResult,
+    FailResult, Head, ListSessions, NewEvent, PresenceMeta, PresenceResult, PresenceRow,
+    ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
+    RenewResult, Result, SessionInfo, StateRead, StateWrite, Store, StoreError, StoredEvent,
+    WakeLogResult,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -24,26 +24,15 @@ use tokio::sync::{broadcast, OnceCell};
 use tokio_postgres::NoTls;
 
 use crate::error::{db_error, pool_error, TxError};
+use crate::inner::Inner;
+use crate::notify::notify_channel;
 use crate::ops;
-use crate::ops::subscribe::{follow, Listener};
+use crate::ops::subscribe::follow;
 use crate::options::{validate_schema_name, PostgresOptions};
 
 /// How many times a transaction that hit a serialization failure or a
 /// deadlock is run again before the call fails with `Busy`.
 pub const MAX_RETRIES: u32 = 8;
-
-/// State shared by the store's calls.
-pub(crate) struct Inner {
-    pub(crate) pool: Pool,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) ids: Arc<dyn IdGenerator>,
-    /// The `NOTIFY` channel of this schema.
-    pub(crate) channel: String,
-    schema: String,
-    config: tokio_postgres::Config,
-    wakes: broadcast::Sender<Arc<str>>,
-    listener: OnceCell<Listener>,
-}
 
 /// The PostgreSQL backend: a pool of connections to one schema of one
 /// database, shared safely by any number of stores in any number of processes.
@@ -98,15 +87,6 @@ macro_rules! transact {
             }
         }
     }};
-}
-
-/// The `NOTIFY` channel of a schema: `a2_store_<schema>`, cut to the 63
-/// bytes PostgreSQL allows (schema names are ASCII). Two long names sharing
-/// a prefix share a channel, which only wakes streams for a needless re-read.
-pub(crate) fn notify_channel(schema: &str) -> String {
-    let mut channel = format!("a2_store_{schema}");
-    channel.truncate(crate::options::MAX_SCHEMA_NAME_LEN);
-    channel
 }
 
 /// A short randomized pause before retry `tries` (1-based): up to 2^tries ms.
@@ -209,10 +189,6 @@ impl PostgresStore {
             .map_err(|e| pool_error("dropping the schema", e))?;
         crate::schema::drop_schema(&client, &self.inner.schema).await
     }
-
-    fn wake_local(&self, session_id: &str) {
-        let _ = self.inner.wakes.send(Arc::from(session_id));
-    }
 }
 
 #[async_trait]
@@ -233,7 +209,7 @@ impl Store for PostgresStore {
             ops::append::append(&tx, &self.inner, session_id, &events, &options).await?
         })?;
         if wrote {
-            self.wake_local(session_id);
+            self.inner.wake(session_id);
         }
         Ok(result)
     }
@@ -252,7 +228,7 @@ impl Store for PostgresStore {
         let now = self.inner.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
         transact!(self.inner, "renewing claims", |tx| {
-            ops::claims::renew(
+            ops::renew::renew(
                 &tx,
                 &request.session_id,
                 &request.holder,
@@ -267,10 +243,10 @@ impl Store for PostgresStore {
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
         validate::complete_attempt(&request)?;
         let (result, wrote) = transact!(self.inner, "completing an attempt", |tx| {
-            ops::fail::complete(&tx, &self.inner, &request).await?
+            ops::complete::complete(&tx, &self.inner, &request).await?
         })?;
         if wrote {
-            self.wake_local(&request.session_id);
+            self.inner.wake(&request.session_id);
         }
         Ok(result)
     }
@@ -303,7 +279,7 @@ impl Store for PostgresStore {
             ops::clear::clear(&tx, &self.inner, &request).await?
         })?;
         if wrote {
-            self.wake_local(&request.session_id);
+            self.inner.wake(&request.session_id);
         }
         Ok(result)
     }
@@ -330,38 +306,31 @@ impl Store for PostgresStore {
     ) -> Result<WakeLogResult> {
         let log = validate::wake_log(session_id, consumer)?;
         transact!(self.inner, "waking a log consumer", |tx| {
-            ops::read::wake_log(&tx, session_id, consumer, log).await?
+            ops::cursors::wake_log(&tx, session_id, consumer, log).await?
         })
     }
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
         validate::cursors(session_id)?;
         transact!(self.inner, "listing cursors", |tx| {
-            ops::read::cursors(&tx, session_id).await?
+            ops::cursors::cursors(&tx, session_id).await?
         })
     }
 
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream> {
         validate::subscribe(session_id)?;
-        let inner = &self.inner;
-        inner
-            .listener
-            .get_or_init(|| async {
-                Listener::start(
-                    inner.config.clone(),
-                    inner.channel.clone(),
-                    inner.wakes.clone(),
-                )
-            })
-            .await;
-        // Take the receiver and register before the first read: nothing
-        // can slip between.
-        let wakes = inner.wakes.subscribe();
+        let wakes = self.inner.listen().await;
         let token = uuid::Uuid::new_v4().simple().to_string();
         transact!(self.inner, "registering a subscriber", |tx| {
             ops::subscribe::register(&tx, session_id, &token).await?
         })?;
-        Ok(follow(inner.pool.clone(), session_id, token, after, wakes))
+        Ok(follow(
+            self.inner.pool.clone(),
+            session_id,
+            token,
+            after,
+            wakes,
+        ))
     }
 
     async fn write_state(

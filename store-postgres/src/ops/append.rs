@@ -1,12 +1,13 @@
-//! `append`: idempotent replay, fencing, lane conflicts, then the insert.
+//! `append`: idempotent replay of stored ids, the cleared-origin check and
+//! the fence of causes, then the batch is written.
 
 use a2_store_api::{replay, AppendOptions, AppendResult, NewEvent, StoreError};
 
-use crate::batch::{insert, lane_cursors, notify, stored_ids, InsertContext};
+use crate::batch::{stored_ids, write, Batch};
 use crate::cursor_table::{fence, has_pending, refresh_log_types};
-use crate::db::{lock_exclusive, Tx};
+use crate::db::{lock_session, Tx};
 use crate::error::TxResult;
-use crate::store::Inner;
+use crate::inner::Inner;
 
 /// The body of [`Store::append`](a2_store_api::Store::append) for a
 /// validated, non-empty batch. Returns the result and whether rows were written.
@@ -18,7 +19,7 @@ pub(crate) async fn append(
     options: &AppendOptions,
 ) -> TxResult<(AppendResult, bool)> {
     let consumers = options.consumers.as_deref();
-    let mut state = lock_exclusive(tx, session_id).await?;
+    let mut state = lock_session(tx, session_id).await?;
     let supplied: Vec<&str> = events.iter().filter_map(|e| e.id.as_deref()).collect();
     let mut owners = stored_ids(tx, session_id, state.clear, &supplied).await?;
     if !owners.is_empty() {
@@ -51,16 +52,13 @@ pub(crate) async fn append(
     for cause in events.iter().filter_map(|event| event.cause.as_ref()) {
         fence(tx, session_id, state.clear, cause).await?;
     }
-    let lanes = lane_cursors(tx, session_id, events, consumers).await?;
-    let cx = InsertContext {
+    let batch = Batch {
         session_id,
-        now: inner.clock.now_ms(),
-        ids: inner.ids.as_ref(),
+        events,
         cause: None,
         consumers,
     };
-    let stored = insert(tx, &cx, &mut state, events, lanes).await?;
-    notify(tx, &inner.channel, session_id).await?;
+    let stored = write(tx, inner, &mut state, &batch).await?;
     let has_pending = has_pending(tx, session_id, consumers).await?;
     Ok((
         AppendResult {

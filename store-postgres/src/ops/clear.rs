@@ -3,12 +3,12 @@
 
 use a2_store_api::{ClearRequest, ClearResult, NewEvent, ReclaimResult, StoreError, RECLAIM_BATCH};
 
-use crate::batch::{insert, notify, InsertContext};
+use crate::batch::{write, Batch};
 use crate::cursor_table::fence;
-use crate::db::{execute, lock_exclusive, Tx};
+use crate::db::{execute, lock_session, Tx};
 use crate::error::TxResult;
+use crate::inner::Inner;
 use crate::rows::index_of;
-use crate::store::Inner;
 
 /// The body of [`Store::clear`](a2_store_api::Store::clear). Returns the
 /// result and whether the marker was written.
@@ -18,28 +18,20 @@ pub(crate) async fn clear(
     request: &ClearRequest,
 ) -> TxResult<(ClearResult, bool)> {
     let session_id = request.session_id.as_str();
-    let mut state = lock_exclusive(tx, session_id).await?;
+    let mut state = lock_session(tx, session_id).await?;
     if let Some(cause) = &request.cause {
         fence(tx, session_id, state.clear, cause).await?;
     }
     if let Some(unmet) = request.unmet_condition(index_of(state.head)?) {
         return Ok((unmet, false));
     }
-    let cx = InsertContext {
+    let batch = Batch {
         session_id,
-        now: inner.clock.now_ms(),
-        ids: inner.ids.as_ref(),
+        events: &[NewEvent::clear_marker()],
         cause: None,
         consumers: None,
     };
-    let mut rows = insert(
-        tx,
-        &cx,
-        &mut state,
-        &[NewEvent::clear_marker()],
-        Default::default(),
-    )
-    .await?;
+    let mut rows = write(tx, inner, &mut state, &batch).await?;
     let Some(marker) = rows.pop() else {
         return Err(StoreError::Backend {
             message: "clearing: the marker row was not written".to_owned(),
@@ -72,13 +64,12 @@ pub(crate) async fn clear(
         &[&session_id, &marker_index],
     )
     .await?;
-    notify(tx, &inner.channel, session_id).await?;
     Ok((ClearResult::Cleared { marker }, true))
 }
 
 /// The body of [`Store::reclaim`](a2_store_api::Store::reclaim).
 pub(crate) async fn reclaim(tx: &Tx<'_>, session_id: &str) -> TxResult<ReclaimResult> {
-    let state = lock_exclusive(tx, session_id).await?;
+    let state = lock_session(tx, session_id).await?;
     if state.clear == 0 {
         return Ok(ReclaimResult {
             reclaimed: 0,

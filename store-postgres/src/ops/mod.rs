@@ -5,8 +5,11 @@
 pub(crate) mod append;
 pub(crate) mod claims;
 pub(crate) mod clear;
+pub(crate) mod complete;
+pub(crate) mod cursors;
 pub(crate) mod fail;
 pub(crate) mod presence;
 pub(crate) mod read;
+pub(crate) mod renew;
 pub(crate) mod snapshots;
 pub(crate) mod subscribe;

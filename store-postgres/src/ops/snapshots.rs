@@ -5,7 +5,7 @@ use a2_store_api::{Snapshot, StateRead, StateWrite};
 use tokio_postgres::types::Json;
 
 use crate::cursor_table::load_ref;
-use crate::db::{bound, execute, query_opt, read_state as session_state, Tx};
+use crate::db::{bound, execute, query_opt, read_session, Tx};
 use crate::error::TxResult;
 use crate::rows::index_of;
 
@@ -19,7 +19,7 @@ pub(crate) async fn write_state(
     reducer: &str,
     writes: &[StateWrite],
 ) -> TxResult<()> {
-    let clear = session_state(tx, session_id).await?.clear;
+    let clear = read_session(tx, session_id).await?.clear;
     let mut ordered: Vec<&StateWrite> = writes.iter().collect();
     ordered.sort_by_key(|write| write.index);
     let mut head: Option<(i64, &StateWrite)> = None;
@@ -120,7 +120,7 @@ pub(crate) async fn read_state(
     reducer: &str,
     at: Option<u64>,
 ) -> TxResult<StateRead> {
-    let clear = session_state(tx, session_id).await?.clear;
+    let clear = read_session(tx, session_id).await?.clear;
     let at = at.map_or(i64::MAX, bound);
     let head = query_opt(
         tx,
