@@ -25,17 +25,11 @@ pub(crate) async fn load(
     slot: i64,
     lock: bool,
 ) -> TxResult<Option<CursorRow>> {
-    let sql = if lock {
-        format!(
-            "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 \
-             AND c.consumer = $2 AND c.lane = $3 AND c.slot = $4 FOR UPDATE"
-        )
-    } else {
-        format!(
-            "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 \
-             AND c.consumer = $2 AND c.lane = $3 AND c.slot = $4"
-        )
-    };
+    let lock_clause = if lock { " FOR UPDATE" } else { "" };
+    let sql = format!(
+        "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 \
+         AND c.consumer = $2 AND c.lane = $3 AND c.slot = $4{lock_clause}"
+    );
     let row = query_opt(tx, &sql, &[&session_id, &consumer, &lane, &slot]).await?;
     row.map(|row| CursorRow::decode(&row, 0)).transpose()
 }
@@ -55,7 +49,8 @@ pub(crate) async fn load_ref(
 
 /// The head a completion or failure of `(consumer, lane, index)` names.
 pub(crate) struct Attempted {
-    /// The session's row, read after the cursor row was locked.
+    /// The session's row: locked before the cursor row by a writer, else
+    /// read after it.
     pub state: SessionState,
     /// `index` as stored.
     pub index: i64,
@@ -64,8 +59,8 @@ pub(crate) struct Attempted {
     pub cursor: Option<CursorRow>,
 }
 
-/// Finds and locks the cursor a completion or failure names, the session
-/// row first when `lock` (a writer). Without the session lock the
+/// Finds and locks the cursor a completion or failure names, locking the
+/// session row first when `lock` (a writer). Without the session lock the
 /// clear is read after the cursor row is locked: a clear that touched the
 /// row has committed, none can start. `NoSuchEvent` when no event is at
 /// `index`.

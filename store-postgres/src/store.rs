@@ -1,6 +1,7 @@
-//! [`PostgresStore`]: the pool, the retrying transaction wrapper and the
-//! [`Store`] implementation that validates input and runs each operation
-//! as one transaction.
+//! [`PostgresStore`]: connecting, the retrying transaction wrapper, and the
+//! [`Store`] implementation: each method checks its request with the
+//! matching `a2_store_api::validate` function, then runs its operation
+//! (`ops/`, one file per operation) as one transaction.
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
@@ -37,13 +38,15 @@ pub const MAX_RETRIES: u32 = 8;
 /// The PostgreSQL backend: a pool of connections to one schema of one
 /// database, shared safely by any number of stores in any number of processes.
 ///
-/// Every call is one transaction. Writers of a session (append, complete,
-/// clear, reclaim, redrive, wake_log) lock its `sessions` row exclusively, so
-/// they run one at a time and indexes stay contiguous. Claims, renewals,
-/// failures and snapshot writes take no session lock: they lock only the
-/// cursor rows they change (claims `SKIP LOCKED`, so concurrent workers pass
-/// each other), and writers lock every cursor row they read before writing
-/// it. Deadlocks and serialization failures are retried up to
+/// Every call is one transaction. Writers of a session (append, a
+/// completion returning events, clear, reclaim, redrive, wake_log, a
+/// subscriber's registration) lock its `sessions` row exclusively, so they
+/// run one at a time and indexes stay contiguous. Claims, renewals,
+/// failures, completions returning no events and snapshot writes take no
+/// session lock: they lock only the cursor rows they change (claims `SKIP
+/// LOCKED`, so concurrent workers pass each other; a completion without
+/// events only its own cursor), and writers lock every cursor row they read
+/// before writing it. Deadlocks and serialization failures are retried up to
 /// [`MAX_RETRIES`] times, then surface as `StoreError::Busy`.
 #[derive(Clone)]
 pub struct PostgresStore {

@@ -24,21 +24,13 @@ pub(crate) async fn complete(
 ) -> TxResult<(CompleteResult, bool)> {
     let session_id = request.session_id.as_str();
     let consumers = request.consumers.as_deref();
-    let lane = request.lane.as_deref();
+    let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
     // Returned events are an append: they need the session's writer lock
     // (taken first, like every writer). A completion without events changes
     // only its own cursor, so it locks just that row and completions of one
     // session commit side by side.
-    let appends = !request.events.is_empty();
-    let named = attempted(
-        tx,
-        session_id,
-        &request.consumer,
-        lane,
-        request.index,
-        appends,
-    )
-    .await?;
+    let lock = !request.events.is_empty();
+    let named = attempted(tx, session_id, consumer, lane, request.index, lock).await?;
     let (mut state, index) = (named.state, named.index);
     refresh_log_types(tx, session_id, consumers).await?;
     let Some(mut cursor) = named.cursor else {

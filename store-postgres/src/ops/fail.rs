@@ -18,16 +18,8 @@ use crate::rows::{decode_event, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_C
 /// then reads the clear.
 pub(crate) async fn fail(tx: &Tx<'_>, request: &FailRequest, now: i64) -> TxResult<FailResult> {
     let session_id = request.session_id.as_str();
-    let lane = request.lane.as_deref();
-    let named = attempted(
-        tx,
-        session_id,
-        &request.consumer,
-        lane,
-        request.index,
-        false,
-    )
-    .await?;
+    let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
+    let named = attempted(tx, session_id, consumer, lane, request.index, false).await?;
     let Some(mut cursor) = named.cursor else {
         return Ok(FailResult {
             outcome: FailOutcome::Superseded,
