@@ -2,13 +2,14 @@
 //! [`create`](StoreFactory::create) connects to a fresh schema of the server
 //! named by `A2_POSTGRES_URL`, and every schema it made is dropped again —
 //! as soon as no store on it is left (checked at each `create`) or, at the
-//! latest, when the factory is dropped.
+//! latest, when the factory is dropped (by
+//! [`ScratchSchemas`], which reports on stderr any schema it could not drop).
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use a2_conformance::{Capabilities, StoreFactory};
-use a2_store_api::{Clock, IdGenerator, RandomIds, Result, Store, SystemClock};
-use a2_store_postgres::{PostgresOptions, PostgresStore};
+use a2_store_api::{Clock, IdGenerator, Result, Store};
+use a2_store_postgres::{PostgresOptions, PostgresStore, ScratchSchemas};
 use async_trait::async_trait;
 
 /// The variable naming the PostgreSQL server the `postgres` groups run
@@ -43,26 +44,39 @@ impl Created {
 /// `create_pair` opens two stores (two pools) on one schema; a schema is
 /// dropped once every store on it is dropped (at the next `create`) or when
 /// the factory is dropped, whichever comes first. Dropping the factory while
-/// stores from it are still in use makes those stores fail.
+/// stores from it are still in use makes those stores fail. Naming and
+/// dropping the schemas is [`ScratchSchemas`]'s work.
 pub struct PostgresFactory {
-    url: String,
+    scratch: ScratchSchemas,
     created: Mutex<Vec<Created>>,
 }
 
 impl std::fmt::Debug for PostgresFactory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresFactory")
-            .field("url", &self.url)
+            .field("url", &self.scratch.url())
             .finish_non_exhaustive()
     }
 }
 
 impl PostgresFactory {
-    /// A factory on the server at `url`; connects to nothing until the first
+    /// A factory on the server at `url` whose stores hold up to
+    /// [`POOL_SIZE`] connections; connects to nothing until the first
     /// `create`.
     pub fn new(url: impl Into<String>) -> Self {
+        Self::with_pool_size(url, POOL_SIZE)
+    }
+
+    /// A factory on the server at `url` whose stores hold up to `pool_size`
+    /// connections (for bodies running more tasks at once than
+    /// [`POOL_SIZE`]).
+    pub fn with_pool_size(url: impl Into<String>, pool_size: usize) -> Self {
+        let options = PostgresOptions {
+            pool_size,
+            ..PostgresOptions::default()
+        };
         Self {
-            url: url.into(),
+            scratch: ScratchSchemas::new(url, SCHEMA_PREFIX).with_options(options),
             created: Mutex::new(Vec::new()),
         }
     }
@@ -71,44 +85,32 @@ impl PostgresFactory {
     /// on stderr saying that `target`'s PostgreSQL groups are skipped and how
     /// to run them.
     pub fn from_env(target: &str) -> Option<Self> {
-        match std::env::var(URL_VAR) {
-            Ok(url) if !url.trim().is_empty() => Some(Self::new(url.trim())),
-            _ => {
-                eprintln!(
-                    "{target}: PostgreSQL groups skipped: {URL_VAR} is not set (e.g. \
-                     {URL_VAR}=postgres://postgres@127.0.0.1:5432/test cargo bench -p a2-benches)"
-                );
-                None
-            }
-        }
+        url_from_env(target).map(Self::new)
     }
 
     /// The server URL.
     pub fn url(&self) -> &str {
-        &self.url
+        self.scratch.url()
     }
 
     /// The schemas this factory created and has not dropped yet, oldest first.
     pub fn schemas(&self) -> Vec<String> {
-        self.created()
-            .iter()
-            .map(|created| created.schema.clone())
-            .collect()
+        self.scratch.schemas()
     }
 
     fn created(&self) -> std::sync::MutexGuard<'_, Vec<Created>> {
         self.created.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Remembers a new schema before anything is created on it, so it is
-    /// dropped even when connecting fails half-way.
-    fn new_schema(&self) -> String {
-        let schema = format!("{SCHEMA_PREFIX}{}", uuid::Uuid::new_v4().simple());
+    /// Names a new schema (remembered for dropping before anything is
+    /// created on it, so it is dropped even when connecting fails half-way).
+    fn new_schema(&self) -> Result<String> {
+        let schema = self.scratch.fresh_schema()?;
         self.created().push(Created {
             schema: schema.clone(),
             stores: Vec::new(),
         });
-        schema
+        Ok(schema)
     }
 
     /// Opens a store on `schema` and records it as a user of the schema.
@@ -118,14 +120,7 @@ impl PostgresFactory {
         clock: Arc<dyn Clock>,
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Arc<PostgresStore>> {
-        let options = PostgresOptions {
-            clock,
-            ids,
-            pool_size: POOL_SIZE,
-            schema: schema.to_owned(),
-            ..PostgresOptions::default()
-        };
-        let store = Arc::new(PostgresStore::connect(&self.url, options).await?);
+        let store = Arc::new(self.scratch.open(schema, clock, ids).await?);
         if let Some(created) = self.created().iter_mut().find(|c| c.schema == schema) {
             created.stores.push(Arc::downgrade(&store));
         }
@@ -146,27 +141,26 @@ impl PostgresFactory {
             unused
         };
         for created in unused {
-            if drop_schema(&self.url, &created.schema).await.is_err() {
+            if self.scratch.drop_schema(&created.schema).await.is_err() {
                 self.created().push(created);
             }
         }
     }
 }
 
-/// Drops `schema` (with its tables) on the server at `url`, through a store
-/// of its own so no SQL is written here.
-async fn drop_schema(url: &str, schema: &str) -> Result<()> {
-    let options = PostgresOptions {
-        clock: Arc::new(SystemClock),
-        ids: Arc::new(RandomIds),
-        pool_size: 1,
-        schema: schema.to_owned(),
-        ..PostgresOptions::default()
-    };
-    PostgresStore::connect(url, options)
-        .await?
-        .drop_schema()
-        .await
+/// The server named by [`URL_VAR`], or `None` after one line on stderr
+/// saying that `target`'s PostgreSQL groups are skipped and how to run them.
+pub fn url_from_env(target: &str) -> Option<String> {
+    match std::env::var(URL_VAR) {
+        Ok(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
+        _ => {
+            eprintln!(
+                "{target}: PostgreSQL groups skipped: {URL_VAR} is not set (e.g. \
+                 {URL_VAR}=postgres://postgres@127.0.0.1:5432/test cargo bench -p a2-benches)"
+            );
+            None
+        }
+    }
 }
 
 #[async_trait]
@@ -185,7 +179,7 @@ impl StoreFactory for PostgresFactory {
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Arc<dyn Store>> {
         self.sweep().await;
-        let schema = self.new_schema();
+        let schema = self.new_schema()?;
         let store: Arc<dyn Store> = self.open(&schema, clock, ids).await?;
         Ok(store)
     }
@@ -196,50 +190,9 @@ impl StoreFactory for PostgresFactory {
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Option<[Arc<dyn Store>; 2]>> {
         self.sweep().await;
-        let schema = self.new_schema();
+        let schema = self.new_schema()?;
         let first = self.open(&schema, clock.clone(), ids.clone()).await?;
         let second = self.open(&schema, clock, ids).await?;
         Ok(Some([first, second]))
     }
-}
-
-impl Drop for PostgresFactory {
-    /// Drops every schema still listed, from a thread with a runtime of its
-    /// own (so it works inside or outside a tokio runtime); a schema that
-    /// cannot be dropped is named on stderr.
-    fn drop(&mut self) {
-        let schemas = std::mem::take(&mut *self.created())
-            .into_iter()
-            .map(|created| created.schema)
-            .collect::<Vec<_>>();
-        if schemas.is_empty() {
-            return;
-        }
-        let url = self.url.clone();
-        let worker = std::thread::spawn(move || {
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
-                Err(error) => return schemas_left(&schemas, &error.to_string()),
-            };
-            for schema in &schemas {
-                if let Err(error) = runtime.block_on(drop_schema(&url, schema)) {
-                    schemas_left(std::slice::from_ref(schema), &error.to_string());
-                }
-            }
-        });
-        if worker.join().is_err() {
-            eprintln!("postgres: the thread dropping the bench schemas panicked");
-        }
-    }
-}
-
-/// Says on stderr which bench schemas were left on the server, and why.
-fn schemas_left(schemas: &[String], why: &str) {
-    eprintln!(
-        "postgres: could not drop bench schema(s) {}: {why}",
-        schemas.join(", ")
-    );
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use a2_benches::postgres::{PostgresFactory, SCHEMA_PREFIX, URL_VAR};
 use a2_conformance::StoreFactory;
 use a2_store_api::{AppendOptions, ManualClock, NewEvent, RandomIds, ReadOptions, Store};
+use a2_store_postgres::scratch::schema_exists;
 use serde_json::json;
 
 fn url_or_skip() -> Option<String> {
@@ -28,20 +29,7 @@ fn url_or_skip() -> Option<String> {
 
 /// Whether `schema` exists on the server.
 async fn exists(url: &str, schema: &str) -> bool {
-    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    let driver = tokio::spawn(connection);
-    let row = client
-        .query_one(
-            "SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1",
-            &[&schema],
-        )
-        .await
-        .unwrap();
-    drop(client);
-    let _ = driver.await;
-    row.get::<_, i64>(0) == 1
+    schema_exists(url, schema).await.unwrap()
 }
 
 async fn create(factory: &PostgresFactory) -> Arc<dyn Store> {

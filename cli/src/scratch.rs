@@ -1,22 +1,21 @@
 //! Scratch stores for `check`: fresh databases of the URL's backend, never its data.
 //!
 //! The factory keeps no handle on the stores it hands out (some cases check
-//! what happens when the last handle drops); it remembers PostgreSQL schema
-//! names and drops them in [`ScratchFactory::finish`].
+//! what happens when the last handle drops); PostgreSQL scratch schemas are
+//! named and dropped by the backend's [`ScratchSchemas`], in
+//! [`ScratchFactory::finish`].
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use a2_conformance::{Capabilities, StoreFactory};
+use a2_store::postgres::{self, ScratchSchemas};
 use a2_store::{
-    Clock, IdGenerator, OpenOptions, PostgresUrlOptions, RandomIds, SqliteLocation,
-    SqliteUrlOptions, Store, StoreError, StoreUrl,
+    Clock, IdGenerator, OpenOptions, SqliteLocation, SqliteUrlOptions, Store, StoreError, StoreUrl,
 };
-use a2_store_postgres::{PostgresOptions, PostgresStore};
 use async_trait::async_trait;
 use tempfile::TempDir;
-use tokio::sync::Mutex;
 
 use crate::failure::{chain, Failure};
 
@@ -39,15 +38,15 @@ enum Scratch {
         options: SqliteUrlOptions,
         next: AtomicU64,
     },
-    Postgres {
-        connection: String,
-        options: PostgresUrlOptions,
-        /// Every scratch schema created and not dropped yet.
-        schemas: Mutex<Vec<String>>,
-        next: AtomicU64,
-        run_id: String,
-    },
+    /// Schemas `a2_check_<uuid>`, every one dropped by `finish`.
+    Postgres(ScratchSchemas),
 }
+
+/// The prefix of every PostgreSQL scratch schema `check` creates.
+pub const SCHEMA_PREFIX: &str = "a2_check_";
+
+/// Connections per scratch store when the URL sets no `pool_size`.
+const POOL_SIZE: usize = 4;
 
 impl ScratchFactory {
     /// A factory for the backend `parsed` names; creates nothing yet except
@@ -85,13 +84,17 @@ impl ScratchFactory {
             StoreUrl::Postgres {
                 url: connection,
                 options,
-            } => Scratch::Postgres {
-                connection: connection.clone(),
-                options: options.clone(),
-                schemas: Mutex::new(Vec::new()),
-                next: AtomicU64::new(0),
-                run_id: RandomIds.next_id().replace('-', ""),
-            },
+            } => {
+                // The URL's options, but a smaller pool unless it says; the
+                // schema is the scratch one of each case.
+                let mut pg = postgres::options(options, OpenOptions::default());
+                if options.pool_size.is_none() {
+                    pg.pool_size = POOL_SIZE;
+                }
+                Scratch::Postgres(
+                    ScratchSchemas::new(connection.clone(), SCHEMA_PREFIX).with_options(pg),
+                )
+            }
             other => {
                 return Err(Failure::new(format!(
                     "check cannot make a scratch database for {url} (backend {}): use memory:, a sqlite: or a postgres:// URL",
@@ -106,36 +109,26 @@ impl ScratchFactory {
     }
 
     /// Removes what the factory still holds on a server (PostgreSQL scratch
-    /// schemas); temporary files go when the factory drops. Returns the
-    /// schemas it could not drop, with the reason.
+    /// schemas); temporary files go when the factory drops. Returns one
+    /// line per schema it could not drop, with the reason.
     pub async fn finish(&self) -> Vec<String> {
-        let mut problems = Vec::new();
-        if let Scratch::Postgres {
-            connection,
-            schemas,
-            ..
-        } = &self.scratch
-        {
-            let names = std::mem::take(&mut *schemas.lock().await);
-            for schema in names {
-                let options = PostgresOptions {
-                    pool_size: 1,
-                    schema: schema.clone(),
-                    ..PostgresOptions::default()
-                };
-                let dropped = match PostgresStore::connect(connection, options).await {
-                    Ok(store) => store.drop_schema().await,
-                    Err(error) => Err(error),
-                };
-                if let Err(error) = dropped {
-                    problems.push(format!(
-                        "scratch schema {schema} was not dropped ({}): drop it with DROP SCHEMA {schema} CASCADE",
-                        chain(&error)
-                    ));
-                }
-            }
-        }
-        problems
+        let Scratch::Postgres(scratch) = &self.scratch else {
+            return Vec::new();
+        };
+        let Err(error) = scratch.drop_all().await else {
+            return Vec::new();
+        };
+        // Reported here, once: no second try (and stderr note) on drop.
+        let why = chain(&error);
+        scratch
+            .forget_all()
+            .iter()
+            .map(|schema| {
+                format!(
+                    "scratch schema {schema} was not dropped ({why}): drop it with DROP SCHEMA {schema} CASCADE"
+                )
+            })
+            .collect()
     }
 
     /// A fresh SQLite or memory scratch URL: a new file for SQLite files.
@@ -156,47 +149,6 @@ impl ScratchFactory {
             Scratch::Postgres { .. } => None,
         }
     }
-
-    /// `count` stores on one new PostgreSQL scratch schema.
-    async fn postgres_stores(
-        &self,
-        count: usize,
-        clock: Arc<dyn Clock>,
-        ids: Arc<dyn IdGenerator>,
-    ) -> Result<Vec<Arc<dyn Store>>, StoreError> {
-        let Scratch::Postgres {
-            connection,
-            options,
-            schemas,
-            next,
-            run_id,
-        } = &self.scratch
-        else {
-            return Ok(Vec::new());
-        };
-        let n = next.fetch_add(1, Ordering::Relaxed);
-        let schema = format!("a2_check_{run_id}_{n}");
-        schemas.lock().await.push(schema.clone());
-        let mut pg = PostgresOptions {
-            clock,
-            ids,
-            pool_size: 4,
-            schema,
-            ..PostgresOptions::default()
-        };
-        if let Some(size) = options.pool_size {
-            pg.pool_size = size;
-        }
-        if let Some(ms) = options.statement_timeout_ms {
-            pg.statement_timeout = std::time::Duration::from_millis(ms);
-        }
-        let mut stores: Vec<Arc<dyn Store>> = Vec::new();
-        for _ in 0..count {
-            let store = PostgresStore::connect(connection, pg.clone()).await?;
-            stores.push(Arc::new(store));
-        }
-        Ok(stores)
-    }
 }
 
 fn options(clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>) -> OpenOptions {
@@ -215,7 +167,7 @@ impl StoreFactory for ScratchFactory {
         match self.scratch {
             // Two handles on one memory store share its state, like two
             // stores on one SQLite file or one PostgreSQL schema.
-            Scratch::SqliteFiles { .. } | Scratch::Memory | Scratch::Postgres { .. } => {
+            Scratch::SqliteFiles { .. } | Scratch::Memory | Scratch::Postgres(_) => {
                 Capabilities::ALL
             }
             Scratch::SqliteMemory(_) => Capabilities::NONE,
@@ -227,11 +179,8 @@ impl StoreFactory for ScratchFactory {
         clock: Arc<dyn Clock>,
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Arc<dyn Store>, StoreError> {
-        if let Scratch::Postgres { .. } = self.scratch {
-            let mut stores = self.postgres_stores(1, clock, ids).await?;
-            return stores.pop().ok_or_else(|| {
-                StoreError::invalid_input("no PostgreSQL scratch store was created")
-            });
+        if let Scratch::Postgres(scratch) = &self.scratch {
+            return Ok(Arc::new(scratch.create(clock, ids).await?));
         }
         match self.scratch_url() {
             Some(url) => a2_store::open_url(&url, options(clock, ids)).await,
@@ -246,18 +195,15 @@ impl StoreFactory for ScratchFactory {
         clock: Arc<dyn Clock>,
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Option<[Arc<dyn Store>; 2]>, StoreError> {
-        let url = match self.scratch {
+        let url = match &self.scratch {
             Scratch::SqliteMemory(_) => return Ok(None),
             Scratch::Memory => {
                 let store = a2_store::open_url(&StoreUrl::Memory, options(clock, ids)).await?;
                 return Ok(Some([Arc::clone(&store), store]));
             }
-            Scratch::Postgres { .. } => {
-                let mut stores = self.postgres_stores(2, clock, ids).await?;
-                return match (stores.pop(), stores.pop()) {
-                    (Some(second), Some(first)) => Ok(Some([first, second])),
-                    _ => Ok(None),
-                };
+            Scratch::Postgres(scratch) => {
+                let [first, second] = scratch.create_pair(clock, ids).await?;
+                return Ok(Some([Arc::new(first), Arc::new(second)]));
             }
             Scratch::SqliteFiles { .. } => self.scratch_url(),
         };

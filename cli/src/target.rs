@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use a2_store::postgres;
 use a2_store::{OpenOptions, SqliteLocation, Store, StoreUrl};
 
 use crate::failure::Failure;
@@ -33,32 +34,16 @@ pub async fn open_existing(url: &str) -> Result<Arc<dyn Store>, Failure> {
         options,
     } = &parsed
     {
-        let default = a2_store_postgres::PostgresOptions::default().schema;
-        let schema = options.schema.as_deref().unwrap_or(&default);
-        if postgres_schema_exists(connection, schema).await == Some(false) {
+        let schema = postgres::options(options, OpenOptions::default()).schema;
+        // `None` when the server cannot be asked: opening then says why.
+        let exists = postgres::schema_exists(connection, &schema).await.ok();
+        if exists == Some(false) {
             return Err(Failure::new(format!(
                 "no schema '{schema}' on the PostgreSQL server of {url}: check the URL's database and ?schema= (this command never creates one)"
             )));
         }
     }
     open(url, &parsed).await
-}
-
-/// Whether `schema` exists on the server; `None` when the server cannot be
-/// asked (opening the store then reports why).
-async fn postgres_schema_exists(connection: &str, schema: &str) -> Option<bool> {
-    let (client, driver) = tokio_postgres::connect(connection, tokio_postgres::NoTls)
-        .await
-        .ok()?;
-    let driver = tokio::spawn(driver);
-    let found = client
-        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
-        .await
-        .ok()
-        .map(|row| row.is_some());
-    drop(client);
-    let _ = driver.await;
-    found
 }
 
 /// Opens a parsed URL with the system clock and random ids.

@@ -567,53 +567,9 @@ fn postgres_url(test: &str) -> Option<String> {
 
 /// Schemas on the server whose name starts with `prefix`.
 fn schemas_like(url: &str, prefix: &str) -> Vec<String> {
-    runtime().block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let driver = tokio::spawn(connection);
-        let pattern = format!("{prefix}%");
-        let rows = client
-            .query(
-                "SELECT nspname FROM pg_namespace WHERE nspname LIKE $1",
-                &[&pattern],
-            )
-            .await
-            .unwrap();
-        drop(client);
-        let _ = driver.await;
-        rows.iter().map(|row| row.get(0)).collect()
-    })
-}
-
-/// Drops a test schema when the test ends, passed or failed.
-struct DropSchema {
-    url: String,
-    schema: String,
-}
-
-impl Drop for DropSchema {
-    fn drop(&mut self) {
-        let (url, schema) = (self.url.clone(), self.schema.clone());
-        // Its own thread: a runtime cannot start inside a panicking test's.
-        let _ = std::thread::spawn(move || drop_schema(&url, &schema)).join();
-    }
-}
-
-fn drop_schema(url: &str, schema: &str) {
-    runtime().block_on(async {
-        let store = a2_store_postgres::PostgresStore::connect(
-            url,
-            a2_store_postgres::PostgresOptions {
-                schema: schema.to_owned(),
-                pool_size: 1,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-        store.drop_schema().await.unwrap();
-    });
+    runtime()
+        .block_on(a2_store::postgres::schemas_with_prefix(url, prefix))
+        .unwrap()
 }
 
 #[test]
@@ -636,15 +592,9 @@ fn bench_and_inspect_postgres() {
     let Some(url) = postgres_url("bench_and_inspect_postgres") else {
         return;
     };
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let schema = format!("a2_clitest_{}_{nanos}", std::process::id());
-    let _cleanup = DropSchema {
-        url: url.clone(),
-        schema: schema.clone(),
-    };
+    // Dropped when the test ends, passed or failed.
+    let scratch = a2_store::postgres::ScratchSchemas::new(url.clone(), "a2_clitest_");
+    let schema = scratch.fresh_schema().unwrap();
     let join = if url.contains('?') { '&' } else { '?' };
     let store_url = format!("{url}{join}schema={schema}&pool_size=4");
     let out = ok(&[

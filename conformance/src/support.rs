@@ -76,7 +76,7 @@ pub(crate) struct Cx {
 
 impl Cx {
     /// A session id unique to this case.
-    pub fn s(&self, name: &str) -> String {
+    pub fn session_id(&self, name: &str) -> String {
         format!("{}-{name}", self.prefix)
     }
 
@@ -324,7 +324,7 @@ pub(crate) fn nth(heads: &[Head], n: usize) -> std::result::Result<Head, Failure
         Failure::Fail(format!(
             "expected at least {} heads, got {:?}",
             n + 1,
-            hs(heads)
+            head_summaries(heads)
         ))
     })
 }
@@ -335,7 +335,7 @@ pub(crate) fn only(cursors: &[Cursor]) -> std::result::Result<Cursor, Failure> {
         [cursor] => Ok(cursor.clone()),
         other => Err(Failure::Fail(format!(
             "expected exactly one cursor, got {:?}",
-            cs(other)
+            cursor_summaries(other)
         ))),
     }
 }
@@ -345,7 +345,7 @@ fn lane_text(lane: &Option<String>) -> &str {
 }
 
 /// Heads as `"index consumer/lane #attempt"` (`-` for no lane), for compact comparisons.
-pub(crate) fn hs(heads: &[Head]) -> Vec<String> {
+pub(crate) fn head_summaries(heads: &[Head]) -> Vec<String> {
     heads
         .iter()
         .map(|head| {
@@ -361,7 +361,7 @@ pub(crate) fn hs(heads: &[Head]) -> Vec<String> {
 }
 
 /// Cursors as `"consumer/lane kind pos=P head=H"` (`head=-` when none).
-pub(crate) fn cs(cursors: &[Cursor]) -> Vec<String> {
+pub(crate) fn cursor_summaries(cursors: &[Cursor]) -> Vec<String> {
     cursors
         .iter()
         .map(|cursor| {
@@ -384,7 +384,7 @@ pub(crate) fn cs(cursors: &[Cursor]) -> Vec<String> {
 }
 
 /// Refs as `"index consumer/lane"`.
-pub(crate) fn rs(refs: &[CursorRef]) -> Vec<String> {
+pub(crate) fn ref_summaries(refs: &[CursorRef]) -> Vec<String> {
     refs.iter()
         .map(|r| format!("{} {}/{}", r.index, r.consumer, lane_text(&r.lane)))
         .collect()
@@ -400,7 +400,7 @@ pub(crate) fn ids(events: &[StoredEvent]) -> Vec<String> {
     events.iter().map(|event| event.id.clone()).collect()
 }
 
-/// Turns a list of `&str` into owned strings, for comparing with [`hs`] and friends.
+/// Turns a list of `&str` into owned strings, for comparing with [`head_summaries`] and friends.
 pub(crate) fn strs(items: &[&str]) -> Vec<String> {
     items.iter().map(|item| (*item).to_owned()).collect()
 }
@@ -457,7 +457,7 @@ mod tests {
             types: None,
             dispatch: a2_store_api::Dispatch::default(),
         };
-        assert_eq!(cs(&[cursor]), ["agent/- event pos=2 head=3"]);
-        assert_eq!(rs(&[at("c", Some("L"), 4)]), ["4 c/L"]);
+        assert_eq!(cursor_summaries(&[cursor]), ["agent/- event pos=2 head=3"]);
+        assert_eq!(ref_summaries(&[at("c", Some("L"), 4)]), ["4 c/L"]);
     }
 }

@@ -20,7 +20,8 @@
 
 use crate::error::{Result, StoreError};
 use crate::types::{
-    Cause, ClaimRequest, Dispatch, FailOutcome, FailRequest, FailResult, HeldClaim, RenewRequest,
+    AppendOptions, Cause, ClaimRequest, CompleteRequest, Dispatch, FailOutcome, FailRequest,
+    FailResult, HeldClaim, ReclaimResult, RenewRequest,
 };
 
 /// What a claim does to a claimable head (see [`Dispatch::claim_step`]).
@@ -107,6 +108,75 @@ pub fn fence(
         Ok(())
     } else {
         Err(StoreError::superseded(session_id, cause))
+    }
+}
+
+/// Whether work at `index` is cleared in a session whose clear index is
+/// `clear_index`: at or below it. Index 0 is at or below every clear
+/// index, so it always is. A completion or failure of cleared work is
+/// superseded; an append scheduled from it is `SessionCleared`.
+pub fn cleared(index: u64, clear_index: u64) -> bool {
+    index <= clear_index
+}
+
+/// The answer to a completion or failure at `index` (above the clear)
+/// that no cursor has as head or finished head: superseded (`Ok`) when the
+/// event exists (its cursor finished earlier, or it was never targeted at
+/// this consumer), `NoSuchEvent` when there is no event at `index` (never
+/// appended, or reclaimed).
+pub fn without_cursor(session_id: &str, index: u64, event_exists: bool) -> Result<()> {
+    if event_exists {
+        Ok(())
+    } else {
+        Err(StoreError::no_such_event(session_id, index))
+    }
+}
+
+impl AppendOptions {
+    /// The origin rule of an append: scheduled from an event at or below
+    /// the session's clear (`clear_index`) is `SessionCleared`.
+    pub fn check_origin(&self, session_id: &str, clear_index: u64) -> Result<()> {
+        match self.origin_index {
+            Some(origin) if cleared(origin, clear_index) => {
+                Err(StoreError::session_cleared(session_id, origin))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+impl CompleteRequest {
+    /// The cause the completion's returned events carry: this attempt of
+    /// the completed head.
+    pub fn cause(&self) -> Cause {
+        Cause {
+            consumer: self.consumer.clone(),
+            lane: self.lane.clone(),
+            index: self.index,
+            attempt: self.attempt,
+        }
+    }
+}
+
+impl FailResult {
+    /// The answer to a failure that is no longer current and whose head
+    /// has moved on (or was cleared): superseded, failure count 0.
+    pub fn superseded() -> Self {
+        Self {
+            outcome: FailOutcome::Superseded,
+            failure_count: 0,
+        }
+    }
+}
+
+impl ReclaimResult {
+    /// The answer to a reclaim with nothing below the clear to delete (a
+    /// session never cleared, or fully reclaimed).
+    pub fn nothing_left() -> Self {
+        Self {
+            reclaimed: 0,
+            done: true,
+        }
     }
 }
 
@@ -228,6 +298,12 @@ impl Dispatch {
         } else {
             RenewVerdict::Skip
         }
+    }
+
+    /// A renewal of a claim [`renew_verdict`](Self::renew_verdict) found
+    /// held: the lease now ends at `expires_at`.
+    pub fn renew(&mut self, expires_at: i64) {
+        self.claim_expires_at = Some(expires_at);
     }
 
     /// What a `fail_attempt` naming `attempt` does (`on_head`: the cursor is
@@ -381,6 +457,41 @@ mod tests {
             released.complete_verdict(true, 2),
             CompleteVerdict::Superseded
         );
+    }
+
+    #[test]
+    fn cleared_work_and_missing_cursors() {
+        assert!(cleared(0, 0));
+        assert!(cleared(3, 3));
+        assert!(!cleared(4, 3));
+        assert!(without_cursor("s", 4, true).is_ok());
+        assert_eq!(
+            without_cursor("s", 4, false).unwrap_err().code(),
+            ErrorCode::NoSuchEvent
+        );
+        let options = AppendOptions {
+            origin_index: Some(3),
+            ..AppendOptions::default()
+        };
+        assert!(options.check_origin("s", 2).is_ok());
+        assert_eq!(
+            options.check_origin("s", 3).unwrap_err().code(),
+            ErrorCode::SessionCleared
+        );
+        assert!(AppendOptions::default().check_origin("s", 9).is_ok());
+        let request = CompleteRequest {
+            consumer: "c".into(),
+            lane: Some("L".into()),
+            index: 5,
+            attempt: 2,
+            ..CompleteRequest::default()
+        };
+        assert_eq!(
+            request.cause().cursor_ref(),
+            CursorRef::new("c", Some("L"), 5)
+        );
+        assert_eq!(FailResult::superseded().failure_count, 0);
+        assert!(ReclaimResult::nothing_left().done);
     }
 
     #[test]

@@ -218,6 +218,14 @@ impl StoreError {
         ))
     }
 
+    /// The [`ErrorCode::PartialDuplicateBatch`] error of an event id (given
+    /// or generated) that a row of `session_id` above the clear already owns.
+    pub fn id_taken(session_id: &str, id: &str) -> Self {
+        Self::partial_duplicate(format!(
+            "event id '{id}' already exists in session '{session_id}'"
+        ))
+    }
+
     /// The [`ErrorCode::PartialDuplicateBatch`] error of a completion whose
     /// returned events name ids already appended.
     pub fn returned_ids_stored() -> Self {

@@ -7,7 +7,7 @@
 //! stored rows owning those ids.
 
 use crate::error::{Result, StoreError};
-use crate::types::{Cause, CompleteRequest, NewEvent, StoredEvent};
+use crate::types::{CompleteRequest, NewEvent, StoredEvent};
 
 /// Idempotent replay of a batch whose every id is stored: `stored[i]` is the
 /// row owning `events[i].id`. Same type and payload required, else
@@ -60,12 +60,7 @@ pub fn completed_events(
     request: &CompleteRequest,
     stored: Vec<StoredEvent>,
 ) -> Result<Vec<StoredEvent>> {
-    let cause = Cause {
-        consumer: request.consumer.clone(),
-        lane: request.lane.clone(),
-        index: request.index,
-        attempt: request.attempt,
-    };
+    let cause = request.cause();
     if stored.len() != request.events.len()
         || stored.iter().any(|row| row.cause.as_ref() != Some(&cause))
     {
@@ -80,6 +75,7 @@ pub fn completed_events(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::types::Cause;
     use crate::ErrorCode;
     use serde_json::json;
 

@@ -2,35 +2,23 @@
 //! rows below the clear marker.
 
 use a2_store_api::{
-    ClearRequest, ClearResult, NewEvent, Payload, ReclaimResult, Result, StoreError,
-    CLEAR_EVENT_TYPE, RECLAIM_BATCH,
+    ClearRequest, ClearResult, NewEvent, ReclaimResult, Result, StoreError, RECLAIM_BATCH,
 };
 
 use crate::session::{Env, Session};
 
 impl Session {
     /// Appends the `a2.cleared` marker (fenced by `cause`, conditional on
-    /// `if_last_index`), drops event and lane cursors and every completion
+    /// `if_last_index` as [`ClearRequest::unmet_condition`] decides), drops event and lane cursors and every completion
     /// record, parks log cursors at the marker and releases every pin.
     pub fn clear(&mut self, env: Env<'_>, request: ClearRequest) -> Result<ClearResult> {
         if let Some(cause) = &request.cause {
             self.fence(cause)?;
         }
-        let head = self.log.head();
-        if request
-            .if_last_index
-            .is_some_and(|expected| expected != head)
-        {
-            return Ok(ClearResult::NotCleared { head });
+        if let Some(not_cleared) = request.unmet_condition(self.log.head()) {
+            return Ok(not_cleared);
         }
-        let marker = NewEvent {
-            id: None,
-            event_type: CLEAR_EVENT_TYPE.to_owned(),
-            payload: Payload::default(),
-            cause: None,
-            targets: Vec::new(),
-        };
-        let mut stored = self.insert_batch(env, &[marker], None, None)?;
+        let mut stored = self.insert_batch(env, &[NewEvent::clear_marker()], None, None)?;
         let marker = stored.pop().ok_or_else(|| StoreError::Backend {
             message: format!("clearing session '{}' stored no marker", self.id),
             source: None,
@@ -46,10 +34,7 @@ impl Session {
     pub fn reclaim(&mut self) -> ReclaimResult {
         let clear = self.log.clear_index();
         if clear == 0 {
-            return ReclaimResult {
-                reclaimed: 0,
-                done: true,
-            };
+            return ReclaimResult::nothing_left();
         }
         let reclaimed = self.log.reclaim(RECLAIM_BATCH);
         let done = !self.log.has_reclaimable();

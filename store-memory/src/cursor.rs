@@ -6,10 +6,7 @@ use std::sync::Arc;
 
 use a2_store_api::{Cursor, CursorKind, CursorRef, Dispatch};
 
-use crate::head_index::ConsumerId;
-
-/// A cursor's identity inside one session's cursor table.
-pub(crate) type CursorId = u64;
+use crate::ids::ConsumerId;
 
 /// How callers name a cursor: an event cursor by `(consumer, index)`, a lane
 /// or log cursor by `(consumer, lane)`.
@@ -174,7 +171,7 @@ impl CursorState {
     pub fn natural_placement(&self) -> Placement {
         match (self.head, &self.dispatch) {
             (None, _) => Placement::Idle,
-            (Some(_), dispatch) if dispatch.failed_at.is_some() => Placement::Dead,
+            (Some(_), dispatch) if dispatch.is_dead_lettered() => Placement::Dead,
             (Some(_), dispatch) => match dispatch.claim_expires_at {
                 Some(expiry) => Placement::Busy(expiry),
                 None => Placement::Ready,

@@ -6,9 +6,9 @@ use std::sync::Arc;
 
 use a2_store_api::CursorKind;
 
-use crate::cursor::{Completion, CursorId, CursorState, Placement};
-use crate::head_index::{ConsumerId, HeadEntry, HeadIndex};
-use crate::id_hash::IdMap;
+use crate::cursor::{Completion, CursorState, Placement};
+use crate::head_index::{HeadEntry, HeadIndex};
+use crate::ids::{ConsumerId, CursorId, IdMap};
 
 /// How a `(consumer, lane, index)` ref resolves.
 #[derive(Debug)]

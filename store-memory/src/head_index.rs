@@ -4,10 +4,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::cursor::{CursorId, Placement};
-
-/// A consumer's slot number in one session (interned by the cursor table).
-pub(crate) type ConsumerId = usize;
+use crate::cursor::Placement;
+use crate::ids::{ConsumerId, CursorId};
 
 /// A head in claim order with its names: `(index, consumer, lane, cursor)`,
 /// lane `None` first. Keys the dead letters, which are listed in that order.
@@ -16,7 +14,7 @@ pub(crate) type HeadKey = (u64, Arc<str>, Option<Arc<str>>, CursorId);
 /// A claimable head by index: `(index, cursor)`. Two integers, so the sets
 /// claims and completions update on every call compare and move no names;
 /// heads sharing an index are put in `(consumer, lane)` order by the walk
-/// that reads them (`claim::candidates`).
+/// that reads them (`claims::candidates`).
 pub(crate) type ReadyKey = (u64, CursorId);
 
 /// The identity of a head as the indexes need it, borrowed from its cursor

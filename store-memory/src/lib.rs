@@ -25,20 +25,24 @@
 #![warn(missing_docs)]
 
 mod append;
-mod claim;
+mod claims;
 mod clear;
+mod complete;
 mod cursor;
 mod cursor_table;
+mod cursors;
+mod event_log;
+mod fail;
 mod head_index;
-mod id_hash;
+mod ids;
 #[cfg(test)]
 mod invariant_tests;
-mod log;
-mod outcome;
 mod presence;
+mod read;
+mod renew;
 mod session;
+mod snapshot_cache;
 mod snapshots;
-mod state;
 mod store;
 mod subscribers;
 

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use a2_store_api::{codec, PresenceMeta, PresenceResult, PresenceRow};
+use a2_store_api::{presence, PresenceMeta, PresenceResult, PresenceRow};
 use serde_json::Value;
 
 #[derive(Debug, Clone)]
@@ -39,7 +39,7 @@ impl PresenceTable {
         let mut applied = BTreeMap::new();
         for (field, value) in values {
             let existing = fields.get(&field).map(|entry| (entry.at, entry.expires_at));
-            if !codec::presence_write_wins(existing, meta.at, now) {
+            if !presence::write_wins(existing, meta.at, now) {
                 continue;
             }
             fields.insert(

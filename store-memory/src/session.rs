@@ -5,15 +5,16 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use a2_store_api::{
-    codec, Cause, Clock, ConsumerDeclaration, CursorKind, Dispatch, Head, IdGenerator, NewEvent,
-    Result, StoreError, StoredEvent, Target,
+    dispatch, log, Cause, Clock, ConsumerDeclaration, CursorKind, Dispatch, Head, IdGenerator,
+    NewEvent, Result, StoreError, StoredEvent, Target,
 };
 
-use crate::cursor::{Completion, CursorId, CursorState};
+use crate::cursor::{Completion, CursorState};
 use crate::cursor_table::{CursorTable, Lookup};
-use crate::log::{to_stored, EventLog, Row};
+use crate::event_log::{to_stored, EventLog, Row};
+use crate::ids::CursorId;
 use crate::presence::PresenceTable;
-use crate::snapshots::SnapshotCache;
+use crate::snapshot_cache::SnapshotCache;
 use crate::subscribers::Subscribers;
 
 /// The clock and id generator a session operation runs with.
@@ -80,27 +81,18 @@ impl Session {
         (clear > 0).then_some(clear)
     }
 
-    /// Fencing: `cause` must name a cursor whose head is `cause.index`
-    /// (above the clear) at attempt `cause.attempt`, not dead-lettered.
+    /// Fencing ([`dispatch::fence`]): `cause` must name a cursor whose head
+    /// is `cause.index` (above the clear) at attempt `cause.attempt`, not
+    /// dead-lettered.
     pub fn fence(&self, cause: &Cause) -> Result<()> {
-        codec::validate_name("cause consumer", &cause.consumer)?;
-        let superseded = || StoreError::superseded(&self.id, cause);
-        if cause.index <= self.log.clear_index() {
-            return Err(superseded());
-        }
-        match self
+        let cursor = match self
             .cursors
             .lookup(&cause.consumer, cause.lane.as_deref(), cause.index)
         {
-            Lookup::Live(_, cursor)
-                if cursor.head == Some(cause.index)
-                    && cursor.dispatch.attempt_count == cause.attempt
-                    && cursor.dispatch.failed_at.is_none() =>
-            {
-                Ok(())
-            }
-            _ => Err(superseded()),
-        }
+            Lookup::Live(_, cursor) => Some((cursor.head, &cursor.dispatch)),
+            Lookup::Finished(_) | Lookup::Missing => None,
+        };
+        dispatch::fence(&self.id, self.log.clear_index(), cause, cursor)
     }
 
     /// Lane conflicts with stored cursors: a target on a stored log lane, or
@@ -114,7 +106,7 @@ impl Session {
             let Some(lane) = &target.lane else { continue };
             if let Some((_, cursor)) = self.cursors.find(&target.consumer, Some(lane), 0) {
                 if cursor.kind == CursorKind::Log {
-                    return Err(codec::lane_conflict(&target.consumer, lane));
+                    return Err(StoreError::lane_conflict(&target.consumer, lane));
                 }
             }
         }
@@ -122,7 +114,7 @@ impl Session {
             let Some(log) = &consumer.log else { continue };
             if let Some((_, cursor)) = self.cursors.find(&consumer.name, Some(&log.lane), 0) {
                 if cursor.kind != CursorKind::Log {
-                    return Err(codec::lane_conflict(&consumer.name, &log.lane));
+                    return Err(StoreError::lane_conflict(&consumer.name, &log.lane));
                 }
             }
         }
@@ -143,6 +135,24 @@ impl Session {
             let types = log.types.clone();
             self.cursors.modify(id, |cursor| cursor.types = types);
         }
+    }
+
+    /// Gives log cursor `id` the declared `types` and, when `wake` and it
+    /// has no head, its next taken event after its position as a fresh head.
+    pub fn update_log_cursor(&mut self, id: CursorId, types: Option<Vec<String>>, wake: bool) {
+        let next = match self.cursors.get(id) {
+            Some(cursor) if wake && cursor.head.is_none() => {
+                self.log.next_taken(cursor.position, types.as_deref())
+            }
+            _ => None,
+        };
+        self.cursors.modify(id, |cursor| {
+            cursor.types = types;
+            if next.is_some() {
+                cursor.head = next;
+                cursor.dispatch = Dispatch::default();
+            }
+        });
     }
 
     /// The stored row owning each supplied id of `events` (ids never stored
@@ -222,10 +232,7 @@ impl Session {
                 None => env.ids.next_id(),
             };
             if id.is_empty() || self.log.owner_of(&id).is_some() || !fresh.insert(id.clone()) {
-                return Err(StoreError::partial_duplicate(format!(
-                    "event id '{id}' already exists in session '{}'",
-                    self.id
-                )));
+                return Err(StoreError::id_taken(&self.id, &id));
             }
             ids.push(id);
         }
@@ -301,26 +308,11 @@ impl Session {
             let Some(log) = &consumer.log else { continue };
             let first = stored
                 .iter()
-                .find(|row| codec::takes(log.types.as_deref(), &row.event_type))
+                .find(|row| log::takes(log.types.as_deref(), &row.event_type))
                 .map(|row| row.index);
             match self.cursors.find(&consumer.name, Some(&log.lane), 0) {
                 Some((_, cursor)) if cursor.kind != CursorKind::Log => {}
-                Some((id, cursor)) => {
-                    let wake = first.is_some() && cursor.head.is_none();
-                    let next = if wake {
-                        self.log.next_taken(cursor.position, log.types.as_deref())
-                    } else {
-                        cursor.head
-                    };
-                    let types = log.types.clone();
-                    self.cursors.modify(id, |cursor| {
-                        cursor.types = types;
-                        if wake {
-                            cursor.head = next;
-                            cursor.dispatch = Dispatch::default();
-                        }
-                    });
-                }
+                Some((id, _)) => self.update_log_cursor(id, log.types.clone(), first.is_some()),
                 None => {
                     let Some(first) = first else { continue };
                     let clear = self.log.clear_index();

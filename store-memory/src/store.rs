@@ -1,5 +1,7 @@
 //! [`MemoryStore`]: the sessions map, per-session locks, and the
-//! [`Store`] trait implementation that validates and dispatches each call.
+//! [`Store`] trait implementation: each method validates its input with the
+//! matching [`a2_store_api::validate`] function, then runs the operation on
+//! its session under the session's lock.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -7,7 +9,7 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use a2_store_api::{
-    codec, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
+    validate, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
     Clock, CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
     FailResult, Head, IdGenerator, ListSessions, NewEvent, PresenceMeta, PresenceResult,
     PresenceRow, RandomIds, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest,
@@ -120,7 +122,6 @@ impl MemoryStore {
         session_id: &str,
         op: impl FnOnce(&mut Session, Env<'_>) -> Result<R>,
     ) -> Result<R> {
-        codec::validate_session_id(session_id)?;
         let session = {
             let mut sessions = lock(&self.shared.sessions, "sessions map")?;
             match sessions.get(session_id) {
@@ -142,7 +143,6 @@ impl MemoryStore {
         session_id: &str,
         op: impl FnOnce(&mut Session, Env<'_>) -> Result<R>,
     ) -> Result<R> {
-        codec::validate_session_id(session_id)?;
         let session = lock(&self.shared.sessions, "sessions map")?
             .get(session_id)
             .cloned();
@@ -188,12 +188,14 @@ impl Store for MemoryStore {
         events: Vec<NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendResult> {
+        validate::append(session_id, &events, &options)?;
         self.with_session(session_id, |session, env| {
             session.append(env, events, options)
         })
     }
 
     async fn claim_available(&self, mut request: ClaimRequest) -> Result<ClaimResult> {
+        validate::claim_available(&request)?;
         // Sessions name themselves by their own id: the request's copy is
         // taken, not cloned.
         let session_id = std::mem::take(&mut request.session_id);
@@ -201,11 +203,13 @@ impl Store for MemoryStore {
     }
 
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult> {
+        validate::renew_claims(&request)?;
         let session_id = request.session_id.clone();
         self.with_session(&session_id, |session, env| session.renew(env, request))
     }
 
     async fn complete_attempt(&self, mut request: CompleteRequest) -> Result<CompleteResult> {
+        validate::complete_attempt(&request)?;
         // Sessions name themselves by their own id: the request's copy is
         // taken, not cloned.
         let session_id = std::mem::take(&mut request.session_id);
@@ -213,33 +217,36 @@ impl Store for MemoryStore {
     }
 
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
+        validate::fail_attempt(&request)?;
         let session_id = request.session_id.clone();
         self.with_session(&session_id, |session, env| session.fail(env, request))
     }
 
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>> {
+        validate::dead_letters(session_id)?;
         self.with_existing(session_id, |session, _| session.dead_letters())
     }
 
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
+        validate::redrive(&request)?;
         let session_id = request.session_id.clone();
         self.with_session(&session_id, |session, _| session.redrive(request))
     }
 
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult> {
+        validate::clear(&request)?;
         let session_id = request.session_id.clone();
         self.with_session(&session_id, |session, env| session.clear(env, request))
     }
 
     async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult> {
+        validate::reclaim(session_id)?;
         self.with_existing(session_id, |session, _| Ok(session.reclaim()))
     }
 
     async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>> {
-        self.with_existing(session_id, |session, _| {
-            let (after, through) = codec::read_bounds(&options, session.log.head())?;
-            Ok(session.log.read(&session.id, after, through, options.limit))
-        })
+        validate::read(session_id, &options)?;
+        self.with_existing(session_id, |session, _| session.read(&options))
     }
 
     async fn wake_log(
@@ -247,23 +254,17 @@ impl Store for MemoryStore {
         session_id: &str,
         consumer: &ConsumerDeclaration,
     ) -> Result<WakeLogResult> {
-        codec::log_declaration(consumer)?;
-        self.with_session(session_id, |session, _| session.wake_log(consumer))
+        let log = validate::wake_log(session_id, consumer)?;
+        self.with_session(session_id, |session, _| session.wake_log(consumer, log))
     }
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
-        self.with_existing(session_id, |session, _| {
-            let mut cursors: Vec<Cursor> = session
-                .cursors
-                .iter()
-                .map(|cursor| cursor.to_cursor())
-                .collect();
-            cursors.sort_by(codec::compare_cursors);
-            Ok(cursors)
-        })
+        validate::cursors(session_id)?;
+        self.with_existing(session_id, |session, _| Ok(session.list_cursors()))
     }
 
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream> {
+        validate::subscribe(session_id)?;
         self.with_session(session_id, |session, _| {
             let backlog = session
                 .log
@@ -278,9 +279,10 @@ impl Store for MemoryStore {
         reducer: &str,
         writes: Vec<StateWrite>,
     ) -> Result<()> {
-        codec::validate_name("reducer name", reducer)?;
+        validate::write_state(session_id, reducer, &writes)?;
         self.with_session(session_id, |session, _| {
-            session.write_state(reducer, writes)
+            session.write_state(reducer, writes);
+            Ok(())
         })
     }
 
@@ -290,8 +292,9 @@ impl Store for MemoryStore {
         reducer: &str,
         options: ReadStateOptions,
     ) -> Result<StateRead> {
+        validate::read_state(session_id, reducer)?;
         self.with_existing(session_id, |session, _| {
-            session.read_state(reducer, options)
+            Ok(session.read_state(reducer, options))
         })
     }
 
@@ -302,10 +305,7 @@ impl Store for MemoryStore {
         values: BTreeMap<String, Value>,
         meta: PresenceMeta,
     ) -> Result<PresenceResult> {
-        codec::validate_session_id(session_id)?;
-        codec::validate_name("participant", participant)?;
-        codec::validate_presence_ttl(meta.ttl_ms)?;
-        codec::validate_presence_values(&values)?;
+        validate::set_presence(session_id, participant, &values, &meta)?;
         self.with_session(session_id, |session, env| {
             Ok(session
                 .presence
@@ -314,6 +314,7 @@ impl Store for MemoryStore {
     }
 
     async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>> {
+        validate::read_presence(session_id)?;
         self.with_existing(session_id, |session, env| {
             Ok(session.presence.read(env.clock.now_ms()))
         })
@@ -334,16 +335,9 @@ impl Store for MemoryStore {
             if listed.len() >= limit {
                 break;
             }
-            let guard = lock(&session, "session")?;
-            if guard.log.is_empty() {
-                continue;
+            if let Some(info) = lock(&session, "session")?.info() {
+                listed.push(info);
             }
-            listed.push(SessionInfo {
-                session_id: guard.id.clone(),
-                head: guard.log.head(),
-                clear_index: guard.log.clear_index(),
-                reclaimed_through: guard.log.reclaimed_through(),
-            });
         }
         Ok(listed)
     }

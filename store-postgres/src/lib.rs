@@ -42,8 +42,10 @@ mod ops;
 mod options;
 mod rows;
 mod schema;
+pub mod scratch;
 mod store;
 
 pub use options::{validate_schema_name, PostgresOptions, MAX_SCHEMA_NAME_LEN};
 pub use schema::SCHEMA_VERSION;
+pub use scratch::ScratchSchemas;
 pub use store::{PostgresStore, MAX_RETRIES};

@@ -1,13 +1,10 @@
 //! `append`: idempotent replay, fencing, then one atomic insert.
 
-use a2_store_api::codec::{
-    idempotent_replay, validate_consumers, validate_new_events, validate_session_id,
-};
-use a2_store_api::{AppendOptions, AppendResult, NewEvent, StoreError};
+use a2_store_api::{replay, AppendOptions, AppendResult, NewEvent, StoreError};
 use rusqlite::Connection;
 
 use crate::batch;
-use crate::cursor::{fence, has_pending, refresh_log_types};
+use crate::cursor_rows::{fence, has_pending, refresh_log_types};
 use crate::events::owner_of;
 use crate::pool::Ctx;
 use crate::session;
@@ -19,17 +16,6 @@ pub(crate) struct Appended {
     pub result: AppendResult,
     /// Whether new rows were committed.
     pub wrote: bool,
-}
-
-/// Validates a batch before any database work.
-pub(crate) fn validate(
-    session_id: &str,
-    events: &[NewEvent],
-    options: &AppendOptions,
-) -> Result<(), StoreError> {
-    validate_session_id(session_id)?;
-    validate_new_events(events)?;
-    validate_consumers(options.consumers.as_deref(), events)
 }
 
 /// Appends in the CONTRACT's order: empty batch → replay / partial
@@ -66,7 +52,7 @@ pub(crate) fn append(
         }
         if !stored.is_empty() {
             if stored.len() == events.len() {
-                let replayed = idempotent_replay(events, stored)?;
+                let replayed = replay::append(events, stored)?;
                 return Ok(Appended {
                     result: AppendResult {
                         events: replayed,
@@ -75,11 +61,10 @@ pub(crate) fn append(
                     wrote: false,
                 });
             }
-            return Err(StoreError::partial_duplicate(format!(
-                "batch mixes {} already-appended and {} fresh events",
+            return Err(StoreError::mixed_batch(
                 stored.len(),
-                events.len() - stored.len()
-            )));
+                events.len() - stored.len(),
+            ));
         }
     }
     if let Some(origin) = options.origin_index {

@@ -1,16 +1,17 @@
 //! Inserting a batch of events and starting the cursor work it carries.
 
-use a2_store_api::codec::{lane_conflict, takes, to_sql_int};
+use a2_store_api::log::takes;
 use a2_store_api::{
     Cause, ConsumerDeclaration, CursorKind, Dispatch, NewEvent, StoreError, StoredEvent,
 };
 use rusqlite::Connection;
 
-use crate::cursor::{self, CursorRow};
+use crate::cursor_rows::{self, CursorRow};
 use crate::errors::SqlContext;
 use crate::events::{next_log_head, RowWriter};
 use crate::pool::Ctx;
 use crate::session::SessionRow;
+use crate::values::SqlIndex;
 
 /// Appends `events` at the session's head with one `created_at`, then creates
 /// or extends the cursors their targets name and creates or wakes the
@@ -66,14 +67,15 @@ fn check_lane_conflicts(
 ) -> Result<(), StoreError> {
     for target in events.iter().flat_map(|event| &event.targets) {
         let Some(lane) = &target.lane else { continue };
-        if cursor::lane_kind(tx, session, &target.consumer, lane)? == Some(CursorKind::Log) {
-            return Err(lane_conflict(&target.consumer, lane));
+        if cursor_rows::lane_kind(tx, session, &target.consumer, lane)? == Some(CursorKind::Log) {
+            return Err(StoreError::lane_conflict(&target.consumer, lane));
         }
     }
     for consumer in consumers.unwrap_or_default() {
         let Some(log) = &consumer.log else { continue };
-        if cursor::lane_kind(tx, session, &consumer.name, &log.lane)? == Some(CursorKind::Lane) {
-            return Err(lane_conflict(&consumer.name, &log.lane));
+        if cursor_rows::lane_kind(tx, session, &consumer.name, &log.lane)? == Some(CursorKind::Lane)
+        {
+            return Err(StoreError::lane_conflict(&consumer.name, &log.lane));
         }
     }
     Ok(())
@@ -104,7 +106,7 @@ fn enqueue(
         else {
             continue;
         };
-        match cursor::find(tx, session, &consumer.name, Some(&log.lane), 0)? {
+        match cursor_rows::find(tx, session, &consumer.name, Some(&log.lane), 0)? {
             None => {
                 let position = if log.backfill { session.clear } else { base };
                 let head = if log.backfill {
@@ -112,7 +114,7 @@ fn enqueue(
                 } else {
                     Some(first.index)
                 };
-                cursor::create(
+                cursor_rows::create(
                     tx,
                     session,
                     CursorRow::new_log(&consumer.name, log, position, head),
@@ -124,7 +126,7 @@ fn enqueue(
                     existing.head =
                         next_log_head(tx, session, existing.position, log.types.as_deref())?;
                 }
-                cursor::save(tx, &existing)?;
+                cursor_rows::save(tx, &existing)?;
             }
         }
     }
@@ -138,10 +140,10 @@ fn add_event_cursor(
     consumer: &str,
     index: u64,
 ) -> Result<(), StoreError> {
-    if cursor::find(tx, session, consumer, None, index)?.is_some() {
+    if cursor_rows::find(tx, session, consumer, None, index)?.is_some() {
         return Ok(());
     }
-    cursor::create(
+    cursor_rows::create(
         tx,
         session,
         CursorRow {
@@ -167,12 +169,12 @@ fn queue_on_lane(
     lane: &str,
     index: u64,
 ) -> Result<(), StoreError> {
-    let mut lane_cursor = match cursor::find(tx, session, consumer, Some(lane), 0)? {
+    let mut lane_cursor = match cursor_rows::find(tx, session, consumer, Some(lane), 0)? {
         Some(existing) if existing.kind == CursorKind::Log => {
-            return Err(lane_conflict(consumer, lane));
+            return Err(StoreError::lane_conflict(consumer, lane));
         }
         Some(existing) => existing,
-        None => cursor::create(
+        None => cursor_rows::create(
             tx,
             session,
             CursorRow {
@@ -188,13 +190,13 @@ fn queue_on_lane(
             },
         )?,
     };
-    let idx = to_sql_int("lane index", index)?;
+    let idx = SqlIndex::new("lane index", index)?;
     tx.prepare_cached("INSERT OR IGNORE INTO lane_queue (cid, idx) VALUES (?1, ?2)")
         .and_then(|mut stmt| stmt.execute((lane_cursor.cid, idx)))
         .ctx("queueing on a lane")?;
     if lane_cursor.head.is_none() {
         lane_cursor.head = Some(index);
-        cursor::save(tx, &lane_cursor)?;
+        cursor_rows::save(tx, &lane_cursor)?;
     }
     Ok(())
 }

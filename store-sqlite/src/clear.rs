@@ -1,28 +1,19 @@
 //! `clear` (the marker, cursor reset, pin release) and `reclaim` (deleting
 //! rows below the marker in batches).
 
-use a2_store_api::codec::{to_sql_int, validate_session_id};
 use a2_store_api::{
-    ClearRequest, ClearResult, Payload, ReclaimResult, StoreError, StoredEvent, CLEAR_EVENT_TYPE,
-    RECLAIM_BATCH,
+    ClearRequest, ClearResult, ReclaimResult, StoreError, StoredEvent, RECLAIM_BATCH,
 };
 use rusqlite::Connection;
 
-use crate::cursor::{self, fence};
+use crate::cursor_rows::{self, fence};
 use crate::errors::SqlContext;
 use crate::events::RowWriter;
+use crate::pins;
 use crate::pool::Ctx;
 use crate::session;
-use crate::snapshot;
-
-/// Validates a clear before any database work.
-pub(crate) fn validate_clear(request: &ClearRequest) -> Result<(), StoreError> {
-    validate_session_id(&request.session_id)?;
-    if let Some(cause) = &request.cause {
-        a2_store_api::codec::validate_name("cause consumer", &cause.consumer)?;
-    }
-    Ok(())
-}
+use crate::snapshots;
+use crate::values::SqlIndex;
 
 /// Appends the `a2.cleared` marker: drops event and lane cursors (with their
 /// queues and completion records), parks log cursors at the marker and
@@ -37,32 +28,22 @@ pub(crate) fn clear(
         fence(tx, existing.as_ref(), &request.session_id, cause)?;
     }
     let head = existing.as_ref().map_or(0, |session| session.head);
-    if let Some(expected) = request.if_last_index {
-        if expected != head {
-            return Ok(ClearResult::NotCleared { head });
-        }
+    if let Some(unmet) = request.unmet_condition(head) {
+        return Ok(unmet);
     }
     let mut session = match existing {
         Some(session) => session,
         None => session::find_or_create(tx, &request.session_id)?,
     };
     let id = ctx.ids.next_id();
-    let marker = StoredEvent {
-        id,
-        event_type: CLEAR_EVENT_TYPE.to_owned(),
-        payload: Payload::default(),
-        index: session.head + 1,
-        session_id: session.name.clone(),
-        created_at: ctx.clock.now_ms(),
-        cause: None,
-    };
+    let marker = StoredEvent::clear_marker(&session.name, id, session.head + 1, ctx.clock.now_ms());
     RowWriter::new(tx, &session)?.write(&session.name, &marker)?;
     session.head = marker.index;
     session.clear = marker.index;
     session::save(tx, &session)?;
-    snapshot::release_all(tx, &session)?;
+    pins::release_all(tx, &session)?;
     let sid = session.sid;
-    let marker_idx = to_sql_int("marker index", marker.index)?;
+    let marker_idx = SqlIndex::new("marker index", marker.index)?;
     // Event and lane cursors go stale (born below the new clear): they lose
     // their heads now, which takes them out of every dispatch index, and
     // `reclaim` deletes them with their queues and completion records later,
@@ -95,7 +76,6 @@ pub(crate) fn clear(
 /// Deletes up to [`RECLAIM_BATCH`] rows below the clear marker; when none
 /// remain, snapshots below the clear go too.
 pub(crate) fn reclaim(tx: &Connection, session_id: &str) -> Result<ReclaimResult, StoreError> {
-    validate_session_id(session_id)?;
     let Some(mut session) = session::find(tx, session_id)? else {
         return Ok(ReclaimResult {
             reclaimed: 0,
@@ -113,8 +93,8 @@ pub(crate) fn reclaim(tx: &Connection, session_id: &str) -> Result<ReclaimResult
     let to = last.min(from + RECLAIM_BATCH as u64);
     let mut reclaimed = 0;
     if to > from {
-        let low = to_sql_int("reclaim start", from)?;
-        let high = to_sql_int("reclaim end", to)?;
+        let low = SqlIndex::new("reclaim start", from)?;
+        let high = SqlIndex::new("reclaim end", to)?;
         tx.prepare_cached(
             "DELETE FROM event_ids WHERE sid = ?1 AND id IN \
              (SELECT id FROM events WHERE sid = ?1 AND idx > ?2 AND idx <= ?3) \
@@ -130,10 +110,10 @@ pub(crate) fn reclaim(tx: &Connection, session_id: &str) -> Result<ReclaimResult
         session::save(tx, &session)?;
     }
     // Cursors of cleared generations go at the same pace (not counted as rows).
-    cursor::purge_stale(tx, &session, RECLAIM_BATCH)?;
+    cursor_rows::purge_stale(tx, &session, RECLAIM_BATCH)?;
     let done = session.reclaimed >= last;
     if done {
-        snapshot::drop_below(tx, &session)?;
+        snapshots::drop_below(tx, &session)?;
     }
     Ok(ReclaimResult { reclaimed, done })
 }

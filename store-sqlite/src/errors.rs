@@ -4,9 +4,25 @@ use a2_store_api::StoreError;
 use rusqlite::ErrorCode as SqliteCode;
 
 /// Converts a rusqlite error met while `doing` something into a typed error:
-/// `SQLITE_BUSY`/`SQLITE_LOCKED` → `Busy`, `SQLITE_FULL` → `StorageFull`,
-/// anything else → `Backend`, always keeping the source.
+/// `SQLITE_BUSY`/`SQLITE_LOCKED` → `Busy`, `SQLITE_FULL` → `StorageFull`, a
+/// stored value that does not convert back → `StoreError::corrupt`, a value
+/// that does not convert on the way in → the error its
+/// [`ToSql`](rusqlite::ToSql) gave, anything else → `Backend`, always
+/// keeping the source.
 pub(crate) fn sql_error(doing: &str, error: rusqlite::Error) -> StoreError {
+    match error {
+        rusqlite::Error::FromSqlConversionFailure(column, ..)
+        | rusqlite::Error::IntegralValueOutOfRange(column, _) => {
+            return StoreError::corrupt(&format!("value in column {column} ({doing})"), error);
+        }
+        rusqlite::Error::ToSqlConversionFailure(source) => {
+            return match source.downcast::<StoreError>() {
+                Ok(error) => *error,
+                Err(source) => StoreError::backend(doing.to_owned(), source),
+            };
+        }
+        _ => {}
+    }
     match error.sqlite_error_code() {
         Some(SqliteCode::DatabaseBusy | SqliteCode::DatabaseLocked) => StoreError::Busy {
             message: format!(

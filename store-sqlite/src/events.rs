@@ -1,38 +1,24 @@
 //! Event rows: inserting, reading, id ownership and a log consumer's next event.
 
-use a2_store_api::codec::{decode_json, encode_json, from_sql_int, takes, to_sql_int};
-use a2_store_api::{Cause, StoreError, StoredEvent, CLEAR_EVENT_TYPE};
+use a2_store_api::log::takes;
+use a2_store_api::{Cause, Payload, StoreError, StoredEvent, CLEAR_EVENT_TYPE};
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::errors::SqlContext;
 use crate::session::SessionRow;
+use crate::values::{Json, SqlIndex, SqlLimit};
 
-/// The raw columns of an event row, decoded outside the rusqlite callback.
-type RawEvent = (i64, String, String, String, i64, Option<String>);
-
-fn raw_event(row: &Row<'_>) -> rusqlite::Result<RawEvent> {
-    Ok((
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(4)?,
-        row.get(5)?,
-    ))
-}
-
-fn decode(session: &str, raw: RawEvent) -> Result<StoredEvent, StoreError> {
-    let (idx, id, event_type, payload, created_at, cause) = raw;
+/// The event of `session` in a row selected as `idx, id, type, payload,
+/// created_at, cause`.
+fn event_of(session: &str, row: &Row<'_>) -> rusqlite::Result<StoredEvent> {
     Ok(StoredEvent {
-        id,
-        event_type,
-        payload: decode_json("event payload", &payload)?,
-        index: from_sql_int("event index", idx)?,
+        index: row.get::<_, SqlIndex>(0)?.get(),
+        id: row.get(1)?,
+        event_type: row.get(2)?,
+        payload: row.get::<_, Json<Payload>>(3)?.0,
+        created_at: row.get(4)?,
+        cause: row.get::<_, Option<Json<Cause>>>(5)?.map(|cause| cause.0),
         session_id: session.to_owned(),
-        created_at,
-        cause: cause
-            .map(|text| decode_json::<Cause>("event cause", &text))
-            .transpose()?,
     })
 }
 
@@ -42,16 +28,17 @@ pub(crate) fn row_at(
     session: &SessionRow,
     index: u64,
 ) -> Result<Option<StoredEvent>, StoreError> {
-    let Ok(idx) = i64::try_from(index) else {
+    let Some(idx) = SqlIndex::fitting(index) else {
         return Ok(None);
     };
-    let raw = tx
-        .prepare_cached(
-            "SELECT idx, id, type, payload, created_at, cause FROM events WHERE sid = ?1 AND idx = ?2",
-        )
-        .and_then(|mut stmt| stmt.query_row((session.sid, idx), raw_event).optional())
-        .ctx("reading an event")?;
-    raw.map(|raw| decode(&session.name, raw)).transpose()
+    tx.prepare_cached(
+        "SELECT idx, id, type, payload, created_at, cause FROM events WHERE sid = ?1 AND idx = ?2",
+    )
+    .and_then(|mut stmt| {
+        stmt.query_row((session.sid, idx), |row| event_of(&session.name, row))
+            .optional()
+    })
+    .ctx("reading an event")
 }
 
 /// The row at a cursor's head, which must exist.
@@ -60,12 +47,11 @@ pub(crate) fn head_row(
     session: &SessionRow,
     index: u64,
 ) -> Result<StoredEvent, StoreError> {
-    row_at(tx, session, index)?.ok_or_else(|| StoreError::Backend {
-        message: format!(
-            "corrupt database: a cursor's head {index} in session '{}' has no event row",
+    row_at(tx, session, index)?.ok_or_else(|| {
+        StoreError::corrupt_value(&format!(
+            "cursor head {index} (no event row) in session '{}'",
             session.name
-        ),
-        source: None,
+        ))
     })
 }
 
@@ -75,19 +61,17 @@ pub(crate) fn owner_of(
     session: &SessionRow,
     id: &str,
 ) -> Result<Option<StoredEvent>, StoreError> {
-    let clear = to_sql_int("clear index", session.clear)?;
-    let raw = tx
-        .prepare_cached(
-            "SELECT e.idx, e.id, e.type, e.payload, e.created_at, e.cause \
-             FROM event_ids AS i JOIN events AS e ON e.sid = i.sid AND e.idx = i.idx \
-             WHERE i.sid = ?1 AND i.id = ?2 AND i.idx >= ?3",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_row((session.sid, id, clear), raw_event)
-                .optional()
-        })
-        .ctx("looking up an event id")?;
-    raw.map(|raw| decode(&session.name, raw)).transpose()
+    let clear = SqlIndex::new("clear index", session.clear)?;
+    tx.prepare_cached(
+        "SELECT e.idx, e.id, e.type, e.payload, e.created_at, e.cause \
+         FROM event_ids AS i JOIN events AS e ON e.sid = i.sid AND e.idx = i.idx \
+         WHERE i.sid = ?1 AND i.id = ?2 AND i.idx >= ?3",
+    )
+    .and_then(|mut stmt| {
+        stmt.query_row((session.sid, id, clear), |row| event_of(&session.name, row))
+            .optional()
+    })
+    .ctx("looking up an event id")
 }
 
 /// Rows with `after < index <= through`, in order, at most `limit`.
@@ -98,22 +82,21 @@ pub(crate) fn read_range(
     through: u64,
     limit: Option<usize>,
 ) -> Result<Vec<StoredEvent>, StoreError> {
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
-    let through = i64::try_from(through).unwrap_or(i64::MAX);
-    let limit = limit.map_or(-1, |limit| i64::try_from(limit).unwrap_or(i64::MAX));
-    let mut stmt = tx
-        .prepare_cached(
-            "SELECT idx, id, type, payload, created_at, cause FROM events \
-             WHERE sid = ?1 AND idx > ?2 AND idx <= ?3 ORDER BY idx LIMIT ?4",
-        )
-        .ctx("reading events")?;
-    let raws = stmt
-        .query_map((session.sid, after, through, limit), raw_event)
-        .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-        .ctx("reading events")?;
-    raws.into_iter()
-        .map(|raw| decode(&session.name, raw))
-        .collect()
+    let bounds = (
+        session.sid,
+        SqlIndex::clamped(after),
+        SqlIndex::clamped(through),
+        SqlLimit(limit),
+    );
+    tx.prepare_cached(
+        "SELECT idx, id, type, payload, created_at, cause FROM events \
+         WHERE sid = ?1 AND idx > ?2 AND idx <= ?3 ORDER BY idx LIMIT ?4",
+    )
+    .and_then(|mut stmt| {
+        stmt.query_map(bounds, |row| event_of(&session.name, row))?
+            .collect()
+    })
+    .ctx("reading events")
 }
 
 /// Writes rows of one session, with its statements prepared once per batch.
@@ -121,7 +104,7 @@ pub(crate) struct RowWriter<'c> {
     claim_id: rusqlite::CachedStatement<'c>,
     insert: rusqlite::CachedStatement<'c>,
     sid: i64,
-    clear: i64,
+    clear: SqlIndex,
 }
 
 impl<'c> RowWriter<'c> {
@@ -142,7 +125,7 @@ impl<'c> RowWriter<'c> {
                 )
                 .ctx("inserting an event")?,
             sid: session.sid,
-            clear: to_sql_int("clear index", session.clear)?,
+            clear: SqlIndex::new("clear index", session.clear)?,
         })
     }
 
@@ -150,7 +133,7 @@ impl<'c> RowWriter<'c> {
     /// the clear is a `PartialDuplicateBatch` (the caller's transaction
     /// rolls back); ids below the clear are taken over.
     pub(crate) fn write(&mut self, session: &str, event: &StoredEvent) -> Result<(), StoreError> {
-        let idx = to_sql_int("event index", event.index)?;
+        let idx = SqlIndex::new("event index", event.index)?;
         let claimed = self
             .claim_id
             .execute((self.sid, &event.id, idx, self.clear))
@@ -161,17 +144,15 @@ impl<'c> RowWriter<'c> {
                 event.id
             )));
         }
-        let payload = encode_json(&event.payload)?;
-        let cause = event.cause.as_ref().map(encode_json).transpose()?;
         self.insert
             .execute((
                 self.sid,
                 idx,
                 &event.id,
                 &event.event_type,
-                payload,
+                Json(&event.payload),
                 event.created_at,
-                cause,
+                event.cause.as_ref().map(Json),
             ))
             .ctx("inserting an event")?;
         Ok(())
@@ -186,8 +167,8 @@ pub(crate) fn next_log_head(
     after: u64,
     types: Option<&[String]>,
 ) -> Result<Option<u64>, StoreError> {
-    let after = i64::try_from(after).unwrap_or(i64::MAX);
-    let found: Option<i64> = match types {
+    let after = SqlIndex::clamped(after);
+    let found: Option<SqlIndex> = match types {
         None => {
             // Markers are rare, so walking past them in index order is cheap.
             let mut stmt = tx
@@ -206,22 +187,20 @@ pub(crate) fn next_log_head(
                     "SELECT MIN(idx) FROM events WHERE sid = ?1 AND type = ?2 AND idx > ?3",
                 )
                 .ctx("finding a log consumer's next event")?;
-            let mut best: Option<i64> = None;
+            let mut best: Option<SqlIndex> = None;
             for event_type in types {
                 if !takes(Some(types), event_type) {
                     continue;
                 }
-                let next: Option<i64> = stmt
+                let next: Option<SqlIndex> = stmt
                     .query_row((session.sid, event_type, after), |row| row.get(0))
                     .ctx("finding a log consumer's next event")?;
                 if let Some(next) = next {
-                    best = Some(best.map_or(next, |best: i64| best.min(next)));
+                    best = Some(best.map_or(next, |best| best.min(next)));
                 }
             }
             best
         }
     };
-    found
-        .map(|idx| from_sql_int("event index", idx))
-        .transpose()
+    Ok(found.map(SqlIndex::get))
 }

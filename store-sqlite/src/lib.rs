@@ -19,26 +19,29 @@
 #![warn(missing_docs)]
 
 mod append;
-mod attempt;
 mod batch;
-mod claim;
+mod claims;
 mod clear;
+mod complete;
 mod connection;
-mod cursor;
+mod cursor_rows;
+mod cursors;
 mod errors;
 mod events;
-mod listing;
+mod fail;
 mod notify;
 mod options;
+mod pins;
 mod pool;
 mod presence;
-mod redrive;
+mod read;
+mod renew;
 mod schema;
 mod session;
-mod snapshot;
+mod snapshots;
 mod store;
 mod subscribe;
-mod wake;
+mod values;
 
 pub use options::{Durability, SqliteOptions};
 pub use schema::SCHEMA_VERSION;

@@ -3,13 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use a2_store_api::codec::{decode_json, encode_json, presence_write_wins};
+use a2_store_api::presence::write_wins;
 use a2_store_api::{PresenceMeta, PresenceResult, PresenceRow, StoreError};
 use rusqlite::{Connection, OptionalExtension};
 use serde_json::Value;
 
 use crate::errors::SqlContext;
 use crate::session;
+use crate::values::{Bits, Json};
 
 /// Writes `values` for `participant` at store time `now`; a field is skipped
 /// only when its stored entry is unexpired with a strictly greater `at`.
@@ -24,8 +25,7 @@ pub(crate) fn set_presence(
 ) -> Result<PresenceResult, StoreError> {
     let session = session::find_or_create(tx, session_id)?;
     let expires_at = now.saturating_add(meta.ttl_ms);
-    // `seen` is opaque to the store: kept bit for bit, whatever its size.
-    let seen = meta.seen.map(|seen| i64::from_ne_bytes(seen.to_ne_bytes()));
+    let seen = meta.seen.map(Bits);
     let mut applied = BTreeMap::new();
     for (field, value) in values {
         let existing: Option<(i64, i64)> = tx
@@ -40,10 +40,9 @@ pub(crate) fn set_presence(
                 .optional()
             })
             .ctx("reading presence")?;
-        if !presence_write_wins(existing, meta.at, now) {
+        if !write_wins(existing, meta.at, now) {
             continue;
         }
-        let text = encode_json(value)?;
         tx.prepare_cached(
             "INSERT INTO presence (sid, participant, field, value, seen, at, expires_at) \
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) \
@@ -55,7 +54,7 @@ pub(crate) fn set_presence(
                 session.sid,
                 participant,
                 field,
-                text,
+                Json(value),
                 seen,
                 meta.at,
                 expires_at,
@@ -79,37 +78,23 @@ pub(crate) fn read_presence(
     let Some(session) = session::find(tx, session_id)? else {
         return Ok(Vec::new());
     };
-    type Raw = (String, String, String, Option<i64>, i64, i64);
-    let raws: Vec<Raw> = tx
-        .prepare_cached(
-            "SELECT participant, field, value, seen, at, expires_at FROM presence \
+    tx.prepare_cached(
+        "SELECT participant, field, value, seen, at, expires_at FROM presence \
              WHERE sid = ?1 AND expires_at > ?2 AND value <> 'null' \
              ORDER BY participant, field",
-        )
-        .and_then(|mut stmt| {
-            stmt.query_map((session.sid, now), |row| {
-                Ok((
-                    row.get(0)?,
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                ))
-            })?
-            .collect()
-        })
-        .ctx("reading presence")?;
-    raws.into_iter()
-        .map(|(participant, field, value, seen, at, expires_at)| {
+    )
+    .and_then(|mut stmt| {
+        stmt.query_map((session.sid, now), |row| {
             Ok(PresenceRow {
-                participant,
-                field,
-                value: decode_json("presence value", &value)?,
-                seen: seen.map(|seen| u64::from_ne_bytes(seen.to_ne_bytes())),
-                at,
-                expires_at,
+                participant: row.get(0)?,
+                field: row.get(1)?,
+                value: row.get::<_, Json<Value>>(2)?.0,
+                seen: row.get::<_, Option<Bits>>(3)?.map(|seen| seen.0),
+                at: row.get(4)?,
+                expires_at: row.get(5)?,
             })
-        })
+        })?
         .collect()
+    })
+    .ctx("reading presence")
 }

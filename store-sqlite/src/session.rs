@@ -1,10 +1,10 @@
 //! Session rows: head, clear index and reclaimed offset of each log.
 
-use a2_store_api::codec::{from_sql_int, to_sql_int};
 use a2_store_api::StoreError;
 use rusqlite::{Connection, OptionalExtension};
 
 use crate::errors::SqlContext;
+use crate::values::SqlIndex;
 
 /// One session's log bounds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,27 +36,17 @@ pub(crate) fn find(tx: &Connection, name: &str) -> Result<Option<SessionRow>, St
              s.clear_index, s.reclaimed_through FROM sessions AS s WHERE s.name = ?1",
         )
         .ctx("looking up a session")?;
-    let raw = stmt
-        .query_row([name], |row| {
-            Ok((
-                row.get::<_, i64>(0)?,
-                row.get::<_, i64>(1)?,
-                row.get::<_, i64>(2)?,
-                row.get::<_, i64>(3)?,
-            ))
-        })
-        .optional()
-        .ctx("looking up a session")?;
-    raw.map(|(sid, head, clear, reclaimed)| {
+    stmt.query_row([name], |row| {
         Ok(SessionRow {
-            sid,
+            sid: row.get(0)?,
             name: name.to_owned(),
-            head: from_sql_int("session head", head)?,
-            clear: from_sql_int("clear index", clear)?,
-            reclaimed: from_sql_int("reclaimed offset", reclaimed)?,
+            head: row.get::<_, SqlIndex>(1)?.get(),
+            clear: row.get::<_, SqlIndex>(2)?.get(),
+            reclaimed: row.get::<_, SqlIndex>(3)?.get(),
         })
     })
-    .transpose()
+    .optional()
+    .ctx("looking up a session")
 }
 
 /// The session named `name`, created empty if it does not exist yet.
@@ -80,8 +70,8 @@ pub(crate) fn find_or_create(tx: &Connection, name: &str) -> Result<SessionRow, 
 /// stored: it is the last row's index (the clear marker is never reclaimed),
 /// so an append dirties no session page.
 pub(crate) fn save(tx: &Connection, session: &SessionRow) -> Result<(), StoreError> {
-    let clear = to_sql_int("clear index", session.clear)?;
-    let reclaimed = to_sql_int("reclaimed offset", session.reclaimed)?;
+    let clear = SqlIndex::new("clear index", session.clear)?;
+    let reclaimed = SqlIndex::new("reclaimed offset", session.reclaimed)?;
     tx.prepare_cached(
         "UPDATE sessions SET clear_index = ?2, reclaimed_through = ?3 WHERE sid = ?1",
     )

@@ -4,12 +4,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use a2_store_api::codec::{
-    validate_name, validate_presence_ttl, validate_presence_values, validate_session_id,
-    validate_state_writes,
-};
 use a2_store_api::{
-    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
+    validate, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
     CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
     FailResult, Head, ListSessions, NewEvent, PresenceMeta, PresenceResult, PresenceRow,
     ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
@@ -22,7 +18,9 @@ use crate::connection::Location;
 use crate::notify::{notifier_for, Notifier};
 use crate::options::SqliteOptions;
 use crate::pool::{Access, Pool};
-use crate::{append, attempt, claim, clear, listing, presence, redrive, snapshot, subscribe, wake};
+use crate::{
+    append, claims, clear, complete, cursors, fail, presence, read, renew, snapshots, subscribe,
+};
 
 /// The SQLite backend of the session store.
 ///
@@ -76,7 +74,7 @@ impl Store for SqliteStore {
         events: Vec<NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendResult, StoreError> {
-        append::validate(session_id, &events, &options)?;
+        validate::append(session_id, &events, &options)?;
         let session_id = session_id.to_owned();
         let appended = self
             .pool
@@ -91,19 +89,19 @@ impl Store for SqliteStore {
     }
 
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult, StoreError> {
-        claim::validate_claim(&request)?;
+        validate::claim_available(&request)?;
         self.pool
             .run(Access::Write, move |tx, ctx| {
-                claim::claim(tx, ctx, &request)
+                claims::claim(tx, ctx, &request)
             })
             .await
     }
 
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult, StoreError> {
-        claim::validate_renew(&request)?;
+        validate::renew_claims(&request)?;
         self.pool
             .run(Access::Write, move |tx, ctx| {
-                claim::renew(tx, ctx, &request)
+                renew::renew(tx, ctx, &request)
             })
             .await
     }
@@ -112,11 +110,11 @@ impl Store for SqliteStore {
         &self,
         request: CompleteRequest,
     ) -> Result<CompleteResult, StoreError> {
-        attempt::validate_complete(&request)?;
+        validate::complete_attempt(&request)?;
         let completed = self
             .pool
             .run(Access::Write, move |tx, ctx| {
-                attempt::complete(tx, ctx, &request)
+                complete::complete(tx, ctx, &request)
             })
             .await?;
         if completed.wrote {
@@ -126,33 +124,31 @@ impl Store for SqliteStore {
     }
 
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult, StoreError> {
-        attempt::validate_fail(&request)?;
+        validate::fail_attempt(&request)?;
         self.pool
-            .run(Access::Write, move |tx, ctx| {
-                attempt::fail(tx, ctx, &request)
-            })
+            .run(Access::Write, move |tx, ctx| fail::fail(tx, ctx, &request))
             .await
     }
 
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>, StoreError> {
-        validate_session_id(session_id)?;
+        validate::dead_letters(session_id)?;
         let session_id = session_id.to_owned();
         self.pool
             .run(Access::Read, move |tx, _| {
-                redrive::dead_letters(tx, &session_id)
+                fail::dead_letters(tx, &session_id)
             })
             .await
     }
 
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult, StoreError> {
-        redrive::validate_redrive(&request)?;
+        validate::redrive(&request)?;
         self.pool
-            .run(Access::Write, move |tx, _| redrive::redrive(tx, &request))
+            .run(Access::Write, move |tx, _| fail::redrive(tx, &request))
             .await
     }
 
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult, StoreError> {
-        clear::validate_clear(&request)?;
+        validate::clear(&request)?;
         let result = self
             .pool
             .run(Access::Write, move |tx, ctx| {
@@ -166,7 +162,7 @@ impl Store for SqliteStore {
     }
 
     async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult, StoreError> {
-        validate_session_id(session_id)?;
+        validate::reclaim(session_id)?;
         let session_id = session_id.to_owned();
         self.pool
             .run(Access::Write, move |tx, _| clear::reclaim(tx, &session_id))
@@ -178,11 +174,11 @@ impl Store for SqliteStore {
         session_id: &str,
         options: ReadOptions,
     ) -> Result<Vec<StoredEvent>, StoreError> {
-        validate_session_id(session_id)?;
+        validate::read(session_id, &options)?;
         let session_id = session_id.to_owned();
         self.pool
             .run(Access::Read, move |tx, _| {
-                listing::read(tx, &session_id, &options)
+                read::read(tx, &session_id, &options)
             })
             .await
     }
@@ -192,26 +188,26 @@ impl Store for SqliteStore {
         session_id: &str,
         consumer: &ConsumerDeclaration,
     ) -> Result<WakeLogResult, StoreError> {
-        wake::validate_wake(session_id, consumer)?;
+        let log = validate::wake_log(session_id, consumer)?.clone();
         let session_id = session_id.to_owned();
         let consumer = consumer.clone();
         self.pool
             .run(Access::Write, move |tx, _| {
-                wake::wake_log(tx, &session_id, &consumer)
+                cursors::wake_log(tx, &session_id, &consumer, &log)
             })
             .await
     }
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
-        validate_session_id(session_id)?;
+        validate::cursors(session_id)?;
         let session_id = session_id.to_owned();
         self.pool
-            .run(Access::Read, move |tx, _| listing::cursors(tx, &session_id))
+            .run(Access::Read, move |tx, _| cursors::cursors(tx, &session_id))
             .await
     }
 
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream, StoreError> {
-        validate_session_id(session_id)?;
+        validate::subscribe(session_id)?;
         Ok(subscribe::follow(
             &self.pool,
             self.notifier.subscribe(),
@@ -226,14 +222,12 @@ impl Store for SqliteStore {
         reducer: &str,
         writes: Vec<StateWrite>,
     ) -> Result<(), StoreError> {
-        validate_session_id(session_id)?;
-        validate_name("reducer name", reducer)?;
-        validate_state_writes(&writes)?;
+        validate::write_state(session_id, reducer, &writes)?;
         let session_id = session_id.to_owned();
         let reducer = reducer.to_owned();
         self.pool
             .run(Access::Write, move |tx, _| {
-                snapshot::write_state(tx, &session_id, &reducer, writes.clone())
+                snapshots::write_state(tx, &session_id, &reducer, writes.clone())
             })
             .await
     }
@@ -244,13 +238,12 @@ impl Store for SqliteStore {
         reducer: &str,
         options: ReadStateOptions,
     ) -> Result<StateRead, StoreError> {
-        validate_session_id(session_id)?;
-        validate_name("reducer name", reducer)?;
+        validate::read_state(session_id, reducer)?;
         let session_id = session_id.to_owned();
         let reducer = reducer.to_owned();
         self.pool
             .run(Access::Read, move |tx, _| {
-                snapshot::read_state(tx, &session_id, &reducer, options.at)
+                snapshots::read_state(tx, &session_id, &reducer, options.at)
             })
             .await
     }
@@ -262,10 +255,7 @@ impl Store for SqliteStore {
         values: BTreeMap<String, Value>,
         meta: PresenceMeta,
     ) -> Result<PresenceResult, StoreError> {
-        validate_session_id(session_id)?;
-        validate_name("participant", participant)?;
-        validate_presence_ttl(meta.ttl_ms)?;
-        validate_presence_values(&values)?;
+        validate::set_presence(session_id, participant, &values, &meta)?;
         let session_id = session_id.to_owned();
         let participant = participant.to_owned();
         self.pool
@@ -277,7 +267,7 @@ impl Store for SqliteStore {
     }
 
     async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>, StoreError> {
-        validate_session_id(session_id)?;
+        validate::read_presence(session_id)?;
         let session_id = session_id.to_owned();
         let now = self.pool.ctx().clock.now_ms();
         self.pool
@@ -289,7 +279,7 @@ impl Store for SqliteStore {
 
     async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>, StoreError> {
         self.pool
-            .run(Access::Read, move |tx, _| listing::sessions(tx, &options))
+            .run(Access::Read, move |tx, _| read::sessions(tx, &options))
             .await
     }
 }

@@ -40,8 +40,12 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
 //!
+//! With the `postgres` feature, module `postgres` adds what tools need beyond
+//! `open`: the options a URL asks for, a schema-exists check and scratch
+//! schemas that are dropped again.
+//!
 //! Everything `a2-store-api` defines (the trait, its types, errors, clocks,
-//! id generators and codecs) is re-exported here, so an app depends on this
+//! id generators and the shared rules) is re-exported here, so an app depends on this
 //! crate alone.
 
 #![forbid(unsafe_code)]
@@ -49,6 +53,8 @@
 
 mod open;
 mod options;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 mod url;
 
 pub use a2_store_api::*;

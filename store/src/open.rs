@@ -142,24 +142,9 @@ async fn open_postgres(
     url_options: &crate::url::PostgresUrlOptions,
     options: OpenOptions,
 ) -> Result<Arc<dyn Store>, StoreError> {
-    use std::time::Duration;
+    use a2_store_postgres::PostgresStore;
 
-    use a2_store_postgres::{PostgresOptions, PostgresStore};
-
-    let mut postgres = PostgresOptions {
-        clock: options.clock,
-        ids: options.ids,
-        ..PostgresOptions::default()
-    };
-    if let Some(schema) = &url_options.schema {
-        postgres.schema = schema.clone();
-    }
-    if let Some(size) = url_options.pool_size {
-        postgres.pool_size = size;
-    }
-    if let Some(ms) = url_options.statement_timeout_ms {
-        postgres.statement_timeout = Duration::from_millis(ms);
-    }
+    let postgres = crate::postgres::options(url_options, options);
     let store = PostgresStore::connect(connection, postgres).await?;
     Ok(Arc::new(store))
 }

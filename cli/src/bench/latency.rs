@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::workload::Operation;
+use super::operation::Operation;
 
 /// Every latency sample of one run, per operation, in nanoseconds.
 #[derive(Debug, Default, Clone)]

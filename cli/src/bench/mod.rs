@@ -1,6 +1,7 @@
 //! `a2-store bench`: the workload mix against each store, then the comparison.
 
 mod latency;
+mod operation;
 mod report;
 mod workload;
 

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::latency::{human, Recorder, Summary};
-use super::workload::Operation;
+use super::operation::Operation;
 use crate::table::Table;
 
 /// Version of the workload mix; bumped whenever the mix changes, so results

@@ -8,7 +8,7 @@ use crate::support::*;
 
 /// Claimed heads come sorted by `(index, consumer, lane)`, lane `None` first.
 pub(crate) async fn claim_returns_heads_by_index_consumer_lane(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -21,7 +21,7 @@ pub(crate) async fn claim_returns_heads_by_index_consumer_lane(cx: Cx) -> CaseRe
     )
     .await?;
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["1 a/- #1", "1 a/L #1", "1 b/- #1", "2 a/- #1"])
     );
     Ok(())
@@ -29,7 +29,7 @@ pub(crate) async fn claim_returns_heads_by_index_consumer_lane(cx: Cx) -> CaseRe
 
 /// A claim returns the stored event, the cursor and fresh bookkeeping, and the log head.
 pub(crate) async fn claim_sets_bookkeeping_and_reports_log_head(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let stored = cx
         .append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
@@ -57,7 +57,7 @@ pub(crate) async fn claim_sets_bookkeeping_and_reports_log_head(cx: Cx) -> CaseR
 
 /// `expires_at_ms` sets the lease end directly.
 pub(crate) async fn claim_with_expires_at_sets_lease_end(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let request = ClaimRequest {
         ttl_ms: None,
@@ -72,7 +72,7 @@ pub(crate) async fn claim_with_expires_at_sets_lease_end(cx: Cx) -> CaseResult {
 
 /// With only busy heads a claim is `Busy` with the earliest expiry.
 pub(crate) async fn claim_on_busy_heads_is_busy_with_earliest_expiry(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s, "w1").await?;
     cx.advance(100);
@@ -85,7 +85,7 @@ pub(crate) async fn claim_on_busy_heads_is_busy_with_earliest_expiry(cx: Cx) -> 
     ensure_eq!(busy(cx.claim(&s, "w2").await?)?, T0 + 400);
     cx.advance(300);
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w2").await?),
+        head_summaries(&cx.claim_heads(&s, "w2").await?),
         strs(&["2 agent/- #2"])
     );
     ensure_eq!(busy(cx.claim(&s, "w3").await?)?, T0 + TTL);
@@ -94,7 +94,7 @@ pub(crate) async fn claim_on_busy_heads_is_busy_with_earliest_expiry(cx: Cx) -> 
 
 /// A claim with no head anywhere is `Settled`, on a new session and once all work is done.
 pub(crate) async fn claim_without_work_is_settled(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     settled(cx.claim(&s, "w1").await?)?;
     cx.append(&s, vec![msg("plain")]).await?;
     settled(cx.claim(&s, "w1").await?)?;
@@ -106,7 +106,7 @@ pub(crate) async fn claim_without_work_is_settled(cx: Cx) -> CaseResult {
 
 /// Heads above `through` are skipped (and not counted as busy).
 pub(crate) async fn claim_skips_heads_above_through(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -121,7 +121,10 @@ pub(crate) async fn claim_skips_heads_above_through(cx: Cx) -> CaseResult {
         ..cx.req(&s, "w1")
     };
     let (heads, _, head) = claimed(cx.store.claim_available(request.clone()).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 agent/- #1", "2 agent/- #1"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["1 agent/- #1", "2 agent/- #1"])
+    );
     ensure_eq!(head, 3);
     ensure_eq!(busy(cx.store.claim_available(request).await?)?, T0 + TTL);
     let none_below = ClaimRequest {
@@ -130,7 +133,7 @@ pub(crate) async fn claim_skips_heads_above_through(cx: Cx) -> CaseResult {
     };
     settled(cx.store.claim_available(none_below).await?)?;
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["3 agent/- #1"])
     );
     Ok(())
@@ -138,7 +141,7 @@ pub(crate) async fn claim_skips_heads_above_through(cx: Cx) -> CaseResult {
 
 /// An excluded event cursor is skipped by its index; other event cursors are not.
 pub(crate) async fn claim_excludes_event_cursor_by_index(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
         .await?;
     let request = ClaimRequest {
@@ -146,10 +149,10 @@ pub(crate) async fn claim_excludes_event_cursor_by_index(cx: Cx) -> CaseResult {
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request.clone()).await?)?;
-    ensure_eq!(hs(&heads), strs(&["2 agent/- #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["2 agent/- #1"]));
     ensure_eq!(busy(cx.store.claim_available(request).await?)?, T0 + TTL);
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["1 agent/- #1"])
     );
     Ok(())
@@ -157,7 +160,7 @@ pub(crate) async fn claim_excludes_event_cursor_by_index(cx: Cx) -> CaseResult {
 
 /// An excluded lane cursor is skipped whatever index the exclude ref names.
 pub(crate) async fn claim_excludes_lane_cursor_whatever_its_head(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L2")],
@@ -168,13 +171,13 @@ pub(crate) async fn claim_excludes_lane_cursor_whatever_its_head(cx: Cx) -> Case
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request).await?)?;
-    ensure_eq!(hs(&heads), strs(&["2 agent/L2 #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["2 agent/L2 #1"]));
     Ok(())
 }
 
 /// An excluded log cursor is skipped whatever index the exclude ref names.
 pub(crate) async fn claim_excludes_log_cursor_whatever_its_head(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![to_event("a", "agent")],
@@ -186,13 +189,13 @@ pub(crate) async fn claim_excludes_log_cursor_whatever_its_head(cx: Cx) -> CaseR
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 agent/- #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["1 agent/- #1"]));
     Ok(())
 }
 
 /// `limit` claims the lowest `(index, consumer)` heads; the rest stay claimable.
 pub(crate) async fn claim_limit_takes_lowest_and_leaves_rest(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -209,7 +212,10 @@ pub(crate) async fn claim_limit_takes_lowest_and_leaves_rest(cx: Cx) -> CaseResu
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request.clone()).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 zed/- #1", "2 agent/- #1"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["1 zed/- #1", "2 agent/- #1"])
+    );
     let untouched = cx.cursors(&s).await?;
     ensure_eq!(
         untouched
@@ -219,7 +225,7 @@ pub(crate) async fn claim_limit_takes_lowest_and_leaves_rest(cx: Cx) -> CaseResu
         2
     );
     let (heads, _, _) = claimed(cx.store.claim_available(request).await?)?;
-    ensure_eq!(hs(&heads), strs(&["3 al/- #1", "3 bob/- #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["3 al/- #1", "3 bob/- #1"]));
     Ok(())
 }
 
@@ -228,7 +234,7 @@ pub(crate) async fn claim_limit_takes_lowest_and_leaves_rest(cx: Cx) -> CaseResu
 /// first, then lane `None`, then lanes by name, whatever order the event
 /// named its targets in.
 pub(crate) async fn served_claim_orders_ties_by_consumer_then_lane(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![msg("m")
@@ -250,14 +256,14 @@ pub(crate) async fn served_claim_orders_ties_by_consumer_then_lane(cx: Cx) -> Ca
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(one).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 bob/- #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["1 bob/- #1"]));
     let rest = ClaimRequest {
         consumers: served,
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(rest).await?)?;
     ensure_eq!(
-        hs(&heads),
+        head_summaries(&heads),
         strs(&["1 bob/L9 #1", "1 zed/- #1", "1 zed/L1 #1", "1 zed/L2 #1"])
     );
     Ok(())
@@ -265,7 +271,7 @@ pub(crate) async fn served_claim_orders_ties_by_consumer_then_lane(cx: Cx) -> Ca
 
 /// A busy head is not handed to another holder, nor again to its own holder.
 pub(crate) async fn claim_never_hands_busy_head_to_anyone(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s, "w1").await?;
     ensure_eq!(busy(cx.claim(&s, "w2").await?)?, T0 + TTL);
@@ -280,7 +286,7 @@ pub(crate) async fn claim_never_hands_busy_head_to_anyone(cx: Cx) -> CaseResult 
 
 /// An expired claim is handed out again as the next attempt, counting one failure.
 pub(crate) async fn expired_claim_counts_failure_and_is_reclaimed(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     cx.claim_heads(&s, "w1").await?;
     cx.advance(TTL);
@@ -303,7 +309,7 @@ pub(crate) async fn expired_claim_counts_failure_and_is_reclaimed(cx: Cx) -> Cas
 /// An expired claim reaching `max_failures` is dead-lettered, reported apart
 /// from the claimed heads, and no longer claimable or pending.
 pub(crate) async fn expired_claim_at_max_failures_is_dead_lettered(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     cx.claim_heads(&s, "w1").await?;
     cx.advance(TTL);
@@ -312,10 +318,10 @@ pub(crate) async fn expired_claim_at_max_failures_is_dead_lettered(cx: Cx) -> Ca
         ..cx.req(&s, "w2")
     };
     let (heads, dead, log_head) = claimed(cx.store.claim_available(request.clone()).await?)?;
-    ensure_eq!(hs(&heads), Vec::<String>::new());
+    ensure_eq!(head_summaries(&heads), Vec::<String>::new());
     ensure_eq!(log_head, 1);
     let dead_head = nth(&dead, 0)?;
-    ensure_eq!(hs(&dead), strs(&["1 agent/L1 #2"]));
+    ensure_eq!(head_summaries(&dead), strs(&["1 agent/L1 #2"]));
     ensure_eq!(
         dead_head.dispatch,
         Dispatch {
@@ -339,7 +345,7 @@ pub(crate) async fn expired_claim_at_max_failures_is_dead_lettered(cx: Cx) -> Ca
 
 /// Dead-lettering on expiry does not count against `limit`.
 pub(crate) async fn dead_letter_on_expiry_not_counted_against_limit(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s, "w1").await?;
     cx.advance(TTL);
@@ -351,14 +357,14 @@ pub(crate) async fn dead_letter_on_expiry_not_counted_against_limit(cx: Cx) -> C
         ..cx.req(&s, "w2")
     };
     let (heads, dead, _) = claimed(cx.store.claim_available(request).await?)?;
-    ensure_eq!(hs(&dead), strs(&["1 agent/- #2"]));
-    ensure_eq!(hs(&heads), strs(&["2 agent/- #1"]));
+    ensure_eq!(head_summaries(&dead), strs(&["1 agent/- #2"]));
+    ensure_eq!(head_summaries(&heads), strs(&["2 agent/- #1"]));
     Ok(())
 }
 
 /// Without `max_failures` expired claims are retried forever, counting failures.
 pub(crate) async fn claim_without_max_failures_never_dead_letters(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     for attempt in 1..=4u32 {
         let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -372,7 +378,7 @@ pub(crate) async fn claim_without_max_failures_never_dead_letters(cx: Cx) -> Cas
 
 /// After a clear, claimed heads carry the clear index; before, none.
 pub(crate) async fn claimed_heads_carry_clear_index_after_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     ensure_eq!(nth(&cx.claim_heads(&s, "w1").await?, 0)?.clear_index, None);
     cx.store
@@ -390,14 +396,14 @@ pub(crate) async fn claimed_heads_carry_clear_index_after_clear(cx: Cx) -> CaseR
 
 /// A claim in one session never touches another session's cursors.
 pub(crate) async fn claims_are_per_session(cx: Cx) -> CaseResult {
-    let (s1, s2) = (cx.s("one"), cx.s("two"));
+    let (s1, s2) = (cx.session_id("one"), cx.session_id("two"));
     cx.append(&s1, vec![to_event("a", "agent")]).await?;
     cx.append(&s2, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s1, "w1").await?;
     let untouched = only(&cx.cursors(&s2).await?)?;
     ensure_eq!(untouched.dispatch.attempt_count, 0);
     ensure_eq!(
-        hs(&cx.claim_heads(&s2, "w2").await?),
+        head_summaries(&cx.claim_heads(&s2, "w2").await?),
         strs(&["1 agent/- #1"])
     );
     Ok(())
@@ -406,7 +412,7 @@ pub(crate) async fn claims_are_per_session(cx: Cx) -> CaseResult {
 /// `retry_at` considers only candidates: busy heads that are excluded, above
 /// `through` or unserved do not count.
 pub(crate) async fn busy_retry_at_ignores_skipped_heads(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "other")])
         .await?;
     let short = ClaimRequest {
@@ -415,7 +421,7 @@ pub(crate) async fn busy_retry_at_ignores_skipped_heads(cx: Cx) -> CaseResult {
         ..cx.req(&s, "w1")
     };
     ensure_eq!(
-        hs(&claimed(cx.store.claim_available(short).await?)?.0),
+        head_summaries(&claimed(cx.store.claim_available(short).await?)?.0),
         strs(&["1 agent/- #1"])
     );
     cx.claim_heads(&s, "w1").await?;
@@ -440,7 +446,7 @@ pub(crate) async fn busy_retry_at_ignores_skipped_heads(cx: Cx) -> CaseResult {
 
 /// With `max_failures: 2` the first expired claim is retried and the second dead-letters.
 pub(crate) async fn expired_claims_dead_letter_when_count_reaches_max(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let request = ClaimRequest {
         max_failures: Some(2),
@@ -454,7 +460,7 @@ pub(crate) async fn expired_claims_dead_letter_when_count_reaches_max(cx: Cx) ->
     }
     let (heads, dead, _) = claimed(cx.store.claim_available(request).await?)?;
     ensure_eq!(heads, vec![]);
-    ensure_eq!(hs(&dead), strs(&["1 agent/- #3"]));
+    ensure_eq!(head_summaries(&dead), strs(&["1 agent/- #3"]));
     ensure_eq!(nth(&dead, 0)?.dispatch.failure_count, 2);
     Ok(())
 }

@@ -27,7 +27,7 @@ fn superseded(result: CompleteResult) -> CaseResult {
 
 /// Completing a lane head advances the lane to its next queued head.
 pub(crate) async fn complete_advances_lane_to_next_head(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -37,7 +37,7 @@ pub(crate) async fn complete_advances_lane_to_next_head(cx: Cx) -> CaseResult {
     ensure_eq!(completed(cx.complete(&s, &head, vec![]).await?)?, vec![]);
     let cursor = only(&cx.cursors(&s).await?)?;
     ensure_eq!(
-        cs(std::slice::from_ref(&cursor)),
+        cursor_summaries(std::slice::from_ref(&cursor)),
         strs(&["agent/L1 lane pos=1 head=2"])
     );
     ensure_eq!(cursor.dispatch, a2_store_api::Dispatch::default());
@@ -46,7 +46,7 @@ pub(crate) async fn complete_advances_lane_to_next_head(cx: Cx) -> CaseResult {
 
 /// Returned events are appended after the head with the completing attempt as cause.
 pub(crate) async fn complete_appends_returned_events_with_cause(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -77,7 +77,7 @@ pub(crate) async fn complete_appends_returned_events_with_cause(cx: Cx) -> CaseR
 
 /// Returned events that target other consumers start their work: a fan-out chain.
 pub(crate) async fn complete_returned_events_fan_out_to_other_consumers(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let step = ev("step", "s1")
@@ -85,12 +85,15 @@ pub(crate) async fn complete_returned_events_fan_out_to_other_consumers(cx: Cx) 
         .with_target(Target::lane("indexer", "main"));
     completed(cx.complete(&s, &head, vec![step]).await?)?;
     let heads = cx.claim_heads(&s, "w1").await?;
-    ensure_eq!(hs(&heads), strs(&["2 indexer/main #1", "2 notifier/- #1"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["2 indexer/main #1", "2 notifier/- #1"])
+    );
     let next = ev("step", "s2").with_target(Target::event("archiver"));
     let events = completed(cx.complete(&s, &nth(&heads, 1)?, vec![next]).await?)?;
     ensure_eq!(events[0].cause, Some(cause("notifier", None, 2, 1)));
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["3 archiver/- #1"])
     );
     Ok(())
@@ -98,7 +101,7 @@ pub(crate) async fn complete_returned_events_fan_out_to_other_consumers(cx: Cx) 
 
 /// Repeating a completion with the same ids replays it: the stored rows, nothing written.
 pub(crate) async fn complete_replay_returns_stored_rows(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -110,93 +113,93 @@ pub(crate) async fn complete_replay_returns_stored_rows(cx: Cx) -> CaseResult {
             .await?,
     )?;
     cx.advance(10);
-    let before = cx.state(&s).await?;
-    let replay = completed(
-        cx.complete(&s, &head, vec![ev("reply", "r1"), ev("reply", "r2")])
-            .await?,
-    )?;
-    ensure_eq!(replay, first);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let replay = completed(
+            cx.complete(&s, &head, vec![ev("reply", "r1"), ev("reply", "r2")])
+                .await?,
+        )?;
+        ensure_eq!(replay, first);
+    });
     Ok(())
 }
 
 /// A completion that returned nothing replays as `Completed` with no events.
 pub(crate) async fn complete_replay_without_returned_events(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(completed(cx.complete(&s, &head, vec![]).await?)?, vec![]);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(completed(cx.complete(&s, &head, vec![]).await?)?, vec![]);
+    });
     Ok(())
 }
 
 /// A replay whose returned ids differ from the recorded ones is `PartialDuplicateBatch`.
 pub(crate) async fn complete_replay_with_different_ids_is_partial_duplicate(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![ev("reply", "r1")]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.complete(&s, &head, vec![ev("reply", "other")]).await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_code!(
-        cx.complete(&s, &head, vec![]).await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_code!(
-        cx.complete(&s, &head, vec![ev("reply", "r1"), ev("reply", "r2")])
-            .await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.complete(&s, &head, vec![ev("reply", "other")]).await,
+            ErrorCode::PartialDuplicateBatch
+        );
+        ensure_code!(
+            cx.complete(&s, &head, vec![]).await,
+            ErrorCode::PartialDuplicateBatch
+        );
+        ensure_code!(
+            cx.complete(&s, &head, vec![ev("reply", "r1"), ev("reply", "r2")])
+                .await,
+            ErrorCode::PartialDuplicateBatch
+        );
+    });
     Ok(())
 }
 
 /// A completion whose returned events had generated ids cannot be replayed.
 pub(crate) async fn complete_replay_with_generated_ids_is_partial_duplicate(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let reply = NewEvent::new("reply", json!(1));
     completed(cx.complete(&s, &head, vec![reply.clone()]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.complete(&s, &head, vec![reply]).await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.complete(&s, &head, vec![reply]).await,
+            ErrorCode::PartialDuplicateBatch
+        );
+    });
     Ok(())
 }
 
 /// Replaying a completed head with a different attempt is `Superseded`.
 pub(crate) async fn complete_replay_by_other_attempt_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![ev("reply", "r1")]).await?)?;
-    let before = cx.state(&s).await?;
-    superseded(
-        cx.complete_at(&s, &head.cursor_ref(), 2, vec![ev("reply", "r1")])
-            .await?,
-    )?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(
+            cx.complete_at(&s, &head.cursor_ref(), 2, vec![ev("reply", "r1")])
+                .await?,
+        )?;
+    });
     Ok(())
 }
 
 /// An older attempt cannot complete once the head was claimed again; the newer one can.
 pub(crate) async fn complete_by_older_attempt_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
     let second = nth(&cx.claim_heads(&s, "w2").await?, 0)?;
-    let before = cx.state(&s).await?;
-    superseded(cx.complete(&s, &first, vec![ev("reply", "old")]).await?)?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete(&s, &first, vec![ev("reply", "old")]).await?)?;
+    });
     let events = completed(cx.complete(&s, &second, vec![ev("reply", "new")]).await?)?;
     ensure_eq!(events[0].cause, Some(cause("agent", Some("L1"), 1, 2)));
     Ok(())
@@ -204,31 +207,31 @@ pub(crate) async fn complete_by_older_attempt_is_superseded(cx: Cx) -> CaseResul
 
 /// A failed attempt (holder released) cannot complete.
 pub(crate) async fn complete_after_fail_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(cx.fail(&s, &head, None).await?.outcome, FailOutcome::Failed);
-    let before = cx.state(&s).await?;
-    superseded(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
+    });
     Ok(())
 }
 
 /// A dead-lettered head cannot complete.
 pub(crate) async fn complete_of_dead_lettered_head_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, Some(1)).await?;
-    let before = cx.state(&s).await?;
-    superseded(cx.complete(&s, &head, vec![]).await?)?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete(&s, &head, vec![]).await?)?;
+    });
     Ok(())
 }
 
 /// A completion at or below the clear is `Superseded`.
 pub(crate) async fn complete_after_clear_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.store
@@ -237,76 +240,86 @@ pub(crate) async fn complete_after_clear_is_superseded(cx: Cx) -> CaseResult {
             ..ClearRequest::default()
         })
         .await?;
-    let before = cx.state(&s).await?;
-    superseded(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
+    });
     Ok(())
 }
 
 /// A completion naming no cursor and no stored event is `NoSuchEvent`.
 pub(crate) async fn complete_unknown_index_is_no_such_event(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.complete_at(&s, &at("agent", None, 9), 1, vec![]).await,
-        ErrorCode::NoSuchEvent
-    );
-    ensure_code!(
-        cx.complete_at(&cx.s("never"), &at("agent", Some("L1"), 1), 1, vec![])
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.complete_at(&s, &at("agent", None, 9), 1, vec![]).await,
+            ErrorCode::NoSuchEvent
+        );
+        ensure_code!(
+            cx.complete_at(
+                &cx.session_id("never"),
+                &at("agent", Some("L1"), 1),
+                1,
+                vec![]
+            )
             .await,
-        ErrorCode::NoSuchEvent
-    );
-    ensure_unchanged!(cx, &s, before);
+            ErrorCode::NoSuchEvent
+        );
+    });
     Ok(())
 }
 
 /// A completion naming no cursor at an existing event is `Superseded`.
 pub(crate) async fn complete_without_cursor_on_existing_event_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    superseded(cx.complete_at(&s, &at("agent", None, 1), 1, vec![]).await?)?;
-    superseded(
-        cx.complete_at(&s, &at("agent", Some("L1"), 1), 1, vec![])
-            .await?,
-    )?;
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete_at(&s, &at("agent", None, 1), 1, vec![]).await?)?;
+        superseded(
+            cx.complete_at(&s, &at("agent", Some("L1"), 1), 1, vec![])
+                .await?,
+        )?;
+    });
     Ok(())
 }
 
 /// A returned id already stored in the session is `PartialDuplicateBatch`; the head stays claimed.
 pub(crate) async fn complete_with_stored_returned_id_is_partial_duplicate(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("taken")])
         .await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.complete(&s, &head, vec![ev("reply", "new"), msg("taken")])
-            .await,
-        ErrorCode::PartialDuplicateBatch
+    ensure_unchanged!(
+        cx,
+        &s,
+        {
+            ensure_code!(
+                cx.complete(&s, &head, vec![ev("reply", "new"), msg("taken")])
+                    .await,
+                ErrorCode::PartialDuplicateBatch
+            );
+        },
+        {
+            ensure_code!(
+                cx.complete(&s, &head, vec![msg("twice"), msg("twice")])
+                    .await,
+                ErrorCode::PartialDuplicateBatch
+            );
+        },
     );
-    ensure_unchanged!(cx, &s, before);
-    ensure_code!(
-        cx.complete(&s, &head, vec![msg("twice"), msg("twice")])
-            .await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
     Ok(())
 }
 
 /// A claim that expired but was not claimed again can still complete.
 pub(crate) async fn complete_after_unreclaimed_expiry_succeeds(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(10 * TTL);
     let events = completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
     ensure_eq!(idx(&events), vec![2]);
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=-"])
     );
     Ok(())
@@ -314,7 +327,7 @@ pub(crate) async fn complete_after_unreclaimed_expiry_succeeds(cx: Cx) -> CaseRe
 
 /// Lane cursors keep every completion record until a clear: older completions replay.
 pub(crate) async fn lane_cursor_keeps_completion_records(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -333,7 +346,7 @@ pub(crate) async fn lane_cursor_keeps_completion_records(cx: Cx) -> CaseResult {
 
 /// A log cursor keeps only its latest completion: the older one is `Superseded`.
 pub(crate) async fn log_cursor_keeps_only_latest_completion(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", Some(&["msg"]), false);
     cx.append_for(&s, vec![msg("a"), msg("b")], vec![audit])
         .await?;
@@ -342,19 +355,19 @@ pub(crate) async fn log_cursor_keeps_only_latest_completion(cx: Cx) -> CaseResul
     let second = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(second.event.index, 2);
     let latest = completed(cx.complete(&s, &second, vec![ev("reply", "r2")]).await?)?;
-    let before = cx.state(&s).await?;
-    superseded(cx.complete(&s, &first, vec![ev("reply", "r1")]).await?)?;
-    ensure_eq!(
-        completed(cx.complete(&s, &second, vec![ev("reply", "r2")]).await?)?,
-        latest
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        superseded(cx.complete(&s, &first, vec![ev("reply", "r1")]).await?)?;
+        ensure_eq!(
+            completed(cx.complete(&s, &second, vec![ev("reply", "r2")]).await?)?,
+            latest
+        );
+    });
     Ok(())
 }
 
 /// A log cursor advances to the next event whose type it takes.
 pub(crate) async fn complete_advances_log_cursor_to_next_taken_event(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", Some(&["x"]), false);
     cx.append_for(
         &s,
@@ -365,7 +378,7 @@ pub(crate) async fn complete_advances_log_cursor_to_next_taken_event(cx: Cx) -> 
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=1 head=4"])
     );
     Ok(())
@@ -373,7 +386,7 @@ pub(crate) async fn complete_advances_log_cursor_to_next_taken_event(cx: Cx) -> 
 
 /// A log consumer taking the type of events its own completion returns visits them next.
 pub(crate) async fn log_cursor_takes_events_returned_by_its_completion(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let audit = log_consumer("audit", "log", None, false);
     cx.append_for(&s, vec![msg("a")], vec![audit]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -386,7 +399,7 @@ pub(crate) async fn log_cursor_takes_events_returned_by_its_completion(cx: Cx) -
 
 /// After a skip (redrive) no completion is recorded: completing the skipped head is `Superseded`.
 pub(crate) async fn complete_of_skipped_head_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -411,22 +424,22 @@ pub(crate) async fn complete_of_skipped_head_is_superseded(cx: Cx) -> CaseResult
 
 /// A finished event cursor keeps its completion record: the completion replays.
 pub(crate) async fn event_cursor_completion_replays(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let first = completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?,
-        first
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?,
+            first
+        );
+    });
     Ok(())
 }
 
 /// A clear drops completion records: replaying a completion from before it is `Superseded`.
 pub(crate) async fn completion_records_end_at_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![ev("reply", "r")]).await?)?;
@@ -442,7 +455,7 @@ pub(crate) async fn completion_records_end_at_clear(cx: Cx) -> CaseResult {
 
 /// Returned events always carry the completing attempt as cause, whatever cause they name.
 pub(crate) async fn complete_overrides_returned_event_cause(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     let foreign = cause("someone", None, 77, 9);
@@ -461,7 +474,7 @@ pub(crate) async fn complete_overrides_returned_event_cause(cx: Cx) -> CaseResul
 /// A completion may queue work on its own lane: it runs after the lane's
 /// earlier heads, in log order.
 pub(crate) async fn completion_can_queue_on_its_own_lane(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -475,7 +488,7 @@ pub(crate) async fn completion_can_queue_on_its_own_lane(cx: Cx) -> CaseResult {
     );
     for expected in ["2 agent/L1 #1", "3 agent/L1 #1"] {
         let heads = cx.claim_heads(&s, "w1").await?;
-        ensure_eq!(hs(&heads), strs(&[expected]));
+        ensure_eq!(head_summaries(&heads), strs(&[expected]));
         completed(cx.complete(&s, &heads[0], vec![]).await?)?;
     }
     settled(cx.claim(&s, "w1").await?)

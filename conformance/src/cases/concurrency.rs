@@ -79,7 +79,7 @@ async fn join_all<T>(
 /// exactly one worker (attempt 1, no clock movement), every completion
 /// applies, and each lane's heads complete in log order.
 pub(crate) async fn concurrent_claims_never_hand_out_a_head_twice(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let mut batch = Vec::new();
     for n in 0..60 {
         batch.push(match n % 3 {
@@ -109,7 +109,7 @@ pub(crate) async fn concurrent_claims_never_hand_out_a_head_twice(cx: Cx) -> Cas
     );
     settled(cx.claim(&s, "w0").await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=59 head=-", "agent/L2 lane pos=60 head=-"])
     );
     Ok(())
@@ -120,7 +120,7 @@ pub(crate) async fn concurrent_claims_never_hand_out_a_head_twice(cx: Cx) -> Cas
 pub(crate) async fn concurrent_appends_keep_indexes_contiguous(cx: Cx) -> CaseResult {
     const BATCHES: usize = 20;
     const SIZE: usize = 3;
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let tasks = (0..WORKERS)
         .map(|w| {
             let (store, s) = (cx.store.clone(), s.clone());
@@ -157,7 +157,7 @@ pub(crate) async fn concurrent_appends_keep_indexes_contiguous(cx: Cx) -> CaseRe
 /// Racing completions of one attempt apply once: every caller gets the same
 /// rows, the returned events are stored once and the lane advances once.
 pub(crate) async fn concurrent_completions_apply_once(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -199,7 +199,7 @@ pub(crate) async fn concurrent_completions_apply_once(cx: Cx) -> CaseResult {
     ensure_eq!(idx(&results[0]), vec![4, 5]);
     ensure_eq!(idx(&cx.read_all(&s).await?), vec![1, 2, 3, 4, 5]);
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=2"])
     );
     Ok(())
@@ -207,7 +207,7 @@ pub(crate) async fn concurrent_completions_apply_once(cx: Cx) -> CaseResult {
 
 /// Racing appends of the same batch write it once; every caller gets the stored rows.
 pub(crate) async fn concurrent_identical_appends_write_once(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let tasks = (0..WORKERS)
         .map(|_| {
             let (store, s) = (cx.store.clone(), s.clone());
@@ -229,7 +229,7 @@ pub(crate) async fn concurrent_identical_appends_write_once(cx: Cx) -> CaseResul
     }
     ensure_eq!(idx(&cx.read_all(&s).await?), vec![1, 2]);
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/- event pos=0 head=1"])
     );
     Ok(())
@@ -240,7 +240,7 @@ pub(crate) async fn concurrent_sessions_stay_independent(cx: Cx) -> CaseResult {
     let tasks = (0..WORKERS)
         .map(|w| {
             let store = cx.store.clone();
-            let s = cx.s(&format!("s{w}"));
+            let s = cx.session_id(&format!("s{w}"));
             tokio::spawn(async move {
                 let mut batch = Vec::new();
                 for n in 0..=w {

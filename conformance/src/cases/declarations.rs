@@ -22,10 +22,10 @@ fn batch() -> Vec<a2_store_api::NewEvent> {
 
 /// A session whose `(audit, log)` cursor takes `["a"]`, at head 1.
 async fn session_taking_a(cx: &Cx) -> std::result::Result<String, Failure> {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(&s, batch(), vec![audit(&["a"])]).await?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=0 head=1"])
     );
     Ok(s)
@@ -37,7 +37,7 @@ async fn only_types(
     s: &str,
 ) -> std::result::Result<(Option<Vec<String>>, Vec<String>), Failure> {
     let cursor = only(&cx.cursors(s).await?)?;
-    Ok((cursor.types.clone(), cs(&[cursor])))
+    Ok((cursor.types.clone(), cursor_summaries(&[cursor])))
 }
 
 /// A completion request on `(audit, log, index)` with `attempt`, no returned
@@ -111,7 +111,7 @@ pub(crate) async fn replayed_completion_declaration_refreshes_log_types(cx: Cx) 
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["audit/log log pos=1 head=3"])
     );
     let replay = cx
@@ -159,7 +159,7 @@ pub(crate) async fn claim_declaration_refreshes_log_types(cx: Cx) -> CaseResult 
         ..cx.req(&s, "w1")
     };
     let (heads, _, _) = claimed(cx.store.claim_available(request).await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 audit/log #1"]));
+    ensure_eq!(head_summaries(&heads), strs(&["1 audit/log #1"]));
     ensure_eq!(only_types(&cx, &s).await?.0, Some(strs(&["b"])));
     let request = ClaimRequest {
         consumers: Some(vec![audit(&["x"])]),
@@ -192,33 +192,40 @@ pub(crate) async fn wake_log_declaration_refreshes_log_types(cx: Cx) -> CaseResu
 /// completion naming no cursor and no stored event.
 pub(crate) async fn failed_call_declaration_refreshes_nothing(cx: Cx) -> CaseResult {
     let s = session_taking_a(&cx).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append_for(&s, vec![to_lane("t", "audit", "log")], vec![audit(&["b"])])
-            .await,
-        ErrorCode::InvalidInput
+    ensure_unchanged!(
+        cx,
+        &s,
+        {
+            ensure_code!(
+                cx.append_for(&s, vec![to_lane("t", "audit", "log")], vec![audit(&["b"])])
+                    .await,
+                ErrorCode::InvalidInput
+            );
+        },
+        {
+            ensure_code!(
+                cx.append_for(&s, vec![ev("a", "1"), ev("a", "new")], vec![audit(&["b"])])
+                    .await,
+                ErrorCode::PartialDuplicateBatch
+            );
+        },
+        {
+            ensure_code!(
+                cx.append_for(&s, vec![ev("other", "1")], vec![audit(&["b"])])
+                    .await,
+                ErrorCode::IdempotencyConflict
+            );
+        },
+        {
+            let unknown = CompleteRequest {
+                consumer: "ghost".into(),
+                ..complete_audit(&s, 99, 1, vec![audit(&["b"])])
+            };
+            ensure_code!(
+                cx.store.complete_attempt(unknown).await,
+                ErrorCode::NoSuchEvent
+            );
+        },
     );
-    ensure_unchanged!(cx, &s, before);
-    ensure_code!(
-        cx.append_for(&s, vec![ev("a", "1"), ev("a", "new")], vec![audit(&["b"])])
-            .await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
-    ensure_code!(
-        cx.append_for(&s, vec![ev("other", "1")], vec![audit(&["b"])])
-            .await,
-        ErrorCode::IdempotencyConflict
-    );
-    ensure_unchanged!(cx, &s, before);
-    let unknown = CompleteRequest {
-        consumer: "ghost".into(),
-        ..complete_audit(&s, 99, 1, vec![audit(&["b"])])
-    };
-    ensure_code!(
-        cx.store.complete_attempt(unknown).await,
-        ErrorCode::NoSuchEvent
-    );
-    ensure_unchanged!(cx, &s, before);
     Ok(())
 }

@@ -26,7 +26,7 @@ fn redrive(s: &str, consumer: &str, index: u64, action: RedriveAction) -> Redriv
 
 /// A failure counts, records error, time and attempt, and releases the holder.
 pub(crate) async fn fail_counts_failure_and_releases_holder(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(30);
@@ -60,7 +60,7 @@ pub(crate) async fn fail_counts_failure_and_releases_holder(cx: Cx) -> CaseResul
 /// With `retry_after_ms` the head is busy until the delay passes; claiming
 /// it afterwards counts no extra failure.
 pub(crate) async fn fail_with_retry_delay_keeps_head_busy(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(100);
@@ -91,7 +91,7 @@ pub(crate) async fn fail_with_retry_delay_keeps_head_busy(cx: Cx) -> CaseResult 
 
 /// Reaching `max_failures` dead-letters the head (no retry delay), listed in `dead_letters`.
 pub(crate) async fn fail_at_max_failures_dead_letters(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(
@@ -108,7 +108,7 @@ pub(crate) async fn fail_at_max_failures_dead_letters(cx: Cx) -> CaseResult {
         failed(FailOutcome::DeadLettered, 2)
     );
     let dead = cx.store.dead_letters(&s).await?;
-    ensure_eq!(hs(&dead), strs(&["1 agent/L1 #2"]));
+    ensure_eq!(head_summaries(&dead), strs(&["1 agent/L1 #2"]));
     let dispatch = &nth(&dead, 0)?.dispatch;
     ensure_eq!(dispatch.failed_at, Some(T0 + 7));
     ensure_eq!(dispatch.claim_expires_at, None);
@@ -124,7 +124,7 @@ pub(crate) async fn fail_at_max_failures_dead_letters(cx: Cx) -> CaseResult {
 
 /// Without `max_failures` explicit failures never dead-letter.
 pub(crate) async fn fail_without_max_failures_never_dead_letters(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     for count in 1..=5u32 {
         let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -139,7 +139,7 @@ pub(crate) async fn fail_without_max_failures_never_dead_letters(cx: Cx) -> Case
 
 /// Repeating the same failure is idempotent: same outcome, same count, nothing changed.
 pub(crate) async fn fail_repeat_is_idempotent(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
         .await?;
     let heads = cx.claim_heads(&s, "w1").await?;
@@ -148,45 +148,45 @@ pub(crate) async fn fail_repeat_is_idempotent(cx: Cx) -> CaseResult {
         cx.fail(&s, &one, Some(3)).await?,
         failed(FailOutcome::Failed, 1)
     );
-    let before = cx.state(&s).await?;
-    cx.advance(5);
-    ensure_eq!(
-        cx.fail(&s, &one, Some(3)).await?,
-        failed(FailOutcome::Failed, 1)
-    );
-    ensure_unchanged!(cx, &s, before);
-    ensure_eq!(
-        cx.fail(&s, &two, Some(1)).await?,
-        failed(FailOutcome::DeadLettered, 1)
-    );
-    let before = cx.state(&s).await?;
+    ensure_unchanged!(cx, &s, {
+        cx.advance(5);
+        ensure_eq!(
+            cx.fail(&s, &one, Some(3)).await?,
+            failed(FailOutcome::Failed, 1)
+        );
+    });
     ensure_eq!(
         cx.fail(&s, &two, Some(1)).await?,
         failed(FailOutcome::DeadLettered, 1)
     );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.fail(&s, &two, Some(1)).await?,
+            failed(FailOutcome::DeadLettered, 1)
+        );
+    });
     Ok(())
 }
 
 /// Failing an older attempt is `Superseded`, reporting the head's current failure count.
 pub(crate) async fn fail_of_older_attempt_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
     nth(&cx.claim_heads(&s, "w2").await?, 0)?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        cx.fail(&s, &first, Some(5)).await?,
-        failed(FailOutcome::Superseded, 1)
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.fail(&s, &first, Some(5)).await?,
+            failed(FailOutcome::Superseded, 1)
+        );
+    });
     Ok(())
 }
 
 /// Failing a completed head is `Superseded` with count 0.
 pub(crate) async fn fail_after_completion_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -194,18 +194,18 @@ pub(crate) async fn fail_after_completion_is_superseded(cx: Cx) -> CaseResult {
     .await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        cx.fail(&s, &head, None).await?,
-        failed(FailOutcome::Superseded, 0)
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.fail(&s, &head, None).await?,
+            failed(FailOutcome::Superseded, 0)
+        );
+    });
     Ok(())
 }
 
 /// Failing at or below the clear is `Superseded` with count 0.
 pub(crate) async fn fail_after_clear_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.store
@@ -214,47 +214,47 @@ pub(crate) async fn fail_after_clear_is_superseded(cx: Cx) -> CaseResult {
             ..ClearRequest::default()
         })
         .await?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        cx.fail(&s, &head, None).await?,
-        failed(FailOutcome::Superseded, 0)
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.fail(&s, &head, None).await?,
+            failed(FailOutcome::Superseded, 0)
+        );
+    });
     Ok(())
 }
 
 /// Failing an index with no cursor and no event is `NoSuchEvent`; with an
 /// event but no cursor, `Superseded`.
 pub(crate) async fn fail_unknown_index_is_no_such_event(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    let mut request = a2_store_api::FailRequest {
-        session_id: s.clone(),
-        consumer: "agent".into(),
-        lane: None,
-        index: 5,
-        attempt: 1,
-        error: "boom".into(),
-        max_failures: None,
-        retry_after_ms: None,
-    };
-    ensure_code!(
-        cx.store.fail_attempt(request.clone()).await,
-        ErrorCode::NoSuchEvent
-    );
-    request.index = 1;
-    ensure_eq!(
-        cx.store.fail_attempt(request).await?,
-        failed(FailOutcome::Superseded, 0)
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let mut request = a2_store_api::FailRequest {
+            session_id: s.clone(),
+            consumer: "agent".into(),
+            lane: None,
+            index: 5,
+            attempt: 1,
+            error: "boom".into(),
+            max_failures: None,
+            retry_after_ms: None,
+        };
+        ensure_code!(
+            cx.store.fail_attempt(request.clone()).await,
+            ErrorCode::NoSuchEvent
+        );
+        request.index = 1;
+        ensure_eq!(
+            cx.store.fail_attempt(request).await?,
+            failed(FailOutcome::Superseded, 0)
+        );
+    });
     Ok(())
 }
 
 /// An attempt dead-lettered on expiry cannot be failed again: `Superseded`.
 pub(crate) async fn fail_of_attempt_dead_lettered_on_expiry_is_superseded(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s, "w1").await?;
     cx.advance(TTL);
@@ -264,34 +264,34 @@ pub(crate) async fn fail_of_attempt_dead_lettered_on_expiry_is_superseded(cx: Cx
     };
     let (_, dead, _) = claimed(cx.store.claim_available(request).await?)?;
     let dead = nth(&dead, 0)?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        cx.fail(&s, &dead, Some(1)).await?,
-        failed(FailOutcome::Superseded, 1)
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.fail(&s, &dead, Some(1)).await?,
+            failed(FailOutcome::Superseded, 1)
+        );
+    });
     Ok(())
 }
 
 /// Failing with a negative retry delay is `InvalidInput`.
 pub(crate) async fn fail_with_negative_retry_delay_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    let before = cx.state(&s).await?;
-    let mut request = cx.fail_req(&s, &head, "x");
-    request.retry_after_ms = Some(-1);
-    ensure_code!(
-        cx.store.fail_attempt(request).await,
-        ErrorCode::InvalidInput
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let mut request = cx.fail_req(&s, &head, "x");
+        request.retry_after_ms = Some(-1);
+        ensure_code!(
+            cx.store.fail_attempt(request).await,
+            ErrorCode::InvalidInput
+        );
+    });
     Ok(())
 }
 
 /// `dead_letters` lists dead heads by `(index, consumer, lane)` with their bookkeeping.
 pub(crate) async fn dead_letters_sorted_by_index_consumer_lane(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![
@@ -306,7 +306,7 @@ pub(crate) async fn dead_letters_sorted_by_index_consumer_lane(cx: Cx) -> CaseRe
         cx.fail(&s, head, Some(1)).await?;
     }
     ensure_eq!(
-        hs(&cx.store.dead_letters(&s).await?),
+        head_summaries(&cx.store.dead_letters(&s).await?),
         strs(&["1 zed/- #1", "2 bob/L2 #1", "3 bob/- #1", "3 bob/L1 #1"])
     );
     Ok(())
@@ -314,7 +314,7 @@ pub(crate) async fn dead_letters_sorted_by_index_consumer_lane(cx: Cx) -> CaseRe
 
 /// `dead_letters` lists nothing at or below the clear.
 pub(crate) async fn dead_letters_empty_after_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, Some(1)).await?;
@@ -331,7 +331,7 @@ pub(crate) async fn dead_letters_empty_after_clear(cx: Cx) -> CaseResult {
 
 /// Redrive `Retry` makes the head claimable again: failures reset, attempts kept.
 pub(crate) async fn redrive_retry_keeps_attempt_count(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, None).await?;
@@ -364,7 +364,7 @@ pub(crate) async fn redrive_retry_keeps_attempt_count(cx: Cx) -> CaseResult {
 
 /// Redrive `Skip` advances the cursor past the dead head as if processed.
 pub(crate) async fn redrive_skip_advances_cursor(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -384,11 +384,11 @@ pub(crate) async fn redrive_skip_advances_cursor(cx: Cx) -> CaseResult {
         }
     );
     ensure_eq!(
-        cs(&cx.cursors(&s).await?),
+        cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=2"])
     );
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["2 agent/L1 #1"])
     );
     Ok(())
@@ -396,7 +396,7 @@ pub(crate) async fn redrive_skip_advances_cursor(cx: Cx) -> CaseResult {
 
 /// Skipping a dead event cursor finishes it; `has_pending` turns false.
 pub(crate) async fn redrive_skip_finishes_event_cursor(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, Some(1)).await?;
@@ -418,35 +418,35 @@ pub(crate) async fn redrive_skip_finishes_event_cursor(cx: Cx) -> CaseResult {
 /// Redriving a head that is not dead-lettered, an unknown index, or another
 /// consumer's head finds nothing: `redriven: false`, nothing changed.
 pub(crate) async fn redrive_without_dead_head_is_not_redriven(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
         .await?;
     let heads = cx.claim_heads(&s, "w1").await?;
     cx.fail(&s, &nth(&heads, 0)?, Some(1)).await?;
-    let before = cx.state(&s).await?;
-    for (consumer, index) in [("agent", 2), ("agent", 9), ("other", 1)] {
-        for action in [RedriveAction::Retry, RedriveAction::Skip] {
-            let result = cx
-                .store
-                .redrive(redrive(&s, consumer, index, action))
-                .await?;
-            ensure_eq!(
-                result,
-                RedriveResult {
-                    redriven: false,
-                    has_pending: true
-                },
-                "redrive {consumer} {index} {action:?}"
-            );
+    ensure_unchanged!(cx, &s, {
+        for (consumer, index) in [("agent", 2), ("agent", 9), ("other", 1)] {
+            for action in [RedriveAction::Retry, RedriveAction::Skip] {
+                let result = cx
+                    .store
+                    .redrive(redrive(&s, consumer, index, action))
+                    .await?;
+                ensure_eq!(
+                    result,
+                    RedriveResult {
+                        redriven: false,
+                        has_pending: true
+                    },
+                    "redrive {consumer} {index} {action:?}"
+                );
+            }
         }
-    }
-    ensure_unchanged!(cx, &s, before);
+    });
     Ok(())
 }
 
 /// A redrive's `has_pending` counts only the declared consumers.
 pub(crate) async fn redrive_has_pending_respects_consumers(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "other")])
         .await?;
     let heads = cx.claim_heads(&s, "w1").await?;
@@ -467,7 +467,7 @@ pub(crate) async fn redrive_has_pending_respects_consumers(cx: Cx) -> CaseResult
 
 /// A claim that expired without being claimed again can still be failed by its attempt.
 pub(crate) async fn fail_after_unreclaimed_expiry_counts(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(2 * TTL);
@@ -483,7 +483,7 @@ pub(crate) async fn fail_after_unreclaimed_expiry_counts(cx: Cx) -> CaseResult {
 
 /// Dead letters carry the clear index once the session has been cleared.
 pub(crate) async fn dead_letters_carry_clear_index_after_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     cx.store
         .clear(ClearRequest {
@@ -495,14 +495,14 @@ pub(crate) async fn dead_letters_carry_clear_index_after_clear(cx: Cx) -> CaseRe
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.fail(&s, &head, Some(1)).await?;
     let dead = cx.store.dead_letters(&s).await?;
-    ensure_eq!(hs(&dead), strs(&["3 agent/- #1"]));
+    ensure_eq!(head_summaries(&dead), strs(&["3 agent/- #1"]));
     ensure_eq!(nth(&dead, 0)?.clear_index, Some(2));
     Ok(())
 }
 
 /// A retried dead letter is claimed, completed and the lane moves on.
 pub(crate) async fn redriven_head_completes_and_lane_advances(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -514,11 +514,14 @@ pub(crate) async fn redriven_head_completes_and_lane_advances(cx: Cx) -> CaseRes
         .redrive(redrive(&s, "agent", 1, RedriveAction::Retry))
         .await?;
     let again = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    ensure_eq!(hs(std::slice::from_ref(&again)), strs(&["1 agent/L1 #2"]));
+    ensure_eq!(
+        head_summaries(std::slice::from_ref(&again)),
+        strs(&["1 agent/L1 #2"])
+    );
     let events = completed(cx.complete(&s, &again, vec![ev("reply", "r")]).await?)?;
     ensure_eq!(events[0].cause, Some(again.cause()));
     ensure_eq!(
-        hs(&cx.claim_heads(&s, "w1").await?),
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["2 agent/L1 #1"])
     );
     Ok(())

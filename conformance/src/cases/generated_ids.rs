@@ -29,7 +29,7 @@ async fn next_id_is(cx: &Cx, s: &str, n: u64) -> CaseResult {
 /// An append refused for a target on an existing log lane draws no ids,
 /// though its other events have none.
 pub(crate) async fn lane_conflict_append_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let first = cx
         .append_for(
             &s,
@@ -38,58 +38,58 @@ pub(crate) async fn lane_conflict_append_draws_no_ids(cx: Cx) -> CaseResult {
         )
         .await?;
     ensure_eq!(ids(&first.events), vec![nth_generated(1)]);
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(
-            &s,
-            vec![
-                unnamed("msg").with_target(Target::lane("audit", "log")),
-                unnamed("msg"),
-            ],
-        )
-        .await,
-        ErrorCode::InvalidInput
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(
+                &s,
+                vec![
+                    unnamed("msg").with_target(Target::lane("audit", "log")),
+                    unnamed("msg"),
+                ],
+            )
+            .await,
+            ErrorCode::InvalidInput
+        );
+    });
     next_id_is(&cx, &s, 2).await
 }
 
 /// An append refused as a partial duplicate draws no ids for its unnamed events.
 pub(crate) async fn partial_duplicate_append_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![msg("a"), unnamed("msg")]).await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![msg("a"), unnamed("msg")]).await,
+            ErrorCode::PartialDuplicateBatch
+        );
+    });
     next_id_is(&cx, &s, 1).await
 }
 
 /// An append refused for a superseded cause draws no ids.
 pub(crate) async fn superseded_cause_append_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
-    let before = cx.state(&s).await?;
-    let cause = Cause {
-        consumer: "ghost".into(),
-        lane: Some("L".into()),
-        index: 1,
-        attempt: 1,
-    };
-    ensure_code!(
-        cx.append(&s, vec![unnamed("msg").with_cause(cause), unnamed("msg")])
-            .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let cause = Cause {
+            consumer: "ghost".into(),
+            lane: Some("L".into()),
+            index: 1,
+            attempt: 1,
+        };
+        ensure_code!(
+            cx.append(&s, vec![unnamed("msg").with_cause(cause), unnamed("msg")])
+                .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     next_id_is(&cx, &s, 1).await
 }
 
 /// An append refused because its origin is at or below the clear draws no ids.
 pub(crate) async fn cleared_origin_append_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let clear = cx
         .store
@@ -102,38 +102,38 @@ pub(crate) async fn cleared_origin_append_draws_no_ids(cx: Cx) -> CaseResult {
         ClearResult::Cleared { marker } => ensure_eq!(marker.id, nth_generated(1)),
         other => return Err(Failure::Fail(format!("expected Cleared, got {other:?}"))),
     }
-    let before = cx.state(&s).await?;
-    let options = AppendOptions {
-        origin_index: Some(2),
-        ..AppendOptions::default()
-    };
-    ensure_code!(
-        cx.store.append(&s, vec![unnamed("msg")], options).await,
-        ErrorCode::SessionCleared
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let options = AppendOptions {
+            origin_index: Some(2),
+            ..AppendOptions::default()
+        };
+        ensure_code!(
+            cx.store.append(&s, vec![unnamed("msg")], options).await,
+            ErrorCode::SessionCleared
+        );
+    });
     next_id_is(&cx, &s, 2).await
 }
 
 /// A superseded completion draws no ids for its unnamed returned events.
 pub(crate) async fn superseded_completion_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     ensure_eq!(cx.fail(&s, &head, None).await?.outcome, FailOutcome::Failed);
-    let before = cx.state(&s).await?;
-    let result = cx
-        .complete(&s, &head, vec![unnamed("reply"), unnamed("reply")])
-        .await?;
-    ensure_eq!(result, CompleteResult::Superseded);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let result = cx
+            .complete(&s, &head, vec![unnamed("reply"), unnamed("reply")])
+            .await?;
+        ensure_eq!(result, CompleteResult::Superseded);
+    });
     next_id_is(&cx, &s, 1).await
 }
 
 /// A completion refused for returning an event targeted at an existing log
 /// lane draws no ids for its unnamed returned events.
 pub(crate) async fn lane_conflict_completion_draws_no_ids(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![to_lane("a", "agent", "L1")],
@@ -145,24 +145,29 @@ pub(crate) async fn lane_conflict_completion_draws_no_ids(cx: Cx) -> CaseResult 
         .iter()
         .find(|head| head.consumer == "agent")
         .cloned()
-        .ok_or_else(|| Failure::Fail(format!("agent/L1 was not claimed: {:?}", hs(&heads))))?;
-    let before = cx.state(&s).await?;
-    let request = CompleteRequest {
-        session_id: s.clone(),
-        consumer: "agent".into(),
-        lane: Some("L1".into()),
-        index: 1,
-        attempt: head.dispatch.attempt_count,
-        events: vec![
-            unnamed("reply"),
-            unnamed("reply").with_target(Target::lane("audit", "log")),
-        ],
-        consumers: None,
-    };
-    ensure_code!(
-        cx.store.complete_attempt(request).await,
-        ErrorCode::InvalidInput
-    );
-    ensure_unchanged!(cx, &s, before);
+        .ok_or_else(|| {
+            Failure::Fail(format!(
+                "agent/L1 was not claimed: {:?}",
+                head_summaries(&heads)
+            ))
+        })?;
+    ensure_unchanged!(cx, &s, {
+        let request = CompleteRequest {
+            session_id: s.clone(),
+            consumer: "agent".into(),
+            lane: Some("L1".into()),
+            index: 1,
+            attempt: head.dispatch.attempt_count,
+            events: vec![
+                unnamed("reply"),
+                unnamed("reply").with_target(Target::lane("audit", "log")),
+            ],
+            consumers: None,
+        };
+        ensure_code!(
+            cx.store.complete_attempt(request).await,
+            ErrorCode::InvalidInput
+        );
+    });
     next_id_is(&cx, &s, 1).await
 }

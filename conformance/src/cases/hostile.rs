@@ -94,14 +94,13 @@ pub(crate) async fn hostile_strings_round_trip_through_every_operation(cx: Cx) -
     let strings = hostile_strings();
     let mut listed = Vec::new();
     for (n, h) in strings.iter().enumerate() {
-        let s = cx.s(&format!("{n}:{h}"));
+        let s = cx.session_id(&format!("{n}:{h}"));
         let event = NewEvent::new(h.clone(), json!({ h.clone(): [h, n] }))
             .with_id(h.clone())
             .with_target(Target::lane(h.clone(), h.clone()));
-        let before = cx.state(&s).await?;
-        let Some(appended) = stored_or_refused("append", cx.append(&s, vec![event.clone()]).await)?
-        else {
-            ensure_unchanged!(cx, &s, before);
+        let Some(appended) = ensure_unchanged!(cx, &s, when Option::is_none, {
+            stored_or_refused("append", cx.append(&s, vec![event.clone()]).await)?
+        }) else {
             continue;
         };
         listed.push(s.clone());
@@ -118,23 +117,22 @@ pub(crate) async fn hostile_strings_round_trip_through_every_operation(cx: Cx) -
         ensure_eq!(cursor.lane.as_deref(), Some(h.as_str()));
 
         // Claim with a hostile holder, fail with a hostile error text.
-        let before = cx.state(&s).await?;
-        let Some(claim) = stored_or_refused("claim", cx.claim(&s, h).await)? else {
-            ensure_unchanged!(cx, &s, before);
+        let Some(claim) = ensure_unchanged!(cx, &s, when Option::is_none, {
+            stored_or_refused("claim", cx.claim(&s, h).await)?
+        }) else {
             continue;
         };
         let head = nth(&claimed(claim)?.0, 0)?;
         ensure_eq!(head.consumer, *h);
         ensure_eq!(head.lane.as_deref(), Some(h.as_str()));
         ensure_eq!(head.dispatch.claim_holder.as_deref(), Some(h.as_str()));
-        let before = cx.state(&s).await?;
-        if stored_or_refused(
-            "fail",
-            cx.store.fail_attempt(cx.fail_req(&s, &head, h)).await,
-        )?
-        .is_none()
-        {
-            ensure_unchanged!(cx, &s, before);
+        let failed = ensure_unchanged!(cx, &s, when Option::is_none, {
+            stored_or_refused(
+                "fail",
+                cx.store.fail_attempt(cx.fail_req(&s, &head, h)).await,
+            )?
+        });
+        if failed.is_none() {
             continue;
         }
         let again = nth(&cx.claim_heads(&s, h).await?, 0)?;
@@ -219,21 +217,20 @@ pub(crate) async fn hostile_strings_round_trip_through_every_operation(cx: Cx) -
 /// refused as `InvalidInput` with nothing changed).
 pub(crate) async fn hostile_log_declarations_round_trip(cx: Cx) -> CaseResult {
     for (n, h) in hostile_strings().iter().enumerate() {
-        let s = cx.s(&format!("log{n}"));
-        let before = cx.state(&s).await?;
+        let s = cx.session_id(&format!("log{n}"));
         let declaration = log_consumer(h, h, Some(&[h.as_str()]), true);
-        if stored_or_refused(
-            "declare",
-            cx.append_for(
-                &s,
-                vec![ev("other", "skipped"), ev(h, "taken")],
-                vec![declaration],
-            )
-            .await,
-        )?
-        .is_none()
-        {
-            ensure_unchanged!(cx, &s, before);
+        let declared = ensure_unchanged!(cx, &s, when Option::is_none, {
+            stored_or_refused(
+                "declare",
+                cx.append_for(
+                    &s,
+                    vec![ev("other", "skipped"), ev(h, "taken")],
+                    vec![declaration],
+                )
+                .await,
+            )?
+        });
+        if declared.is_none() {
             continue;
         }
         let cursor = only(&cx.cursors(&s).await?)?;
@@ -254,28 +251,25 @@ pub(crate) async fn hostile_log_declarations_round_trip(cx: Cx) -> CaseResult {
 /// A 16 MiB JSON string payload is stored and read back exactly (or refused
 /// as `InvalidInput` with nothing changed).
 pub(crate) async fn sixteen_mib_payload_is_stored_or_refused(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("first")]).await?;
-    let before = cx.state(&s).await?;
     let big = "é'\"\\%_🚀x".repeat((16 << 20) / 12 + 1);
     let event = NewEvent::new("big", Value::String(big)).with_id("big");
-    match stored_or_refused("append", cx.append(&s, vec![event.clone()]).await)? {
-        Some(result) => {
-            let row = result
-                .events
-                .first()
-                .cloned()
-                .ok_or_else(|| Failure::Fail("append returned no row".to_owned()))?;
-            ensure!(row.payload == event.payload, "the 16 MiB payload changed");
-            let read = cx.read(&s, 1, Some(2)).await?;
-            ensure!(
-                read.len() == 1 && read[0] == row,
-                "the 16 MiB row read back differs"
-            );
-        }
-        None => {
-            ensure_unchanged!(cx, &s, before);
-        }
+    let stored = ensure_unchanged!(cx, &s, when Option::is_none, {
+        stored_or_refused("append", cx.append(&s, vec![event.clone()]).await)?
+    });
+    if let Some(result) = stored {
+        let row = result
+            .events
+            .first()
+            .cloned()
+            .ok_or_else(|| Failure::Fail("append returned no row".to_owned()))?;
+        ensure!(row.payload == event.payload, "the 16 MiB payload changed");
+        let read = cx.read(&s, 1, Some(2)).await?;
+        ensure!(
+            read.len() == 1 && read[0] == row,
+            "the 16 MiB row read back differs"
+        );
     }
     Ok(())
 }
@@ -293,20 +287,25 @@ fn nested(levels: usize) -> Value {
 /// with nothing changed (the contract's JSON depth limit), at append and as
 /// an event a completion returns; one at the limit is stored exactly.
 pub(crate) async fn deeply_nested_payload_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    let before = cx.state(&s).await?;
     for levels in [MAX_JSON_DEPTH + 1, 10_000] {
-        let deep = NewEvent::new("deep", nested(levels)).with_id("deep");
-        ensure_code!(cx.append(&s, vec![deep]).await, ErrorCode::InvalidInput);
-        ensure_unchanged!(cx, &s, before);
-        let deep = NewEvent::new("deep", nested(levels)).with_id("deep");
-        ensure_code!(
-            cx.complete(&s, &head, vec![deep]).await,
-            ErrorCode::InvalidInput
+        ensure_unchanged!(
+            cx,
+            &s,
+            {
+                let deep = NewEvent::new("deep", nested(levels)).with_id("deep");
+                ensure_code!(cx.append(&s, vec![deep]).await, ErrorCode::InvalidInput);
+            },
+            {
+                let deep = NewEvent::new("deep", nested(levels)).with_id("deep");
+                ensure_code!(
+                    cx.complete(&s, &head, vec![deep]).await,
+                    ErrorCode::InvalidInput
+                );
+            },
         );
-        ensure_unchanged!(cx, &s, before);
     }
     let limit = NewEvent::new("deep", nested(MAX_JSON_DEPTH)).with_id("deep");
     let stored = cx.append(&s, vec![limit.clone()]).await?;
@@ -322,7 +321,7 @@ pub(crate) async fn deeply_nested_payload_is_invalid(cx: Cx) -> CaseResult {
 /// A state nested 10,000 levels deep is refused as `InvalidInput` and the
 /// reducer keeps no snapshot.
 pub(crate) async fn deeply_nested_state_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let before: StateRead = cx
         .store
@@ -351,7 +350,7 @@ pub(crate) async fn deeply_nested_state_is_invalid(cx: Cx) -> CaseResult {
 /// A presence value nested 10,000 levels deep is refused as `InvalidInput`
 /// and no field is written.
 pub(crate) async fn deeply_nested_presence_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     for levels in [MAX_JSON_DEPTH + 1, 10_000] {
         let values: BTreeMap<String, Value> = [
             ("ok".to_owned(), json!(1)),
@@ -378,115 +377,115 @@ pub(crate) async fn deeply_nested_presence_is_invalid(cx: Cx) -> CaseResult {
 /// wrap-around), and a refused call changes nothing.
 pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
     const ERR: &[ErrorCode] = &[ErrorCode::InvalidInput, ErrorCode::NoSuchEvent];
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    let before = cx.state(&s).await?;
     let store = &cx.store;
     let indexes = [0, 1, i64::MAX as u64, i64::MAX as u64 + 1, u64::MAX];
     let times = [i64::MIN, -1, 0, 1, i64::MAX];
     for &index in &indexes {
-        for (after, through) in [
-            (Some(index), None),
-            (None, Some(index)),
-            (Some(index), Some(index)),
-        ] {
-            for limit in [None, Some(0), Some(1), Some(usize::MAX)] {
-                let rows = typed(
-                    "read",
-                    store
-                        .read(
-                            &s,
-                            ReadOptions {
-                                after,
-                                through,
-                                limit,
-                            },
-                        )
-                        .await,
-                    ERR,
-                )?;
-                if let Some(rows) = rows {
-                    ensure!(
-                        rows.iter().all(|row| after.is_none_or(|a| row.index > a)
-                            && through.is_none_or(|t| row.index <= t)),
-                        "read(after {after:?}, through {through:?}) returned rows outside its bounds"
-                    );
+        ensure_unchanged!(cx, &s, {
+            for (after, through) in [
+                (Some(index), None),
+                (None, Some(index)),
+                (Some(index), Some(index)),
+            ] {
+                for limit in [None, Some(0), Some(1), Some(usize::MAX)] {
+                    let rows = typed(
+                        "read",
+                        store
+                            .read(
+                                &s,
+                                ReadOptions {
+                                    after,
+                                    through,
+                                    limit,
+                                },
+                            )
+                            .await,
+                        ERR,
+                    )?;
+                    if let Some(rows) = rows {
+                        ensure!(
+                            rows.iter().all(|row| after.is_none_or(|a| row.index > a)
+                                && through.is_none_or(|t| row.index <= t)),
+                            "read(after {after:?}, through {through:?}) returned rows outside its bounds"
+                        );
+                    }
                 }
             }
-        }
-        for attempt in [0, 1, u32::MAX] {
-            if index == head.event.index && attempt == head.dispatch.attempt_count {
-                continue;
-            }
-            typed(
-                "complete",
-                store
-                    .complete_attempt(CompleteRequest {
-                        session_id: s.clone(),
-                        consumer: "agent".into(),
-                        lane: Some("L1".into()),
-                        index,
-                        attempt,
-                        events: vec![],
-                        consumers: None,
-                    })
-                    .await,
-                ERR,
-            )?;
-            for retry in [None, Some(i64::MIN), Some(-1), Some(0), Some(i64::MAX)] {
+            for attempt in [0, 1, u32::MAX] {
+                if index == head.event.index && attempt == head.dispatch.attempt_count {
+                    continue;
+                }
                 typed(
-                    "fail",
+                    "complete",
                     store
-                        .fail_attempt(FailRequest {
+                        .complete_attempt(CompleteRequest {
                             session_id: s.clone(),
                             consumer: "agent".into(),
                             lane: Some("L1".into()),
                             index,
                             attempt,
-                            error: String::new(),
-                            max_failures: Some(u32::MAX),
-                            retry_after_ms: retry,
+                            events: vec![],
+                            consumers: None,
                         })
                         .await,
                     ERR,
                 )?;
+                for retry in [None, Some(i64::MIN), Some(-1), Some(0), Some(i64::MAX)] {
+                    typed(
+                        "fail",
+                        store
+                            .fail_attempt(FailRequest {
+                                session_id: s.clone(),
+                                consumer: "agent".into(),
+                                lane: Some("L1".into()),
+                                index,
+                                attempt,
+                                error: String::new(),
+                                max_failures: Some(u32::MAX),
+                                retry_after_ms: retry,
+                            })
+                            .await,
+                        ERR,
+                    )?;
+                }
             }
-        }
-        typed(
-            "redrive",
-            store
-                .redrive(RedriveRequest {
-                    session_id: s.clone(),
-                    consumer: "agent".into(),
-                    index,
-                    action: RedriveAction::Retry,
-                    consumers: None,
-                })
-                .await,
-            ERR,
-        )?;
-        typed(
-            "read_state",
-            store
-                .read_state(&s, "r", ReadStateOptions { at: Some(index) })
-                .await,
-            ERR,
-        )?;
-        typed("subscribe", store.subscribe(&s, index).await, ERR)?;
-        typed(
-            "clear",
-            store
-                .clear(ClearRequest {
-                    session_id: s.clone(),
-                    if_last_index: Some(index.max(3)),
-                    cause: None,
-                })
-                .await,
-            ERR,
-        )?;
-        ensure_unchanged!(cx, &s, before);
+            typed(
+                "redrive",
+                store
+                    .redrive(RedriveRequest {
+                        session_id: s.clone(),
+                        consumer: "agent".into(),
+                        index,
+                        action: RedriveAction::Retry,
+                        consumers: None,
+                    })
+                    .await,
+                ERR,
+            )?;
+            typed(
+                "read_state",
+                store
+                    .read_state(&s, "r", ReadStateOptions { at: Some(index) })
+                    .await,
+                ERR,
+            )?;
+            typed("subscribe", store.subscribe(&s, index).await, ERR)?;
+            typed(
+                "clear",
+                store
+                    .clear(ClearRequest {
+                        session_id: s.clone(),
+                        if_last_index: Some(index.max(3)),
+                        cause: None,
+                    })
+                    .await,
+                ERR,
+            )?;
+        });
     }
     // Lease times: a claim and a renewal of it on a fresh session each,
     // then another holder's claim with the same lease.
@@ -495,7 +494,7 @@ pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
             .into_iter()
             .enumerate()
         {
-            let t = cx.s(&format!("lease-{n}-{m}"));
+            let t = cx.session_id(&format!("lease-{n}-{m}"));
             cx.append(&t, vec![to_lane("a", "agent", "L1")]).await?;
             let held = nth(&cx.claim_heads(&t, "w1").await?, 0)?;
             let renewed = typed(

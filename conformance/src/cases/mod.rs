@@ -46,10 +46,11 @@ pub(crate) struct CaseDef {
 /// expands [`suite!`](crate::suite) and every [`run`](crate::run).
 ///
 /// To add a case: write `pub(crate) async fn <behaviour_it_proves>(cx: Cx) ->
-/// CaseResult` in the area's module (fresh sessions from `cx.s(..)`, time
-/// from `cx.advance(..)`, exact expectations with `ensure_eq!`/`ensure_code!`,
-/// `ensure_unchanged!` after every expected error), then list it here. Names
-/// are unique across areas: they are the test names.
+/// CaseResult` in the area's module (fresh sessions from
+/// `cx.session_id(..)`, time from `cx.advance(..)`, exact expectations with
+/// `ensure_eq!`/`ensure_code!`, every expected error or no-op inside
+/// `ensure_unchanged!(cx, &s, { .. })`), then list it here. Names are unique
+/// across areas: they are the test names.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __a2_cases {

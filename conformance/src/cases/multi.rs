@@ -24,7 +24,7 @@ async fn claim(
 /// The second instance reads the first one's appends and cursors.
 pub(crate) async fn second_instance_sees_first_instance_appends(cx: Cx) -> CaseResult {
     let [a, b] = cx.pair()?;
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let written = a
         .append(
             &s,
@@ -48,7 +48,7 @@ pub(crate) async fn second_instance_sees_first_instance_appends(cx: Cx) -> CaseR
 /// A head claimed through one instance is busy through the other.
 pub(crate) async fn claims_are_exclusive_across_instances(cx: Cx) -> CaseResult {
     let [a, b] = cx.pair()?;
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     a.append(
         &s,
         vec![to_lane("x", "agent", "L1"), to_event("y", "agent")],
@@ -56,18 +56,24 @@ pub(crate) async fn claims_are_exclusive_across_instances(cx: Cx) -> CaseResult 
     )
     .await?;
     let (heads, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 agent/L1 #1", "2 agent/- #1"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["1 agent/L1 #1", "2 agent/- #1"])
+    );
     ensure_eq!(busy(claim(&b, &cx, &s, "w2").await?)?, T0 + TTL);
     cx.advance(TTL);
     let (heads, _, _) = claimed(claim(&b, &cx, &s, "w2").await?)?;
-    ensure_eq!(hs(&heads), strs(&["1 agent/L1 #2", "2 agent/- #2"]));
+    ensure_eq!(
+        head_summaries(&heads),
+        strs(&["1 agent/L1 #2", "2 agent/- #2"])
+    );
     Ok(())
 }
 
 /// Workers racing through both instances never share a head.
 pub(crate) async fn concurrent_claims_across_instances_never_share_a_head(cx: Cx) -> CaseResult {
     let [a, b] = cx.pair()?;
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let batch = (0..40)
         .map(|n| to_event(&format!("e{n}"), "agent"))
         .collect();
@@ -104,7 +110,7 @@ pub(crate) async fn concurrent_claims_across_instances_never_share_a_head(cx: Cx
 /// A completion sent through both instances applies once; the second is a replay.
 pub(crate) async fn completion_applies_once_across_instances(cx: Cx) -> CaseResult {
     let [a, b] = cx.pair()?;
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     a.append(
         &s,
         vec![to_lane("x", "agent", "L1"), to_lane("y", "agent", "L1")],
@@ -134,7 +140,7 @@ pub(crate) async fn completion_applies_once_across_instances(cx: Cx) -> CaseResu
         vec![1, 2, 3]
     );
     ensure_eq!(
-        cs(&b.cursors(&s).await?),
+        cursor_summaries(&b.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=2"])
     );
     Ok(())
@@ -143,7 +149,7 @@ pub(crate) async fn completion_applies_once_across_instances(cx: Cx) -> CaseResu
 /// A clear through one instance fences work scheduled through the other.
 pub(crate) async fn clear_on_one_instance_fences_the_other(cx: Cx) -> CaseResult {
     let [a, b] = cx.pair()?;
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     a.append(&s, vec![to_event("x", "agent")], AppendOptions::default())
         .await?;
     let (heads, _, _) = claimed(claim(&b, &cx, &s, "w1").await?)?;
@@ -181,7 +187,7 @@ pub(crate) async fn subscribe_sees_appends_from_other_instance(cx: Cx) -> CaseRe
             "the backend does not declare `cross_instance_subscribe`".to_owned(),
         ));
     }
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     a.append(&s, vec![msg("x")], AppendOptions::default())
         .await?;
     let mut stream = b.subscribe(&s, 0).await?;

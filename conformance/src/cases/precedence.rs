@@ -8,7 +8,7 @@ use crate::support::*;
 
 /// Append: a stale cause is reported before a lane conflict.
 pub(crate) async fn append_checks_cause_before_lane_conflicts(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![to_lane("a", "agent", "L1")],
@@ -18,22 +18,22 @@ pub(crate) async fn append_checks_cause_before_lane_conflicts(cx: Cx) -> CaseRes
     let heads = cx.claim_heads(&s, "w1").await?;
     let agent = nth(&heads, 0)?;
     completed(cx.complete(&s, &agent, vec![]).await?)?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(
-            &s,
-            vec![to_lane("b", "audit", "log").with_cause(agent.cause())]
-        )
-        .await,
-        ErrorCode::SupersededAttempt
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(
+                &s,
+                vec![to_lane("b", "audit", "log").with_cause(agent.cause())]
+            )
+            .await,
+            ErrorCode::SupersededAttempt
+        );
+    });
     Ok(())
 }
 
 /// Append: a cleared origin is reported before a lane conflict.
 pub(crate) async fn append_checks_origin_before_lane_conflicts(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![msg("a")],
@@ -61,24 +61,24 @@ pub(crate) async fn append_checks_origin_before_lane_conflicts(cx: Cx) -> CaseRe
 
 /// Complete: a superseded attempt is `Superseded` even when its returned ids are already stored.
 pub(crate) async fn complete_supersession_precedes_duplicate_check(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("taken")])
         .await?;
     let first = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.advance(TTL);
     cx.claim_heads(&s, "w2").await?;
-    let before = cx.state(&s).await?;
-    ensure_eq!(
-        cx.complete(&s, &first, vec![msg("taken")]).await?,
-        CompleteResult::Superseded
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_eq!(
+            cx.complete(&s, &first, vec![msg("taken")]).await?,
+            CompleteResult::Superseded
+        );
+    });
     Ok(())
 }
 
 /// Complete: invalid returned events are rejected before the clear check.
 pub(crate) async fn complete_validates_before_clear_check(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     cx.store
@@ -97,7 +97,7 @@ pub(crate) async fn complete_validates_before_clear_check(cx: Cx) -> CaseResult 
 
 /// Fail: a negative retry delay is rejected before the index is looked up.
 pub(crate) async fn fail_validates_before_lookup(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let request = FailRequest {
         session_id: s.clone(),
@@ -119,19 +119,19 @@ pub(crate) async fn fail_validates_before_lookup(cx: Cx) -> CaseResult {
 /// Clear: `if_last_index` is checked only after the cause fence passes;
 /// with a current cause a mismatched head is `NotCleared`.
 pub(crate) async fn clear_checks_last_index_after_fence(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    let before = cx.state(&s).await?;
-    let result = cx
-        .store
-        .clear(ClearRequest {
-            session_id: s.clone(),
-            if_last_index: Some(5),
-            cause: Some(head.cause()),
-        })
-        .await?;
-    ensure_eq!(result, a2_store_api::ClearResult::NotCleared { head: 1 });
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let result = cx
+            .store
+            .clear(ClearRequest {
+                session_id: s.clone(),
+                if_last_index: Some(5),
+                cause: Some(head.cause()),
+            })
+            .await?;
+        ensure_eq!(result, a2_store_api::ClearResult::NotCleared { head: 1 });
+    });
     Ok(())
 }

@@ -54,7 +54,7 @@ fn row(who: &str, field: &str, value: Value) -> (String, String, Value) {
 /// A write is read back with its value, seen index, writer time and expiry
 /// (store clock + ttl), and reported as applied.
 pub(crate) async fn presence_write_is_read_back(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.advance(50);
     let result = cx
         .store
@@ -97,7 +97,7 @@ pub(crate) async fn presence_write_is_read_back(cx: Cx) -> CaseResult {
 
 /// Rows are sorted by participant, then field.
 pub(crate) async fn presence_rows_sorted_by_participant_then_field(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     set(&cx, &s, "zoe", &[("b", json!(1)), ("a", json!(2))], 1).await?;
     set(&cx, &s, "ann", &[("z", json!(3))], 1).await?;
     ensure_eq!(
@@ -113,7 +113,7 @@ pub(crate) async fn presence_rows_sorted_by_participant_then_field(cx: Cx) -> Ca
 
 /// A later `at` overwrites a field.
 pub(crate) async fn presence_later_at_wins(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     set(&cx, &s, "ann", &[("status", json!("away"))], 10).await?;
     let result = set(&cx, &s, "ann", &[("status", json!("here"))], 11).await?;
     ensure_eq!(result.applied_count, 1);
@@ -126,7 +126,7 @@ pub(crate) async fn presence_later_at_wins(cx: Cx) -> CaseResult {
 
 /// An older `at` is skipped for that field only, and not reported as applied.
 pub(crate) async fn presence_older_at_is_skipped(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     set(&cx, &s, "ann", &[("status", json!("here"))], 10).await?;
     let result = set(
         &cx,
@@ -155,7 +155,7 @@ pub(crate) async fn presence_older_at_is_skipped(cx: Cx) -> CaseResult {
 
 /// With an equal `at` the newer call wins.
 pub(crate) async fn presence_equal_at_newer_call_wins(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     set(&cx, &s, "ann", &[("status", json!("first"))], 10).await?;
     let result = set(&cx, &s, "ann", &[("status", json!("second"))], 10).await?;
     ensure_eq!(result.applied_count, 1);
@@ -168,7 +168,7 @@ pub(crate) async fn presence_equal_at_newer_call_wins(cx: Cx) -> CaseResult {
 
 /// Expired entries are not read (expiry at `expires_at <= now`).
 pub(crate) async fn presence_expired_entries_are_not_read(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     set(&cx, &s, "ann", &[("status", json!("here"))], 10).await?;
     cx.advance(TTL - 1);
     ensure_eq!(live(&cx, &s).await?.len(), 1);
@@ -179,7 +179,7 @@ pub(crate) async fn presence_expired_entries_are_not_read(cx: Cx) -> CaseResult 
 
 /// An expired entry never blocks a write, whatever its `at`.
 pub(crate) async fn presence_expired_entry_never_blocks(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     set(&cx, &s, "ann", &[("status", json!("future"))], 1_000).await?;
     cx.advance(TTL);
     let result = set(&cx, &s, "ann", &[("status", json!("now"))], 5).await?;
@@ -193,7 +193,7 @@ pub(crate) async fn presence_expired_entry_never_blocks(cx: Cx) -> CaseResult {
 
 /// The TTL counts from the store clock, not from the writer's `at`.
 pub(crate) async fn presence_ttl_counts_from_store_clock(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.store
         .set_presence(&s, "ann", values(&[("x", json!(1))]), meta(5, 300))
         .await?;
@@ -207,7 +207,7 @@ pub(crate) async fn presence_ttl_counts_from_store_clock(cx: Cx) -> CaseResult {
 
 /// A `null` deletes a field (a tombstone, not read) and is reported as applied `null`.
 pub(crate) async fn presence_null_is_a_tombstone(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     set(
         &cx,
         &s,
@@ -230,7 +230,7 @@ pub(crate) async fn presence_null_is_a_tombstone(cx: Cx) -> CaseResult {
 
 /// A tombstone blocks older writes from bringing the field back; newer writes do.
 pub(crate) async fn presence_tombstone_blocks_older_writes(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     set(&cx, &s, "ann", &[("status", json!("here"))], 10).await?;
     set(&cx, &s, "ann", &[("status", Value::Null)], 20).await?;
     let older = set(&cx, &s, "ann", &[("status", json!("zombie"))], 15).await?;
@@ -247,7 +247,7 @@ pub(crate) async fn presence_tombstone_blocks_older_writes(cx: Cx) -> CaseResult
 
 /// A tombstone expires like any entry; then older writes land again.
 pub(crate) async fn presence_expired_tombstone_no_longer_blocks(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     set(&cx, &s, "ann", &[("status", Value::Null)], 20).await?;
     cx.advance(TTL);
     let result = set(&cx, &s, "ann", &[("status", json!("again"))], 1).await?;
@@ -261,7 +261,7 @@ pub(crate) async fn presence_expired_tombstone_no_longer_blocks(cx: Cx) -> CaseR
 
 /// Presence is per session and per participant.
 pub(crate) async fn presence_is_per_session_and_participant(cx: Cx) -> CaseResult {
-    let (s1, s2) = (cx.s("one"), cx.s("two"));
+    let (s1, s2) = (cx.session_id("one"), cx.session_id("two"));
     set(&cx, &s1, "ann", &[("status", json!("a"))], 10).await?;
     let other = set(&cx, &s1, "bob", &[("status", json!("b"))], 1).await?;
     ensure_eq!(other.applied_count, 1);
@@ -272,7 +272,7 @@ pub(crate) async fn presence_is_per_session_and_participant(cx: Cx) -> CaseResul
 
 /// A non-positive presence TTL or an empty participant is `InvalidInput`; nothing is written.
 pub(crate) async fn presence_invalid_input_writes_nothing(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     for ttl in [0, -1] {
         ensure_code!(
             cx.store

@@ -13,7 +13,7 @@ fn range(after: Option<u64>, through: Option<u64>, limit: Option<usize>) -> Read
 }
 
 async fn five(cx: &Cx) -> std::result::Result<String, Failure> {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b"), msg("c"), msg("d"), msg("e")])
         .await?;
     Ok(s)
@@ -94,9 +94,12 @@ pub(crate) async fn read_through_below_after_is_invalid(cx: Cx) -> CaseResult {
 
 /// A session never written reads as empty.
 pub(crate) async fn read_of_unknown_session_is_empty(cx: Cx) -> CaseResult {
-    ensure_eq!(cx.read_all(&cx.s("never")).await?, vec![]);
-    ensure_eq!(cx.cursors(&cx.s("never")).await?, vec![]);
-    ensure_eq!(cx.store.dead_letters(&cx.s("never")).await?, vec![]);
+    ensure_eq!(cx.read_all(&cx.session_id("never")).await?, vec![]);
+    ensure_eq!(cx.cursors(&cx.session_id("never")).await?, vec![]);
+    ensure_eq!(
+        cx.store.dead_letters(&cx.session_id("never")).await?,
+        vec![]
+    );
     Ok(())
 }
 
@@ -111,7 +114,7 @@ async fn listed(cx: &Cx, after: &str, limit: Option<usize>) -> StoreResult<Vec<S
     Ok(rows
         .into_iter()
         .map(|row| row.session_id)
-        .filter(|id| id.starts_with(&cx.s("")))
+        .filter(|id| id.starts_with(&cx.session_id("")))
         .collect())
 }
 
@@ -119,8 +122,8 @@ use a2_store_api::Result as StoreResult;
 
 /// `sessions()` lists written sessions by id with head, clear index and reclaimed offset.
 pub(crate) async fn sessions_lists_written_sessions_by_id(cx: Cx) -> CaseResult {
-    let base = cx.s("");
-    let (b, a, c) = (cx.s("b"), cx.s("a"), cx.s("c"));
+    let base = cx.session_id("");
+    let (b, a, c) = (cx.session_id("b"), cx.session_id("a"), cx.session_id("c"));
     cx.append(&b, vec![msg("x"), msg("y")]).await?;
     cx.append(&a, vec![msg("x")]).await?;
     cx.append(&c, vec![msg("x"), msg("y"), msg("z")]).await?;
@@ -156,27 +159,33 @@ pub(crate) async fn sessions_lists_written_sessions_by_id(cx: Cx) -> CaseResult 
 
 /// `after` is exclusive and `limit` caps the page.
 pub(crate) async fn sessions_page_with_after_and_limit(cx: Cx) -> CaseResult {
-    let base = cx.s("");
+    let base = cx.session_id("");
     for name in ["a", "b", "c", "d"] {
-        cx.append(&cx.s(name), vec![msg("x")]).await?;
+        cx.append(&cx.session_id(name), vec![msg("x")]).await?;
     }
     ensure_eq!(
         listed(&cx, &base, Some(2)).await?,
-        vec![cx.s("a"), cx.s("b")]
+        vec![cx.session_id("a"), cx.session_id("b")]
     );
     ensure_eq!(
-        listed(&cx, &cx.s("b"), None).await?,
-        vec![cx.s("c"), cx.s("d")]
+        listed(&cx, &cx.session_id("b"), None).await?,
+        vec![cx.session_id("c"), cx.session_id("d")]
     );
-    ensure_eq!(listed(&cx, &cx.s("b"), Some(1)).await?, vec![cx.s("c")]);
-    ensure_eq!(listed(&cx, &cx.s("d"), None).await?, Vec::<String>::new());
+    ensure_eq!(
+        listed(&cx, &cx.session_id("b"), Some(1)).await?,
+        vec![cx.session_id("c")]
+    );
+    ensure_eq!(
+        listed(&cx, &cx.session_id("d"), None).await?,
+        Vec::<String>::new()
+    );
     Ok(())
 }
 
 /// Sessions with no appended row (only presence, state or a wake) are not listed.
 pub(crate) async fn sessions_omit_sessions_without_events(cx: Cx) -> CaseResult {
-    let base = cx.s("");
-    let quiet = cx.s("quiet");
+    let base = cx.session_id("");
+    let quiet = cx.session_id("quiet");
     cx.store
         .set_presence(
             &quiet,
@@ -203,14 +212,14 @@ pub(crate) async fn sessions_omit_sessions_without_events(cx: Cx) -> CaseResult 
     cx.store
         .wake_log(&quiet, &log_consumer("audit", "log", None, true))
         .await?;
-    cx.append(&cx.s("loud"), vec![msg("x")]).await?;
-    ensure_eq!(listed(&cx, &base, None).await?, vec![cx.s("loud")]);
+    cx.append(&cx.session_id("loud"), vec![msg("x")]).await?;
+    ensure_eq!(listed(&cx, &base, None).await?, vec![cx.session_id("loud")]);
     Ok(())
 }
 
 /// Sessions are independent: work, ids and cursors of one never show in another.
 pub(crate) async fn sessions_are_isolated(cx: Cx) -> CaseResult {
-    let (s1, s2) = (cx.s("one"), cx.s("two"));
+    let (s1, s2) = (cx.session_id("one"), cx.session_id("two"));
     cx.append_for(
         &s1,
         vec![to_lane("a", "agent", "L1"), to_event("b", "agent")],
@@ -239,8 +248,8 @@ pub(crate) async fn sessions_are_isolated(cx: Cx) -> CaseResult {
 
 /// A session holding only a clear marker is listed (its head is the marker).
 pub(crate) async fn sessions_list_a_session_holding_only_a_marker(cx: Cx) -> CaseResult {
-    let base = cx.s("");
-    let s = cx.s("m");
+    let base = cx.session_id("");
+    let s = cx.session_id("m");
     cx.store
         .clear(ClearRequest {
             session_id: s.clone(),

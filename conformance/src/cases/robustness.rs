@@ -25,95 +25,95 @@ fn tolerated<T>(what: &str, result: a2_store_api::Result<T>, codes: &[ErrorCode]
 /// never panic: each call answers or fails with a typed error, changing nothing.
 pub(crate) async fn extreme_numbers_never_panic(cx: Cx) -> CaseResult {
     const ERR: &[ErrorCode] = &[ErrorCode::InvalidInput, ErrorCode::NoSuchEvent];
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
-    let before = cx.state(&s).await?;
     let store = &cx.store;
     let far = u64::MAX;
-    tolerated(
-        "read",
-        store
-            .read(
-                &s,
-                ReadOptions {
-                    after: Some(far - 1),
-                    through: Some(far),
-                    limit: Some(usize::MAX),
-                },
-            )
-            .await,
-        ERR,
-    )?;
-    tolerated(
-        "complete",
-        store
-            .complete_attempt(CompleteRequest {
-                session_id: s.clone(),
-                consumer: "agent".into(),
-                lane: None,
-                index: far,
-                attempt: u32::MAX,
-                events: vec![],
-                consumers: None,
-            })
-            .await,
-        ERR,
-    )?;
-    tolerated(
-        "fail",
-        store
-            .fail_attempt(FailRequest {
-                session_id: s.clone(),
-                consumer: "agent".into(),
-                lane: Some("L1".into()),
-                index: far,
-                attempt: u32::MAX,
-                error: String::new(),
-                max_failures: Some(u32::MAX),
-                retry_after_ms: Some(i64::MAX),
-            })
-            .await,
-        ERR,
-    )?;
-    tolerated(
-        "renew",
-        store
-            .renew_claims(RenewRequest {
-                session_id: s.clone(),
-                holder: "w1".into(),
-                claims: vec![HeldClaim {
-                    cursor: at("agent", Some("L1"), far),
+    ensure_unchanged!(cx, &s, {
+        tolerated(
+            "read",
+            store
+                .read(
+                    &s,
+                    ReadOptions {
+                        after: Some(far - 1),
+                        through: Some(far),
+                        limit: Some(usize::MAX),
+                    },
+                )
+                .await,
+            ERR,
+        )?;
+        tolerated(
+            "complete",
+            store
+                .complete_attempt(CompleteRequest {
+                    session_id: s.clone(),
+                    consumer: "agent".into(),
+                    lane: None,
+                    index: far,
                     attempt: u32::MAX,
-                }],
-                ttl_ms: Some(i64::MAX),
-                expires_at_ms: None,
-            })
-            .await,
-        ERR,
-    )?;
-    tolerated(
-        "redrive",
-        store
-            .redrive(RedriveRequest {
-                session_id: s.clone(),
-                consumer: "agent".into(),
-                index: far,
-                action: RedriveAction::Skip,
-                consumers: None,
-            })
-            .await,
-        ERR,
-    )?;
-    tolerated(
-        "read_state",
-        store
-            .read_state(&s, "r", ReadStateOptions { at: Some(far) })
-            .await,
-        ERR,
-    )?;
-    tolerated("subscribe", store.subscribe(&s, far).await, ERR)?;
-    ensure_unchanged!(cx, &s, before);
+                    events: vec![],
+                    consumers: None,
+                })
+                .await,
+            ERR,
+        )?;
+        tolerated(
+            "fail",
+            store
+                .fail_attempt(FailRequest {
+                    session_id: s.clone(),
+                    consumer: "agent".into(),
+                    lane: Some("L1".into()),
+                    index: far,
+                    attempt: u32::MAX,
+                    error: String::new(),
+                    max_failures: Some(u32::MAX),
+                    retry_after_ms: Some(i64::MAX),
+                })
+                .await,
+            ERR,
+        )?;
+        tolerated(
+            "renew",
+            store
+                .renew_claims(RenewRequest {
+                    session_id: s.clone(),
+                    holder: "w1".into(),
+                    claims: vec![HeldClaim {
+                        cursor: at("agent", Some("L1"), far),
+                        attempt: u32::MAX,
+                    }],
+                    ttl_ms: Some(i64::MAX),
+                    expires_at_ms: None,
+                })
+                .await,
+            ERR,
+        )?;
+        tolerated(
+            "redrive",
+            store
+                .redrive(RedriveRequest {
+                    session_id: s.clone(),
+                    consumer: "agent".into(),
+                    index: far,
+                    action: RedriveAction::Skip,
+                    consumers: None,
+                })
+                .await,
+            ERR,
+        )?;
+        tolerated(
+            "read_state",
+            store
+                .read_state(&s, "r", ReadStateOptions { at: Some(far) })
+                .await,
+            ERR,
+        )?;
+        tolerated("subscribe", store.subscribe(&s, far).await, ERR)?;
+    });
     tolerated(
         "claim",
         store
@@ -165,7 +165,7 @@ pub(crate) async fn extreme_numbers_never_panic(cx: Cx) -> CaseResult {
 /// Unusual strings (unicode, quotes, SQL and path syntax, a 1,000-character
 /// id) are stored and read back exactly, as ids, types, names and session ids.
 pub(crate) async fn odd_strings_round_trip(cx: Cx) -> CaseResult {
-    let s = cx.s("sé ssion/with:odd'chars\"%_");
+    let s = cx.session_id("sé ssion/with:odd'chars\"%_");
     let long = "x".repeat(1_000);
     let odd_ids = [
         "ünïcødé 🚀",
@@ -213,7 +213,7 @@ pub(crate) async fn odd_strings_round_trip(cx: Cx) -> CaseResult {
 /// id) are either stored and read back exactly or rejected as `InvalidInput`
 /// with nothing changed — never a panic or a backend failure.
 pub(crate) async fn nul_and_huge_strings_are_stored_or_rejected(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("first")]).await?;
     let huge = "y".repeat(100_000);
     let candidates = [
@@ -224,20 +224,22 @@ pub(crate) async fn nul_and_huge_strings_are_stored_or_rejected(cx: Cx) -> CaseR
         msg("nul-target").with_target(Target::event("agent\u{0}")),
     ];
     for event in candidates {
-        let before = cx.state(&s).await?;
-        match cx.append(&s, vec![event.clone()]).await {
-            Ok(result) => {
-                let row = nth_event(&result.events)?;
-                ensure_eq!(Some(&row.id), event.id.as_ref());
-                ensure_eq!(row.event_type, event.event_type);
-                ensure_eq!(row.payload, event.payload);
-                let read = cx.read(&s, row.index - 1, Some(row.index)).await?;
-                ensure_eq!(read, vec![row]);
+        let appended = ensure_unchanged!(cx, &s, when Option::is_none, {
+            match cx.append(&s, vec![event.clone()]).await {
+                Ok(result) => Some(result),
+                Err(error) => {
+                    ensure_eq!(error.code(), ErrorCode::InvalidInput, "{error}");
+                    None
+                }
             }
-            Err(error) => {
-                ensure_eq!(error.code(), ErrorCode::InvalidInput, "{error}");
-                ensure_unchanged!(cx, &s, before);
-            }
+        });
+        if let Some(result) = appended {
+            let row = nth_event(&result.events)?;
+            ensure_eq!(Some(&row.id), event.id.as_ref());
+            ensure_eq!(row.event_type, event.event_type);
+            ensure_eq!(row.payload, event.payload);
+            let read = cx.read(&s, row.index - 1, Some(row.index)).await?;
+            ensure_eq!(read, vec![row]);
         }
     }
     Ok(())
@@ -255,52 +257,52 @@ fn nth_event(
 /// Requests with nothing in them are valid no-ops: renewing no claims,
 /// writing no snapshots or presence fields, listing zero sessions.
 pub(crate) async fn empty_requests_are_no_ops(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
     cx.claim_heads(&s, "w1").await?;
-    let before = cx.state(&s).await?;
-    let renewed = cx
-        .store
-        .renew_claims(RenewRequest {
-            session_id: s.clone(),
-            holder: "w1".into(),
-            claims: vec![],
-            ttl_ms: Some(TTL),
-            expires_at_ms: None,
-        })
-        .await?;
-    ensure_eq!(renewed, a2_store_api::RenewResult::default());
-    cx.store.write_state(&s, "r", vec![]).await?;
-    ensure_eq!(
-        cx.store
-            .read_state(&s, "r", ReadStateOptions::default())
-            .await?
-            .snapshot,
-        None
-    );
-    let presence = cx
-        .store
-        .set_presence(
-            &s,
-            "ann",
-            Default::default(),
-            PresenceMeta {
-                at: 1,
-                seen: None,
-                ttl_ms: TTL,
-            },
-        )
-        .await?;
-    ensure_eq!(presence, a2_store_api::PresenceResult::default());
-    ensure_eq!(cx.store.read_presence(&s).await?, vec![]);
-    let none = cx
-        .store
-        .sessions(a2_store_api::ListSessions {
-            after: None,
-            limit: Some(0),
-        })
-        .await?;
-    ensure_eq!(none, vec![]);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let renewed = cx
+            .store
+            .renew_claims(RenewRequest {
+                session_id: s.clone(),
+                holder: "w1".into(),
+                claims: vec![],
+                ttl_ms: Some(TTL),
+                expires_at_ms: None,
+            })
+            .await?;
+        ensure_eq!(renewed, a2_store_api::RenewResult::default());
+        cx.store.write_state(&s, "r", vec![]).await?;
+        ensure_eq!(
+            cx.store
+                .read_state(&s, "r", ReadStateOptions::default())
+                .await?
+                .snapshot,
+            None
+        );
+        let presence = cx
+            .store
+            .set_presence(
+                &s,
+                "ann",
+                Default::default(),
+                PresenceMeta {
+                    at: 1,
+                    seen: None,
+                    ttl_ms: TTL,
+                },
+            )
+            .await?;
+        ensure_eq!(presence, a2_store_api::PresenceResult::default());
+        ensure_eq!(cx.store.read_presence(&s).await?, vec![]);
+        let none = cx
+            .store
+            .sessions(a2_store_api::ListSessions {
+                after: None,
+                limit: Some(0),
+            })
+            .await?;
+        ensure_eq!(none, vec![]);
+    });
     Ok(())
 }

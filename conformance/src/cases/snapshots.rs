@@ -41,7 +41,7 @@ async fn clear(cx: &Cx, s: &str) -> CaseResult {
 
 /// A reducer never written reads no snapshot and clear index 0.
 pub(crate) async fn read_state_without_writes_is_empty(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     ensure_eq!(
         read(&cx, &s, None).await?,
         StateRead {
@@ -54,7 +54,7 @@ pub(crate) async fn read_state_without_writes_is_empty(cx: Cx) -> CaseResult {
 
 /// The most recent write is the head snapshot; an unpinned older write is not kept.
 pub(crate) async fn read_state_returns_most_recent_write(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b"), msg("c")]).await?;
     put(&cx, &s, vec![write(1, json!("one"), vec![])]).await?;
     put(&cx, &s, vec![write(3, json!("three"), vec![])]).await?;
@@ -65,7 +65,7 @@ pub(crate) async fn read_state_returns_most_recent_write(cx: Cx) -> CaseResult {
 
 /// The head snapshot is the most recent write even when its index is lower.
 pub(crate) async fn head_snapshot_is_most_recent_even_if_lower(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     put(&cx, &s, vec![write(5, json!("five"), vec![])]).await?;
     put(&cx, &s, vec![write(3, json!("three"), vec![])]).await?;
     ensure_eq!(read(&cx, &s, None).await?.snapshot, snap(3, json!("three")));
@@ -74,7 +74,7 @@ pub(crate) async fn head_snapshot_is_most_recent_even_if_lower(cx: Cx) -> CaseRe
 
 /// One call's writes are applied in index order: the highest becomes the head snapshot.
 pub(crate) async fn writes_of_one_call_apply_in_index_order(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     put(
         &cx,
         &s,
@@ -90,7 +90,7 @@ pub(crate) async fn writes_of_one_call_apply_in_index_order(cx: Cx) -> CaseResul
 
 /// No snapshot above `at` is returned.
 pub(crate) async fn read_state_never_returns_above_at(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     put(&cx, &s, vec![write(5, json!("five"), vec![])]).await?;
     ensure_eq!(read(&cx, &s, Some(4)).await?.snapshot, None);
     ensure_eq!(
@@ -102,7 +102,7 @@ pub(crate) async fn read_state_never_returns_above_at(cx: Cx) -> CaseResult {
 
 /// A checkpoint pinned to a head stays readable at or below `at` while the pin holds.
 pub(crate) async fn pinned_checkpoint_readable_while_pin_holds(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b"), msg("c")])
         .await?;
     let pin = at("agent", Some("L1"), 1);
@@ -119,7 +119,7 @@ pub(crate) async fn pinned_checkpoint_readable_while_pin_holds(cx: Cx) -> CaseRe
 
 /// A pin holds through claims and (non-final) failures of its head.
 pub(crate) async fn pin_holds_through_claims_and_failures(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
     put(
@@ -142,7 +142,7 @@ pub(crate) async fn pin_holds_through_claims_and_failures(cx: Cx) -> CaseResult 
 
 /// A pin is released when its head advances (completion).
 pub(crate) async fn pin_released_when_head_advances(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -163,7 +163,7 @@ pub(crate) async fn pin_released_when_head_advances(cx: Cx) -> CaseResult {
 
 /// A pin is released when its head is dead-lettered (and not restored by a redrive).
 pub(crate) async fn pin_released_on_dead_letter(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1"), msg("b")])
         .await?;
     put(
@@ -191,7 +191,7 @@ pub(crate) async fn pin_released_on_dead_letter(cx: Cx) -> CaseResult {
 
 /// A clear releases every pin and hides every snapshot below it.
 pub(crate) async fn pin_released_on_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), msg("b")])
         .await?;
     put(
@@ -217,7 +217,7 @@ pub(crate) async fn pin_released_on_clear(cx: Cx) -> CaseResult {
 
 /// A pin naming a head its cursor does not have (or no cursor) keeps nothing.
 pub(crate) async fn pin_on_head_not_held_keeps_nothing(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(
         &s,
         vec![to_lane("a", "agent", "L1"), to_lane("b", "agent", "L1")],
@@ -239,7 +239,7 @@ pub(crate) async fn pin_on_head_not_held_keeps_nothing(cx: Cx) -> CaseResult {
 
 /// The highest pinned checkpoint at or below `at` wins; releasing it falls back to the next.
 pub(crate) async fn highest_pinned_checkpoint_wins(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent"), to_event("b", "agent")])
         .await?;
     put(
@@ -267,7 +267,7 @@ pub(crate) async fn highest_pinned_checkpoint_wins(cx: Cx) -> CaseResult {
 
 /// Snapshots below the clear are never returned.
 pub(crate) async fn read_state_never_returns_below_clear(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
     put(&cx, &s, vec![write(2, json!("two"), vec![])]).await?;
     clear(&cx, &s).await?;
@@ -283,7 +283,7 @@ pub(crate) async fn read_state_never_returns_below_clear(cx: Cx) -> CaseResult {
 
 /// Writes below the clear are ignored; a write at the clear index itself is kept.
 pub(crate) async fn writes_below_clear_are_ignored(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
     clear(&cx, &s).await?;
     put(&cx, &s, vec![write(2, json!("two"), vec![])]).await?;
@@ -302,7 +302,7 @@ pub(crate) async fn writes_below_clear_are_ignored(cx: Cx) -> CaseResult {
 
 /// Snapshots are kept per reducer.
 pub(crate) async fn snapshots_are_per_reducer(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.store
         .write_state(&s, "left", vec![write(1, json!("l"), vec![])])
         .await?;

@@ -41,7 +41,7 @@ pub(super) async fn take(
 
 /// The stored backlog comes first, then live appends, as the stored rows.
 pub(crate) async fn subscribe_delivers_backlog_then_live(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
     let mut stream = cx.store.subscribe(&s, 0).await?;
     cx.append(&s, vec![msg("c")]).await?;
@@ -53,7 +53,7 @@ pub(crate) async fn subscribe_delivers_backlog_then_live(cx: Cx) -> CaseResult {
 
 /// `after` skips the backlog up to and including that index.
 pub(crate) async fn subscribe_after_skips_backlog(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b"), msg("c")]).await?;
     let mut stream = cx.store.subscribe(&s, 2).await?;
     cx.append(&s, vec![msg("d")]).await?;
@@ -63,7 +63,7 @@ pub(crate) async fn subscribe_after_skips_backlog(cx: Cx) -> CaseResult {
 
 /// `after` beyond the head delivers nothing until the log passes it.
 pub(crate) async fn subscribe_after_beyond_head_waits_for_it(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
     let mut stream = cx.store.subscribe(&s, 4).await?;
     cx.append(&s, vec![msg("c"), msg("d")]).await?;
@@ -74,7 +74,7 @@ pub(crate) async fn subscribe_after_beyond_head_waits_for_it(cx: Cx) -> CaseResu
 
 /// A subscription on a session never written delivers its first events.
 pub(crate) async fn subscribe_to_new_session_delivers_first_events(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let mut stream = cx.store.subscribe(&s, 0).await?;
     cx.append(&s, vec![msg("a")]).await?;
     ensure_eq!(ids(&take(&mut stream, 1).await?), strs(&["a"]));
@@ -84,7 +84,7 @@ pub(crate) async fn subscribe_to_new_session_delivers_first_events(cx: Cx) -> Ca
 /// Appends racing the subscription are delivered with no gap and no duplicate.
 pub(crate) async fn subscribe_has_no_gap_or_duplicate_while_appends_race(cx: Cx) -> CaseResult {
     const TOTAL: u64 = 300;
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let writer = {
         let store = cx.store.clone();
         let s = s.clone();
@@ -124,7 +124,7 @@ pub(crate) async fn subscribe_has_no_gap_or_duplicate_while_appends_race(cx: Cx)
 
 /// A clear's marker is delivered in order like any event.
 pub(crate) async fn subscribe_sees_clear_marker(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     let mut stream = cx.store.subscribe(&s, 0).await?;
     cx.append(&s, vec![msg("a")]).await?;
     cx.store
@@ -142,7 +142,7 @@ pub(crate) async fn subscribe_sees_clear_marker(cx: Cx) -> CaseResult {
 
 /// Events a completion returns are delivered like appends.
 pub(crate) async fn subscribe_sees_completion_returned_events(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
     let mut stream = cx.store.subscribe(&s, 1).await?;
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
@@ -153,7 +153,7 @@ pub(crate) async fn subscribe_sees_completion_returned_events(cx: Cx) -> CaseRes
 
 /// A subscription sees only its own session's events.
 pub(crate) async fn subscribe_sees_only_its_session(cx: Cx) -> CaseResult {
-    let (s1, s2) = (cx.s("one"), cx.s("two"));
+    let (s1, s2) = (cx.session_id("one"), cx.session_id("two"));
     let mut stream = cx.store.subscribe(&s1, 0).await?;
     cx.append(&s2, vec![msg("other")]).await?;
     cx.append(&s1, vec![msg("mine")]).await?;
@@ -165,7 +165,7 @@ pub(crate) async fn subscribe_sees_only_its_session(cx: Cx) -> CaseResult {
 
 /// Failed appends deliver nothing: the next delivered event is the next stored one.
 pub(crate) async fn subscribe_skips_failed_appends(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let mut stream = cx.store.subscribe(&s, 1).await?;
     let rejected = cx.append(&s, vec![msg("b"), msg("a")]).await;
@@ -178,7 +178,7 @@ pub(crate) async fn subscribe_skips_failed_appends(cx: Cx) -> CaseResult {
 
 /// A subscription ends once the store (every handle of it) is dropped.
 pub(crate) async fn subscription_ends_when_store_is_dropped(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let Cx { store, .. } = cx;
     let mut stream = store.subscribe(&s, 0).await?;
@@ -204,7 +204,7 @@ pub(crate) async fn subscription_ends_when_store_is_dropped(cx: Cx) -> CaseResul
 
 /// After a reclaim the backlog starts at what remains (the marker onwards).
 pub(crate) async fn subscribe_after_reclaim_delivers_what_remains(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
     cx.store
         .clear(ClearRequest {

@@ -16,7 +16,7 @@ const INVALID: ErrorCode = ErrorCode::InvalidInput;
 /// A session with a claimed lane head, a log cursor and a dead letter, so
 /// "nothing changed" compares real state.
 async fn busy_session(cx: &Cx) -> std::result::Result<String, Failure> {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append_for(
         &s,
         vec![to_lane("a", "agent", "L1"), to_event("b", "agent")],
@@ -28,7 +28,12 @@ async fn busy_session(cx: &Cx) -> std::result::Result<String, Failure> {
         .iter()
         .find(|head| head.lane.is_none())
         .cloned()
-        .ok_or_else(|| Failure::Fail(format!("no event cursor head in {:?}", hs(&heads))))?;
+        .ok_or_else(|| {
+            Failure::Fail(format!(
+                "no event cursor head in {:?}",
+                head_summaries(&heads)
+            ))
+        })?;
     cx.fail(s.as_str(), &dead, Some(1)).await?;
     Ok(s)
 }
@@ -138,40 +143,40 @@ pub(crate) async fn empty_session_id_is_invalid_for_every_call(cx: Cx) -> CaseRe
 /// An empty holder is rejected by claims and renewals.
 pub(crate) async fn empty_holder_is_invalid(cx: Cx) -> CaseResult {
     let s = busy_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(cx.store.claim_available(cx.req(&s, "")).await, INVALID);
-    ensure_code!(cx.store.renew_claims(renew(&s, "")).await, INVALID);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(cx.store.claim_available(cx.req(&s, "")).await, INVALID);
+        ensure_code!(cx.store.renew_claims(renew(&s, "")).await, INVALID);
+    });
     Ok(())
 }
 
 /// An empty consumer name is rejected wherever a consumer is named.
 pub(crate) async fn empty_consumer_name_is_invalid(cx: Cx) -> CaseResult {
     let s = busy_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.store.complete_attempt(complete(&s, "", vec![])).await,
-        INVALID
-    );
-    ensure_code!(cx.store.fail_attempt(fail(&s, "")).await, INVALID);
-    ensure_code!(cx.store.redrive(redrive(&s, "")).await, INVALID);
-    ensure_code!(
-        cx.append(&s, vec![msg("x").with_target(Target::event(""))])
-            .await,
-        INVALID
-    );
-    ensure_code!(
-        cx.append_for(&s, vec![msg("x")], vec![ConsumerDeclaration::targeted("")])
-            .await,
-        INVALID
-    );
-    ensure_code!(
-        cx.store
-            .wake_log(&s, &log_consumer("", "log", None, true))
-            .await,
-        INVALID
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.store.complete_attempt(complete(&s, "", vec![])).await,
+            INVALID
+        );
+        ensure_code!(cx.store.fail_attempt(fail(&s, "")).await, INVALID);
+        ensure_code!(cx.store.redrive(redrive(&s, "")).await, INVALID);
+        ensure_code!(
+            cx.append(&s, vec![msg("x").with_target(Target::event(""))])
+                .await,
+            INVALID
+        );
+        ensure_code!(
+            cx.append_for(&s, vec![msg("x")], vec![ConsumerDeclaration::targeted("")])
+                .await,
+            INVALID
+        );
+        ensure_code!(
+            cx.store
+                .wake_log(&s, &log_consumer("", "log", None, true))
+                .await,
+            INVALID
+        );
+    });
     Ok(())
 }
 
@@ -196,89 +201,89 @@ pub(crate) async fn empty_reducer_name_is_invalid(cx: Cx) -> CaseResult {
 /// An event with an empty type is rejected, in appends and in returned events.
 pub(crate) async fn empty_event_type_is_invalid(cx: Cx) -> CaseResult {
     let s = busy_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![msg("ok"), NewEvent::new("", json!(1))])
-            .await,
-        INVALID
-    );
-    ensure_code!(
-        cx.store
-            .complete_attempt(complete(&s, "agent", vec![NewEvent::new("", json!(1))]))
-            .await,
-        INVALID
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![msg("ok"), NewEvent::new("", json!(1))])
+                .await,
+            INVALID
+        );
+        ensure_code!(
+            cx.store
+                .complete_attempt(complete(&s, "agent", vec![NewEvent::new("", json!(1))]))
+                .await,
+            INVALID
+        );
+    });
     Ok(())
 }
 
 /// A supplied empty id is rejected (omit the id to have one generated).
 pub(crate) async fn empty_supplied_id_is_invalid(cx: Cx) -> CaseResult {
     let s = busy_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![NewEvent::new("msg", json!(1)).with_id("")])
-            .await,
-        INVALID
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![NewEvent::new("msg", json!(1)).with_id("")])
+                .await,
+            INVALID
+        );
+    });
     Ok(())
 }
 
 /// A target with an empty lane (`Some("")`) is rejected.
 pub(crate) async fn target_with_empty_lane_is_invalid(cx: Cx) -> CaseResult {
     let s = busy_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![to_lane("x", "agent", "")]).await,
-        INVALID
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![to_lane("x", "agent", "")]).await,
+            INVALID
+        );
+    });
     Ok(())
 }
 
 /// Only `clear` may append the reserved `a2.cleared` type.
 pub(crate) async fn reserved_clear_type_is_invalid(cx: Cx) -> CaseResult {
     let s = busy_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    let marker = NewEvent::new(a2_store_api::CLEAR_EVENT_TYPE, json!(null));
-    ensure_code!(cx.append(&s, vec![marker.clone()]).await, INVALID);
-    ensure_code!(
-        cx.store
-            .complete_attempt(complete(&s, "agent", vec![marker]))
-            .await,
-        INVALID
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let marker = NewEvent::new(a2_store_api::CLEAR_EVENT_TYPE, json!(null));
+        ensure_code!(cx.append(&s, vec![marker.clone()]).await, INVALID);
+        ensure_code!(
+            cx.store
+                .complete_attempt(complete(&s, "agent", vec![marker]))
+                .await,
+            INVALID
+        );
+    });
     Ok(())
 }
 
 /// A log declaration on an empty lane is rejected by every call taking declarations.
 pub(crate) async fn log_declaration_with_empty_lane_is_invalid(cx: Cx) -> CaseResult {
     let s = busy_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    let bad = log_consumer("audit", "", None, true);
-    ensure_code!(
-        cx.append_for(&s, vec![msg("x")], vec![bad.clone()]).await,
-        INVALID
-    );
-    ensure_code!(cx.store.wake_log(&s, &bad).await, INVALID);
-    let claim = ClaimRequest {
-        consumers: Some(vec![bad.clone()]),
-        ..cx.req(&s, "w1")
-    };
-    ensure_code!(cx.store.claim_available(claim).await, INVALID);
-    let done = CompleteRequest {
-        consumers: Some(vec![bad.clone()]),
-        ..complete(&s, "agent", vec![])
-    };
-    ensure_code!(cx.store.complete_attempt(done).await, INVALID);
-    let retry = RedriveRequest {
-        consumers: Some(vec![bad]),
-        ..redrive(&s, "agent")
-    };
-    ensure_code!(cx.store.redrive(retry).await, INVALID);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let bad = log_consumer("audit", "", None, true);
+        ensure_code!(
+            cx.append_for(&s, vec![msg("x")], vec![bad.clone()]).await,
+            INVALID
+        );
+        ensure_code!(cx.store.wake_log(&s, &bad).await, INVALID);
+        let claim = ClaimRequest {
+            consumers: Some(vec![bad.clone()]),
+            ..cx.req(&s, "w1")
+        };
+        ensure_code!(cx.store.claim_available(claim).await, INVALID);
+        let done = CompleteRequest {
+            consumers: Some(vec![bad.clone()]),
+            ..complete(&s, "agent", vec![])
+        };
+        ensure_code!(cx.store.complete_attempt(done).await, INVALID);
+        let retry = RedriveRequest {
+            consumers: Some(vec![bad]),
+            ..redrive(&s, "agent")
+        };
+        ensure_code!(cx.store.redrive(retry).await, INVALID);
+    });
     Ok(())
 }
 
@@ -286,31 +291,31 @@ pub(crate) async fn log_declaration_with_empty_lane_is_invalid(cx: Cx) -> CaseRe
 /// rejected by every call taking declarations; identical repeats are fine.
 pub(crate) async fn consumer_declared_twice_differently_is_invalid(cx: Cx) -> CaseResult {
     let s = busy_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    let twice = vec![
-        log_consumer("audit", "log", None, false),
-        log_consumer("audit", "log", Some(&["a"]), false),
-    ];
-    ensure_code!(
-        cx.append_for(&s, vec![msg("x")], twice.clone()).await,
-        INVALID
-    );
-    let claim = ClaimRequest {
-        consumers: Some(twice.clone()),
-        ..cx.req(&s, "w1")
-    };
-    ensure_code!(cx.store.claim_available(claim).await, INVALID);
-    let done = CompleteRequest {
-        consumers: Some(twice.clone()),
-        ..complete(&s, "agent", vec![])
-    };
-    ensure_code!(cx.store.complete_attempt(done).await, INVALID);
-    let retry = RedriveRequest {
-        consumers: Some(twice),
-        ..redrive(&s, "agent")
-    };
-    ensure_code!(cx.store.redrive(retry).await, INVALID);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let twice = vec![
+            log_consumer("audit", "log", None, false),
+            log_consumer("audit", "log", Some(&["a"]), false),
+        ];
+        ensure_code!(
+            cx.append_for(&s, vec![msg("x")], twice.clone()).await,
+            INVALID
+        );
+        let claim = ClaimRequest {
+            consumers: Some(twice.clone()),
+            ..cx.req(&s, "w1")
+        };
+        ensure_code!(cx.store.claim_available(claim).await, INVALID);
+        let done = CompleteRequest {
+            consumers: Some(twice.clone()),
+            ..complete(&s, "agent", vec![])
+        };
+        ensure_code!(cx.store.complete_attempt(done).await, INVALID);
+        let retry = RedriveRequest {
+            consumers: Some(twice),
+            ..redrive(&s, "agent")
+        };
+        ensure_code!(cx.store.redrive(retry).await, INVALID);
+    });
     let same = vec![
         log_consumer("audit", "log", None, false),
         log_consumer("audit", "log", None, false),
@@ -322,36 +327,36 @@ pub(crate) async fn consumer_declared_twice_differently_is_invalid(cx: Cx) -> Ca
 /// `wake_log` with a consumer that has no log is rejected.
 pub(crate) async fn wake_log_without_log_declaration_is_invalid(cx: Cx) -> CaseResult {
     let s = busy_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.store
-            .wake_log(&s, &ConsumerDeclaration::targeted("agent"))
-            .await,
-        INVALID
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.store
+                .wake_log(&s, &ConsumerDeclaration::targeted("agent"))
+                .await,
+            INVALID
+        );
+    });
     Ok(())
 }
 
 /// A claim needs exactly one of a positive `ttl_ms` and `expires_at_ms`.
 pub(crate) async fn claim_with_invalid_lease_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
-    let before = cx.state(&s).await?;
-    for (ttl_ms, expires_at_ms) in [
-        (None, None),
-        (Some(TTL), Some(T0 + TTL)),
-        (Some(0), None),
-        (Some(-1), None),
-    ] {
-        let request = ClaimRequest {
-            ttl_ms,
-            expires_at_ms,
-            ..cx.req(&s, "w1")
-        };
-        ensure_code!(cx.store.claim_available(request).await, INVALID);
-    }
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        for (ttl_ms, expires_at_ms) in [
+            (None, None),
+            (Some(TTL), Some(T0 + TTL)),
+            (Some(0), None),
+            (Some(-1), None),
+        ] {
+            let request = ClaimRequest {
+                ttl_ms,
+                expires_at_ms,
+                ..cx.req(&s, "w1")
+            };
+            ensure_code!(cx.store.claim_available(request).await, INVALID);
+        }
+    });
     Ok(())
 }
 
@@ -359,36 +364,36 @@ pub(crate) async fn claim_with_invalid_lease_is_invalid(cx: Cx) -> CaseResult {
 /// replay, and an invalid declaration fails even an empty batch.
 pub(crate) async fn append_validates_before_replay_and_empty_batch(cx: Cx) -> CaseResult {
     let s = busy_session(&cx).await?;
-    let before = cx.state(&s).await?;
-    ensure_code!(
-        cx.append(&s, vec![msg("a"), NewEvent::new("", json!(1)).with_id("b")])
-            .await,
-        INVALID
-    );
-    ensure_code!(
-        cx.append_for(&s, vec![], vec![log_consumer("audit", "", None, false)])
-            .await,
-        INVALID
-    );
-    ensure_code!(
-        cx.append(&s, vec![msg("a"), msg("a")]).await,
-        ErrorCode::PartialDuplicateBatch
-    );
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.append(&s, vec![msg("a"), NewEvent::new("", json!(1)).with_id("b")])
+                .await,
+            INVALID
+        );
+        ensure_code!(
+            cx.append_for(&s, vec![], vec![log_consumer("audit", "", None, false)])
+                .await,
+            INVALID
+        );
+        ensure_code!(
+            cx.append(&s, vec![msg("a"), msg("a")]).await,
+            ErrorCode::PartialDuplicateBatch
+        );
+    });
     Ok(())
 }
 
 /// A claim with `limit: Some(0)` is `InvalidInput` (it could never claim;
 /// every backend agrees, the CONTRACT does not list it yet).
 pub(crate) async fn claim_with_zero_limit_is_invalid(cx: Cx) -> CaseResult {
-    let s = cx.s("s");
+    let s = cx.session_id("s");
     cx.append(&s, vec![to_event("a", "agent")]).await?;
-    let before = cx.state(&s).await?;
-    let request = ClaimRequest {
-        limit: Some(0),
-        ..cx.req(&s, "w1")
-    };
-    ensure_code!(cx.store.claim_available(request).await, INVALID);
-    ensure_unchanged!(cx, &s, before);
+    ensure_unchanged!(cx, &s, {
+        let request = ClaimRequest {
+            limit: Some(0),
+            ..cx.req(&s, "w1")
+        };
+        ensure_code!(cx.store.claim_available(request).await, INVALID);
+    });
     Ok(())
 }

@@ -3,12 +3,13 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use a2_conformance::StoreFactory;
 use a2_store_api::{Clock, IdGenerator, Result, Store};
 use a2_store_memory::{MemoryOptions, MemoryStore};
-use a2_store_postgres::{PostgresOptions, PostgresStore};
+use a2_store_postgres::scratch::fresh_schema_name;
+use a2_store_postgres::{PostgresOptions, ScratchSchemas};
 use a2_store_sqlite::{Durability, SqliteOptions, SqliteStore};
 
 /// Fresh memory stores (the reference itself).
@@ -115,9 +116,21 @@ pub fn postgres_url(test: &str) -> Option<String> {
     }
 }
 
+/// The prefix of every schema these tests create (`a2d_<uuid>`).
+pub const SCHEMA_PREFIX: &str = "a2d_";
+
 /// A fresh schema name no other run uses.
 pub fn fresh_schema() -> String {
-    format!("a2d_{}", uuid::Uuid::new_v4().simple())
+    fresh_schema_name(SCHEMA_PREFIX).expect("a fresh schema name")
+}
+
+/// What every PostgreSQL store here is opened with, apart from schema,
+/// clock and ids.
+fn base_options() -> PostgresOptions {
+    PostgresOptions {
+        pool_size: 4,
+        ..PostgresOptions::default()
+    }
 }
 
 /// PostgreSQL options on `schema`.
@@ -129,65 +142,34 @@ pub fn postgres_options(
     PostgresOptions {
         clock,
         ids,
-        pool_size: 4,
         schema: schema.to_owned(),
-        ..PostgresOptions::default()
+        ..base_options()
     }
 }
 
-/// Drops `schemas` at `url`, from a thread of its own (works inside a runtime and in `Drop`).
+/// Drops `schemas` (names from [`fresh_schema`]) at `url`; works inside a
+/// runtime and in `Drop` ([`ScratchSchemas`] drops them from a thread of
+/// its own).
 pub fn drop_schemas(url: &str, schemas: Vec<String>) {
-    if schemas.is_empty() {
-        return;
-    }
-    let url = url.to_owned();
-    let joined = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime to drop test schemas");
-        runtime.block_on(async move {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .expect("connect to drop test schemas");
-            let driver = tokio::spawn(connection);
-            for schema in schemas {
-                // Names come from fresh_schema(): plain identifiers, safe to quote.
-                client
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                    .await
-                    .expect("drop a test schema");
-            }
-            drop(client);
-            let _ = driver.await;
-        });
-    })
-    .join();
-    if joined.is_err() {
-        eprintln!("could not drop the test schemas");
+    let scratch = ScratchSchemas::new(url, SCHEMA_PREFIX);
+    for schema in schemas {
+        scratch
+            .adopt(&schema)
+            .expect("a schema from fresh_schema()");
     }
 }
 
 /// One fresh schema per store; every schema is dropped when the factory is.
 pub struct Postgres {
-    url: String,
-    schemas: Mutex<Vec<String>>,
+    scratch: ScratchSchemas,
 }
 
 impl Postgres {
     /// A factory on `A2_POSTGRES_URL`, or `None` when it is unset.
     pub fn from_env(test: &str) -> Option<Self> {
         postgres_url(test).map(|url| Self {
-            url,
-            schemas: Mutex::new(Vec::new()),
+            scratch: ScratchSchemas::new(url, SCHEMA_PREFIX).with_options(base_options()),
         })
-    }
-}
-
-impl Drop for Postgres {
-    fn drop(&mut self) {
-        let schemas = std::mem::take(&mut *self.schemas.lock().expect("schema list"));
-        drop_schemas(&self.url, schemas);
     }
 }
 
@@ -202,13 +184,6 @@ impl StoreFactory for Postgres {
         clock: Arc<dyn Clock>,
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Arc<dyn Store>> {
-        let schema = fresh_schema();
-        self.schemas
-            .lock()
-            .expect("schema list")
-            .push(schema.clone());
-        Ok(Arc::new(
-            PostgresStore::connect(&self.url, postgres_options(&schema, clock, ids)).await?,
-        ))
+        Ok(Arc::new(self.scratch.create(clock, ids).await?))
     }
 }

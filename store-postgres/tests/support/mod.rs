@@ -2,11 +2,11 @@
 //! fresh schemas with random names, and dropping them afterwards.
 #![allow(dead_code)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use a2_conformance::{Capabilities, StoreFactory};
 use a2_store_api::{Clock, IdGenerator, Result, Store};
-use a2_store_postgres::{PostgresOptions, PostgresStore};
+use a2_store_postgres::{PostgresOptions, PostgresStore, ScratchSchemas};
 
 /// The variable naming the server the PostgreSQL tests run against.
 pub const URL_VAR: &str = "A2_POSTGRES_URL";
@@ -34,11 +34,6 @@ pub fn url_or_skip(test: &str) -> Option<String> {
     }
 }
 
-/// A fresh schema name no other run uses.
-pub fn fresh_schema() -> String {
-    format!("a2t_{}", uuid::Uuid::new_v4().simple())
-}
-
 /// A plain client on the server at `url` (its connection driven by a task of
 /// its own), for tests that look at or lock rows behind a store's back.
 pub async fn raw_client(url: &str) -> tokio_postgres::Client {
@@ -49,38 +44,11 @@ pub async fn raw_client(url: &str) -> tokio_postgres::Client {
     client
 }
 
-/// Drops `schemas` on the server at `url`, from a thread of its own so it
-/// works inside or outside a tokio runtime (it is called from `Drop`).
-pub fn drop_schemas(url: &str, schemas: Vec<String>) {
-    if schemas.is_empty() {
-        return;
-    }
-    let owned = url.to_owned();
-    let dropped = std::thread::spawn(move || {
-        let url = owned;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("a runtime to drop test schemas");
-        runtime.block_on(async move {
-            let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                .await
-                .expect("connect to drop test schemas");
-            let driver = tokio::spawn(connection);
-            for schema in schemas {
-                // Test schema names come from fresh_schema(): plain identifiers.
-                client
-                    .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                    .await
-                    .expect("drop a test schema");
-            }
-            drop(client);
-            let _ = driver.await;
-        });
-    })
-    .join();
-    if dropped.is_err() {
-        eprintln!("could not drop the test schemas on {url}");
+/// What every test store is opened with, apart from schema, clock and ids.
+fn test_options() -> PostgresOptions {
+    PostgresOptions {
+        pool_size: 4,
+        ..PostgresOptions::default()
     }
 }
 
@@ -89,46 +57,43 @@ pub fn options(schema: &str, clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>) -
     PostgresOptions {
         clock,
         ids,
-        pool_size: 4,
         schema: schema.to_owned(),
-        ..PostgresOptions::default()
+        ..test_options()
     }
 }
 
+/// The prefix of every test schema (`a2t_<uuid>`).
+pub const SCHEMA_PREFIX: &str = "a2t_";
+
 /// Stores on fresh schemas of one server; drops every schema it made when
-/// dropped itself.
+/// dropped itself (through [`ScratchSchemas`]).
 pub struct PgFactory {
-    url: String,
-    schemas: Mutex<Vec<String>>,
+    scratch: ScratchSchemas,
 }
 
 impl PgFactory {
     /// A factory on the server named by `A2_POSTGRES_URL`, or `None`.
     pub fn from_env(test: &str) -> Option<Self> {
         url_or_skip(test).map(|url| Self {
-            url,
-            schemas: Mutex::new(Vec::new()),
+            scratch: ScratchSchemas::new(url, SCHEMA_PREFIX).with_options(test_options()),
         })
     }
 
     /// The server URL.
     pub fn url(&self) -> &str {
-        &self.url
+        self.scratch.url()
     }
 
     /// A new schema, remembered for dropping.
     pub fn schema(&self) -> String {
-        self.schema_with_suffix("")
+        self.scratch.fresh_schema().expect("a fresh schema name")
     }
 
     /// A new schema whose name ends with `suffix`, remembered for dropping.
     pub fn schema_with_suffix(&self, suffix: &str) -> String {
-        let schema = format!("{}{suffix}", fresh_schema());
-        self.schemas
-            .lock()
-            .expect("schema list lock")
-            .push(schema.clone());
-        schema
+        self.scratch
+            .fresh_schema_with_suffix(suffix)
+            .expect("a fresh schema name with that suffix")
     }
 
     /// A store on `schema`.
@@ -138,14 +103,7 @@ impl PgFactory {
         clock: Arc<dyn Clock>,
         ids: Arc<dyn IdGenerator>,
     ) -> Result<PostgresStore> {
-        PostgresStore::connect(&self.url, options(schema, clock, ids)).await
-    }
-}
-
-impl Drop for PgFactory {
-    fn drop(&mut self) {
-        let schemas = std::mem::take(&mut *self.schemas.lock().expect("schema list lock"));
-        drop_schemas(&self.url, schemas);
+        self.scratch.open(schema, clock, ids).await
     }
 }
 
@@ -164,8 +122,7 @@ impl StoreFactory for PgFactory {
         clock: Arc<dyn Clock>,
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Arc<dyn Store>> {
-        let schema = self.schema();
-        Ok(Arc::new(self.store_on(&schema, clock, ids).await?))
+        Ok(Arc::new(self.scratch.create(clock, ids).await?))
     }
 
     async fn create_pair(
@@ -173,9 +130,7 @@ impl StoreFactory for PgFactory {
         clock: Arc<dyn Clock>,
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Option<[Arc<dyn Store>; 2]>> {
-        let schema = self.schema();
-        let first = self.store_on(&schema, clock.clone(), ids.clone()).await?;
-        let second = self.store_on(&schema, clock, ids).await?;
+        let [first, second] = self.scratch.create_pair(clock, ids).await?;
         Ok(Some([Arc::new(first), Arc::new(second)]))
     }
 }

@@ -1,4 +1,4 @@
-//! `claim_available` and `renew_claims`: handing out heads under leases.
+//! `claim_available`: handing out heads under leases.
 //!
 //! A claim walks only the claimable heads (in `(index, consumer, lane)`
 //! order, up to `through`, stopping at `limit`), after promoting the busy
@@ -8,35 +8,25 @@ use std::collections::{BTreeSet, HashSet};
 use std::iter::Peekable;
 use std::sync::Arc;
 
-use a2_store_api::{
-    codec, ClaimRequest, ClaimResult, CursorRef, RenewRequest, RenewResult, Result, StoreError,
-};
+use a2_store_api::{ClaimRequest, ClaimResult, ClaimStep, Head, Result};
 
-use crate::cursor::{CursorId, CursorKey, CursorState};
-use crate::cursor_table::{CursorTable, Lookup};
+use crate::cursor::{CursorKey, CursorState};
+use crate::cursor_table::CursorTable;
 use crate::head_index::ReadyKey;
+use crate::ids::CursorId;
 use crate::session::{Env, Session};
 
-/// What a claim does to one head.
-enum Step {
-    Claim(CursorId),
-    DeadLetter(CursorId),
-}
-
 impl Session {
-    /// Claims every claimable served head (up to `limit`), counting expired
-    /// claims as failures first and dead-lettering at `max_failures`.
+    /// Claims every claimable served head (up to `limit`) of an already
+    /// validated request: [`Dispatch::claim_step`] decides per head whether
+    /// it is claimed or, its expired claim reaching `max_failures`,
+    /// dead-lettered.
+    ///
+    /// [`Dispatch::claim_step`]: a2_store_api::Dispatch::claim_step
     pub fn claim(&mut self, env: Env<'_>, request: ClaimRequest) -> Result<ClaimResult> {
-        codec::validate_name("holder", &request.holder)?;
         let consumers = request.consumers.as_deref();
-        codec::validate_consumers(consumers, &[])?;
         let now = env.clock.now_ms();
-        let expires_at = codec::lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
-        if request.limit == Some(0) {
-            return Err(StoreError::invalid_input(
-                "claim limit is 0: pass at least 1, or no limit",
-            ));
-        }
+        let expires_at = request.lease_expiry(now)?;
         self.refresh_log_types(consumers);
         self.cursors.promote_expired(now);
 
@@ -62,20 +52,13 @@ impl Session {
             if !excluded.is_empty() && excluded.contains(&cursor.key()) {
                 continue;
             }
-            let dispatch = &cursor.dispatch;
-            if let Some(expiry) = dispatch.claim_expires_at.filter(|expiry| *expiry > now) {
-                // Promoted earlier, but the clock moved back: still busy.
+            if let Some(expiry) = cursor.dispatch.busy_until(now) {
                 early_busy = Some(early_busy.map_or(expiry, |t| t.min(expiry)));
                 continue;
             }
-            let dead = dispatch.claim_holder.is_some()
-                && request
-                    .max_failures
-                    .is_some_and(|max| dispatch.failure_count.saturating_add(1) >= max);
-            if dead {
-                steps.push(Step::DeadLetter(id));
-            } else {
-                steps.push(Step::Claim(id));
+            let step = cursor.dispatch.claim_step(request.max_failures);
+            steps.push((id, step));
+            if step == ClaimStep::Claim {
                 claims += 1;
                 if claims >= limit {
                     break;
@@ -97,47 +80,35 @@ impl Session {
         }
 
         // Every head's row must exist before anything changes.
-        for step in &steps {
-            let (Step::Claim(id) | Step::DeadLetter(id)) = step;
+        for (id, _) in &steps {
             let index = self.cursors.get(*id).and_then(|cursor| cursor.head);
             if index.is_none_or(|index| self.log.row(index).is_none()) {
                 return Err(self.corrupt(index.unwrap_or(0)));
             }
         }
 
-        // The last claim takes the holder, the others a copy.
-        let mut holder = Some(request.holder);
+        // The steps `claim_step` chose, applied by the two transitions
+        // `Dispatch::take` is made of. The last claim takes the holder, the
+        // others a copy.
+        let mut holder = request.holder;
         let mut heads = Vec::with_capacity(claims);
         let mut dead_lettered = Vec::new();
-        for step in steps {
+        for (id, step) in steps {
             match step {
-                Step::Claim(id) => {
+                ClaimStep::Claim => {
                     let holder = if heads.len() + 1 >= claims {
-                        holder.take()
+                        std::mem::take(&mut holder)
                     } else {
                         holder.clone()
                     };
                     self.cursors.modify(id, |cursor| {
-                        let dispatch = &mut cursor.dispatch;
-                        if dispatch.claim_holder.is_some() {
-                            dispatch.failure_count = dispatch.failure_count.saturating_add(1);
-                        }
-                        dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
-                        dispatch.first_claimed_at.get_or_insert(now);
-                        dispatch.last_claimed_at = Some(now);
-                        dispatch.claim_holder = holder;
-                        dispatch.claim_expires_at = Some(expires_at);
+                        cursor.dispatch.claim(holder, now, expires_at);
                     });
                     heads.push(self.view(id)?);
                 }
-                Step::DeadLetter(id) => {
+                ClaimStep::DeadLetter => {
                     let head = self.cursors.modify(id, |cursor| {
-                        let dispatch = &mut cursor.dispatch;
-                        dispatch.failure_count = dispatch.failure_count.saturating_add(1);
-                        dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
-                        dispatch.claim_holder = None;
-                        dispatch.claim_expires_at = None;
-                        dispatch.failed_at = Some(now);
+                        cursor.dispatch.dead_letter_expired(now);
                         cursor.head
                     });
                     if let Some(Some(index)) = head {
@@ -155,7 +126,7 @@ impl Session {
     }
 
     /// The head of live cursor `id` as a claim reports it.
-    fn view(&self, id: CursorId) -> Result<a2_store_api::Head> {
+    fn view(&self, id: CursorId) -> Result<Head> {
         let cursor = self
             .cursors
             .get(id)
@@ -193,59 +164,6 @@ impl Session {
                 .map(|(expiry, _)| *expiry)
                 .min(),
         }
-    }
-
-    /// Extends leases still held by `holder`; reports claims that can never
-    /// complete. Refs are processed in `(index, consumer, lane)` order.
-    pub fn renew(&mut self, env: Env<'_>, request: RenewRequest) -> Result<RenewResult> {
-        codec::validate_name("holder", &request.holder)?;
-        let now = env.clock.now_ms();
-        let expires_at = codec::lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
-        let mut claims = request.claims;
-        claims.sort_by(|a, b| codec::compare_refs(&a.cursor, &b.cursor));
-        let clear = self.log.clear_index();
-        let mut result = RenewResult::default();
-        for claim in claims {
-            let target: CursorRef = claim.cursor;
-            if target.index <= clear {
-                result.superseded.push(target);
-                continue;
-            }
-            let id =
-                match self
-                    .cursors
-                    .lookup(&target.consumer, target.lane.as_deref(), target.index)
-                {
-                    Lookup::Missing => continue,
-                    Lookup::Finished(_) => {
-                        result.superseded.push(target);
-                        continue;
-                    }
-                    Lookup::Live(id, cursor) => {
-                        let on_head = cursor.head == Some(target.index);
-                        if !on_head && cursor.position < target.index {
-                            continue;
-                        }
-                        if !on_head || cursor.dispatch.attempt_count > claim.attempt {
-                            result.superseded.push(target);
-                            continue;
-                        }
-                        let dispatch = &cursor.dispatch;
-                        let held = dispatch.failed_at.is_none()
-                            && dispatch.claim_holder.as_deref() == Some(request.holder.as_str())
-                            && dispatch.claim_expires_at.is_some_and(|expiry| expiry > now);
-                        if !held {
-                            continue;
-                        }
-                        id
-                    }
-                };
-            self.cursors.modify(id, |cursor| {
-                cursor.dispatch.claim_expires_at = Some(expires_at);
-            });
-            result.renewed.push(target);
-        }
-        Ok(result)
     }
 }
 

@@ -1,12 +1,60 @@
-//! Dead letters: listing them and redriving (retry or skip) one.
+//! `fail_attempt`, `dead_letters` and `redrive`: a failed attempt counted
+//! (up to a dead letter), dead letters listed, and one retried or skipped.
 
-use a2_store_api::codec::{compare_heads, validate_consumers, validate_name, validate_session_id};
-use a2_store_api::{Head, RedriveAction, RedriveRequest, RedriveResult, StoreError};
+use a2_store_api::order::compare_heads;
+use a2_store_api::{
+    FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest, RedriveResult,
+    StoreError,
+};
 use rusqlite::Connection;
 
-use crate::cursor::{self, advance, cursor_columns, has_pending, refresh_log_types};
+use crate::cursor_rows::{
+    self, advance, cursor_columns, has_pending, refresh_log_types, release_head_pins,
+};
 use crate::errors::SqlContext;
+use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
+use crate::values::SqlIndex;
+
+/// Records a failed attempt: counted, holder released, retry delay or dead letter.
+pub(crate) fn fail(
+    tx: &Connection,
+    ctx: &Ctx,
+    request: &FailRequest,
+) -> Result<FailResult, StoreError> {
+    let superseded = |failure_count| FailResult {
+        outcome: FailOutcome::Superseded,
+        failure_count,
+    };
+    let session = session::find(tx, &request.session_id)?;
+    if request.index <= session.as_ref().map_or(0, |s| s.clear) {
+        return Ok(superseded(0));
+    }
+    let Some(mut found) = cursor_rows::find_attempted(
+        tx,
+        session.as_ref(),
+        &request.session_id,
+        &request.consumer,
+        request.lane.as_deref(),
+        request.index,
+    )?
+    else {
+        return Ok(superseded(0));
+    };
+    let on_head = found.head == Some(request.index);
+    if let Some(result) = found.dispatch.fail_verdict(on_head, request.attempt) {
+        return Ok(result);
+    }
+    let now = ctx.clock.now_ms();
+    let result = found.dispatch.record_failure(request, now);
+    if result.outcome == FailOutcome::DeadLettered {
+        release_head_pins(tx, &found)?;
+        cursor_rows::save(tx, &found)?;
+    } else {
+        cursor_rows::save_claim(tx, &found)?;
+    }
+    Ok(result)
+}
 
 /// Dead-lettered heads above the clear, by `(index, consumer, lane)`.
 pub(crate) fn dead_letters(tx: &Connection, session_id: &str) -> Result<Vec<Head>, StoreError> {
@@ -22,16 +70,16 @@ pub(crate) fn dead_letters(tx: &Connection, session_id: &str) -> Result<Vec<Head
     Ok(heads)
 }
 
-/// Dead-lettered cursors above the clear, optionally only those at `head`.
+/// Dead-lettered cursors above the clear, optionally only those whose head is `at`.
 fn dead_cursors(
     tx: &Connection,
     session: &SessionRow,
-    at: Option<i64>,
-) -> Result<Vec<cursor::CursorRow>, StoreError> {
-    let clear = i64::try_from(session.clear).unwrap_or(i64::MAX);
+    at: Option<SqlIndex>,
+) -> Result<Vec<cursor_rows::CursorRow>, StoreError> {
+    let above = SqlIndex::clamped(session.clear.saturating_add(1));
     let (low, high) = match at {
-        Some(at) => (at.max(clear.saturating_add(1)), at),
-        None => (clear.saturating_add(1), i64::MAX),
+        Some(at) => (at.max(above), at),
+        None => (above, SqlIndex::MAX),
     };
     let mut stmt = tx
         .prepare_cached(concat!(
@@ -46,16 +94,9 @@ fn dead_cursors(
         .ctx("reading dead letters")?;
     let mut found = Vec::new();
     while let Some(row) = rows.next().ctx("reading dead letters")? {
-        found.push(cursor::decode(row)?);
+        found.push(cursor_rows::decode(row)?);
     }
     Ok(found)
-}
-
-/// Validates a redrive before any database work.
-pub(crate) fn validate_redrive(request: &RedriveRequest) -> Result<(), StoreError> {
-    validate_session_id(&request.session_id)?;
-    validate_name("consumer name", &request.consumer)?;
-    validate_consumers(request.consumers.as_deref(), &[])
 }
 
 /// Retries or skips the consumer's dead-lettered head at `index`.
@@ -71,11 +112,11 @@ pub(crate) fn redrive(
         });
     };
     refresh_log_types(tx, &session, consumers)?;
-    let target = match i64::try_from(request.index) {
-        Ok(at) => dead_cursors(tx, &session, Some(at))?
+    let target = match SqlIndex::fitting(request.index) {
+        Some(at) => dead_cursors(tx, &session, Some(at))?
             .into_iter()
             .find(|found| found.consumer == request.consumer),
-        Err(_) => None,
+        None => None,
     };
     let Some(mut found) = target else {
         return Ok(RedriveResult {
@@ -86,9 +127,8 @@ pub(crate) fn redrive(
     match request.action {
         RedriveAction::Skip => advance(tx, &session, &mut found)?,
         RedriveAction::Retry => {
-            found.dispatch.failed_at = None;
-            found.dispatch.failure_count = 0;
-            cursor::save(tx, &found)?;
+            found.dispatch.retry();
+            cursor_rows::save(tx, &found)?;
         }
     }
     Ok(RedriveResult {

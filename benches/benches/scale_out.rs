@@ -1,140 +1,50 @@
 //! Claim + complete throughput on PostgreSQL next to SQLite (a file with
 //! full durability, like PostgreSQL's default synchronous commit), in one
-//! run, with 1, 4 and 16 concurrent workers:
+//! run, with 1, 4 and 16 concurrent workers — the "Scaling out" figures of
+//! the PostgreSQL README:
 //!
-//! - `concurrent_claim_complete`: the shared body, each worker on its own
-//!   session of one store (scaling across sessions);
+//! - `concurrent_claim_complete_scale_out`: the shared body, each worker on
+//!   its own session of one store (scaling across sessions);
 //! - `one_session_claim_complete`: every worker on ONE session whose heads
 //!   are independent event cursors (scaling within a session).
 //!
-//! Run: `A2_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test cargo bench -p a2-store-postgres`.
+//! Function id = backend (`sqlite-file-full`, `postgres`), parameter =
+//! workers. Stores pool up to 20 connections, more than the most workers.
+//!
+//! Run: `A2_POSTGRES_URL=postgres://postgres@127.0.0.1:5432/test cargo bench -p a2-benches --bench scale_out`.
 //! Without `A2_POSTGRES_URL` only SQLite is measured. Schemas are dropped at the end.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use a2_benches::backends::SqliteFileFactory;
+use a2_benches::postgres::{self, PostgresFactory};
+use a2_benches::settings;
 use a2_conformance::bench::{concurrent_claim_complete, work_events, LEASE_MS, START_MS};
-use a2_conformance::{Capabilities, StoreFactory};
+use a2_conformance::StoreFactory;
 use a2_store_api::{
-    AppendOptions, ClaimRequest, ClaimResult, Clock, CompleteRequest, CompleteResult, IdGenerator,
-    ManualClock, RandomIds, Result, Store, Target,
+    AppendOptions, ClaimRequest, ClaimResult, CompleteRequest, CompleteResult, ManualClock,
+    RandomIds, Store, Target,
 };
-use a2_store_postgres::{PostgresOptions, PostgresStore};
-use a2_store_sqlite::{SqliteOptions, SqliteStore};
 use criterion::measurement::WallTime;
-use criterion::{
-    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
-};
+use criterion::{BenchmarkGroup, BenchmarkId, Throughput};
 use tokio::runtime::Runtime;
 
 const WORKERS: [usize; 3] = [1, 4, 16];
 
-/// Fresh schemas on the server named by `A2_POSTGRES_URL`, dropped on drop.
-struct PgFactory {
-    url: String,
-    schemas: Mutex<Vec<String>>,
-}
+/// Connections per PostgreSQL store: more than the 16 workers at most.
+const POOL_SIZE: usize = 20;
 
-#[async_trait::async_trait]
-impl StoreFactory for PgFactory {
-    fn name(&self) -> &str {
-        "postgres"
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities::ALL
-    }
-
-    async fn create(
-        &self,
-        clock: Arc<dyn Clock>,
-        ids: Arc<dyn IdGenerator>,
-    ) -> Result<Arc<dyn Store>> {
-        let schema = format!("a2b_{}", uuid::Uuid::new_v4().simple());
-        self.schemas.lock().expect("lock").push(schema.clone());
-        let options = PostgresOptions {
-            clock,
-            ids,
-            pool_size: 20,
-            schema,
-            ..PostgresOptions::default()
-        };
-        Ok(Arc::new(PostgresStore::connect(&self.url, options).await?))
-    }
-}
-
-impl Drop for PgFactory {
-    fn drop(&mut self) {
-        let schemas = std::mem::take(&mut *self.schemas.lock().expect("lock"));
-        let url = self.url.clone();
-        let dropped = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            runtime.block_on(async move {
-                let (client, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-                    .await
-                    .expect("connect");
-                tokio::spawn(connection);
-                for schema in schemas {
-                    client
-                        .batch_execute(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                        .await
-                        .expect("drop a bench schema");
-                }
-            });
-        })
-        .join();
-        if dropped.is_err() {
-            eprintln!("could not drop the bench schemas");
-        }
-    }
-}
-
-/// Fresh SQLite files (default options: full durability, 4 connections).
-struct SqliteFactory {
-    dir: tempfile::TempDir,
-    files: AtomicUsize,
-}
-
-#[async_trait::async_trait]
-impl StoreFactory for SqliteFactory {
-    fn name(&self) -> &str {
-        "sqlite"
-    }
-
-    async fn create(
-        &self,
-        clock: Arc<dyn Clock>,
-        ids: Arc<dyn IdGenerator>,
-    ) -> Result<Arc<dyn Store>> {
-        let n = self.files.fetch_add(1, Ordering::SeqCst);
-        let path = self.dir.path().join(format!("bench-{n}.db"));
-        let options = SqliteOptions {
-            clock,
-            ids,
-            ..SqliteOptions::default()
-        };
-        Ok(Arc::new(SqliteStore::open(path, options)?))
-    }
-}
-
+/// SQLite files with full durability (and otherwise default options), then
+/// PostgreSQL when `A2_POSTGRES_URL` names a server.
 fn factories() -> Vec<Box<dyn StoreFactory>> {
-    let mut list: Vec<Box<dyn StoreFactory>> = vec![Box::new(SqliteFactory {
-        dir: tempfile::tempdir().expect("a temporary directory"),
-        files: AtomicUsize::new(0),
-    })];
-    match std::env::var("A2_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => list.push(Box::new(PgFactory {
-            url,
-            schemas: Mutex::new(Vec::new()),
-        })),
-        _ => eprintln!(
-            "A2_POSTGRES_URL is not set: measuring SQLite only. Set it (e.g. \
-             postgres://postgres@127.0.0.1:5432/test) to measure PostgreSQL too."
-        ),
+    let sqlite = match SqliteFileFactory::full() {
+        Ok(sqlite) => sqlite,
+        Err(error) => panic!("cannot set up the SQLite file backend: {error}"),
+    };
+    let mut list: Vec<Box<dyn StoreFactory>> = vec![Box::new(sqlite)];
+    if let Some(url) = postgres::url_from_env("scale_out") {
+        list.push(Box::new(PostgresFactory::with_pool_size(url, POOL_SIZE)));
     }
     list
 }
@@ -228,15 +138,12 @@ async fn drain(store: Arc<dyn Store>, session: String, holder: String) -> u64 {
     }
 }
 
-fn bench(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+fn main() {
+    let mut c = settings::criterion();
+    let rt = settings::runtime();
     let factories = factories();
     {
-        let mut group = c.benchmark_group("concurrent_claim_complete");
+        let mut group = c.benchmark_group("concurrent_claim_complete_scale_out");
         group.sample_size(10);
         group.warm_up_time(Duration::from_secs(1));
         group.measurement_time(Duration::from_secs(4));
@@ -260,7 +167,5 @@ fn bench(c: &mut Criterion) {
         group.finish();
     }
     drop(factories);
+    c.final_summary();
 }
-
-criterion_group!(benches, bench);
-criterion_main!(benches);

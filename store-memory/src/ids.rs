@@ -1,9 +1,15 @@
-//! A fast hasher for the integers the store assigns itself (cursor ids,
-//! row indexes), used where SipHash's resistance to chosen keys buys
-//! nothing: callers never choose these keys.
+//! The integers the store assigns itself (cursor ids, consumer slots, row
+//! indexes) and a fast hasher for them, used where SipHash's resistance to
+//! chosen keys buys nothing: callers never choose these keys.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+
+/// A cursor's identity inside one session's cursor table.
+pub(crate) type CursorId = u64;
+
+/// A consumer's slot number in one session (interned by the cursor table).
+pub(crate) type ConsumerId = usize;
 
 /// An odd constant with well-spread bits (as in FxHash): multiplying by it
 /// moves every input bit into the high bits the hash table probes with.

@@ -1,16 +1,18 @@
 //! Cursor rows: loading, saving, moving a cursor to its next head, and the
-//! questions every call asks of them (pending work, fencing).
+//! questions calls ask of them (pending work, fencing, the cursor an
+//! attempt names).
 
-use a2_store_api::codec::{decode_json, encode_json, from_sql_count, from_sql_int, to_sql_int};
 use a2_store_api::{
-    Cause, ConsumerDeclaration, Cursor, CursorKind, Dispatch, Head, LogDeclaration, StoreError,
+    dispatch, Cause, ConsumerDeclaration, Cursor, CursorKind, Dispatch, Head, LogDeclaration,
+    StoreError,
 };
 use rusqlite::{Connection, OptionalExtension, Row};
 
 use crate::errors::SqlContext;
-use crate::events::{head_row, next_log_head};
+use crate::events::{head_row, next_log_head, row_at};
+use crate::pins;
 use crate::session::SessionRow;
-use crate::snapshot::release_pins;
+use crate::values::{Json, SqlCount, SqlIndex, SqlKind, SqlLimit};
 
 /// The columns of a cursor row, in the order [`decode`] reads them.
 macro_rules! cursor_columns {
@@ -100,71 +102,44 @@ impl CursorRow {
     }
 }
 
-fn kind_code(kind: CursorKind) -> i64 {
-    match kind {
-        CursorKind::Event => 0,
-        CursorKind::Lane => 1,
-        CursorKind::Log => 2,
-    }
-}
-
-fn kind_of(code: i64) -> Result<CursorKind, StoreError> {
-    match code {
-        0 => Ok(CursorKind::Event),
-        1 => Ok(CursorKind::Lane),
-        2 => Ok(CursorKind::Log),
-        other => Err(StoreError::Backend {
-            message: format!("corrupt cursor kind {other} in the database"),
-            source: None,
-        }),
-    }
-}
-
-fn opt_int(what: &str, value: Option<i64>) -> Result<Option<u64>, StoreError> {
-    value.map(|value| from_sql_int(what, value)).transpose()
-}
-
 /// Decodes a row selected with [`cursor_columns`].
 pub(crate) fn decode(row: &Row<'_>) -> Result<CursorRow, StoreError> {
-    let get = |error| crate::errors::sql_error("reading a cursor", error);
-    let lane: String = row.get(2).map_err(get)?;
-    let types: Option<String> = row.get(7).map_err(get)?;
-    let last_failed_attempt: Option<i64> = row.get(15).map_err(get)?;
+    decode_row(row).ctx("reading a cursor")
+}
+
+fn decode_row(row: &Row<'_>) -> rusqlite::Result<CursorRow> {
+    let lane: String = row.get(2)?;
     Ok(CursorRow {
-        cid: row.get(0).map_err(get)?,
-        consumer: row.get(1).map_err(get)?,
+        cid: row.get(0)?,
+        consumer: row.get(1)?,
         lane: (!lane.is_empty()).then_some(lane),
-        ev_index: from_sql_int("cursor index", row.get(3).map_err(get)?)?,
-        kind: kind_of(row.get(4).map_err(get)?)?,
-        position: from_sql_int("cursor position", row.get(5).map_err(get)?)?,
-        head: opt_int("cursor head", row.get(6).map_err(get)?)?,
-        types: types
-            .map(|text| decode_json("log cursor types", &text))
-            .transpose()?,
+        ev_index: row.get::<_, SqlIndex>(3)?.get(),
+        kind: row.get::<_, SqlKind>(4)?.0,
+        position: row.get::<_, SqlIndex>(5)?.get(),
+        head: row.get::<_, Option<SqlIndex>>(6)?.map(SqlIndex::get),
+        types: row.get::<_, Option<Json<_>>>(7)?.map(|types| types.0),
         dispatch: Dispatch {
-            attempt_count: from_sql_count("attempt count", row.get(8).map_err(get)?)?,
-            first_claimed_at: row.get(9).map_err(get)?,
-            last_claimed_at: row.get(10).map_err(get)?,
-            claim_holder: row.get(11).map_err(get)?,
-            claim_expires_at: row.get(12).map_err(get)?,
-            failure_count: from_sql_count("failure count", row.get(13).map_err(get)?)?,
-            last_failed_at: row.get(14).map_err(get)?,
-            last_failed_attempt: last_failed_attempt
-                .map(|value| from_sql_count("failed attempt", value))
-                .transpose()?,
-            last_error: row.get(16).map_err(get)?,
-            failed_at: row.get(17).map_err(get)?,
+            attempt_count: row.get::<_, SqlCount>(8)?.0,
+            first_claimed_at: row.get(9)?,
+            last_claimed_at: row.get(10)?,
+            claim_holder: row.get(11)?,
+            claim_expires_at: row.get(12)?,
+            failure_count: row.get::<_, SqlCount>(13)?.0,
+            last_failed_at: row.get(14)?,
+            last_failed_attempt: row.get::<_, Option<SqlCount>>(15)?.map(|count| count.0),
+            last_error: row.get(16)?,
+            failed_at: row.get(17)?,
         },
     })
 }
 
 /// The stored key of a cursor ref: `(lane, ev_index)`. `None` for a ref no
 /// cursor can have (an empty lane, an index beyond SQL's range).
-pub(crate) fn key_of(lane: Option<&str>, index: u64) -> Option<(&str, i64)> {
+pub(crate) fn key_of(lane: Option<&str>, index: u64) -> Option<(&str, SqlIndex)> {
     match lane {
         Some("") => None,
-        Some(lane) => Some((lane, 0)),
-        None => i64::try_from(index).ok().map(|index| ("", index)),
+        Some(lane) => Some((lane, SqlIndex::default())),
+        None => SqlIndex::fitting(index).map(|index| ("", index)),
     }
 }
 
@@ -189,12 +164,35 @@ pub(crate) fn find(
              AND (kind = 2 OR born >= ?5)"
         ))
         .ctx("looking up a cursor")?;
-    let clear = to_sql_int("clear index", session.clear)?;
+    let clear = SqlIndex::new("clear index", session.clear)?;
     let mut rows = stmt
         .query((session.sid, consumer, lane, ev_index, clear))
         .ctx("looking up a cursor")?;
     match rows.next().ctx("looking up a cursor")? {
         Some(row) => decode(row).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// The cursor a completion or failure names: `Ok(None)` when there is none
+/// but the event exists (the call is superseded), `NoSuchEvent` when neither
+/// exists (never appended, or reclaimed).
+pub(crate) fn find_attempted(
+    tx: &Connection,
+    session: Option<&SessionRow>,
+    session_id: &str,
+    consumer: &str,
+    lane: Option<&str>,
+    index: u64,
+) -> Result<Option<CursorRow>, StoreError> {
+    let Some(session) = session else {
+        return Err(StoreError::no_such_event(session_id, index));
+    };
+    match find(tx, session, consumer, lane, index)? {
+        Some(found) => Ok(Some(found)),
+        None if row_at(tx, session, index)?.is_none() => {
+            Err(StoreError::no_such_event(session_id, index))
+        }
         None => Ok(None),
     }
 }
@@ -206,8 +204,8 @@ pub(crate) fn create(
     mut cursor: CursorRow,
 ) -> Result<CursorRow, StoreError> {
     let lane = cursor.lane.clone().unwrap_or_default();
-    let ev_index = to_sql_int("cursor index", cursor.ev_index)?;
-    let clear = to_sql_int("clear index", session.clear)?;
+    let ev_index = SqlIndex::new("cursor index", cursor.ev_index)?;
+    let clear = SqlIndex::new("clear index", session.clear)?;
     // A stale cursor of a cleared generation may still hold the key.
     let stale: Option<i64> = tx
         .prepare_cached(
@@ -235,7 +233,7 @@ pub(crate) fn create(
             &cursor.consumer,
             lane,
             ev_index,
-            kind_code(cursor.kind),
+            SqlKind(cursor.kind),
             clear,
         ))
     })
@@ -266,8 +264,8 @@ pub(crate) fn purge_stale(
     session: &SessionRow,
     batch: usize,
 ) -> Result<usize, StoreError> {
-    let clear = to_sql_int("clear index", session.clear)?;
-    let batch = i64::try_from(batch).unwrap_or(i64::MAX);
+    let clear = SqlIndex::new("clear index", session.clear)?;
+    let batch = SqlLimit(Some(batch));
     let stale: Vec<i64> = tx
         .prepare_cached(
             "SELECT cid FROM cursors INDEXED BY cursors_stale WHERE sid = ?1 AND kind <> 2 \
@@ -286,12 +284,11 @@ pub(crate) fn purge_stale(
 
 /// Stores a cursor's position, head, types and bookkeeping.
 pub(crate) fn save(tx: &Connection, cursor: &CursorRow) -> Result<(), StoreError> {
-    let position = to_sql_int("cursor position", cursor.position)?;
+    let position = SqlIndex::new("cursor position", cursor.position)?;
     let head = cursor
         .head
-        .map(|head| to_sql_int("cursor head", head))
+        .map(|head| SqlIndex::new("cursor head", head))
         .transpose()?;
-    let types = cursor.types.as_ref().map(encode_json).transpose()?;
     let d = &cursor.dispatch;
     tx.prepare_cached(
         "UPDATE cursors SET position = ?2, head = ?3, types = ?4, attempt_count = ?5, \
@@ -304,15 +301,15 @@ pub(crate) fn save(tx: &Connection, cursor: &CursorRow) -> Result<(), StoreError
             cursor.cid,
             position,
             head,
-            types,
-            d.attempt_count,
+            cursor.types.as_ref().map(Json),
+            SqlCount(d.attempt_count),
             d.first_claimed_at,
             d.last_claimed_at,
             d.claim_holder,
             d.claim_expires_at,
-            d.failure_count,
+            SqlCount(d.failure_count),
             d.last_failed_at,
-            d.last_failed_attempt,
+            d.last_failed_attempt.map(SqlCount),
             d.last_error,
             d.failed_at,
         ])
@@ -335,14 +332,14 @@ pub(crate) fn save_claim(tx: &Connection, cursor: &CursorRow) -> Result<(), Stor
     .and_then(|mut stmt| {
         stmt.execute(rusqlite::params![
             cursor.cid,
-            d.attempt_count,
+            SqlCount(d.attempt_count),
             d.first_claimed_at,
             d.last_claimed_at,
             d.claim_holder,
             d.claim_expires_at,
-            d.failure_count,
+            SqlCount(d.failure_count),
             d.last_failed_at,
-            d.last_failed_attempt,
+            d.last_failed_attempt.map(SqlCount),
             d.last_error,
         ])
     })
@@ -361,39 +358,34 @@ pub(crate) fn advance(
     let Some(done) = cursor.head else {
         return Ok(());
     };
-    release_pins(tx, cursor.cid, done)?;
+    pins::release(tx, cursor.cid, done)?;
     cursor.position = done;
     cursor.dispatch = Dispatch::default();
     cursor.head = match cursor.kind {
         CursorKind::Event => None,
         CursorKind::Lane => {
-            let done = to_sql_int("lane index", done)?;
+            let done = SqlIndex::new("lane index", done)?;
             tx.prepare_cached("DELETE FROM lane_queue WHERE cid = ?1 AND idx <= ?2")
                 .and_then(|mut stmt| stmt.execute((cursor.cid, done)))
                 .ctx("advancing a lane")?;
-            let next: Option<i64> = tx
+            let next: Option<SqlIndex> = tx
                 .prepare_cached("SELECT MIN(idx) FROM lane_queue WHERE cid = ?1")
                 .and_then(|mut stmt| stmt.query_row([cursor.cid], |row| row.get(0)))
                 .ctx("advancing a lane")?;
-            next.map(|next| from_sql_int("lane index", next))
-                .transpose()?
+            next.map(SqlIndex::get)
         }
         CursorKind::Log => next_log_head(tx, session, done, cursor.types.as_deref())?,
     };
     save(tx, cursor)
 }
 
-/// Dead-letters a cursor's head at `now` (releasing its pins); the caller saves.
-pub(crate) fn dead_letter(
-    tx: &Connection,
-    cursor: &mut CursorRow,
-    now: i64,
-) -> Result<(), StoreError> {
-    cursor.dispatch.failed_at = Some(now);
-    if let Some(head) = cursor.head {
-        release_pins(tx, cursor.cid, head)?;
+/// Releases the pins a cursor's head holds, as a dead letter does (the
+/// head's `Dispatch` is already dead-lettered; the caller saves it).
+pub(crate) fn release_head_pins(tx: &Connection, cursor: &CursorRow) -> Result<(), StoreError> {
+    match cursor.head {
+        Some(head) => pins::release(tx, cursor.cid, head),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Whether some served cursor has a head that is not dead-lettered (busy heads count).
@@ -447,7 +439,7 @@ pub(crate) fn refresh_log_types(
         if log.lane.is_empty() {
             continue;
         }
-        let types = log.types.as_ref().map(encode_json).transpose()?;
+        let types = log.types.as_ref().map(Json);
         tx.prepare_cached(
             "UPDATE cursors SET types = ?4 WHERE sid = ?1 AND consumer = ?2 AND lane = ?3 \
              AND ev_index = 0 AND kind = 2",
@@ -458,21 +450,17 @@ pub(crate) fn refresh_log_types(
     Ok(())
 }
 
-/// The fence of causes (appends and clears): the attempt must be above the
-/// clear, on its cursor's head, current and not dead-lettered.
+/// The fence of causes (appends and clears), [`dispatch::fence`] on the
+/// cursor `cause` names (none without a session).
 pub(crate) fn fence(
     tx: &Connection,
     session: Option<&SessionRow>,
     session_id: &str,
     cause: &Cause,
 ) -> Result<(), StoreError> {
-    let superseded = || StoreError::superseded(session_id, cause);
     let Some(session) = session else {
-        return Err(superseded());
+        return dispatch::fence(session_id, 0, cause, None);
     };
-    if cause.index <= session.clear {
-        return Err(superseded());
-    }
     let cursor = find(
         tx,
         session,
@@ -480,16 +468,8 @@ pub(crate) fn fence(
         cause.lane.as_deref(),
         cause.index,
     )?;
-    match cursor {
-        Some(cursor)
-            if cursor.head == Some(cause.index)
-                && cursor.dispatch.attempt_count == cause.attempt
-                && cursor.dispatch.failed_at.is_none() =>
-        {
-            Ok(())
-        }
-        _ => Err(superseded()),
-    }
+    let cursor = cursor.as_ref().map(|found| (found.head, &found.dispatch));
+    dispatch::fence(session_id, session.clear, cause, cursor)
 }
 
 /// Whether a lane or log cursor `(consumer, lane)` exists and of which kind.
@@ -499,8 +479,8 @@ pub(crate) fn lane_kind(
     consumer: &str,
     lane: &str,
 ) -> Result<Option<CursorKind>, StoreError> {
-    let clear = to_sql_int("clear index", session.clear)?;
-    let code: Option<i64> = tx
+    let clear = SqlIndex::new("clear index", session.clear)?;
+    let kind: Option<SqlKind> = tx
         .prepare_cached(
             "SELECT kind FROM cursors WHERE sid = ?1 AND consumer = ?2 AND lane = ?3 \
              AND ev_index = 0 AND (kind = 2 OR born >= ?4)",
@@ -510,5 +490,5 @@ pub(crate) fn lane_kind(
                 .optional()
         })
         .ctx("looking up a lane")?;
-    code.map(kind_of).transpose()
+    Ok(kind.map(|kind| kind.0))
 }

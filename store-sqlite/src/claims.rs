@@ -1,24 +1,21 @@
-//! `claim_available` and `renew_claims`: handing out heads under leases.
+//! `claim_available`: handing out heads under leases.
 
 use std::collections::HashSet;
 
-use a2_store_api::codec::{
-    compare_heads, compare_refs, lease_expiry, validate_consumers, validate_name,
-    validate_session_id,
-};
+use a2_store_api::order::compare_heads;
 use a2_store_api::{
-    ClaimRequest, ClaimResult, ConsumerDeclaration, CursorRef, RenewRequest, RenewResult,
-    StoreError,
+    ClaimRequest, ClaimResult, ClaimStep, ConsumerDeclaration, CursorRef, StoreError,
 };
 use rusqlite::Connection;
 
-use crate::cursor::{self, cursor_columns, dead_letter, refresh_log_types, CursorRow};
+use crate::cursor_rows::{self, cursor_columns, refresh_log_types, release_head_pins, CursorRow};
 use crate::errors::SqlContext;
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
+use crate::values::{SqlIndex, SqlLimit};
 
 /// How many candidate cursors one query fetches while walking claimable heads.
-const PAGE: i64 = 256;
+const PAGE: usize = 256;
 
 /// Which cursors a claim looks at: served consumers, not excluded, head in range.
 struct Filter {
@@ -55,20 +52,6 @@ impl Filter {
     }
 }
 
-/// Validates a claim request before any database work.
-pub(crate) fn validate_claim(request: &ClaimRequest) -> Result<(), StoreError> {
-    validate_session_id(&request.session_id)?;
-    validate_name("holder", &request.holder)?;
-    validate_consumers(request.consumers.as_deref(), &[])?;
-    lease_expiry(0, request.ttl_ms, request.expires_at_ms)?;
-    if request.limit == Some(0) {
-        return Err(StoreError::invalid_input(
-            "claim limit is 0: pass at least 1, or no limit",
-        ));
-    }
-    Ok(())
-}
-
 /// Claims every claimable head of the served cursors in `(index, consumer,
 /// lane)` order, up to `limit`, counting expired claims as failures first.
 ///
@@ -84,16 +67,14 @@ pub(crate) fn claim(
     request: &ClaimRequest,
 ) -> Result<ClaimResult, StoreError> {
     let now = ctx.clock.now_ms();
-    let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+    let expires_at = request.lease_expiry(now)?;
     let Some(session) = session::find(tx, &request.session_id)? else {
         return Ok(ClaimResult::Settled);
     };
     refresh_log_types(tx, &session, request.consumers.as_deref())?;
     promote_expired(tx, &session, now)?;
     let filter = Filter::new(request.consumers.as_deref(), &request.exclude);
-    let through = request.through.map_or(i64::MAX, |through| {
-        i64::try_from(through).unwrap_or(i64::MAX)
-    });
+    let through = request.through.map_or(SqlIndex::MAX, SqlIndex::clamped);
     let limit = request.limit.unwrap_or(usize::MAX);
     let mut heads = Vec::new();
     let mut dead_lettered = Vec::new();
@@ -102,17 +83,18 @@ pub(crate) fn claim(
     let mut early_busy: Option<i64> = None;
     // Keyset walk; rows are updated between pages, never while a page's
     // statement is open.
-    let mut after: (i64, String, String) = (-1, String::new(), String::new());
+    // Every head is at least 1, so the walk starts after `(0, "", "")`.
+    let mut after: (SqlIndex, String, String) = Default::default();
     'walk: while heads.len() < limit {
         // No more rows than claims still allowed (dead letters, filtered and
         // busy cursors just lead to another page).
         let left = limit - heads.len();
-        let want = i64::try_from(left).map_or(PAGE, |want| want.clamp(1, PAGE));
+        let want = left.clamp(1, PAGE);
         let page = ready_page(tx, &session, through, &after, want)?;
-        let last_page = page.len() < usize::try_from(want).unwrap_or(usize::MAX);
+        let last_page = page.len() < want;
         for mut candidate in page {
             after = (
-                i64::try_from(candidate.head.unwrap_or_default()).unwrap_or(i64::MAX),
+                SqlIndex::clamped(candidate.head.unwrap_or_default()),
                 candidate.consumer.clone(),
                 candidate.lane.clone().unwrap_or_default(),
             );
@@ -123,30 +105,32 @@ pub(crate) fn claim(
             ) {
                 continue;
             }
-            if let Some(expiry) = candidate
-                .dispatch
-                .claim_expires_at
-                .filter(|expiry| *expiry > now)
-            {
+            if let Some(expiry) = candidate.dispatch.busy_until(now) {
                 early_busy = Some(early_busy.map_or(expiry, |early| early.min(expiry)));
                 continue;
             }
-            let taken = take(
-                tx,
-                &mut candidate,
-                &request.holder,
+            let step = candidate.dispatch.take(
+                request.holder.clone(),
                 now,
                 expires_at,
                 request.max_failures,
-            )?;
-            let head = candidate.to_head(tx, &session)?;
-            if taken {
-                heads.push(head);
-                if heads.len() >= limit {
-                    break 'walk;
+            );
+            match step {
+                ClaimStep::Claim => cursor_rows::save_claim(tx, &candidate)?,
+                ClaimStep::DeadLetter => {
+                    release_head_pins(tx, &candidate)?;
+                    cursor_rows::save(tx, &candidate)?;
                 }
-            } else {
-                dead_lettered.push(head);
+            }
+            let head = candidate.to_head(tx, &session)?;
+            match step {
+                ClaimStep::Claim => {
+                    heads.push(head);
+                    if heads.len() >= limit {
+                        break 'walk;
+                    }
+                }
+                ClaimStep::DeadLetter => dead_lettered.push(head),
             }
         }
         if last_page {
@@ -191,9 +175,9 @@ fn promote_expired(tx: &Connection, session: &SessionRow, now: i64) -> Result<()
 fn ready_page(
     tx: &Connection,
     session: &SessionRow,
-    through: i64,
-    after: &(i64, String, String),
-    want: i64,
+    through: SqlIndex,
+    after: &(SqlIndex, String, String),
+    want: usize,
 ) -> Result<Vec<CursorRow>, StoreError> {
     let mut stmt = tx
         .prepare_cached(concat!(
@@ -212,46 +196,14 @@ fn ready_page(
             after.0,
             after.1,
             after.2,
-            want
+            SqlLimit(Some(want))
         ])
         .ctx("finding claimable heads")?;
     let mut page = Vec::new();
     while let Some(row) = rows.next().ctx("finding claimable heads")? {
-        page.push(cursor::decode(row)?);
+        page.push(cursor_rows::decode(row)?);
     }
     Ok(page)
-}
-
-/// Claims one head for `holder` and saves it. An expired claim still held
-/// counts a failure first; reaching `max_failures` dead-letters the head
-/// instead (returns `false`).
-fn take(
-    tx: &Connection,
-    cursor: &mut CursorRow,
-    holder: &str,
-    now: i64,
-    expires_at: i64,
-    max_failures: Option<u32>,
-) -> Result<bool, StoreError> {
-    let dispatch = &mut cursor.dispatch;
-    if dispatch.claim_holder.is_some() {
-        dispatch.failure_count = dispatch.failure_count.saturating_add(1);
-        if max_failures.is_some_and(|max| dispatch.failure_count >= max) {
-            dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
-            dispatch.claim_holder = None;
-            dispatch.claim_expires_at = None;
-            dead_letter(tx, cursor, now)?;
-            cursor::save(tx, cursor)?;
-            return Ok(false);
-        }
-    }
-    dispatch.attempt_count = dispatch.attempt_count.saturating_add(1);
-    dispatch.first_claimed_at.get_or_insert(now);
-    dispatch.last_claimed_at = Some(now);
-    dispatch.claim_holder = Some(holder.to_owned());
-    dispatch.claim_expires_at = Some(expires_at);
-    cursor::save_claim(tx, cursor)?;
-    Ok(true)
 }
 
 /// The earliest expiry among busy served candidates, by the expiry index.
@@ -259,7 +211,7 @@ fn earliest_busy(
     tx: &Connection,
     session: &SessionRow,
     now: i64,
-    through: i64,
+    through: SqlIndex,
     filter: &Filter,
 ) -> Result<Option<i64>, StoreError> {
     let mut stmt = tx
@@ -276,63 +228,12 @@ fn earliest_busy(
     while let Some(row) = rows.next().ctx("finding busy heads")? {
         let consumer: String = row.get(0).ctx("finding busy heads")?;
         let lane: String = row.get(1).ctx("finding busy heads")?;
-        let ev_index: i64 = row.get(2).ctx("finding busy heads")?;
+        let ev_index: SqlIndex = row.get(2).ctx("finding busy heads")?;
         let expiry: i64 = row.get(3).ctx("finding busy heads")?;
         let lane = (!lane.is_empty()).then_some(lane.as_str());
-        if filter.admits(&consumer, lane, u64::try_from(ev_index).unwrap_or_default()) {
+        if filter.admits(&consumer, lane, ev_index.get()) {
             return Ok(Some(expiry));
         }
     }
     Ok(None)
-}
-
-/// Validates a renew request before any database work.
-pub(crate) fn validate_renew(request: &RenewRequest) -> Result<(), StoreError> {
-    validate_session_id(&request.session_id)?;
-    validate_name("holder", &request.holder)?;
-    lease_expiry(0, request.ttl_ms, request.expires_at_ms).map(|_| ())
-}
-
-/// Extends the leases `holder` still holds; reports claims that can never complete.
-pub(crate) fn renew(
-    tx: &Connection,
-    ctx: &Ctx,
-    request: &RenewRequest,
-) -> Result<RenewResult, StoreError> {
-    let now = ctx.clock.now_ms();
-    let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
-    let session = session::find(tx, &request.session_id)?;
-    let clear = session.as_ref().map_or(0, |session| session.clear);
-    let mut claims = request.claims.clone();
-    claims.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
-    let mut result = RenewResult::default();
-    for claim in claims {
-        let r = claim.cursor;
-        if r.index <= clear {
-            result.superseded.push(r);
-            continue;
-        }
-        let Some(session) = &session else { continue };
-        let Some(mut found) = cursor::find(tx, session, &r.consumer, r.lane.as_deref(), r.index)?
-        else {
-            continue;
-        };
-        if found.head != Some(r.index) && found.position < r.index {
-            continue;
-        }
-        if found.head != Some(r.index) || found.dispatch.attempt_count > claim.attempt {
-            result.superseded.push(r);
-            continue;
-        }
-        let d = &mut found.dispatch;
-        let held = d.failed_at.is_none()
-            && d.claim_holder.as_deref() == Some(request.holder.as_str())
-            && d.claim_expires_at.is_some_and(|expiry| expiry > now);
-        if held {
-            d.claim_expires_at = Some(expires_at);
-            cursor::save_claim(tx, &found)?;
-            result.renewed.push(r);
-        }
-    }
-    Ok(result)
 }

@@ -1,0 +1,114 @@
+//! `fail_attempt`, `dead_letters` and `redrive`: failed attempts, the
+//! heads they dead-letter, and putting those heads back to work.
+
+use std::sync::Arc;
+
+use a2_store_api::{
+    dispatch, FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest,
+    RedriveResult, Result,
+};
+
+use crate::cursor_table::Lookup;
+use crate::session::{Env, Session};
+
+impl Session {
+    /// Records a failed attempt as [`Dispatch::fail_verdict`] and
+    /// [`Dispatch::record_failure`] decide; repeating the same failure is
+    /// idempotent.
+    ///
+    /// [`Dispatch::fail_verdict`]: a2_store_api::Dispatch::fail_verdict
+    /// [`Dispatch::record_failure`]: a2_store_api::Dispatch::record_failure
+    pub fn fail(&mut self, env: Env<'_>, request: FailRequest) -> Result<FailResult> {
+        if dispatch::cleared(request.index, self.log.clear_index()) {
+            return Ok(FailResult::superseded());
+        }
+        let id =
+            match self
+                .cursors
+                .lookup(&request.consumer, request.lane.as_deref(), request.index)
+            {
+                Lookup::Missing => {
+                    let exists = self.log.row(request.index).is_some();
+                    dispatch::without_cursor(&self.id, request.index, exists)?;
+                    return Ok(FailResult::superseded());
+                }
+                Lookup::Finished(_) => return Ok(FailResult::superseded()),
+                Lookup::Live(id, cursor) => {
+                    let on_head = cursor.head == Some(request.index);
+                    if let Some(result) = cursor.dispatch.fail_verdict(on_head, request.attempt) {
+                        return Ok(result);
+                    }
+                    id
+                }
+            };
+        let now = env.clock.now_ms();
+        let recorded = self
+            .cursors
+            .modify(id, |cursor| cursor.dispatch.record_failure(&request, now));
+        let Some(result) = recorded else {
+            return Err(self.inconsistent("the failed cursor vanished"));
+        };
+        if result.outcome == FailOutcome::DeadLettered {
+            self.snapshots.release((id, request.index));
+        }
+        Ok(result)
+    }
+
+    /// Dead-lettered heads above the clear, by `(index, consumer, lane)`.
+    pub fn dead_letters(&self) -> Result<Vec<Head>> {
+        self.cursors
+            .heads()
+            .dead
+            .iter()
+            .map(|(.., id)| {
+                let cursor = self
+                    .cursors
+                    .get(*id)
+                    .ok_or_else(|| self.inconsistent("an indexed cursor is missing"))?;
+                self.head_view(cursor)
+            })
+            .collect()
+    }
+
+    /// Retries or skips `consumer`'s dead-lettered head at `index` (the
+    /// first such head in `(lane)` order, laneless first).
+    pub fn redrive(&mut self, request: RedriveRequest) -> Result<RedriveResult> {
+        let consumers = request.consumers.as_deref();
+        let found = if request.index <= self.log.clear_index() {
+            None
+        } else {
+            let start = (
+                request.index,
+                Arc::<str>::from(request.consumer.as_str()),
+                None,
+                0,
+            );
+            self.cursors
+                .heads()
+                .dead
+                .range(start..)
+                .next()
+                .filter(|(index, consumer, ..)| {
+                    *index == request.index && **consumer == *request.consumer
+                })
+                .map(|(.., id)| *id)
+        };
+        self.refresh_log_types(consumers);
+        let Some(id) = found else {
+            return Ok(RedriveResult {
+                redriven: false,
+                has_pending: self.has_pending(consumers),
+            });
+        };
+        match request.action {
+            RedriveAction::Skip => self.advance(id, None),
+            RedriveAction::Retry => {
+                self.cursors.modify(id, |cursor| cursor.dispatch.retry());
+            }
+        }
+        Ok(RedriveResult {
+            redriven: true,
+            has_pending: self.has_pending(consumers),
+        })
+    }
+}

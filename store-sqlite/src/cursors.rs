@@ -1,0 +1,114 @@
+//! `cursors` and `wake_log`: listing a session's cursors, and making sure a
+//! declared log consumer's cursor exists and points at its next taken event.
+
+use a2_store_api::log::idle_log_cursor;
+use a2_store_api::order::compare_cursors;
+use a2_store_api::{
+    ConsumerDeclaration, Cursor, CursorKind, LogDeclaration, StoreError, WakeLogResult,
+};
+use rusqlite::Connection;
+
+use crate::cursor_rows::{self, cursor_columns, CursorRow};
+use crate::errors::SqlContext;
+use crate::events::next_log_head;
+use crate::session;
+use crate::values::SqlIndex;
+
+/// Creates or wakes the consumer's log cursor (`log`: its declaration's log
+/// part); on a session with nothing after its clear, returns an idle cursor
+/// without storing one.
+pub(crate) fn wake_log(
+    tx: &Connection,
+    session_id: &str,
+    consumer: &ConsumerDeclaration,
+    log: &LogDeclaration,
+) -> Result<WakeLogResult, StoreError> {
+    let Some(session) = session::find(tx, session_id)? else {
+        return Ok(WakeLogResult {
+            cursor: idle_log_cursor(consumer, 0),
+            head: 0,
+        });
+    };
+    let found = cursor_rows::find(tx, &session, &consumer.name, Some(&log.lane), 0)?;
+    let row = match found {
+        Some(existing) if existing.kind != CursorKind::Log => {
+            return Err(StoreError::lane_conflict(&consumer.name, &log.lane));
+        }
+        Some(mut existing) => {
+            existing.types = log.types.clone();
+            if existing.head.is_none() {
+                existing.head =
+                    next_log_head(tx, &session, existing.position, log.types.as_deref())?;
+            }
+            cursor_rows::save(tx, &existing)?;
+            existing
+        }
+        None => {
+            if session.head == session.clear {
+                return Ok(WakeLogResult {
+                    cursor: idle_log_cursor(consumer, session.clear),
+                    head: session.head,
+                });
+            }
+            let position = if log.backfill {
+                session.clear
+            } else {
+                session.head
+            };
+            let head = if log.backfill {
+                next_log_head(tx, &session, position, log.types.as_deref())?
+            } else {
+                None
+            };
+            cursor_rows::create(
+                tx,
+                &session,
+                CursorRow::new_log(&consumer.name, log, position, head),
+            )?
+        }
+    };
+    Ok(WakeLogResult {
+        cursor: row.to_cursor(),
+        head: session.head,
+    })
+}
+
+/// Every cursor except finished event cursors, by consumer then lane
+/// (laneless event cursors last by head): lane and log cursors from
+/// `cursors_listed`, open event cursors from the pending and dead-letter
+/// indexes, so finished event cursors are never visited.
+pub(crate) fn cursors(tx: &Connection, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
+    let Some(session) = session::find(tx, session_id)? else {
+        return Ok(Vec::new());
+    };
+    let clear = SqlIndex::new("clear index", session.clear)?;
+    let mut listed = Vec::new();
+    for sql in [
+        concat!(
+            "SELECT ",
+            cursor_columns!(),
+            " FROM cursors INDEXED BY cursors_listed WHERE sid = ?1 AND kind <> 0 \
+             AND (kind = 2 OR born >= ?2)"
+        ),
+        concat!(
+            "SELECT ",
+            cursor_columns!(),
+            " FROM cursors INDEXED BY cursors_pending WHERE sid = ?1 AND head IS NOT NULL \
+             AND failed_at IS NULL AND kind = 0 AND born >= ?2"
+        ),
+        concat!(
+            "SELECT ",
+            cursor_columns!(),
+            " FROM cursors INDEXED BY cursors_dead WHERE sid = ?1 AND head IS NOT NULL \
+             AND failed_at IS NOT NULL AND kind = 0 AND born >= ?2"
+        ),
+    ] {
+        let mut stmt = tx.prepare_cached(sql).ctx("listing cursors")?;
+        let mut rows = stmt.query((session.sid, clear)).ctx("listing cursors")?;
+        while let Some(row) = rows.next().ctx("listing cursors")? {
+            listed.push(cursor_rows::decode(row)?.to_cursor());
+        }
+    }
+    listed.sort_by(compare_cursors);
+    Ok(listed)
+}

@@ -1,0 +1,51 @@
+//! `renew_claims`: extending the leases a holder still holds.
+
+use a2_store_api::order::compare_refs;
+use a2_store_api::{RenewRequest, RenewResult, RenewVerdict, StoreError};
+use rusqlite::Connection;
+
+use crate::cursor_rows;
+use crate::pool::Ctx;
+use crate::session;
+
+/// Extends the leases `holder` still holds; reports claims that can never complete.
+pub(crate) fn renew(
+    tx: &Connection,
+    ctx: &Ctx,
+    request: &RenewRequest,
+) -> Result<RenewResult, StoreError> {
+    let now = ctx.clock.now_ms();
+    let expires_at = request.lease_expiry(now)?;
+    let session = session::find(tx, &request.session_id)?;
+    let clear = session.as_ref().map_or(0, |session| session.clear);
+    let mut claims = request.claims.clone();
+    claims.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
+    let mut result = RenewResult::default();
+    for claim in claims {
+        let r = &claim.cursor;
+        if r.index <= clear {
+            result.superseded.push(claim.cursor);
+            continue;
+        }
+        let Some(session) = &session else { continue };
+        let Some(mut found) =
+            cursor_rows::find(tx, session, &r.consumer, r.lane.as_deref(), r.index)?
+        else {
+            continue;
+        };
+        let verdict =
+            found
+                .dispatch
+                .renew_verdict(found.head, found.position, &claim, &request.holder, now);
+        match verdict {
+            RenewVerdict::Renew => {
+                found.dispatch.claim_expires_at = Some(expires_at);
+                cursor_rows::save_claim(tx, &found)?;
+                result.renewed.push(claim.cursor);
+            }
+            RenewVerdict::Superseded => result.superseded.push(claim.cursor),
+            RenewVerdict::Skip => {}
+        }
+    }
+    Ok(result)
+}

@@ -1,0 +1,86 @@
+//! What the PostgreSQL backend offers beyond [`open`](crate::open), for
+//! tools built on the facade (feature `postgres`): how a URL's options
+//! become [`PostgresOptions`], whether a schema exists, and
+//! [`ScratchSchemas`] — fresh, uniquely named schemas that are dropped
+//! again, for checks, tests and benchmarks on a shared server.
+//!
+//! ```no_run
+//! use a2_store::postgres::{self, ScratchSchemas};
+//! use a2_store::{OpenOptions, StoreUrl};
+//!
+//! # async fn demo() -> Result<(), a2_store::StoreError> {
+//! let url = StoreUrl::parse("postgres://postgres@127.0.0.1:5432/test?pool_size=4")?;
+//! if let StoreUrl::Postgres { url: server, options } = &url {
+//!     let schema = postgres::options(options, OpenOptions::default()).schema;
+//!     println!("{schema} exists: {}", postgres::schema_exists(server, &schema).await?);
+//!     let scratch = ScratchSchemas::new(server.clone(), "a2demo_")
+//!         .with_options(postgres::options(options, OpenOptions::default()));
+//!     let defaults = OpenOptions::default();
+//!     let store = scratch.create(defaults.clock, defaults.ids).await?;
+//!     drop(store);
+//!     scratch.drop_all().await?;
+//! }
+//! # Ok(())
+//! # }
+//! ```
+
+use std::time::Duration;
+
+pub use a2_store_postgres::scratch::{
+    fresh_schema_name, schema_exists, schemas_with_prefix, SCRATCH_CONNECT_TIMEOUT,
+};
+pub use a2_store_postgres::{PostgresOptions, PostgresStore, ScratchSchemas};
+
+use crate::options::OpenOptions;
+use crate::url::PostgresUrlOptions;
+
+/// The backend options a PostgreSQL URL asks for: its `schema`,
+/// `pool_size` and `statement_timeout_ms` where given, the backend's
+/// defaults elsewhere, with the clock and ids of `options`. This is what
+/// [`open`](crate::open) connects with.
+pub fn options(url_options: &PostgresUrlOptions, options: OpenOptions) -> PostgresOptions {
+    let mut postgres = PostgresOptions {
+        clock: options.clock,
+        ids: options.ids,
+        ..PostgresOptions::default()
+    };
+    if let Some(schema) = &url_options.schema {
+        postgres.schema = schema.clone();
+    }
+    if let Some(size) = url_options.pool_size {
+        postgres.pool_size = size;
+    }
+    if let Some(ms) = url_options.statement_timeout_ms {
+        postgres.statement_timeout = Duration::from_millis(ms);
+    }
+    postgres
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::StoreUrl;
+
+    fn url_options(url: &str) -> PostgresUrlOptions {
+        match StoreUrl::parse(url).unwrap() {
+            StoreUrl::Postgres { options, .. } => options,
+            other => panic!("not a PostgreSQL URL: {other}"),
+        }
+    }
+
+    #[test]
+    fn url_options_override_the_backend_defaults() {
+        let defaults = PostgresOptions::default();
+        let plain = options(&url_options("postgres://h/db"), OpenOptions::default());
+        assert_eq!(plain.schema, defaults.schema);
+        assert_eq!(plain.pool_size, defaults.pool_size);
+        assert_eq!(plain.statement_timeout, defaults.statement_timeout);
+        let given = options(
+            &url_options("postgres://h/db?schema=app&pool_size=3&statement_timeout_ms=250"),
+            OpenOptions::default(),
+        );
+        assert_eq!(given.schema, "app");
+        assert_eq!(given.pool_size, 3);
+        assert_eq!(given.statement_timeout, Duration::from_millis(250));
+    }
+}
