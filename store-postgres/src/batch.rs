@@ -159,9 +159,7 @@ async fn insert(
         let refs: Vec<&str> = generated.iter().map(String::as_str).collect();
         let owners = stored_ids(tx, session_id, state.clear, &refs).await?;
         if let Some(id) = owners.keys().next() {
-            return Err(
-                StoreError::partial_duplicate(format!("event id '{id}' already exists")).into(),
-            );
+            return Err(StoreError::id_taken(session_id, id).into());
         }
     }
     write_rows(tx, session_id, base, &stored).await?;

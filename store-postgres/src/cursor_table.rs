@@ -72,9 +72,8 @@ pub(crate) async fn attempted(
     index: u64,
     lock: bool,
 ) -> TxResult<Attempted> {
-    let no_such_event = || StoreError::no_such_event(session_id, index).into();
     let Ok(stored) = i64::try_from(index) else {
-        return Err(no_such_event());
+        return Err(StoreError::no_such_event(session_id, index).into());
     };
     let locked = if lock {
         Some(lock_session(tx, session_id).await?)
@@ -87,7 +86,7 @@ pub(crate) async fn attempted(
         None => read_session(tx, session_id).await?,
     };
     let cursor = match cursor {
-        _ if stored <= state.clear => None,
+        _ if dispatch::cleared(index, index_of(state.clear)?) => None,
         Some(cursor) => Some(cursor),
         None => {
             let exists = query_opt(
@@ -96,9 +95,7 @@ pub(crate) async fn attempted(
                 &[&session_id, &stored],
             )
             .await?;
-            if exists.is_none() {
-                return Err(no_such_event());
-            }
+            dispatch::without_cursor(session_id, index, exists.is_some())?;
             None
         }
     };
@@ -384,7 +381,7 @@ pub(crate) async fn fence(
 ) -> TxResult<()> {
     let clear = index_of(clear)?;
     // A cause at or below the clear, or beyond any index, has no cursor to lock.
-    let cursor = if cause.index > clear && i64::try_from(cause.index).is_ok() {
+    let cursor = if !dispatch::cleared(cause.index, clear) && i64::try_from(cause.index).is_ok() {
         let lane = cause.lane.as_deref();
         load_ref(tx, session_id, &cause.consumer, lane, cause.index, true).await?
     } else {

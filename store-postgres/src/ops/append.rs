@@ -8,6 +8,7 @@ use crate::cursor_table::{fence, has_pending, refresh_log_types};
 use crate::db::{lock_session, Tx};
 use crate::error::TxResult;
 use crate::inner::Inner;
+use crate::rows::index_of;
 
 /// The body of [`Store::append`](a2_store_api::Store::append) for a
 /// validated, non-empty batch. Returns the result and whether rows were written.
@@ -44,11 +45,7 @@ pub(crate) async fn append(
             false,
         ));
     }
-    if let Some(origin) = options.origin_index {
-        if i64::try_from(origin).is_ok_and(|origin| origin <= state.clear) {
-            return Err(StoreError::session_cleared(session_id, origin).into());
-        }
-    }
+    options.check_origin(session_id, index_of(state.clear)?)?;
     for cause in events.iter().filter_map(|event| event.cause.as_ref()) {
         fence(tx, session_id, state.clear, cause).await?;
     }

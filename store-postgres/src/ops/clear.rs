@@ -71,10 +71,7 @@ pub(crate) async fn clear(
 pub(crate) async fn reclaim(tx: &Tx<'_>, session_id: &str) -> TxResult<ReclaimResult> {
     let state = lock_session(tx, session_id).await?;
     if state.clear == 0 {
-        return Ok(ReclaimResult {
-            reclaimed: 0,
-            done: true,
-        });
+        return Ok(ReclaimResult::nothing_left());
     }
     let batch = i64::try_from(RECLAIM_BATCH).unwrap_or(i64::MAX);
     let remaining = (state.clear - 1 - state.reclaimed).max(0);

@@ -4,7 +4,7 @@
 
 use a2_store_api::sql::{count_to_sql, from_sql_count};
 use a2_store_api::{
-    replay, Cause, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, StoreError,
+    replay, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, StoreError,
 };
 use tokio_postgres::types::Json;
 
@@ -54,12 +54,7 @@ pub(crate) async fn complete(
     {
         return Err(StoreError::returned_ids_stored().into());
     }
-    let cause = Cause {
-        consumer: request.consumer.clone(),
-        lane: request.lane.clone(),
-        index: request.index,
-        attempt: request.attempt,
-    };
+    let cause = request.cause();
     let batch = Batch {
         session_id,
         events: &request.events,

@@ -1,6 +1,7 @@
 //! The failures of a head: `fail_attempt`, and the dead-letter queue
 //! (`dead_letters`, `redrive`).
 
+use a2_store_api::dispatch::cleared;
 use a2_store_api::order::compare_heads;
 use a2_store_api::{
     FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest, RedriveResult,
@@ -11,7 +12,7 @@ use crate::cursor_table::{
 };
 use crate::db::{lock_session, query, query_opt, read_session, Tx};
 use crate::error::TxResult;
-use crate::rows::{decode_event, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS};
+use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS};
 
 /// The body of [`Store::fail_attempt`](a2_store_api::Store::fail_attempt)
 /// for a validated request. Takes no session lock: it locks the cursor row,
@@ -21,10 +22,7 @@ pub(crate) async fn fail(tx: &Tx<'_>, request: &FailRequest, now: i64) -> TxResu
     let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
     let named = attempted(tx, session_id, consumer, lane, request.index, false).await?;
     let Some(mut cursor) = named.cursor else {
-        return Ok(FailResult {
-            outcome: FailOutcome::Superseded,
-            failure_count: 0,
-        });
+        return Ok(FailResult::superseded());
     };
     let on_head = cursor.head == Some(named.index);
     if let Some(result) = cursor.dispatch.fail_verdict(on_head, request.attempt) {
@@ -64,10 +62,11 @@ pub(crate) async fn dead_letters(tx: &Tx<'_>, session_id: &str) -> TxResult<Vec<
 pub(crate) async fn redrive(tx: &Tx<'_>, request: &RedriveRequest) -> TxResult<RedriveResult> {
     let session_id = request.session_id.as_str();
     let consumers = request.consumers.as_deref();
-    let state = lock_session(tx, session_id).await?;
+    let clear = index_of(lock_session(tx, session_id).await?.clear)?;
+    // Only a head above the clear (and storable) can be a dead letter.
     let index = i64::try_from(request.index)
         .ok()
-        .filter(|i| *i > state.clear);
+        .filter(|_| !cleared(request.index, clear));
     let mut found = None;
     if let Some(index) = index {
         let sql = format!(

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use a2_store_api::dispatch::cleared;
 use a2_store_api::order::compare_refs;
 use a2_store_api::{HeldClaim, RenewResult, RenewVerdict};
 
@@ -37,19 +38,16 @@ pub(crate) async fn renew(
         .collect();
     // Read after the rows are locked: a clear that touched them has
     // committed, none can start.
-    let clear = read_session(tx, session_id).await?.clear;
+    let clear = index_of(read_session(tx, session_id).await?.clear)?;
     let mut result = RenewResult::default();
     let mut renewed = BTreeSet::new();
     for claim in ordered {
         let r = &claim.cursor;
-        // Beyond any stored index: nothing to renew or report.
-        let Ok(index) = i64::try_from(r.index) else {
-            continue;
-        };
-        if index <= clear {
+        if cleared(r.index, clear) {
             result.superseded.push(r.clone());
             continue;
         }
+        // No cursor can hold an index beyond any stored one: not reported.
         let Some(key) = key(claim) else { continue };
         let Some(cursor) = cursors.get_mut(&key) else {
             continue;
@@ -61,7 +59,7 @@ pub(crate) async fn renew(
             .renew_verdict(head, position, claim, holder, now)
         {
             RenewVerdict::Renew => {
-                cursor.dispatch.claim_expires_at = Some(expires_at);
+                cursor.dispatch.renew(expires_at);
                 renewed.insert(key);
                 result.renewed.push(r.clone());
             }

@@ -1,6 +1,7 @@
 //! Reducer snapshots: the head snapshot per reducer, and checkpoints kept
 //! readable while a pin (a cursor still on that head) holds.
 
+use a2_store_api::dispatch::cleared;
 use a2_store_api::{Snapshot, StateRead, StateWrite};
 use tokio_postgres::types::Json;
 
@@ -20,6 +21,7 @@ pub(crate) async fn write_state(
     writes: &[StateWrite],
 ) -> TxResult<()> {
     let clear = read_session(tx, session_id).await?.clear;
+    let cleared_through = index_of(clear)?;
     let mut ordered: Vec<&StateWrite> = writes.iter().collect();
     ordered.sort_by_key(|write| write.index);
     let mut head: Option<(i64, &StateWrite)> = None;
@@ -33,10 +35,11 @@ pub(crate) async fn write_state(
         head = Some((index, write));
         let mut pinned = Vec::new();
         for pin in &write.pins {
+            // A cleared head's cursor is gone; one beyond any index never was.
             let Ok(pin_index) = i64::try_from(pin.index) else {
                 continue;
             };
-            if pin_index <= clear {
+            if cleared(pin.index, cleared_through) {
                 continue;
             }
             let cursor = load_ref(
@@ -49,7 +52,7 @@ pub(crate) async fn write_state(
             )
             .await?;
             let Some(cursor) = cursor else { continue };
-            if cursor.head != Some(pin_index) || cursor.dispatch.failed_at.is_some() {
+            if cursor.head != Some(pin_index) || cursor.dispatch.is_dead_lettered() {
                 continue;
             }
             // Lock the cursor row shared: an advance or dead-letter (which
