@@ -1,18 +1,21 @@
-//! Appending a batch of rows and starting the cursor work it carries:
-//! stored-id lookups, lane conflicts, the insert, targets and log consumers.
+//! Writing a batch of rows, shared by `append`, `complete_attempt` (the
+//! returned events) and `clear` (the marker): stored-id lookups, lane
+//! conflicts, the insert, the cursor work its targets and log consumers
+//! start, and the `NOTIFY` of subscribers.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use a2_store_api::codec::{lane_conflict, takes};
-use a2_store_api::{
-    Cause, ConsumerDeclaration, CursorKind, IdGenerator, NewEvent, StoreError, StoredEvent,
-};
+use a2_store_api::log::takes;
+use a2_store_api::sql::count_to_sql;
+use a2_store_api::{Cause, ConsumerDeclaration, CursorKind, NewEvent, StoreError, StoredEvent};
 use tokio_postgres::types::Json;
 
-use crate::cursors::{load_many, next_log_head, put_all, CursorKey};
-use crate::db::{execute, query, set_head, SessionState, Tx};
+use crate::cursor_table::{load_many, next_log_head, put_all};
+use crate::db::{execute, query, set_head, sql_index, SessionState, Tx};
 use crate::error::TxResult;
-use crate::rows::{decode_event, CursorRow, EVENT_COLUMNS};
+use crate::inner::Inner;
+use crate::notify::notify;
+use crate::rows::{decode_event, CursorKey, CursorRow, EVENT_COLUMNS};
 
 /// The rows above the clear (the marker included) owning any of `ids`, by id.
 pub(crate) async fn stored_ids(
@@ -42,10 +45,39 @@ pub(crate) async fn stored_ids(
     Ok(owners)
 }
 
+/// A batch to write.
+pub(crate) struct Batch<'a> {
+    pub session_id: &'a str,
+    pub events: &'a [NewEvent],
+    /// Overrides every event's cause (a completion's attempt).
+    pub cause: Option<&'a Cause>,
+    /// The declarations the batch comes with.
+    pub consumers: Option<&'a [ConsumerDeclaration]>,
+}
+
+/// Writes `batch` after the session's head (under the session's writer
+/// lock) with the cursor work it starts, and notifies subscribers on
+/// commit. Returns the stored rows in order. An empty batch writes nothing
+/// but is still checked for lane conflicts with its declarations.
+pub(crate) async fn write(
+    tx: &Tx<'_>,
+    inner: &Inner,
+    state: &mut SessionState,
+    batch: &Batch<'_>,
+) -> TxResult<Vec<StoredEvent>> {
+    let lanes = lane_cursors(tx, batch.session_id, batch.events, batch.consumers).await?;
+    if batch.events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let stored = insert(tx, inner, state, batch, lanes).await?;
+    notify(tx, &inner.channel, batch.session_id).await?;
+    Ok(stored)
+}
+
 /// The lane and log cursors (slot 0) a batch's lane targets and the declared
 /// log consumers name, by `(consumer, lane)`; rejects lane conflicts with
 /// stored cursors (a target on a log lane, a log declared on a target lane).
-pub(crate) async fn lane_cursors(
+async fn lane_cursors(
     tx: &Tx<'_>,
     session_id: &str,
     events: &[NewEvent],
@@ -72,7 +104,7 @@ pub(crate) async fn lane_cursors(
         let Some(lane) = &target.lane else { continue };
         if let Some(cursor) = map.get(&(target.consumer.clone(), lane.clone())) {
             if cursor.kind == CursorKind::Log {
-                return Err(lane_conflict(&target.consumer, lane).into());
+                return Err(StoreError::lane_conflict(&target.consumer, lane).into());
             }
         }
     }
@@ -80,43 +112,34 @@ pub(crate) async fn lane_cursors(
         let Some(log) = &consumer.log else { continue };
         if let Some(cursor) = map.get(&(consumer.name.clone(), log.lane.clone())) {
             if cursor.kind != CursorKind::Log {
-                return Err(lane_conflict(&consumer.name, &log.lane).into());
+                return Err(StoreError::lane_conflict(&consumer.name, &log.lane).into());
             }
         }
     }
     Ok(map)
 }
 
-/// What [`insert`] needs besides the rows.
-pub(crate) struct InsertContext<'a> {
-    pub session_id: &'a str,
-    pub now: i64,
-    pub ids: &'a dyn IdGenerator,
-    /// Overrides every event's cause (a completion's attempt).
-    pub cause: Option<&'a Cause>,
-    pub consumers: Option<&'a [ConsumerDeclaration]>,
-}
-
-/// Appends `events` after the head (ids generated where absent, a generated
+/// Appends the batch after the head (ids generated where absent, a generated
 /// id already stored is `PartialDuplicateBatch`), sets the head, and starts
 /// their cursor work: event cursors, lane queues and declared log cursors
 /// (`lanes` comes from [`lane_cursors`]). Returns the stored rows in order.
-pub(crate) async fn insert(
+async fn insert(
     tx: &Tx<'_>,
-    cx: &InsertContext<'_>,
+    inner: &Inner,
     state: &mut SessionState,
-    events: &[NewEvent],
+    batch: &Batch<'_>,
     mut lanes: BTreeMap<(String, String), CursorRow>,
 ) -> TxResult<Vec<StoredEvent>> {
-    let session_id = cx.session_id;
+    let session_id = batch.session_id;
+    let now = inner.clock.now_ms();
     let base = state.head;
     let mut generated = Vec::new();
-    let mut stored = Vec::with_capacity(events.len());
-    for (offset, event) in (1_i64..).zip(events) {
+    let mut stored = Vec::with_capacity(batch.events.len());
+    for (offset, event) in (1_i64..).zip(batch.events) {
         let id = match &event.id {
             Some(id) => id.clone(),
             None => {
-                let id = cx.ids.next_id();
+                let id = inner.ids.next_id();
                 generated.push(id.clone());
                 id
             }
@@ -128,23 +151,21 @@ pub(crate) async fn insert(
             payload: event.payload.clone(),
             index: u64::try_from(index).unwrap_or_default(),
             session_id: session_id.to_owned(),
-            created_at: cx.now,
-            cause: cx.cause.cloned().or_else(|| event.cause.clone()),
+            created_at: now,
+            cause: batch.cause.cloned().or_else(|| event.cause.clone()),
         });
     }
     if !generated.is_empty() {
         let refs: Vec<&str> = generated.iter().map(String::as_str).collect();
         let owners = stored_ids(tx, session_id, state.clear, &refs).await?;
         if let Some(id) = owners.keys().next() {
-            return Err(
-                StoreError::partial_duplicate(format!("event id '{id}' already exists")).into(),
-            );
+            return Err(StoreError::id_taken(session_id, id).into());
         }
     }
     write_rows(tx, session_id, base, &stored).await?;
     state.head = base + i64::try_from(stored.len()).unwrap_or(i64::MAX);
     set_head(tx, session_id, state.head).await?;
-    enqueue(tx, cx, state, base, events, &stored, &mut lanes).await?;
+    enqueue(tx, batch, state, base, &stored, &mut lanes).await?;
     Ok(stored)
 }
 
@@ -172,13 +193,13 @@ async fn write_rows(
     let mut cause_indexes: Vec<Option<i64>> = Vec::with_capacity(rows.len());
     for row in rows {
         cause_indexes.push(match &row.cause {
-            Some(cause) => Some(crate::db::sql_index("cause index", cause.index)?),
+            Some(cause) => Some(sql_index("cause index", cause.index)?),
             None => None,
         });
     }
     let cause_attempts: Vec<Option<i64>> = rows
         .iter()
-        .map(|row| row.cause.as_ref().map(|c| i64::from(c.attempt)))
+        .map(|row| row.cause.as_ref().map(|c| count_to_sql(c.attempt)))
         .collect();
     let created_at = rows.first().map(|row| row.created_at).unwrap_or_default();
     execute(
@@ -207,18 +228,17 @@ async fn write_rows(
 
 async fn enqueue(
     tx: &Tx<'_>,
-    cx: &InsertContext<'_>,
+    batch: &Batch<'_>,
     state: &SessionState,
     base: i64,
-    events: &[NewEvent],
     rows: &[StoredEvent],
     lanes: &mut BTreeMap<(String, String), CursorRow>,
 ) -> TxResult<()> {
-    let session_id = cx.session_id;
+    let session_id = batch.session_id;
     let mut changed: BTreeSet<(String, String)> = BTreeSet::new();
     let mut event_cursors: BTreeMap<(String, i64), CursorRow> = BTreeMap::new();
     let mut queue: BTreeSet<(String, String, i64)> = BTreeSet::new();
-    for (index, event) in (base + 1..).zip(events) {
+    for (index, event) in (base + 1..).zip(batch.events) {
         for target in &event.targets {
             match &target.lane {
                 None => {
@@ -257,7 +277,7 @@ async fn enqueue(
             }
         }
     }
-    for consumer in cx.consumers.unwrap_or_default() {
+    for consumer in batch.consumers.unwrap_or_default() {
         let Some(log) = &consumer.log else { continue };
         let first = (base + 1..)
             .zip(rows)
@@ -318,23 +338,5 @@ async fn enqueue(
         )
         .await?;
     }
-    Ok(())
-}
-
-/// Tells listeners in every process (on commit) that the session grew,
-/// when the session has a registered subscriber (see `subscribe.rs`; the
-/// caller holds the session's writer lock, which registration also takes).
-pub(crate) async fn notify(tx: &Tx<'_>, channel: &str, session_id: &str) -> TxResult<()> {
-    execute(
-        tx,
-        "SELECT pg_notify($1, $2) \
-         WHERE EXISTS (SELECT 1 FROM subscribers WHERE session_id = $3)",
-        &[
-            &channel,
-            &crate::subscribe::notification_payload(session_id),
-            &session_id,
-        ],
-    )
-    .await?;
     Ok(())
 }

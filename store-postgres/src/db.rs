@@ -1,7 +1,7 @@
 //! Statement helpers (cached prepared statements, every value bound) and the
 //! per-session row lock that serializes writers of one session.
 
-use a2_store_api::codec::to_sql_int;
+use a2_store_api::sql::to_sql_int;
 use deadpool_postgres::Transaction;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
@@ -56,7 +56,7 @@ fn decode_state(row: &Row) -> TxResult<SessionState> {
 /// written), so writers of one session run one at a time and see each
 /// other's commits. Claimers take no session lock; writers lock every cursor
 /// row they read before writing it, so the two meet only on cursor rows.
-pub(crate) async fn lock_exclusive(tx: &Tx<'_>, session_id: &str) -> TxResult<SessionState> {
+pub(crate) async fn lock_session(tx: &Tx<'_>, session_id: &str) -> TxResult<SessionState> {
     const LOCK: &str = "SELECT head, clear_index, reclaimed_through FROM sessions \
                         WHERE session_id = $1 FOR UPDATE";
     if let Some(row) = query_opt(tx, LOCK, &[&session_id]).await? {
@@ -75,7 +75,7 @@ pub(crate) async fn lock_exclusive(tx: &Tx<'_>, session_id: &str) -> TxResult<Se
 }
 
 /// Reads the session row without locking it (zeros when never written).
-pub(crate) async fn read_state(tx: &Tx<'_>, session_id: &str) -> TxResult<SessionState> {
+pub(crate) async fn read_session(tx: &Tx<'_>, session_id: &str) -> TxResult<SessionState> {
     let row = query_opt(
         tx,
         "SELECT head, clear_index, reclaimed_through FROM sessions WHERE session_id = $1",

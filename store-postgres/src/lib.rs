@@ -33,16 +33,17 @@
 #![warn(missing_docs)]
 
 mod batch;
-mod cursors;
+mod cursor_table;
 mod db;
 mod error;
+mod inner;
+mod notify;
 mod ops;
 mod options;
 mod rows;
 mod schema;
 pub mod scratch;
 mod store;
-mod subscribe;
 
 pub use options::{validate_schema_name, PostgresOptions, MAX_SCHEMA_NAME_LEN};
 pub use schema::SCHEMA_VERSION;

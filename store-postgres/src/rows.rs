@@ -1,7 +1,9 @@
-//! Rows as read from and written to the tables: stored events and cursors.
+//! Rows as read from and written to the tables: one decode per row type
+//! (stored events, cursors with their [`Dispatch`]) and the stored forms of
+//! a cursor's key.
 
-use a2_store_api::codec::{from_sql_count, from_sql_int, to_sql_int};
-use a2_store_api::{Cause, Cursor, CursorKind, Dispatch, Head, Result, StoredEvent};
+use a2_store_api::sql::{from_sql_count, from_sql_int, to_sql_int};
+use a2_store_api::{Cause, Cursor, CursorKind, Dispatch, Head, Result, StoreError, StoredEvent};
 use serde_json::Value;
 use tokio_postgres::types::Json;
 use tokio_postgres::Row;
@@ -55,6 +57,21 @@ pub(crate) fn index_of(value: i64) -> Result<u64> {
     from_sql_int("index", value)
 }
 
+/// The session's clear index as the API reports it: `None` when never cleared.
+pub(crate) fn clear_of(clear: i64) -> Result<Option<u64>> {
+    (clear > 0).then(|| index_of(clear)).transpose()
+}
+
+/// The stored key of a cursor: `(consumer, lane or '', slot)`.
+pub(crate) type CursorKey = (String, String, i64);
+
+/// The stored key of the cursor `(consumer, lane, index)` names; `None` for
+/// an event cursor beyond any storable index (none can exist).
+pub(crate) fn key_of(consumer: &str, lane: Option<&str>, index: u64) -> Option<CursorKey> {
+    let slot = slot_key(lane, index).ok()?;
+    Some((consumer.to_owned(), lane_key(lane).to_owned(), slot))
+}
+
 /// The stored form of a cursor's lane: `''` for an event cursor.
 pub(crate) fn lane_key(lane: Option<&str>) -> &str {
     lane.unwrap_or("")
@@ -82,45 +99,7 @@ fn kind_from_code(code: i16) -> Result<CursorKind> {
         0 => Ok(CursorKind::Event),
         1 => Ok(CursorKind::Lane),
         2 => Ok(CursorKind::Log),
-        other => Err(a2_store_api::StoreError::Backend {
-            message: format!("corrupt cursor kind {other} in the database"),
-            source: None,
-        }),
-    }
-}
-
-/// Dispatch bookkeeping as stored (signed integers, as the columns hold them).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct StoredDispatch {
-    pub attempt_count: i64,
-    pub first_claimed_at: Option<i64>,
-    pub last_claimed_at: Option<i64>,
-    pub claim_holder: Option<String>,
-    pub claim_expires_at: Option<i64>,
-    pub failure_count: i64,
-    pub last_failed_at: Option<i64>,
-    pub last_failed_attempt: Option<i64>,
-    pub last_error: Option<String>,
-    pub failed_at: Option<i64>,
-}
-
-impl StoredDispatch {
-    fn to_dispatch(&self) -> Result<Dispatch> {
-        Ok(Dispatch {
-            attempt_count: from_sql_count("attempt count", self.attempt_count)?,
-            first_claimed_at: self.first_claimed_at,
-            last_claimed_at: self.last_claimed_at,
-            claim_holder: self.claim_holder.clone(),
-            claim_expires_at: self.claim_expires_at,
-            failure_count: from_sql_count("failure count", self.failure_count)?,
-            last_failed_at: self.last_failed_at,
-            last_failed_attempt: self
-                .last_failed_attempt
-                .map(|attempt| from_sql_count("failed attempt", attempt))
-                .transpose()?,
-            last_error: self.last_error.clone(),
-            failed_at: self.failed_at,
-        })
+        other => Err(StoreError::corrupt_value(&format!("cursor kind {other}"))),
     }
 }
 
@@ -136,7 +115,7 @@ pub(crate) struct CursorRow {
     pub position: i64,
     pub head: Option<i64>,
     pub types: Option<Vec<String>>,
-    pub dispatch: StoredDispatch,
+    pub dispatch: Dispatch,
 }
 
 impl CursorRow {
@@ -158,7 +137,7 @@ impl CursorRow {
             position,
             head,
             types,
-            dispatch: StoredDispatch::default(),
+            dispatch: Dispatch::default(),
         }
     }
 
@@ -173,24 +152,39 @@ impl CursorRow {
             position: row.try_get(at + 4)?,
             head: row.try_get(at + 5)?,
             types: types.map(|Json(types)| types),
-            dispatch: StoredDispatch {
-                attempt_count: row.try_get(at + 7)?,
+            dispatch: Dispatch {
+                attempt_count: from_sql_count("attempt count", row.try_get(at + 7)?)?,
                 first_claimed_at: row.try_get(at + 8)?,
                 last_claimed_at: row.try_get(at + 9)?,
                 claim_holder: row.try_get(at + 10)?,
                 claim_expires_at: row.try_get(at + 11)?,
-                failure_count: row.try_get(at + 12)?,
+                failure_count: from_sql_count("failure count", row.try_get(at + 12)?)?,
                 last_failed_at: row.try_get(at + 13)?,
-                last_failed_attempt: row.try_get(at + 14)?,
+                last_failed_attempt: row
+                    .try_get::<_, Option<i64>>(at + 14)?
+                    .map(|attempt| from_sql_count("failed attempt", attempt))
+                    .transpose()?,
                 last_error: row.try_get(at + 15)?,
                 failed_at: row.try_get(at + 16)?,
             },
         })
     }
 
+    /// The stored key of this cursor.
+    pub(crate) fn key(&self) -> CursorKey {
+        (self.consumer.clone(), self.lane.clone(), self.slot)
+    }
+
     /// The lane as the API spells it.
     pub(crate) fn lane(&self) -> Option<String> {
         (!self.lane.is_empty()).then(|| self.lane.clone())
+    }
+
+    /// The head as the API counts it.
+    pub(crate) fn head_index(&self) -> Result<Option<u64>> {
+        self.head
+            .map(|head| from_sql_int("cursor head", head))
+            .transpose()
     }
 
     /// The API view of the cursor.
@@ -200,16 +194,13 @@ impl CursorRow {
             lane: self.lane(),
             kind: self.kind,
             position: from_sql_int("cursor position", self.position)?,
-            head: self
-                .head
-                .map(|head| from_sql_int("cursor head", head))
-                .transpose()?,
+            head: self.head_index()?,
             types: if self.kind == CursorKind::Log {
                 self.types.clone()
             } else {
                 None
             },
-            dispatch: self.dispatch.to_dispatch()?,
+            dispatch: self.dispatch.clone(),
         })
     }
 
@@ -219,17 +210,13 @@ impl CursorRow {
             event,
             consumer: self.consumer.clone(),
             lane: self.lane(),
-            dispatch: self.dispatch.to_dispatch()?,
-            clear_index: if clear_index > 0 {
-                Some(from_sql_int("clear index", clear_index)?)
-            } else {
-                None
-            },
+            dispatch: self.dispatch.clone(),
+            clear_index: clear_of(clear_index)?,
         })
     }
 
     /// Resets the bookkeeping for a new head.
     pub(crate) fn fresh_dispatch(&mut self) {
-        self.dispatch = StoredDispatch::default();
+        self.dispatch = Dispatch::default();
     }
 }

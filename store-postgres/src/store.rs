@@ -1,24 +1,22 @@
-//! [`PostgresStore`]: the pool, the retrying transaction wrapper and the
-//! [`Store`] implementation that validates input and runs each operation
-//! as one transaction.
+//! [`PostgresStore`]: connecting, the retrying transaction wrapper, and the
+//! [`Store`] implementation: each method checks its request with the
+//! matching `a2_store_api::validate` function, then runs its operation
+//! (`ops/`, one file per operation) as one transaction.
 
 use std::collections::BTreeMap;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use a2_store_api::codec::{
-    lease_expiry, log_declaration, read_bounds, validate_consumers, validate_name,
-    validate_new_events, validate_presence_ttl, validate_presence_values, validate_retry_after,
-    validate_session_id, validate_state_writes,
-};
+use a2_store_api::log::read_bounds;
+use a2_store_api::validate;
 use a2_store_api::{
-    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult, Clock,
+    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
     CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
-    FailResult, Head, IdGenerator, ListSessions, NewEvent, PresenceMeta, PresenceResult,
-    PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult,
-    RenewRequest, RenewResult, Result, SessionInfo, StateRead, StateWrite, Store, StoreError,
-    StoredEvent, WakeLogResult,
+    FailResult, Head, ListSessions, NewEvent, PresenceMeta, PresenceResult, PresenceRow,
+    ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
+    RenewResult, Result, SessionInfo, StateRead, StateWrite, Store, StoreError, StoredEvent,
+    WakeLogResult,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
@@ -27,37 +25,28 @@ use tokio::sync::{broadcast, OnceCell};
 use tokio_postgres::NoTls;
 
 use crate::error::{db_error, pool_error, TxError};
+use crate::inner::Inner;
+use crate::notify::notify_channel;
 use crate::ops;
+use crate::ops::subscribe::follow;
 use crate::options::{validate_schema_name, PostgresOptions};
-use crate::subscribe::{follow, Listener};
 
 /// How many times a transaction that hit a serialization failure or a
 /// deadlock is run again before the call fails with `Busy`.
 pub const MAX_RETRIES: u32 = 8;
 
-/// State shared by the store's calls.
-pub(crate) struct Inner {
-    pub(crate) pool: Pool,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) ids: Arc<dyn IdGenerator>,
-    /// The `NOTIFY` channel of this schema.
-    pub(crate) channel: String,
-    schema: String,
-    config: tokio_postgres::Config,
-    wakes: broadcast::Sender<Arc<str>>,
-    listener: OnceCell<Listener>,
-}
-
 /// The PostgreSQL backend: a pool of connections to one schema of one
 /// database, shared safely by any number of stores in any number of processes.
 ///
-/// Every call is one transaction. Writers of a session (append, complete,
-/// clear, reclaim, redrive, wake_log) lock its `sessions` row exclusively, so
-/// they run one at a time and indexes stay contiguous. Claims, renewals,
-/// failures and snapshot writes take no session lock: they lock only the
-/// cursor rows they change (claims `SKIP LOCKED`, so concurrent workers pass
-/// each other), and writers lock every cursor row they read before writing
-/// it. Deadlocks and serialization failures are retried up to
+/// Every call is one transaction. Writers of a session (append, a
+/// completion returning events, clear, reclaim, redrive, wake_log, a
+/// subscriber's registration) lock its `sessions` row exclusively, so they
+/// run one at a time and indexes stay contiguous. Claims, renewals,
+/// failures, completions returning no events and snapshot writes take no
+/// session lock: they lock only the cursor rows they change (claims `SKIP
+/// LOCKED`, so concurrent workers pass each other; a completion without
+/// events only its own cursor), and writers lock every cursor row they read
+/// before writing it. Deadlocks and serialization failures are retried up to
 /// [`MAX_RETRIES`] times, then surface as `StoreError::Busy`.
 #[derive(Clone)]
 pub struct PostgresStore {
@@ -101,15 +90,6 @@ macro_rules! transact {
             }
         }
     }};
-}
-
-/// The `NOTIFY` channel of a schema: `a2_store_<schema>`, cut to the 63
-/// bytes PostgreSQL allows (schema names are ASCII). Two long names sharing
-/// a prefix share a channel, which only wakes streams for a needless re-read.
-pub(crate) fn notify_channel(schema: &str) -> String {
-    let mut channel = format!("a2_store_{schema}");
-    channel.truncate(crate::options::MAX_SCHEMA_NAME_LEN);
-    channel
 }
 
 /// A short randomized pause before retry `tries` (1-based): up to 2^tries ms.
@@ -212,10 +192,6 @@ impl PostgresStore {
             .map_err(|e| pool_error("dropping the schema", e))?;
         crate::schema::drop_schema(&client, &self.inner.schema).await
     }
-
-    fn wake_local(&self, session_id: &str) {
-        let _ = self.inner.wakes.send(Arc::from(session_id));
-    }
 }
 
 #[async_trait]
@@ -226,9 +202,7 @@ impl Store for PostgresStore {
         events: Vec<NewEvent>,
         options: AppendOptions,
     ) -> Result<AppendResult> {
-        validate_session_id(session_id)?;
-        validate_new_events(&events)?;
-        validate_consumers(options.consumers.as_deref(), &events)?;
+        validate::append(session_id, &events, &options)?;
         if events.is_empty() {
             return transact!(self.inner, "checking pending work", |tx| {
                 ops::append::append_nothing(&tx, session_id, &options).await?
@@ -238,34 +212,26 @@ impl Store for PostgresStore {
             ops::append::append(&tx, &self.inner, session_id, &events, &options).await?
         })?;
         if wrote {
-            self.wake_local(session_id);
+            self.inner.wake(session_id);
         }
         Ok(result)
     }
 
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult> {
-        validate_session_id(&request.session_id)?;
-        validate_name("holder", &request.holder)?;
-        validate_consumers(request.consumers.as_deref(), &[])?;
+        validate::claim_available(&request)?;
         let now = self.inner.clock.now_ms();
-        let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
-        if request.limit == Some(0) {
-            return Err(StoreError::invalid_input(
-                "claim limit is 0: pass at least 1, or no limit",
-            ));
-        }
+        let expires_at = request.lease_expiry(now)?;
         transact!(self.inner, "claiming heads", |tx| {
-            ops::claim::claim(&tx, &request, now, expires_at).await?
+            ops::claims::claim(&tx, &request, now, expires_at).await?
         })
     }
 
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult> {
-        validate_session_id(&request.session_id)?;
-        validate_name("holder", &request.holder)?;
+        validate::renew_claims(&request)?;
         let now = self.inner.clock.now_ms();
-        let expires_at = lease_expiry(now, request.ttl_ms, request.expires_at_ms)?;
+        let expires_at = request.lease_expiry(now)?;
         transact!(self.inner, "renewing claims", |tx| {
-            ops::claim::renew(
+            ops::renew::renew(
                 &tx,
                 &request.session_id,
                 &request.holder,
@@ -278,68 +244,58 @@ impl Store for PostgresStore {
     }
 
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
-        validate_session_id(&request.session_id)?;
-        validate_name("consumer name", &request.consumer)?;
-        validate_new_events(&request.events)?;
-        validate_consumers(request.consumers.as_deref(), &request.events)?;
+        validate::complete_attempt(&request)?;
         let (result, wrote) = transact!(self.inner, "completing an attempt", |tx| {
-            ops::outcome::complete(&tx, &self.inner, &request).await?
+            ops::complete::complete(&tx, &self.inner, &request).await?
         })?;
         if wrote {
-            self.wake_local(&request.session_id);
+            self.inner.wake(&request.session_id);
         }
         Ok(result)
     }
 
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
-        validate_session_id(&request.session_id)?;
-        validate_name("consumer name", &request.consumer)?;
-        validate_retry_after(request.retry_after_ms)?;
+        validate::fail_attempt(&request)?;
         let now = self.inner.clock.now_ms();
         transact!(self.inner, "failing an attempt", |tx| {
-            ops::outcome::fail(&tx, &request, now).await?
+            ops::fail::fail(&tx, &request, now).await?
         })
     }
 
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>> {
-        validate_session_id(session_id)?;
+        validate::dead_letters(session_id)?;
         transact!(self.inner, "listing dead letters", |tx| {
-            ops::outcome::dead_letters(&tx, session_id).await?
+            ops::fail::dead_letters(&tx, session_id).await?
         })
     }
 
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
-        validate_session_id(&request.session_id)?;
-        validate_name("consumer name", &request.consumer)?;
-        validate_consumers(request.consumers.as_deref(), &[])?;
+        validate::redrive(&request)?;
         transact!(self.inner, "redriving a dead letter", |tx| {
-            ops::outcome::redrive(&tx, &request).await?
+            ops::fail::redrive(&tx, &request).await?
         })
     }
 
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult> {
-        validate_session_id(&request.session_id)?;
-        if let Some(cause) = &request.cause {
-            validate_name("cause consumer", &cause.consumer)?;
-        }
+        validate::clear(&request)?;
         let (result, wrote) = transact!(self.inner, "clearing a session", |tx| {
             ops::clear::clear(&tx, &self.inner, &request).await?
         })?;
         if wrote {
-            self.wake_local(&request.session_id);
+            self.inner.wake(&request.session_id);
         }
         Ok(result)
     }
 
     async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult> {
-        validate_session_id(session_id)?;
+        validate::reclaim(session_id)?;
         transact!(self.inner, "reclaiming cleared rows", |tx| {
             ops::clear::reclaim(&tx, session_id).await?
         })
     }
 
     async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>> {
-        validate_session_id(session_id)?;
+        validate::read(session_id, &options)?;
         let (after, through) = read_bounds(&options, u64::MAX)?;
         transact!(self.inner, "reading events", |tx| {
             ops::read::read(&tx, session_id, after, through, options.limit).await?
@@ -351,41 +307,33 @@ impl Store for PostgresStore {
         session_id: &str,
         consumer: &ConsumerDeclaration,
     ) -> Result<WakeLogResult> {
-        validate_session_id(session_id)?;
-        let log = log_declaration(consumer)?;
+        let log = validate::wake_log(session_id, consumer)?;
         transact!(self.inner, "waking a log consumer", |tx| {
-            ops::read::wake_log(&tx, session_id, consumer, log).await?
+            ops::cursors::wake_log(&tx, session_id, consumer, log).await?
         })
     }
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
-        validate_session_id(session_id)?;
+        validate::cursors(session_id)?;
         transact!(self.inner, "listing cursors", |tx| {
-            ops::read::cursors(&tx, session_id).await?
+            ops::cursors::cursors(&tx, session_id).await?
         })
     }
 
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream> {
-        validate_session_id(session_id)?;
-        let inner = &self.inner;
-        inner
-            .listener
-            .get_or_init(|| async {
-                Listener::start(
-                    inner.config.clone(),
-                    inner.channel.clone(),
-                    inner.wakes.clone(),
-                )
-            })
-            .await;
-        // Take the receiver and register before the first read: nothing
-        // can slip between.
-        let wakes = inner.wakes.subscribe();
+        validate::subscribe(session_id)?;
+        let wakes = self.inner.listen().await;
         let token = uuid::Uuid::new_v4().simple().to_string();
         transact!(self.inner, "registering a subscriber", |tx| {
-            crate::subscribe::register(&tx, session_id, &token).await?
+            ops::subscribe::register(&tx, session_id, &token).await?
         })?;
-        Ok(follow(inner.pool.clone(), session_id, token, after, wakes))
+        Ok(follow(
+            self.inner.pool.clone(),
+            session_id,
+            token,
+            after,
+            wakes,
+        ))
     }
 
     async fn write_state(
@@ -394,11 +342,9 @@ impl Store for PostgresStore {
         reducer: &str,
         writes: Vec<StateWrite>,
     ) -> Result<()> {
-        validate_session_id(session_id)?;
-        validate_name("reducer name", reducer)?;
-        validate_state_writes(&writes)?;
+        validate::write_state(session_id, reducer, &writes)?;
         transact!(self.inner, "writing reducer state", |tx| {
-            ops::state::write_state(&tx, session_id, reducer, &writes).await?
+            ops::snapshots::write_state(&tx, session_id, reducer, &writes).await?
         })
     }
 
@@ -408,10 +354,9 @@ impl Store for PostgresStore {
         reducer: &str,
         options: ReadStateOptions,
     ) -> Result<StateRead> {
-        validate_session_id(session_id)?;
-        validate_name("reducer name", reducer)?;
+        validate::read_state(session_id, reducer)?;
         transact!(self.inner, "reading reducer state", |tx| {
-            ops::state::read_state(&tx, session_id, reducer, options.at).await?
+            ops::snapshots::read_state(&tx, session_id, reducer, options.at).await?
         })
     }
 
@@ -422,10 +367,7 @@ impl Store for PostgresStore {
         values: BTreeMap<String, Value>,
         meta: PresenceMeta,
     ) -> Result<PresenceResult> {
-        validate_session_id(session_id)?;
-        validate_name("participant", participant)?;
-        validate_presence_ttl(meta.ttl_ms)?;
-        validate_presence_values(&values)?;
+        validate::set_presence(session_id, participant, &values, &meta)?;
         let now = self.inner.clock.now_ms();
         transact!(self.inner, "writing presence", |tx| {
             ops::presence::set_presence(&tx, session_id, participant, &values, &meta, now).await?
@@ -433,7 +375,7 @@ impl Store for PostgresStore {
     }
 
     async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>> {
-        validate_session_id(session_id)?;
+        validate::read_presence(session_id)?;
         let now = self.inner.clock.now_ms();
         transact!(self.inner, "reading presence", |tx| {
             ops::presence::read_presence(&tx, session_id, now).await?

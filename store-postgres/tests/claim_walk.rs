@@ -10,7 +10,7 @@
 mod support;
 
 #[allow(dead_code)]
-#[path = "../src/ops/claim_sql.rs"]
+#[path = "../src/ops/claims/sql.rs"]
 mod claim_sql;
 
 use std::sync::Arc;

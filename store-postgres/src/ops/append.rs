@@ -1,13 +1,14 @@
-//! `append`: idempotent replay, fencing, lane conflicts, then the insert.
+//! `append`: idempotent replay of stored ids, the cleared-origin check and
+//! the fence of causes, then the batch is written.
 
-use a2_store_api::codec::idempotent_replay;
-use a2_store_api::{AppendOptions, AppendResult, NewEvent, StoreError};
+use a2_store_api::{replay, AppendOptions, AppendResult, NewEvent, StoreError};
 
-use crate::batch::{insert, lane_cursors, notify, stored_ids, InsertContext};
-use crate::cursors::{fence, has_pending, refresh_log_types};
-use crate::db::{lock_exclusive, Tx};
+use crate::batch::{stored_ids, write, Batch};
+use crate::cursor_table::{fence, has_pending, refresh_log_types};
+use crate::db::{lock_session, Tx};
 use crate::error::TxResult;
-use crate::store::Inner;
+use crate::inner::Inner;
+use crate::rows::index_of;
 
 /// The body of [`Store::append`](a2_store_api::Store::append) for a
 /// validated, non-empty batch. Returns the result and whether rows were written.
@@ -19,50 +20,42 @@ pub(crate) async fn append(
     options: &AppendOptions,
 ) -> TxResult<(AppendResult, bool)> {
     let consumers = options.consumers.as_deref();
-    let mut state = lock_exclusive(tx, session_id).await?;
+    let mut state = lock_session(tx, session_id).await?;
     let supplied: Vec<&str> = events.iter().filter_map(|e| e.id.as_deref()).collect();
-    let owners = stored_ids(tx, session_id, state.clear, &supplied).await?;
+    let mut owners = stored_ids(tx, session_id, state.clear, &supplied).await?;
     if !owners.is_empty() {
-        if owners.len() == events.len() {
-            let mut rows = Vec::with_capacity(events.len());
-            for event in events {
-                let row = event.id.as_ref().and_then(|id| owners.get(id)).cloned();
-                match row {
-                    Some(row) => rows.push(row),
-                    None => return Err(mixed(owners.len(), events.len()).into()),
-                }
-            }
-            let events = idempotent_replay(events, rows)?;
-            refresh_log_types(tx, session_id, consumers).await?;
-            let has_pending = has_pending(tx, session_id, consumers).await?;
-            return Ok((
-                AppendResult {
-                    events,
-                    has_pending,
-                },
-                false,
-            ));
+        // Batch ids are distinct, so as many owners as events means every
+        // event has a stored id: a replay.
+        let fresh = events.len() - owners.len();
+        if fresh > 0 {
+            return Err(StoreError::mixed_batch(owners.len(), fresh).into());
         }
-        return Err(mixed(owners.len(), events.len()).into());
+        let rows = events
+            .iter()
+            .filter_map(|event| owners.remove(event.id.as_deref()?))
+            .collect();
+        let events = replay::append(events, rows)?;
+        refresh_log_types(tx, session_id, consumers).await?;
+        let has_pending = has_pending(tx, session_id, consumers).await?;
+        return Ok((
+            AppendResult {
+                events,
+                has_pending,
+            },
+            false,
+        ));
     }
-    if let Some(origin) = options.origin_index {
-        if i64::try_from(origin).is_ok_and(|origin| origin <= state.clear) {
-            return Err(StoreError::session_cleared(session_id, origin).into());
-        }
-    }
+    options.check_origin(session_id, index_of(state.clear)?)?;
     for cause in events.iter().filter_map(|event| event.cause.as_ref()) {
         fence(tx, session_id, state.clear, cause).await?;
     }
-    let lanes = lane_cursors(tx, session_id, events, consumers).await?;
-    let cx = InsertContext {
+    let batch = Batch {
         session_id,
-        now: inner.clock.now_ms(),
-        ids: inner.ids.as_ref(),
+        events,
         cause: None,
         consumers,
     };
-    let stored = insert(tx, &cx, &mut state, events, lanes).await?;
-    notify(tx, &inner.channel, session_id).await?;
+    let stored = write(tx, inner, &mut state, &batch).await?;
     let has_pending = has_pending(tx, session_id, consumers).await?;
     Ok((
         AppendResult {
@@ -70,13 +63,6 @@ pub(crate) async fn append(
             has_pending,
         },
         true,
-    ))
-}
-
-fn mixed(stored: usize, total: usize) -> StoreError {
-    StoreError::partial_duplicate(format!(
-        "batch mixes {stored} already-appended and {} fresh events",
-        total - stored
     ))
 }
 

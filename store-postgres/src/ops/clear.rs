@@ -1,17 +1,14 @@
 //! `clear` (the marker, dropping targeted cursors and every pin) and
 //! `reclaim` (deleting rows below the marker in bounded batches).
 
-use a2_store_api::{
-    ClearRequest, ClearResult, NewEvent, Payload, ReclaimResult, StoreError, CLEAR_EVENT_TYPE,
-    RECLAIM_BATCH,
-};
+use a2_store_api::{ClearRequest, ClearResult, NewEvent, ReclaimResult, StoreError, RECLAIM_BATCH};
 
-use crate::batch::{insert, notify, InsertContext};
-use crate::cursors::fence;
-use crate::db::{execute, lock_exclusive, Tx};
+use crate::batch::{write, Batch};
+use crate::cursor_table::fence;
+use crate::db::{execute, lock_session, Tx};
 use crate::error::TxResult;
+use crate::inner::Inner;
 use crate::rows::index_of;
-use crate::store::Inner;
 
 /// The body of [`Store::clear`](a2_store_api::Store::clear). Returns the
 /// result and whether the marker was written.
@@ -21,32 +18,20 @@ pub(crate) async fn clear(
     request: &ClearRequest,
 ) -> TxResult<(ClearResult, bool)> {
     let session_id = request.session_id.as_str();
-    let mut state = lock_exclusive(tx, session_id).await?;
+    let mut state = lock_session(tx, session_id).await?;
     if let Some(cause) = &request.cause {
         fence(tx, session_id, state.clear, cause).await?;
     }
-    let head = index_of(state.head)?;
-    if request
-        .if_last_index
-        .is_some_and(|expected| expected != head)
-    {
-        return Ok((ClearResult::NotCleared { head }, false));
+    if let Some(unmet) = request.unmet_condition(index_of(state.head)?) {
+        return Ok((unmet, false));
     }
-    let marker = NewEvent {
-        id: None,
-        event_type: CLEAR_EVENT_TYPE.to_owned(),
-        payload: Payload::default(),
-        cause: None,
-        targets: Vec::new(),
-    };
-    let cx = InsertContext {
+    let batch = Batch {
         session_id,
-        now: inner.clock.now_ms(),
-        ids: inner.ids.as_ref(),
+        events: &[NewEvent::clear_marker()],
         cause: None,
         consumers: None,
     };
-    let mut rows = insert(tx, &cx, &mut state, &[marker], Default::default()).await?;
+    let mut rows = write(tx, inner, &mut state, &batch).await?;
     let Some(marker) = rows.pop() else {
         return Err(StoreError::Backend {
             message: "clearing: the marker row was not written".to_owned(),
@@ -79,18 +64,14 @@ pub(crate) async fn clear(
         &[&session_id, &marker_index],
     )
     .await?;
-    notify(tx, &inner.channel, session_id).await?;
     Ok((ClearResult::Cleared { marker }, true))
 }
 
 /// The body of [`Store::reclaim`](a2_store_api::Store::reclaim).
 pub(crate) async fn reclaim(tx: &Tx<'_>, session_id: &str) -> TxResult<ReclaimResult> {
-    let state = lock_exclusive(tx, session_id).await?;
+    let state = lock_session(tx, session_id).await?;
     if state.clear == 0 {
-        return Ok(ReclaimResult {
-            reclaimed: 0,
-            done: true,
-        });
+        return Ok(ReclaimResult::nothing_left());
     }
     let batch = i64::try_from(RECLAIM_BATCH).unwrap_or(i64::MAX);
     let remaining = (state.clear - 1 - state.reclaimed).max(0);

@@ -1,10 +1,15 @@
-//! The store operations, one transaction body each, grouped by concern.
+//! The store operations, one file per SPEC operation (named like the
+//! conformance modules), each holding the transaction bodies and the SQL
+//! only that operation runs.
 
 pub(crate) mod append;
-pub(crate) mod claim;
-pub(crate) mod claim_sql;
+pub(crate) mod claims;
 pub(crate) mod clear;
-pub(crate) mod outcome;
+pub(crate) mod complete;
+pub(crate) mod cursors;
+pub(crate) mod fail;
 pub(crate) mod presence;
 pub(crate) mod read;
-pub(crate) mod state;
+pub(crate) mod renew;
+pub(crate) mod snapshots;
+pub(crate) mod subscribe;

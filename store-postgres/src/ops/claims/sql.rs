@@ -1,7 +1,7 @@
 //! The statements of a claim: promoting the busy heads whose expiry passed,
 //! walking the ready heads, and the `Busy` answer.
 //!
-//! Kept apart from `claim.rs`, with nothing but `std`, so the crate's tests
+//! A file of its own under `claims.rs`, with nothing but `std`, so the tests
 //! can include this file and `EXPLAIN` the very statements a claim runs
 //! (`tests/claim_walk.rs`). Every value is a bound parameter; the walk and
 //! the `Busy` answer take `$1` session, `$2` through (or `NULL`), `$3`

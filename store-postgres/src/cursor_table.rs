@@ -1,17 +1,20 @@
-//! Cursor queries shared by the operations: load, store, advance, fence,
-//! pending checks and the log follower's next head.
+//! The cursor table's queries shared by several operations: load and store
+//! cursor rows, find the head an attempt names, advance a cursor (and a log
+//! follower's next head), the fence of causes, pending checks and declared
+//! log types.
 
 use std::collections::BTreeMap;
 
-use a2_store_api::{Cause, ConsumerDeclaration, CursorKind, StoreError, CLEAR_EVENT_TYPE};
+use a2_store_api::log::takes;
+use a2_store_api::sql::count_to_sql;
+use a2_store_api::{
+    dispatch, Cause, ConsumerDeclaration, CursorKind, StoreError, CLEAR_EVENT_TYPE,
+};
 use tokio_postgres::types::Json;
 
-use crate::db::{execute, query, query_opt, Tx};
+use crate::db::{execute, lock_session, query, query_opt, read_session, SessionState, Tx};
 use crate::error::TxResult;
-use crate::rows::{kind_code, lane_key, slot_key, CursorRow, CURSOR_COLUMNS};
-
-/// The stored key of a cursor: `(consumer, lane or '', slot)`.
-pub(crate) type CursorKey = (String, String, i64);
+use crate::rows::{index_of, kind_code, lane_key, slot_key, CursorKey, CursorRow, CURSOR_COLUMNS};
 
 /// Loads one cursor by key; `lock` takes its row lock (`FOR UPDATE`).
 pub(crate) async fn load(
@@ -22,17 +25,11 @@ pub(crate) async fn load(
     slot: i64,
     lock: bool,
 ) -> TxResult<Option<CursorRow>> {
-    let sql = if lock {
-        format!(
-            "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 \
-             AND c.consumer = $2 AND c.lane = $3 AND c.slot = $4 FOR UPDATE"
-        )
-    } else {
-        format!(
-            "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 \
-             AND c.consumer = $2 AND c.lane = $3 AND c.slot = $4"
-        )
-    };
+    let lock_clause = if lock { " FOR UPDATE" } else { "" };
+    let sql = format!(
+        "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 \
+         AND c.consumer = $2 AND c.lane = $3 AND c.slot = $4{lock_clause}"
+    );
     let row = query_opt(tx, &sql, &[&session_id, &consumer, &lane, &slot]).await?;
     row.map(|row| CursorRow::decode(&row, 0)).transpose()
 }
@@ -48,6 +45,65 @@ pub(crate) async fn load_ref(
 ) -> TxResult<Option<CursorRow>> {
     let slot = slot_key(lane, index)?;
     load(tx, session_id, consumer, lane_key(lane), slot, lock).await
+}
+
+/// The head a completion or failure of `(consumer, lane, index)` names.
+pub(crate) struct Attempted {
+    /// The session's row: locked before the cursor row by a writer, else
+    /// read after it.
+    pub state: SessionState,
+    /// `index` as stored.
+    pub index: i64,
+    /// The cursor, locked; `None` when the head is superseded (at or below
+    /// the clear, or an event whose cursor is gone).
+    pub cursor: Option<CursorRow>,
+}
+
+/// Finds and locks the cursor a completion or failure names, locking the
+/// session row first when `lock` (a writer). Without the session lock the
+/// clear is read after the cursor row is locked: a clear that touched the
+/// row has committed, none can start. `NoSuchEvent` when no event is at
+/// `index`.
+pub(crate) async fn attempted(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumer: &str,
+    lane: Option<&str>,
+    index: u64,
+    lock: bool,
+) -> TxResult<Attempted> {
+    let Ok(stored) = i64::try_from(index) else {
+        return Err(StoreError::no_such_event(session_id, index).into());
+    };
+    let locked = if lock {
+        Some(lock_session(tx, session_id).await?)
+    } else {
+        None
+    };
+    let cursor = load_ref(tx, session_id, consumer, lane, index, true).await?;
+    let state = match locked {
+        Some(state) => state,
+        None => read_session(tx, session_id).await?,
+    };
+    let cursor = match cursor {
+        _ if dispatch::cleared(index, index_of(state.clear)?) => None,
+        Some(cursor) => Some(cursor),
+        None => {
+            let exists = query_opt(
+                tx,
+                "SELECT 1 FROM events WHERE session_id = $1 AND idx = $2",
+                &[&session_id, &stored],
+            )
+            .await?;
+            dispatch::without_cursor(session_id, index, exists.is_some())?;
+            None
+        }
+    };
+    Ok(Attempted {
+        state,
+        index: stored,
+        cursor,
+    })
 }
 
 /// Loads the cursors with the given keys (missing ones are left out).
@@ -74,6 +130,27 @@ pub(crate) async fn load_many(
     rows.iter().map(|row| CursorRow::decode(row, 0)).collect()
 }
 
+/// A statement writing whole cursor rows from `$source` (the 18 columns in
+/// order): every field overwritten, and the row's `expired` mark cleared.
+macro_rules! upsert_cursors {
+    ($source:literal) => {
+        concat!(
+            "INSERT INTO cursors (session_id, consumer, lane, slot, kind, position, head, types, \
+               attempt_count, first_claimed_at, last_claimed_at, claim_holder, claim_expires_at, \
+               failure_count, last_failed_at, last_failed_attempt, last_error, failed_at) ",
+            $source,
+            " ON CONFLICT (session_id, consumer, lane, slot) DO UPDATE SET \
+               kind = EXCLUDED.kind, position = EXCLUDED.position, head = EXCLUDED.head, \
+               types = EXCLUDED.types, attempt_count = EXCLUDED.attempt_count, \
+               first_claimed_at = EXCLUDED.first_claimed_at, last_claimed_at = EXCLUDED.last_claimed_at, \
+               claim_holder = EXCLUDED.claim_holder, claim_expires_at = EXCLUDED.claim_expires_at, \
+               failure_count = EXCLUDED.failure_count, last_failed_at = EXCLUDED.last_failed_at, \
+               last_failed_attempt = EXCLUDED.last_failed_attempt, last_error = EXCLUDED.last_error, \
+               failed_at = EXCLUDED.failed_at, expired = false"
+        )
+    };
+}
+
 /// Inserts or overwrites a cursor row with every field of `cursor`.
 ///
 /// Clears the row's `expired` mark (a promoted head's claim ran out), as
@@ -82,39 +159,28 @@ pub(crate) async fn load_many(
 /// while a mark kept on a new expiry would leave a busy head on the walk.
 pub(crate) async fn put(tx: &Tx<'_>, session_id: &str, cursor: &CursorRow) -> TxResult<()> {
     let d = &cursor.dispatch;
-    let kind = kind_code(cursor.kind);
-    let types = cursor.types.as_ref().map(Json);
     execute(
         tx,
-        "INSERT INTO cursors (session_id, consumer, lane, slot, kind, position, head, types, \
-           attempt_count, first_claimed_at, last_claimed_at, claim_holder, claim_expires_at, \
-           failure_count, last_failed_at, last_failed_attempt, last_error, failed_at) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
-         ON CONFLICT (session_id, consumer, lane, slot) DO UPDATE SET \
-           kind = EXCLUDED.kind, position = EXCLUDED.position, head = EXCLUDED.head, \
-           types = EXCLUDED.types, attempt_count = EXCLUDED.attempt_count, \
-           first_claimed_at = EXCLUDED.first_claimed_at, last_claimed_at = EXCLUDED.last_claimed_at, \
-           claim_holder = EXCLUDED.claim_holder, claim_expires_at = EXCLUDED.claim_expires_at, \
-           failure_count = EXCLUDED.failure_count, last_failed_at = EXCLUDED.last_failed_at, \
-           last_failed_attempt = EXCLUDED.last_failed_attempt, last_error = EXCLUDED.last_error, \
-           failed_at = EXCLUDED.failed_at, expired = false",
+        upsert_cursors!(
+            "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)"
+        ),
         &[
             &session_id,
             &cursor.consumer,
             &cursor.lane,
             &cursor.slot,
-            &kind,
+            &kind_code(cursor.kind),
             &cursor.position,
             &cursor.head,
-            &types,
-            &d.attempt_count,
+            &cursor.types.as_ref().map(Json),
+            &count_to_sql(d.attempt_count),
             &d.first_claimed_at,
             &d.last_claimed_at,
             &d.claim_holder,
             &d.claim_expires_at,
-            &d.failure_count,
+            &count_to_sql(d.failure_count),
             &d.last_failed_at,
-            &d.last_failed_attempt,
+            &d.last_failed_attempt.map(count_to_sql),
             &d.last_error,
             &d.failed_at,
         ],
@@ -143,51 +209,47 @@ pub(crate) async fn put_all<'c>(
         return Ok(());
     }
     let rows: Vec<&CursorRow> = by_key.into_values().collect();
+    let column = |field: fn(&CursorRow) -> Option<i64>| -> Vec<Option<i64>> {
+        rows.iter().map(|c| field(c)).collect()
+    };
     let consumers: Vec<&str> = rows.iter().map(|c| c.consumer.as_str()).collect();
     let lanes: Vec<&str> = rows.iter().map(|c| c.lane.as_str()).collect();
     let slots: Vec<i64> = rows.iter().map(|c| c.slot).collect();
     let kinds: Vec<i16> = rows.iter().map(|c| kind_code(c.kind)).collect();
     let positions: Vec<i64> = rows.iter().map(|c| c.position).collect();
-    let heads: Vec<Option<i64>> = rows.iter().map(|c| c.head).collect();
+    let heads = column(|c| c.head);
     let types: Vec<Option<Json<&Vec<String>>>> =
         rows.iter().map(|c| c.types.as_ref().map(Json)).collect();
-    let attempts: Vec<i64> = rows.iter().map(|c| c.dispatch.attempt_count).collect();
-    let first_claimed: Vec<Option<i64>> =
-        rows.iter().map(|c| c.dispatch.first_claimed_at).collect();
-    let last_claimed: Vec<Option<i64>> = rows.iter().map(|c| c.dispatch.last_claimed_at).collect();
+    let attempts: Vec<i64> = rows
+        .iter()
+        .map(|c| count_to_sql(c.dispatch.attempt_count))
+        .collect();
+    let first_claimed = column(|c| c.dispatch.first_claimed_at);
+    let last_claimed = column(|c| c.dispatch.last_claimed_at);
     let holders: Vec<Option<&str>> = rows
         .iter()
         .map(|c| c.dispatch.claim_holder.as_deref())
         .collect();
-    let expires: Vec<Option<i64>> = rows.iter().map(|c| c.dispatch.claim_expires_at).collect();
-    let failures: Vec<i64> = rows.iter().map(|c| c.dispatch.failure_count).collect();
-    let last_failed: Vec<Option<i64>> = rows.iter().map(|c| c.dispatch.last_failed_at).collect();
-    let failed_attempts: Vec<Option<i64>> = rows
+    let expires = column(|c| c.dispatch.claim_expires_at);
+    let failures: Vec<i64> = rows
         .iter()
-        .map(|c| c.dispatch.last_failed_attempt)
+        .map(|c| count_to_sql(c.dispatch.failure_count))
         .collect();
+    let last_failed = column(|c| c.dispatch.last_failed_at);
+    let failed_attempts = column(|c| c.dispatch.last_failed_attempt.map(count_to_sql));
     let errors: Vec<Option<&str>> = rows
         .iter()
         .map(|c| c.dispatch.last_error.as_deref())
         .collect();
-    let failed_at: Vec<Option<i64>> = rows.iter().map(|c| c.dispatch.failed_at).collect();
+    let failed_at = column(|c| c.dispatch.failed_at);
     execute(
         tx,
-        "INSERT INTO cursors (session_id, consumer, lane, slot, kind, position, head, types, \
-           attempt_count, first_claimed_at, last_claimed_at, claim_holder, claim_expires_at, \
-           failure_count, last_failed_at, last_failed_attempt, last_error, failed_at) \
-         SELECT $1, r.* FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], \
-           $6::bigint[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::bigint[], $11::bigint[], \
-           $12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], $17::text[], \
-           $18::bigint[]) AS r \
-         ON CONFLICT (session_id, consumer, lane, slot) DO UPDATE SET \
-           kind = EXCLUDED.kind, position = EXCLUDED.position, head = EXCLUDED.head, \
-           types = EXCLUDED.types, attempt_count = EXCLUDED.attempt_count, \
-           first_claimed_at = EXCLUDED.first_claimed_at, last_claimed_at = EXCLUDED.last_claimed_at, \
-           claim_holder = EXCLUDED.claim_holder, claim_expires_at = EXCLUDED.claim_expires_at, \
-           failure_count = EXCLUDED.failure_count, last_failed_at = EXCLUDED.last_failed_at, \
-           last_failed_attempt = EXCLUDED.last_failed_attempt, last_error = EXCLUDED.last_error, \
-           failed_at = EXCLUDED.failed_at, expired = false",
+        upsert_cursors!(
+            "SELECT $1, r.* FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], \
+               $6::bigint[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::bigint[], $11::bigint[], \
+               $12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], $17::text[], \
+               $18::bigint[]) AS r"
+        ),
         &[
             &session_id,
             &consumers,
@@ -228,15 +290,6 @@ pub(crate) async fn release_pins(
     Ok(())
 }
 
-/// The types a log cursor takes, without the clear marker (never taken).
-fn taken_types(types: &[String]) -> Vec<&str> {
-    types
-        .iter()
-        .map(String::as_str)
-        .filter(|t| *t != CLEAR_EVENT_TYPE)
-        .collect()
-}
-
 /// The next event after `after` a log cursor taking `types` takes (`None`
 /// types: every type but the clear marker). One index probe per type.
 pub(crate) async fn next_log_head(
@@ -256,7 +309,12 @@ pub(crate) async fn next_log_head(
             .await?
         }
         Some(types) => {
-            let types = taken_types(types);
+            // The clear marker is never taken, whatever the declaration says.
+            let types: Vec<&str> = types
+                .iter()
+                .map(String::as_str)
+                .filter(|t| takes(None, t))
+                .collect();
             if types.is_empty() {
                 return Ok(None);
             }
@@ -312,40 +370,28 @@ pub(crate) async fn advance(tx: &Tx<'_>, session_id: &str, cursor: &mut CursorRo
     put(tx, session_id, cursor).await
 }
 
-/// The attempt-currency fence of appends and clears: the cause must be above
-/// the clear and name a cursor whose head, attempt and liveness match.
+/// The attempt-currency fence of appends and clears
+/// ([`dispatch::fence`]): the cause's cursor, locked, must be on the cause's
+/// head with its attempt, above the clear and not dead-lettered.
 pub(crate) async fn fence(
     tx: &Tx<'_>,
     session_id: &str,
     clear: i64,
     cause: &Cause,
 ) -> TxResult<()> {
-    let superseded = || StoreError::superseded(session_id, cause);
-    let Ok(index) = i64::try_from(cause.index) else {
-        return Err(superseded().into());
+    let clear = index_of(clear)?;
+    // A cause at or below the clear, or beyond any index, has no cursor to lock.
+    let cursor = if !dispatch::cleared(cause.index, clear) && i64::try_from(cause.index).is_ok() {
+        let lane = cause.lane.as_deref();
+        load_ref(tx, session_id, &cause.consumer, lane, cause.index, true).await?
+    } else {
+        None
     };
-    if index <= clear {
-        return Err(superseded().into());
-    }
-    let cursor = load_ref(
-        tx,
-        session_id,
-        &cause.consumer,
-        cause.lane.as_deref(),
-        cause.index,
-        true,
-    )
-    .await?;
-    match cursor {
-        Some(cursor)
-            if cursor.head == Some(index)
-                && cursor.dispatch.attempt_count == i64::from(cause.attempt)
-                && cursor.dispatch.failed_at.is_none() =>
-        {
-            Ok(())
-        }
-        _ => Err(superseded().into()),
-    }
+    let head = cursor.as_ref().map(CursorRow::head_index).transpose()?;
+    let named = head
+        .zip(cursor.as_ref())
+        .map(|(head, c)| (head, &c.dispatch));
+    Ok(dispatch::fence(session_id, clear, cause, named)?)
 }
 
 /// The consumer names a call serves (`None`: every consumer).
@@ -380,6 +426,25 @@ pub(crate) async fn has_pending(
     match row {
         Some(row) => Ok(row.try_get(0)?),
         None => Ok(false),
+    }
+}
+
+/// Gives a loaded log cursor the types its declaration among `consumers`
+/// names, as [`refresh_log_types`] did to its row.
+pub(crate) fn refresh_loaded_types(
+    cursor: &mut CursorRow,
+    consumers: Option<&[ConsumerDeclaration]>,
+) {
+    if cursor.kind != CursorKind::Log {
+        return;
+    }
+    let declared = consumers
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| c.name == cursor.consumer)
+        .find_map(|c| c.log.as_ref().filter(|log| log.lane == cursor.lane));
+    if let Some(log) = declared {
+        cursor.types = log.types.clone();
     }
 }
 

@@ -1,11 +1,12 @@
 //! Reducer snapshots: the head snapshot per reducer, and checkpoints kept
 //! readable while a pin (a cursor still on that head) holds.
 
+use a2_store_api::dispatch::cleared;
 use a2_store_api::{Snapshot, StateRead, StateWrite};
 use tokio_postgres::types::Json;
 
-use crate::cursors::load_ref;
-use crate::db::{bound, execute, query_opt, read_state as session_state, Tx};
+use crate::cursor_table::load_ref;
+use crate::db::{bound, execute, query_opt, read_session, Tx};
 use crate::error::TxResult;
 use crate::rows::index_of;
 
@@ -19,7 +20,8 @@ pub(crate) async fn write_state(
     reducer: &str,
     writes: &[StateWrite],
 ) -> TxResult<()> {
-    let clear = session_state(tx, session_id).await?.clear;
+    let clear = read_session(tx, session_id).await?.clear;
+    let cleared_through = index_of(clear)?;
     let mut ordered: Vec<&StateWrite> = writes.iter().collect();
     ordered.sort_by_key(|write| write.index);
     let mut head: Option<(i64, &StateWrite)> = None;
@@ -33,10 +35,11 @@ pub(crate) async fn write_state(
         head = Some((index, write));
         let mut pinned = Vec::new();
         for pin in &write.pins {
+            // A cleared head's cursor is gone; one beyond any index never was.
             let Ok(pin_index) = i64::try_from(pin.index) else {
                 continue;
             };
-            if pin_index <= clear {
+            if cleared(pin.index, cleared_through) {
                 continue;
             }
             let cursor = load_ref(
@@ -49,7 +52,7 @@ pub(crate) async fn write_state(
             )
             .await?;
             let Some(cursor) = cursor else { continue };
-            if cursor.head != Some(pin_index) || cursor.dispatch.failed_at.is_some() {
+            if cursor.head != Some(pin_index) || cursor.dispatch.is_dead_lettered() {
                 continue;
             }
             // Lock the cursor row shared: an advance or dead-letter (which
@@ -120,7 +123,7 @@ pub(crate) async fn read_state(
     reducer: &str,
     at: Option<u64>,
 ) -> TxResult<StateRead> {
-    let clear = session_state(tx, session_id).await?.clear;
+    let clear = read_session(tx, session_id).await?.clear;
     let at = at.map_or(i64::MAX, bound);
     let head = query_opt(
         tx,

@@ -1,0 +1,50 @@
+//! [`Inner`]: what every call of a store shares (the pool, the clock, the id
+//! source) and the wake-up plumbing of its subscriptions. Operations take it
+//! from here; the store that owns it depends on them, never the reverse.
+
+use std::sync::Arc;
+
+use a2_store_api::{Clock, IdGenerator};
+use deadpool_postgres::Pool;
+use tokio::sync::{broadcast, OnceCell};
+
+use crate::notify::Listener;
+
+/// State shared by the store's calls.
+pub(crate) struct Inner {
+    pub(crate) pool: Pool,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) ids: Arc<dyn IdGenerator>,
+    /// The `NOTIFY` channel of this schema.
+    pub(crate) channel: String,
+    pub(crate) schema: String,
+    /// How to open the listener's own connection.
+    pub(crate) config: tokio_postgres::Config,
+    /// Wakes this store's streams with a session id (or every stream).
+    pub(crate) wakes: broadcast::Sender<Arc<str>>,
+    /// Started by the first `subscribe`.
+    pub(crate) listener: OnceCell<Listener>,
+}
+
+impl Inner {
+    /// Starts the listener on first use and returns a receiver of wake-ups;
+    /// take it before a stream's first read, so no append slips between.
+    pub(crate) async fn listen(&self) -> broadcast::Receiver<Arc<str>> {
+        self.listener
+            .get_or_init(|| async {
+                Listener::start(
+                    self.config.clone(),
+                    self.channel.clone(),
+                    self.wakes.clone(),
+                )
+            })
+            .await;
+        self.wakes.subscribe()
+    }
+
+    /// Wakes this store's streams of `session_id` after a commit that grew
+    /// it (other processes learn of it through `NOTIFY`).
+    pub(crate) fn wake(&self, session_id: &str) {
+        let _ = self.wakes.send(Arc::from(session_id));
+    }
+}

@@ -1,0 +1,128 @@
+//! Wake-ups across processes: a commit that grows a session with a
+//! registered subscriber sends `NOTIFY` on the schema's channel (sessions
+//! nobody follows skip it: PostgreSQL serializes notifying commits
+//! cluster-wide), and one dedicated connection per store `LISTEN`s and fans
+//! the session ids out to the streams of this process. After (re)connecting,
+//! the listener wakes every stream for a catch-up read, so nothing is missed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+use tokio_postgres::{AsyncMessage, NoTls};
+
+use crate::db::{execute, Tx};
+use crate::error::TxResult;
+use crate::options::MAX_SCHEMA_NAME_LEN;
+
+/// The `NOTIFY` channel of a schema: `a2_store_<schema>`, cut to the 63
+/// bytes PostgreSQL allows (schema names are ASCII). Two long names sharing
+/// a prefix share a channel, which only wakes streams for a needless re-read.
+pub(crate) fn notify_channel(schema: &str) -> String {
+    let mut channel = format!("a2_store_{schema}");
+    channel.truncate(MAX_SCHEMA_NAME_LEN);
+    channel
+}
+
+/// Tells listeners in every process (on commit) that the session grew,
+/// when the session has a registered subscriber (the caller holds the
+/// session's writer lock, which registration also takes).
+pub(crate) async fn notify(tx: &Tx<'_>, channel: &str, session_id: &str) -> TxResult<()> {
+    execute(
+        tx,
+        "SELECT pg_notify($1, $2) \
+         WHERE EXISTS (SELECT 1 FROM subscribers WHERE session_id = $3)",
+        &[&channel, &notification_payload(session_id), &session_id],
+    )
+    .await?;
+    Ok(())
+}
+
+/// The message that wakes every stream (after a reconnect, or for a session
+/// id too long for a `NOTIFY` payload).
+pub(crate) const EVERYONE: &str = "";
+
+/// Longest session id sent as is in a `NOTIFY` payload (the limit is 8000 bytes).
+const MAX_PAYLOAD: usize = 7_000;
+
+/// The `NOTIFY` payload for a session: its id, or [`EVERYONE`] when too long.
+fn notification_payload(session_id: &str) -> &str {
+    if session_id.len() > MAX_PAYLOAD {
+        EVERYONE
+    } else {
+        session_id
+    }
+}
+
+/// The background task holding the `LISTEN` connection; stopped on drop.
+#[derive(Debug)]
+pub(crate) struct Listener {
+    task: JoinHandle<()>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Listener {
+    /// Starts listening on `channel`, forwarding payloads to `sender`, and
+    /// reconnecting (with a catch-up wake of every stream) when the
+    /// connection drops.
+    pub(crate) fn start(
+        config: tokio_postgres::Config,
+        channel: String,
+        sender: broadcast::Sender<Arc<str>>,
+    ) -> Self {
+        let task = tokio::spawn(async move {
+            let mut delay = Duration::from_millis(50);
+            loop {
+                if listen_once(&config, &channel, &sender).await {
+                    delay = Duration::from_millis(50);
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        });
+        Self { task }
+    }
+}
+
+/// One connection's life: `LISTEN`, wake everyone, forward notifications
+/// until the connection ends. Returns whether it got as far as listening.
+async fn listen_once(
+    config: &tokio_postgres::Config,
+    channel: &str,
+    sender: &broadcast::Sender<Arc<str>>,
+) -> bool {
+    let Ok((client, mut connection)) = config.connect(NoTls).await else {
+        return false;
+    };
+    let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
+    // The channel is built from the validated schema name (an identifier).
+    let listen_sql = format!("LISTEN \"{channel}\"");
+    let listen = client.batch_execute(&listen_sql);
+    tokio::pin!(listen);
+    let mut listening = false;
+    loop {
+        tokio::select! {
+            done = &mut listen, if !listening => {
+                if done.is_err() {
+                    return false;
+                }
+                listening = true;
+                let _ = sender.send(Arc::from(EVERYONE));
+            }
+            message = messages.next() => match message {
+                Some(Ok(AsyncMessage::Notification(note))) => {
+                    let _ = sender.send(Arc::from(note.payload()));
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return listening,
+            }
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! `complete_attempt`: the current attempt of a head appends the events it
+//! returns, its completion is recorded (for replays) and the cursor moves
+//! to its next head; a repeat of a recorded completion replays it.
+
+use a2_store_api::sql::{count_to_sql, from_sql_count};
+use a2_store_api::{
+    replay, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, StoreError,
+};
+use tokio_postgres::types::Json;
+
+use crate::batch::{stored_ids, write, Batch};
+use crate::cursor_table::{advance, attempted, refresh_loaded_types, refresh_log_types};
+use crate::db::{execute, query_opt, Tx};
+use crate::error::TxResult;
+use crate::inner::Inner;
+use crate::rows::lane_key;
+
+/// The body of [`Store::complete_attempt`](a2_store_api::Store::complete_attempt)
+/// for a validated request. Returns the result and whether rows were written.
+pub(crate) async fn complete(
+    tx: &Tx<'_>,
+    inner: &Inner,
+    request: &CompleteRequest,
+) -> TxResult<(CompleteResult, bool)> {
+    let session_id = request.session_id.as_str();
+    let consumers = request.consumers.as_deref();
+    let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
+    // Returned events are an append: they need the session's writer lock
+    // (taken first, like every writer). A completion without events changes
+    // only its own cursor, so it locks just that row and completions of one
+    // session commit side by side.
+    let lock = !request.events.is_empty();
+    let named = attempted(tx, session_id, consumer, lane, request.index, lock).await?;
+    let (mut state, index) = (named.state, named.index);
+    refresh_log_types(tx, session_id, consumers).await?;
+    let Some(mut cursor) = named.cursor else {
+        return Ok((CompleteResult::Superseded, false));
+    };
+    refresh_loaded_types(&mut cursor, consumers);
+    let on_head = cursor.head == Some(index);
+    match cursor.dispatch.complete_verdict(on_head, request.attempt) {
+        CompleteVerdict::Apply => {}
+        CompleteVerdict::Replay => return replay(tx, state.clear, request, index).await,
+        CompleteVerdict::Superseded => return Ok((CompleteResult::Superseded, false)),
+    }
+    let supplied: Vec<&str> = request
+        .events
+        .iter()
+        .filter_map(|e| e.id.as_deref())
+        .collect();
+    if !stored_ids(tx, session_id, state.clear, &supplied)
+        .await?
+        .is_empty()
+    {
+        return Err(StoreError::returned_ids_stored().into());
+    }
+    let cause = request.cause();
+    let batch = Batch {
+        session_id,
+        events: &request.events,
+        cause: Some(&cause),
+        consumers,
+    };
+    let stored = write(tx, inner, &mut state, &batch).await?;
+    // The write left our cursor's head and bookkeeping as loaded (it may
+    // only have queued more of its lane, or refreshed its types, set above).
+    let lane_stored = lane_key(lane);
+    let returned: Vec<Option<&str>> = request.events.iter().map(|e| e.id.as_deref()).collect();
+    let returned = Json(&returned);
+    let is_log = cursor.kind == CursorKind::Log;
+    let record = async {
+        if is_log {
+            execute(
+                tx,
+                "DELETE FROM completions WHERE session_id = $1 AND consumer = $2 AND lane = $3",
+                &[&session_id, &request.consumer, &lane_stored],
+            )
+            .await?;
+        }
+        execute(
+            tx,
+            "INSERT INTO completions (session_id, consumer, lane, idx, attempt, returned_ids) \
+             VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (session_id, consumer, lane, idx) DO UPDATE \
+             SET attempt = EXCLUDED.attempt, returned_ids = EXCLUDED.returned_ids",
+            &[
+                &session_id,
+                &request.consumer,
+                &lane_stored,
+                &index,
+                &count_to_sql(request.attempt),
+                &returned,
+            ],
+        )
+        .await
+    };
+    // Independent statements on rows this transaction holds: pipelined.
+    futures::try_join!(record, advance(tx, session_id, &mut cursor))?;
+    let wrote = !stored.is_empty();
+    Ok((CompleteResult::Completed { events: stored }, wrote))
+}
+
+/// A completion of a head the cursor already moved past (`clear`: the
+/// session's clear index): a replay when that attempt completed it with the
+/// same returned events, else superseded.
+async fn replay(
+    tx: &Tx<'_>,
+    clear: i64,
+    request: &CompleteRequest,
+    index: i64,
+) -> TxResult<(CompleteResult, bool)> {
+    let session_id = request.session_id.as_str();
+    let row = query_opt(
+        tx,
+        "SELECT attempt, returned_ids FROM completions WHERE session_id = $1 AND consumer = $2 \
+         AND lane = $3 AND idx = $4",
+        &[
+            &session_id,
+            &request.consumer,
+            &lane_key(request.lane.as_deref()),
+            &index,
+        ],
+    )
+    .await?;
+    let Some(row) = row else {
+        return Ok((CompleteResult::Superseded, false));
+    };
+    let attempt = from_sql_count("completion attempt", row.try_get(0)?)?;
+    let Json(recorded): Json<Vec<Option<String>>> = row.try_get(1)?;
+    if !replay::completion_record(request, Some((attempt, &recorded)))? {
+        return Ok((CompleteResult::Superseded, false));
+    }
+    let supplied: Vec<&str> = request
+        .events
+        .iter()
+        .filter_map(|e| e.id.as_deref())
+        .collect();
+    let mut owners = stored_ids(tx, session_id, clear, &supplied).await?;
+    let rows = request
+        .events
+        .iter()
+        .filter_map(|event| owners.remove(event.id.as_deref()?))
+        .collect();
+    let events = replay::completed_events(request, rows)?;
+    Ok((CompleteResult::Completed { events }, false))
+}

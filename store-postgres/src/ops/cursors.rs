@@ -1,0 +1,84 @@
+//! `cursors` (a session's cursors) and `wake_log`, which makes sure a log
+//! follower's cursor exists.
+
+use a2_store_api::log::idle_log_cursor;
+use a2_store_api::order::compare_cursors;
+use a2_store_api::{
+    ConsumerDeclaration, Cursor, CursorKind, LogDeclaration, StoreError, WakeLogResult,
+};
+
+use crate::cursor_table::{load, next_log_head, put};
+use crate::db::{lock_session, query, Tx};
+use crate::error::TxResult;
+use crate::rows::{index_of, CursorRow, CURSOR_COLUMNS};
+
+/// Every cursor but finished event cursors, in `cursors()` order.
+pub(crate) async fn cursors(tx: &Tx<'_>, session_id: &str) -> TxResult<Vec<Cursor>> {
+    let sql = format!(
+        "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 \
+         AND (c.kind <> 0 OR c.head IS NOT NULL)"
+    );
+    let rows = query(tx, &sql, &[&session_id]).await?;
+    let mut cursors = Vec::with_capacity(rows.len());
+    for row in &rows {
+        cursors.push(CursorRow::decode(row, 0)?.to_cursor()?);
+    }
+    cursors.sort_by(compare_cursors);
+    Ok(cursors)
+}
+
+/// The body of [`Store::wake_log`](a2_store_api::Store::wake_log) for a
+/// validated log declaration.
+pub(crate) async fn wake_log(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumer: &ConsumerDeclaration,
+    log: &LogDeclaration,
+) -> TxResult<WakeLogResult> {
+    let state = lock_session(tx, session_id).await?;
+    let head = index_of(state.head)?;
+    let existing = load(tx, session_id, &consumer.name, &log.lane, 0, true).await?;
+    let cursor = match existing {
+        Some(cursor) if cursor.kind != CursorKind::Log => {
+            return Err(StoreError::lane_conflict(&consumer.name, &log.lane).into());
+        }
+        Some(mut cursor) => {
+            cursor.types = log.types.clone();
+            if cursor.head.is_none() {
+                cursor.head =
+                    next_log_head(tx, session_id, cursor.position, log.types.as_deref()).await?;
+            }
+            put(tx, session_id, &cursor).await?;
+            cursor
+        }
+        None if state.head == state.clear => {
+            return Ok(WakeLogResult {
+                cursor: idle_log_cursor(consumer, index_of(state.clear)?),
+                head,
+            });
+        }
+        None => {
+            let (position, next) = if log.backfill {
+                let next = next_log_head(tx, session_id, state.clear, log.types.as_deref()).await?;
+                (state.clear, next)
+            } else {
+                (state.head, None)
+            };
+            let cursor = CursorRow::new(
+                &consumer.name,
+                Some(&log.lane),
+                0,
+                CursorKind::Log,
+                position,
+                next,
+                log.types.clone(),
+            );
+            put(tx, session_id, &cursor).await?;
+            cursor
+        }
+    };
+    Ok(WakeLogResult {
+        cursor: cursor.to_cursor()?,
+        head,
+    })
+}

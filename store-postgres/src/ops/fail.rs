@@ -1,0 +1,100 @@
+//! The failures of a head: `fail_attempt`, and the dead-letter queue
+//! (`dead_letters`, `redrive`).
+
+use a2_store_api::dispatch::cleared;
+use a2_store_api::order::compare_heads;
+use a2_store_api::{
+    FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest, RedriveResult,
+};
+
+use crate::cursor_table::{
+    advance, attempted, has_pending, put, refresh_loaded_types, refresh_log_types, release_pins,
+};
+use crate::db::{lock_session, query, query_opt, read_session, Tx};
+use crate::error::TxResult;
+use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS};
+
+/// The body of [`Store::fail_attempt`](a2_store_api::Store::fail_attempt)
+/// for a validated request. Takes no session lock: it locks the cursor row,
+/// then reads the clear.
+pub(crate) async fn fail(tx: &Tx<'_>, request: &FailRequest, now: i64) -> TxResult<FailResult> {
+    let session_id = request.session_id.as_str();
+    let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
+    let named = attempted(tx, session_id, consumer, lane, request.index, false).await?;
+    let Some(mut cursor) = named.cursor else {
+        return Ok(FailResult::superseded());
+    };
+    let on_head = cursor.head == Some(named.index);
+    if let Some(result) = cursor.dispatch.fail_verdict(on_head, request.attempt) {
+        return Ok(result);
+    }
+    let result = cursor.dispatch.record_failure(request, now);
+    if result.outcome == FailOutcome::DeadLettered {
+        release_pins(tx, session_id, &cursor).await?;
+    }
+    put(tx, session_id, &cursor).await?;
+    Ok(result)
+}
+
+/// The body of [`Store::dead_letters`](a2_store_api::Store::dead_letters).
+pub(crate) async fn dead_letters(tx: &Tx<'_>, session_id: &str) -> TxResult<Vec<Head>> {
+    let state = read_session(tx, session_id).await?;
+    let sql = format!(
+        "SELECT {CURSOR_COLUMNS}, {EVENT_COLUMNS} FROM cursors c \
+         JOIN events e ON e.session_id = c.session_id AND e.idx = c.head \
+         WHERE c.session_id = $1 AND c.head IS NOT NULL AND c.head > $2 \
+           AND c.failed_at IS NOT NULL \
+         ORDER BY c.head, c.consumer, c.lane"
+    );
+    let rows = query(tx, &sql, &[&session_id, &state.clear]).await?;
+    let mut heads = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let cursor = CursorRow::decode(row, 0)?;
+        let event = decode_event(row, CURSOR_WIDTH, session_id)?;
+        heads.push(cursor.to_head(event, state.clear)?);
+    }
+    heads.sort_by(compare_heads);
+    Ok(heads)
+}
+
+/// The body of [`Store::redrive`](a2_store_api::Store::redrive) for a
+/// validated request.
+pub(crate) async fn redrive(tx: &Tx<'_>, request: &RedriveRequest) -> TxResult<RedriveResult> {
+    let session_id = request.session_id.as_str();
+    let consumers = request.consumers.as_deref();
+    let clear = index_of(lock_session(tx, session_id).await?.clear)?;
+    // Only a head above the clear (and storable) can be a dead letter.
+    let index = i64::try_from(request.index)
+        .ok()
+        .filter(|_| !cleared(request.index, clear));
+    let mut found = None;
+    if let Some(index) = index {
+        let sql = format!(
+            "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 AND c.consumer = $2 \
+             AND c.head = $3 AND c.failed_at IS NOT NULL ORDER BY c.lane, c.slot LIMIT 1 \
+             FOR UPDATE OF c"
+        );
+        if let Some(row) = query_opt(tx, &sql, &[&session_id, &request.consumer, &index]).await? {
+            found = Some(CursorRow::decode(&row, 0)?);
+        }
+    }
+    refresh_log_types(tx, session_id, consumers).await?;
+    let Some(mut cursor) = found else {
+        return Ok(RedriveResult {
+            redriven: false,
+            has_pending: has_pending(tx, session_id, consumers).await?,
+        });
+    };
+    refresh_loaded_types(&mut cursor, consumers);
+    match request.action {
+        RedriveAction::Skip => advance(tx, session_id, &mut cursor).await?,
+        RedriveAction::Retry => {
+            cursor.dispatch.retry();
+            put(tx, session_id, &cursor).await?;
+        }
+    }
+    Ok(RedriveResult {
+        redriven: true,
+        has_pending: has_pending(tx, session_id, consumers).await?,
+    })
+}
