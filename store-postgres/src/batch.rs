@@ -15,7 +15,7 @@ use crate::db::{execute, query, set_head, sql_index, SessionState, Tx};
 use crate::error::TxResult;
 use crate::inner::Inner;
 use crate::notify::notify;
-use crate::rows::{decode_event, CursorKey, CursorRow, EVENT_COLUMNS};
+use crate::rows::{decode_event, index_of, CursorKey, CursorRow, EVENT_COLUMNS};
 
 /// The rows above the clear (the marker included) owning any of `ids`, by id.
 pub(crate) async fn stored_ids(
@@ -299,12 +299,12 @@ async fn enqueue(
             }
             None => {
                 let Some(first) = first else { continue };
-                let (position, head) = if log.backfill {
-                    let head =
-                        next_log_head(tx, session_id, state.clear, log.types.as_deref()).await?;
-                    (state.clear, head)
+                let start = log.start_position(index_of(state.clear)?, index_of(base)?);
+                let position = sql_index("log cursor position", start)?;
+                let head = if log.backfill {
+                    next_log_head(tx, session_id, position, log.types.as_deref()).await?
                 } else {
-                    (base, Some(first))
+                    Some(first)
                 };
                 lanes.insert(
                     key.clone(),

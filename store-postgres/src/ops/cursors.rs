@@ -8,7 +8,7 @@ use a2_store_api::{
 };
 
 use crate::cursor_table::{load, next_log_head, put};
-use crate::db::{lock_session, query, Tx};
+use crate::db::{lock_session, query, sql_index, Tx};
 use crate::error::TxResult;
 use crate::rows::{index_of, CursorRow, CURSOR_COLUMNS};
 
@@ -58,11 +58,12 @@ pub(crate) async fn wake_log(
             });
         }
         None => {
-            let (position, next) = if log.backfill {
-                let next = next_log_head(tx, session_id, state.clear, log.types.as_deref()).await?;
-                (state.clear, next)
+            let start = log.start_position(index_of(state.clear)?, index_of(state.head)?);
+            let position = sql_index("log cursor position", start)?;
+            let next = if log.backfill {
+                next_log_head(tx, session_id, position, log.types.as_deref()).await?
             } else {
-                (state.head, None)
+                None
             };
             let cursor = CursorRow::new(
                 &consumer.name,

@@ -29,7 +29,7 @@ pub(crate) async fn write_state(
         let Ok(index) = i64::try_from(write.index) else {
             continue;
         };
-        if index < clear {
+        if !write.kept(cleared_through) {
             continue;
         }
         head = Some((index, write));
@@ -52,7 +52,7 @@ pub(crate) async fn write_state(
             )
             .await?;
             let Some(cursor) = cursor else { continue };
-            if cursor.head != Some(pin_index) || cursor.dispatch.is_dead_lettered() {
+            if !cursor.dispatch.holds_pin(cursor.head == Some(pin_index)) {
                 continue;
             }
             // Lock the cursor row shared: an advance or dead-letter (which
