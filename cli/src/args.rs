@@ -52,8 +52,13 @@ pub enum Command {
     /// Retry or skip a dead-lettered head.
     Redrive(RedriveArgs),
     /// Clear a session: append the `a2.cleared` marker, dropping its pending work.
+    ///
+    /// Needs --yes, or --if-last-index N to clear only the state you looked
+    /// at. A session that does not exist is refused (nothing is created).
     Clear(ClearArgs),
     /// Delete the rows below a session's clear marker.
+    ///
+    /// A session that does not exist is refused.
     Reclaim(ReclaimArgs),
 }
 
@@ -177,9 +182,13 @@ pub struct ClearArgs {
     pub url: String,
     /// The session.
     pub session: String,
-    /// Clear only if the session's last index is exactly N.
+    /// Clear only if the session's last index is exactly N (no --yes needed:
+    /// the index says which state you looked at).
     #[arg(long, value_name = "N")]
     pub if_last_index: Option<u64>,
+    /// Clear whatever the session holds now (required without --if-last-index).
+    #[arg(long)]
+    pub yes: bool,
     /// Print what changed as JSON.
     #[arg(long)]
     pub json: bool,

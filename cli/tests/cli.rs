@@ -463,7 +463,7 @@ fn repair_a_seeded_sqlite_file() {
     let done = json_of(&ok(&["reclaim", &url, "s1", "--json"]));
     assert_eq!(done["reclaimed"], 0);
     assert_eq!(done["done"], true);
-    let cleared = json_of(&ok(&["clear", &url, "s2", "--json"]));
+    let cleared = json_of(&ok(&["clear", &url, "s2", "--yes", "--json"]));
     assert_eq!(cleared["outcome"], "cleared");
     assert_eq!(cleared["marker"]["index"], 2);
     assert_eq!(cleared["marker"]["type"], "a2.cleared");
@@ -488,8 +488,9 @@ fn every_command_runs_against_memory() {
         &["redrive", "memory:", "s", "c", "1", "--skip"],
         "nothing changed",
     );
-    assert!(ok(&["clear", "memory:", "s"]).contains("marker at index 1"));
-    assert!(ok(&["reclaim", "memory:", "s"]).contains("nothing to reclaim"));
+    // A fresh memory store has no session: repairs refuse it.
+    fails(&["clear", "memory:", "s", "--yes"], "no session 's'");
+    fails(&["reclaim", "memory:", "s"], "no session 's'");
 }
 
 #[test]
@@ -499,7 +500,7 @@ fn operator_errors_say_what_to_do_in_one_line() {
     for command in [
         vec!["inspect", missing.as_str(), "sessions"],
         vec!["redrive", missing.as_str(), "s", "c", "1", "--retry"],
-        vec!["clear", missing.as_str(), "s"],
+        vec!["clear", missing.as_str(), "s", "--yes"],
         vec!["reclaim", missing.as_str(), "s"],
     ] {
         fails(&command, "no SQLite database at");
@@ -630,6 +631,140 @@ fn bench_and_inspect_postgres() {
     // Operator commands never create a schema.
     let missing = format!("{url}{join}schema={schema}_missing");
     fails(&["inspect", &missing, "sessions"], "no schema");
-    fails(&["clear", &missing, "s"], "no schema");
+    fails(&["clear", &missing, "s", "--yes"], "no schema");
     assert!(schemas_like(&url, &format!("{schema}_missing")).is_empty());
+}
+
+/// Every file in `dir` with its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            (
+                entry.file_name().to_string_lossy().into_owned(),
+                std::fs::read(entry.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn clear_and_reclaim_refuse_unknown_sessions_and_clear_needs_consent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("guards.db");
+    seed(&path);
+    let url = format!("sqlite:{}", path.display());
+    let before = std::fs::read(&path).unwrap();
+    fails(&["clear", &url, "nosuch", "--yes"], "no session 'nosuch'");
+    fails(
+        &["clear", &url, "nosuch", "--if-last-index", "0"],
+        "no session 'nosuch'",
+    );
+    fails(&["reclaim", &url, "nosuch"], "no session 'nosuch'");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the file is unchanged"
+    );
+    let sessions = json_of(&ok(&["inspect", &url, "sessions", "--json"]));
+    let names: Vec<&str> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["s1", "s2"], "nothing was created");
+
+    let line = fails(&["clear", &url, "s2"], "--yes");
+    assert!(line.contains("--if-last-index"), "{line}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "asked, not cleared");
+    assert!(ok(&["clear", &url, "s2", "--yes"]).contains("marker at index 2"));
+    // A cleared and reclaimed session still exists (its marker stays).
+    assert!(ok(&["reclaim", &url, "s2"]).contains("reclaimed 1 row(s)"));
+    assert!(ok(&["reclaim", &url, "s2"]).contains("nothing to reclaim"));
+}
+
+#[test]
+fn inspect_opens_read_only_and_leaves_files_as_they_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ro.db");
+    seed(&path);
+    let mut permissions = std::fs::metadata(&path).unwrap().permissions();
+    permissions.set_readonly(true);
+    std::fs::set_permissions(&path, permissions).unwrap();
+    let url = format!("sqlite:{}", path.display());
+    let before = std::fs::read(&path).unwrap();
+    for view in [
+        vec!["sessions"],
+        vec!["log", "s1"],
+        vec!["cursors", "s1"],
+        vec!["dead-letters", "s1"],
+        vec!["presence", "s1"],
+    ] {
+        let mut args = vec!["inspect", url.as_str()];
+        args.extend(view);
+        ok(&args);
+    }
+    assert!(ok(&["inspect", &url, "log", "s1"]).contains("m1"));
+    assert_eq!(std::fs::read(&path).unwrap(), before, "byte-identical");
+    // Repairs write: a read-only file is refused by them.
+    fails(&["clear", &url, "s1", "--yes"], "read-only");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    let empty_url = format!("sqlite:{}", empty.display());
+    fails(&["inspect", &empty_url, "sessions"], "empty.db");
+    let line = fails(
+        &["inspect", &empty_url, "log", "s"],
+        "not an a2-store database",
+    );
+    assert!(line.contains("empty.db"), "{line}");
+    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0, "stays empty");
+
+    let text = dir.path().join("notes.db");
+    std::fs::write(&text, "plain text, not a database\n".repeat(50)).unwrap();
+    let files = snapshot(dir.path());
+    fails(
+        &["inspect", &format!("sqlite:{}", text.display()), "sessions"],
+        "notes.db",
+    );
+    assert_eq!(
+        snapshot(dir.path()),
+        files,
+        "no file was created or changed"
+    );
+}
+
+#[test]
+fn guards_and_read_only_inspect_on_postgres() {
+    let Some(url) = postgres_url("guards_and_read_only_inspect_on_postgres") else {
+        return;
+    };
+    let scratch = a2_store::postgres::ScratchSchemas::new(url.clone(), "a2_clitest_");
+    let schema = scratch.fresh_schema().unwrap();
+    let join = if url.contains('?') { '&' } else { '?' };
+    let store_url = format!("{url}{join}schema={schema}");
+    // Read-only inspect of a schema that is not there creates nothing.
+    fails(&["inspect", &store_url, "sessions"], "no schema");
+    assert!(schemas_like(&url, &schema).is_empty());
+    runtime().block_on(async {
+        let store = a2_store::open(&store_url, OpenOptions::default())
+            .await
+            .unwrap();
+        seed_store(store.as_ref()).await;
+    });
+    let sessions = json_of(&ok(&["inspect", &store_url, "sessions", "--json"]));
+    assert_eq!(sessions.as_array().unwrap().len(), 2, "{sessions}");
+    assert!(ok(&["inspect", &store_url, "dead-letters", "s1"]).contains("boom"));
+    fails(
+        &["clear", &store_url, "nosuch", "--yes"],
+        "no session 'nosuch'",
+    );
+    fails(&["reclaim", &store_url, "nosuch"], "no session 'nosuch'");
+    let sessions = json_of(&ok(&["inspect", &store_url, "sessions", "--json"]));
+    assert_eq!(sessions.as_array().unwrap().len(), 2, "nothing created");
+    fails(&["clear", &store_url, "s1"], "--yes");
+    assert!(ok(&["clear", &store_url, "s2", "--if-last-index", "1"]).contains("marker at index 2"));
 }
