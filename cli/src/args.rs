@@ -10,6 +10,11 @@ use clap::{Args, Parser, Subcommand};
 /// `sqlite::memory:`, or `postgres://USER@HOST:PORT/DB` (options
 /// `schema=NAME`, `pool_size=N`, `statement_timeout_ms=N`).
 ///
+/// The URL of `check`, `inspect`, `redrive`, `clear` and `reclaim` may be
+/// omitted when the environment variable `A2_STORE_URL` holds it, e.g.
+/// `A2_STORE_URL=sqlite:app.db a2-store inspect sessions`; a URL on the
+/// command line wins.
+///
 /// Exit status: 0 on success, 1 when `check` finds a failing case, 2 on any
 /// error (bad arguments, a store that cannot be opened, a failed call).
 #[derive(Debug, Parser)]
@@ -85,7 +90,7 @@ pub struct BenchArgs {
 /// Arguments of `check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The backend to check (its data is never touched).
+    /// The backend to check (its data is never touched); `$A2_STORE_URL` when omitted.
     #[arg(value_name = "URL")]
     pub url: String,
     /// Run only the cases whose name contains TEXT (e.g. `--only append`).
@@ -99,7 +104,7 @@ pub struct CheckArgs {
 /// Arguments of `inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The store to read.
+    /// The store to read (opened read-only); `$A2_STORE_URL` when omitted.
     #[arg(value_name = "URL")]
     pub url: String,
     /// Print JSON instead of a table.
@@ -154,7 +159,7 @@ pub enum InspectCommand {
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("action").required(true).args(["retry", "skip"]))]
 pub struct RedriveArgs {
-    /// The store.
+    /// The store; `$A2_STORE_URL` when omitted.
     #[arg(value_name = "URL")]
     pub url: String,
     /// The session.
@@ -177,7 +182,7 @@ pub struct RedriveArgs {
 /// Arguments of `clear`.
 #[derive(Debug, Args)]
 pub struct ClearArgs {
-    /// The store.
+    /// The store; `$A2_STORE_URL` when omitted.
     #[arg(value_name = "URL")]
     pub url: String,
     /// The session.
@@ -197,7 +202,7 @@ pub struct ClearArgs {
 /// Arguments of `reclaim`.
 #[derive(Debug, Args)]
 pub struct ReclaimArgs {
-    /// The store.
+    /// The store; `$A2_STORE_URL` when omitted.
     #[arg(value_name = "URL")]
     pub url: String,
     /// The session.

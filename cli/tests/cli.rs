@@ -13,8 +13,31 @@ use serde_json::{json, Value};
 fn a2(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_a2-store"))
         .args(args)
+        .env_remove("A2_STORE_URL")
         .output()
         .expect("run a2-store")
+}
+
+/// Runs a2-store with `A2_STORE_URL` set to `url`.
+fn a2_with_url(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_a2-store"))
+        .args(args)
+        .env("A2_STORE_URL", url)
+        .output()
+        .expect("run a2-store")
+}
+
+/// Asserts `output` is an error: status 2 and one line on stderr.
+fn one_line_error(args: &[&str], output: &Output) -> String {
+    let err = stderr(output);
+    assert_eq!(output.status.code(), Some(2), "{args:?}\nstderr: {err}");
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "{args:?}: one line expected:\n{err}"
+    );
+    assert!(err.starts_with("error: "), "{args:?}: {err}");
+    err
 }
 
 fn stdout(output: &Output) -> String {
@@ -767,4 +790,135 @@ fn guards_and_read_only_inspect_on_postgres() {
     assert_eq!(sessions.as_array().unwrap().len(), 2, "nothing created");
     fails(&["clear", &store_url, "s1"], "--yes");
     assert!(ok(&["clear", &store_url, "s2", "--if-last-index", "1"]).contains("marker at index 2"));
+}
+
+#[test]
+fn argument_errors_are_one_line_with_exit_2() {
+    for args in [
+        vec![],
+        vec!["inspect"],
+        vec!["frobnicate"],
+        vec!["inspec"],
+        vec!["inspect", "memory:", "log"],
+        vec!["inspect", "memory:", "--limit", "3", "sessions"],
+        vec!["redrive", "memory:", "s", "c", "x", "--retry"],
+        vec!["redrive", "memory:", "s", "c", "1"],
+        vec!["redrive", "memory:", "s", "c", "1", "--retry", "--skip"],
+        vec!["bench", "--json", "--csv"],
+        vec!["bench", "--seconds", "0"],
+        vec!["bench", "--sessions", "0"],
+        vec!["check", "--onyl", "x", "memory:"],
+        vec!["clear", "memory:", "s", "extra"],
+        vec!["inspect", "memory:", "log", "s", "--after", "-1"],
+    ] {
+        let err = one_line_error(&args, &a2(&args));
+        assert!(!err.contains("Usage:"), "{err}");
+    }
+    let err = one_line_error(&["check", "--onyl"], &a2(&["check", "--onyl"]));
+    assert!(err.contains("--only"), "the tip is kept: {err}");
+    let err = fails(&["inspect", "memory:", "log"], "<SESSION>");
+    assert!(err.contains("usage: a2-store inspect"), "{err}");
+    assert!(ok(&["--version"]).contains("a2-store"));
+    assert!(ok(&["--help"]).contains("A2_STORE_URL"));
+}
+
+#[test]
+fn the_url_comes_from_a2_store_url_when_omitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("env.db");
+    seed(&path);
+    let url = format!("sqlite:{}", path.display());
+    let output = a2_with_url(&url, &["inspect", "sessions", "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(json_of(&stdout(&output))[0]["session_id"], "s1");
+    let output = a2_with_url(&url, &["inspect", "log", "s1"]);
+    assert!(stdout(&output).contains("m1"), "{}", stderr(&output));
+    // A URL on the command line wins over the variable.
+    let output = a2_with_url("memory:", &["inspect", &url, "sessions"]);
+    assert!(stdout(&output).contains("s2"), "{}", stderr(&output));
+    let output = a2_with_url(&url, &["clear", "nosuch", "--yes"]);
+    let err = one_line_error(&["clear"], &output);
+    assert!(
+        err.contains("no session 'nosuch'") && err.contains(&url),
+        "{err}"
+    );
+    let output = a2_with_url(&url, &["reclaim", "s2"]);
+    assert!(
+        stdout(&output).contains("nothing to reclaim"),
+        "{}",
+        stderr(&output)
+    );
+    let output = a2_with_url("memory:", &["check", "--only", "append", "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(json_of(&stdout(&output))["backend"], "memory");
+    // Still one line when the variable does not help.
+    let output = a2_with_url(&url, &["inspect", "log"]);
+    assert!(one_line_error(&["inspect", "log"], &output).contains("<SESSION>"));
+}
+
+#[test]
+fn ids_with_control_characters_are_escaped_in_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("evil.db");
+    let url = format!("sqlite:{}", path.display());
+    runtime().block_on(async {
+        let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
+        store
+            .append(
+                "evil\nid",
+                vec![NewEvent::new("msg\tx", json!(1)).with_id("e\n1")],
+                Default::default(),
+            )
+            .await
+            .unwrap();
+    });
+    let sessions = ok(&["inspect", &url, "sessions"]);
+    assert_eq!(sessions.lines().count(), 3, "{sessions}");
+    assert!(sessions.contains("evil\\nid"), "{sessions}");
+    let log = ok(&["inspect", &url, "log", "evil\nid"]);
+    assert_eq!(log.lines().count(), 3, "{log}");
+    assert!(log.contains("msg\\tx") && log.contains("e\\n1"), "{log}");
+    let json = json_of(&ok(&["inspect", &url, "sessions", "--json"]));
+    assert_eq!(
+        json[0]["session_id"], "evil\nid",
+        "JSON keeps the id as it is"
+    );
+    let err = fails(
+        &["clear", &url, "no\nsuch", "--yes"],
+        "no session 'no\\nsuch'",
+    );
+    assert!(!err.contains("no such"), "{err}");
+}
+
+#[test]
+fn check_streams_each_case_and_reports_milliseconds() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_a2-store"))
+        .args(["check", "memory:"])
+        .env_remove("A2_STORE_URL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(
+        first.starts_with("memory::") && first.contains(" ... "),
+        "{first}"
+    );
+    // The first case is out while the suite still runs.
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "printed only at the end"
+    );
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(child.wait().unwrap().success());
+    let last = rest.last().unwrap();
+    assert!(last.contains(" 0 failed"), "{last}");
+    assert!(rest.len() > 10, "{rest:?}");
+
+    let report = json_of(&ok(&["check", "memory:", "--only", "append", "--json"]));
+    let case = &report["cases"][0];
+    assert!(case["duration_ms"].as_f64().unwrap() >= 0.0, "{report}");
+    assert!(case.get("duration").is_none(), "{report}");
 }
