@@ -93,7 +93,10 @@ pub struct SqliteOptions {
     /// empty or non-store file and an older version (which only a
     /// read-write open migrates) are typed errors naming the path. Every
     /// write call on such a store fails with `StoreError::InvalidInput`
-    /// before touching the database. `false` by default.
+    /// before touching the database. Like any reader of a WAL database,
+    /// SQLite may create the `-wal` and `-shm` side files beside it (and a
+    /// read-only directory without them cannot be read); the database file
+    /// itself is never written. `false` by default.
     pub read_only: bool,
 }
 
