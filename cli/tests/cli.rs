@@ -790,6 +790,9 @@ fn guards_and_read_only_inspect_on_postgres() {
     assert_eq!(sessions.as_array().unwrap().len(), 2, "nothing created");
     fails(&["clear", &store_url, "s1"], "--yes");
     assert!(ok(&["clear", &store_url, "s2", "--if-last-index", "1"]).contains("marker at index 2"));
+    // Reclaimed down to its marker, the session still exists.
+    assert!(ok(&["reclaim", &store_url, "s2"]).contains("reclaimed 1 row(s)"));
+    assert!(ok(&["reclaim", &store_url, "s2"]).contains("nothing to reclaim"));
 }
 
 #[test]
