@@ -111,7 +111,10 @@ impl Table {
                 column.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(floor)));
             }
         }
-        let lines: Vec<String> = table.lines().map(|l| l.trim_end().to_owned()).collect();
+        let mut lines: Vec<String> = table.lines().map(|l| l.trim_end().to_owned()).collect();
+        if let Some(rule) = lines.get_mut(1) {
+            *rule = gap_rule(rule);
+        }
         let mut out = String::new();
         if !self.groups.is_empty() {
             // The rule under the headers shows where each column starts.
@@ -168,6 +171,25 @@ impl Table {
     }
 }
 
+/// The rule under the headers with the padding of each column blank, so
+/// columns stay two spaces apart in it too (`-----  ----`).
+fn gap_rule(rule: &str) -> String {
+    let chars: Vec<char> = rule.chars().collect();
+    chars
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let next_is_gap = chars.get(i + 1) == Some(&' ');
+            let prev_is_dash = i > 0 && chars.get(i - 1) == Some(&'-');
+            if c == '-' && next_is_gap && prev_is_dash {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect()
+}
+
 /// The terminal's width in columns, if it can be read.
 fn terminal_width() -> Option<u16> {
     comfy_table::Table::new().width()
@@ -198,7 +220,7 @@ mod tests {
         table.row(["b", "1000"]);
         assert_eq!(
             table.render_to(None),
-            "name      n\n------ ----\nalpha     1\nb      1000\n"
+            "name      n\n-----  ----\nalpha     1\nb      1000\n"
         );
     }
 
@@ -219,7 +241,7 @@ mod tests {
         let mut table = Table::new(["a", "b"]);
         table.row(["1"]);
         table.row(["1", "2", "3"]);
-        assert_eq!(table.render_to(None), "a  b\n-- -\n1\n1  2\n");
+        assert_eq!(table.render_to(None), "a  b\n-  -\n1\n1  2\n");
         assert!(!table.is_empty());
         assert_eq!(or_dash(None::<u8>), "-");
         assert_eq!(or_dash(Some(3)), "3");
