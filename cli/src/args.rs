@@ -10,6 +10,11 @@ use clap::{Args, Parser, Subcommand};
 /// `sqlite::memory:`, or `postgres://USER@HOST:PORT/DB` (options
 /// `schema=NAME`, `pool_size=N`, `statement_timeout_ms=N`).
 ///
+/// The URL of `check`, `inspect`, `redrive`, `clear` and `reclaim` may be
+/// omitted when the environment variable `A2_STORE_URL` holds it, e.g.
+/// `A2_STORE_URL=sqlite:app.db a2-store inspect sessions`; a URL on the
+/// command line wins.
+///
 /// Exit status: 0 on success, 1 when `check` finds a failing case, 2 on any
 /// error (bad arguments, a store that cannot be opened, a failed call).
 #[derive(Debug, Parser)]
@@ -52,8 +57,13 @@ pub enum Command {
     /// Retry or skip a dead-lettered head.
     Redrive(RedriveArgs),
     /// Clear a session: append the `a2.cleared` marker, dropping its pending work.
+    ///
+    /// Needs --yes, or --if-last-index N to clear only the state you looked
+    /// at. A session that does not exist is refused (nothing is created).
     Clear(ClearArgs),
     /// Delete the rows below a session's clear marker.
+    ///
+    /// A session that does not exist is refused.
     Reclaim(ReclaimArgs),
 }
 
@@ -80,7 +90,7 @@ pub struct BenchArgs {
 /// Arguments of `check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    /// The backend to check (its data is never touched).
+    /// The backend to check (its data is never touched); `$A2_STORE_URL` when omitted.
     #[arg(value_name = "URL")]
     pub url: String,
     /// Run only the cases whose name contains TEXT (e.g. `--only append`).
@@ -94,7 +104,7 @@ pub struct CheckArgs {
 /// Arguments of `inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// The store to read.
+    /// The store to read (opened read-only); `$A2_STORE_URL` when omitted.
     #[arg(value_name = "URL")]
     pub url: String,
     /// Print JSON instead of a table.
@@ -149,7 +159,7 @@ pub enum InspectCommand {
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("action").required(true).args(["retry", "skip"]))]
 pub struct RedriveArgs {
-    /// The store.
+    /// The store; `$A2_STORE_URL` when omitted.
     #[arg(value_name = "URL")]
     pub url: String,
     /// The session.
@@ -172,14 +182,18 @@ pub struct RedriveArgs {
 /// Arguments of `clear`.
 #[derive(Debug, Args)]
 pub struct ClearArgs {
-    /// The store.
+    /// The store; `$A2_STORE_URL` when omitted.
     #[arg(value_name = "URL")]
     pub url: String,
     /// The session.
     pub session: String,
-    /// Clear only if the session's last index is exactly N.
+    /// Clear only if the session's last index is exactly N (no --yes needed:
+    /// the index says which state you looked at).
     #[arg(long, value_name = "N")]
     pub if_last_index: Option<u64>,
+    /// Clear whatever the session holds now (required without --if-last-index).
+    #[arg(long)]
+    pub yes: bool,
     /// Print what changed as JSON.
     #[arg(long)]
     pub json: bool,
@@ -188,7 +202,7 @@ pub struct ClearArgs {
 /// Arguments of `reclaim`.
 #[derive(Debug, Args)]
 pub struct ReclaimArgs {
-    /// The store.
+    /// The store; `$A2_STORE_URL` when omitted.
     #[arg(value_name = "URL")]
     pub url: String,
     /// The session.

@@ -29,7 +29,7 @@ impl Failure {
     pub fn store(url: &str, doing: &str, error: &StoreError) -> Self {
         let text = chain(error);
         let hint = match error.code() {
-            ErrorCode::IncompatibleSchema if text.contains("newer") => "",
+            ErrorCode::IncompatibleSchema if text.contains("newer") || text.contains("older") => "",
             ErrorCode::IncompatibleSchema => {
                 " — the database was written by a newer a2-store: upgrade this tool to open it"
             }

@@ -4,7 +4,7 @@ use a2_store::{Cause, CursorKind, Head, ListSessions, ReadOptions, Store};
 
 use crate::args::{InspectArgs, InspectCommand};
 use crate::failure::Failure;
-use crate::output::{compact_json, print, print_json, timestamp};
+use crate::output::{compact_json, escape, print, print_json, timestamp};
 use crate::table::{or_dash, Table};
 use crate::target;
 
@@ -13,7 +13,7 @@ const CELL_MAX: usize = 60;
 
 /// Runs `inspect`.
 pub async fn run(args: &InspectArgs) -> Result<(), Failure> {
-    let store = target::open_existing(&args.url).await?;
+    let store = target::open_read_only(&args.url).await?;
     let store = store.as_ref();
     let url = args.url.as_str();
     match &args.what {
@@ -68,6 +68,7 @@ async fn log(
     after: Option<u64>,
     limit: Option<usize>,
 ) -> Result<(), Failure> {
+    let shown = escape(session);
     let rows = store
         .read(
             session,
@@ -78,7 +79,7 @@ async fn log(
             },
         )
         .await
-        .map_err(|e| Failure::store(url, &format!("reading the log of session '{session}'"), &e))?;
+        .map_err(|e| Failure::store(url, &format!("reading the log of session '{shown}'"), &e))?;
     if json {
         return print_json(&rows);
     }
@@ -94,14 +95,15 @@ async fn log(
             compact_json(&row.payload, CELL_MAX),
         ]);
     }
-    print_table(&table, &format!("no events in session '{session}'"))
+    print_table(&table, &format!("no events in session '{shown}'"))
 }
 
 async fn cursors(store: &dyn Store, url: &str, json: bool, session: &str) -> Result<(), Failure> {
+    let shown = escape(session);
     let cursors = store.cursors(session).await.map_err(|e| {
         Failure::store(
             url,
-            &format!("listing the cursors of session '{session}'"),
+            &format!("listing the cursors of session '{shown}'"),
             &e,
         )
     })?;
@@ -138,7 +140,7 @@ async fn cursors(store: &dyn Store, url: &str, json: bool, session: &str) -> Res
             or_dash(d.last_error.as_deref().map(|e| cut(e, CELL_MAX))),
         ]);
     }
-    print_table(&table, &format!("no cursors in session '{session}'"))
+    print_table(&table, &format!("no cursors in session '{shown}'"))
 }
 
 async fn dead_letters(
@@ -147,10 +149,11 @@ async fn dead_letters(
     json: bool,
     session: &str,
 ) -> Result<(), Failure> {
+    let shown = escape(session);
     let heads = store.dead_letters(session).await.map_err(|e| {
         Failure::store(
             url,
-            &format!("listing the dead letters of session '{session}'"),
+            &format!("listing the dead letters of session '{shown}'"),
             &e,
         )
     })?;
@@ -171,7 +174,7 @@ async fn dead_letters(
     for head in &heads {
         table.row(dead_letter_row(head));
     }
-    print_table(&table, &format!("no dead letters in session '{session}'"))
+    print_table(&table, &format!("no dead letters in session '{shown}'"))
 }
 
 fn dead_letter_row(head: &Head) -> [String; 8] {
@@ -189,10 +192,11 @@ fn dead_letter_row(head: &Head) -> [String; 8] {
 }
 
 async fn presence(store: &dyn Store, url: &str, json: bool, session: &str) -> Result<(), Failure> {
+    let shown = escape(session);
     let rows = store.read_presence(session).await.map_err(|e| {
         Failure::store(
             url,
-            &format!("reading the presence of session '{session}'"),
+            &format!("reading the presence of session '{shown}'"),
             &e,
         )
     })?;
@@ -211,7 +215,7 @@ async fn presence(store: &dyn Store, url: &str, json: bool, session: &str) -> Re
             timestamp(row.expires_at),
         ]);
     }
-    print_table(&table, &format!("no live presence in session '{session}'"))
+    print_table(&table, &format!("no live presence in session '{shown}'"))
 }
 
 fn print_table(table: &Table, empty: &str) -> Result<(), Failure> {

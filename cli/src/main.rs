@@ -19,6 +19,9 @@ mod target;
 
 use std::process::ExitCode;
 
+use std::ffi::OsString;
+
+use clap::error::ErrorKind;
 use clap::Parser;
 
 use args::{Cli, Command};
@@ -42,7 +45,10 @@ fn main() -> ExitCode {
             message.split_whitespace().collect::<Vec<_>>().join(" ")
         ));
     }));
-    let cli = Cli::parse();
+    let cli = match parse(std::env::args_os().collect()) {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -58,6 +64,97 @@ fn main() -> ExitCode {
         Ok(status) => ExitCode::from(status),
         Err(failure) => fail(&failure),
     }
+}
+
+/// The variable whose value is the store URL when a command's URL is omitted.
+pub const URL_VAR: &str = "A2_STORE_URL";
+
+/// The subcommands whose first positional argument is a store URL that
+/// [`URL_VAR`] may supply.
+const TAKES_URL: &[&str] = &["check", "inspect", "redrive", "clear", "reclaim"];
+
+/// Parses the command line. Help and version go to stdout (exit 0); any
+/// argument error is one line on stderr (exit 2). When parsing fails and
+/// [`URL_VAR`] is set, the line is parsed again with its URL inserted
+/// after the subcommand: the URL was omitted.
+fn parse(args: Vec<OsString>) -> Result<Cli, ExitCode> {
+    let error = match Cli::try_parse_from(&args) {
+        Ok(cli) => return Ok(cli),
+        Err(error) => error,
+    };
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion
+    ) {
+        let _ = error.print();
+        return Err(ExitCode::SUCCESS);
+    }
+    let Some(retry) = with_env_url(&args) else {
+        return Err(usage_error(&error));
+    };
+    match Cli::try_parse_from(&retry) {
+        Ok(cli) => Ok(cli),
+        Err(second) => {
+            // A first argument that is a URL was not omitted: its own error
+            // is the one to show.
+            let given = args.get(2).and_then(|a| a.to_str()).map(target::parse);
+            let shown = if matches!(given, Some(Ok(_))) {
+                &error
+            } else {
+                &second
+            };
+            Err(usage_error(shown))
+        }
+    }
+}
+
+/// `args` with the value of [`URL_VAR`] inserted after the subcommand, when
+/// the variable is set and the subcommand takes a URL.
+fn with_env_url(args: &[OsString]) -> Option<Vec<OsString>> {
+    let url = std::env::var_os(URL_VAR).filter(|url| !url.is_empty())?;
+    let command = args.get(1)?.to_str()?;
+    if !TAKES_URL.contains(&command) {
+        return None;
+    }
+    let mut retry = args.to_vec();
+    retry.insert(2, url);
+    Some(retry)
+}
+
+/// An argument error as one line: clap's message (its first paragraph,
+/// e.g. the missing arguments), its tip if any, and the usage line.
+fn usage_error(error: &clap::Error) -> ExitCode {
+    let rendered = error.render().to_string();
+    let find = |prefix: &str| {
+        rendered
+            .lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(prefix).map(str::to_owned))
+    };
+    let message = match error.kind() {
+        // clap shows the whole help for a bare subcommand: say what is missing.
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
+            "arguments are missing".to_owned()
+        }
+        _ => {
+            let first: Vec<&str> = rendered
+                .lines()
+                .map(str::trim)
+                .take_while(|l| !l.is_empty())
+                .collect();
+            let first = first.join(" ");
+            let first = first.trim_start_matches("error: ").to_owned();
+            match find("tip: ") {
+                Some(tip) => format!("{first} ({tip})"),
+                None => first,
+            }
+        }
+    };
+    let usage = find("Usage: ").map_or_else(
+        || "see --help".to_owned(),
+        |usage| format!("usage: {usage} (see --help)"),
+    );
+    fail(&Failure::new(format!("{message}; {usage}")))
 }
 
 fn fail(failure: &Failure) -> ExitCode {

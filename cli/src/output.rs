@@ -27,6 +27,25 @@ pub fn eprint_line(line: &str) {
     let _ = writeln!(stderr, "{line}");
 }
 
+/// `text` with control characters (newlines, tabs, escapes...) written as
+/// Rust-style escapes (`\n`, `\u{1b}`), and backslashes doubled only when
+/// something was escaped, so an id shown in a table or message stays on its
+/// line and in its cell. Text without control characters is unchanged.
+pub fn escape(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() || c == '\\' {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// Writes `value` to stdout as pretty JSON followed by a newline.
 pub fn print_json<T: Serialize + ?Sized>(value: &T) -> Result<(), Failure> {
     let mut text = serde_json::to_string_pretty(value)
@@ -71,6 +90,13 @@ mod tests {
         assert_eq!(timestamp(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
         assert_eq!(timestamp(-5), "-5");
         assert_eq!(timestamp(i64::MAX), i64::MAX.to_string());
+    }
+
+    #[test]
+    fn control_characters_are_escaped() {
+        assert_eq!(escape("plain id/ü"), "plain id/ü");
+        assert_eq!(escape("a\nb"), "a\\nb");
+        assert_eq!(escape("t\tx\\y\u{1b}"), "t\\tx\\\\y\\u{1b}");
     }
 
     #[test]

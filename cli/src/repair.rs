@@ -5,13 +5,14 @@ use serde_json::json;
 
 use crate::args::{ClearArgs, ReclaimArgs, RedriveArgs};
 use crate::failure::Failure;
-use crate::output::{print, print_json};
+use crate::output::{escape, print, print_json};
 use crate::target;
 
 /// Runs `redrive`.
 pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
     let store = target::open_existing(&args.url).await?;
     let session = args.session.as_str();
+    let shown = escape(session);
     let url = args.url.as_str();
     let action = if args.skip {
         RedriveAction::Skip
@@ -21,7 +22,7 @@ pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
     let dead = store.dead_letters(session).await.map_err(|e| {
         Failure::store(
             url,
-            &format!("listing the dead letters of session '{session}'"),
+            &format!("listing the dead letters of session '{shown}'"),
             &e,
         )
     })?;
@@ -37,11 +38,11 @@ pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
             consumers: None,
         })
         .await
-        .map_err(|e| Failure::store(url, &format!("redriving in session '{session}'"), &e))?;
+        .map_err(|e| Failure::store(url, &format!("redriving in session '{shown}'"), &e))?;
     if !result.redriven {
         return Err(Failure::new(format!(
-            "nothing changed: consumer '{}' has no dead-lettered head at index {} in session '{session}' — list them with `a2-store inspect {url} dead-letters {session}`",
-            args.consumer, args.index
+            "nothing changed: consumer '{}' has no dead-lettered head at index {} in session '{shown}' — list them with `a2-store inspect {url} dead-letters {shown}`",
+            escape(&args.consumer), args.index
         )));
     }
     if args.json {
@@ -76,20 +77,29 @@ pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
         "the session has no pending work"
     };
     print(&format!(
-        "redrove {} at index {}{what} in session '{session}': {done}; {pending}\n",
-        args.consumer, args.index
+        "redrove {} at index {}{what} in session '{shown}': {done}; {pending}\n",
+        escape(&args.consumer),
+        args.index
     ))
 }
 
 /// Runs `clear`.
 pub async fn clear(args: &ClearArgs) -> Result<(), Failure> {
-    let store = target::open_existing(&args.url).await?;
     let session = args.session.as_str();
+    let shown = escape(session);
     let url = args.url.as_str();
+    if !args.yes && args.if_last_index.is_none() {
+        return Err(Failure::new(format!(
+            "clear drops the pending work of session '{}': pass --yes to clear it, or --if-last-index N to clear it only if it still ends at index N",
+            escape(session)
+        )));
+    }
+    let store = target::open_existing(url).await?;
+    target::require_session(store.as_ref(), url, session).await?;
     let before = store.cursors(session).await.map_err(|e| {
         Failure::store(
             url,
-            &format!("listing the cursors of session '{session}'"),
+            &format!("listing the cursors of session '{shown}'"),
             &e,
         )
     })?;
@@ -100,7 +110,7 @@ pub async fn clear(args: &ClearArgs) -> Result<(), Failure> {
             cause: None,
         })
         .await
-        .map_err(|e| Failure::store(url, &format!("clearing session '{session}'"), &e))?;
+        .map_err(|e| Failure::store(url, &format!("clearing session '{shown}'"), &e))?;
     match result {
         ClearResult::Cleared { marker } => {
             let with_work = before.iter().filter(|c| c.head.is_some()).count();
@@ -114,12 +124,12 @@ pub async fn clear(args: &ClearArgs) -> Result<(), Failure> {
             }
             let below = marker.index.saturating_sub(1);
             print(&format!(
-                "cleared session '{session}': marker at index {}; {} cursor(s) had pending work, event and lane cursors were dropped and log cursors parked at the marker; {below} row(s) below it can be deleted with `a2-store reclaim {url} {session}`\n",
+                "cleared session '{shown}': marker at index {}; {} cursor(s) had pending work, event and lane cursors were dropped and log cursors parked at the marker; {below} row(s) below it can be deleted with `a2-store reclaim {url} {shown}`\n",
                 marker.index, with_work
             ))
         }
         ClearResult::NotCleared { head } => Err(Failure::new(format!(
-            "not cleared: session '{session}' ends at index {head}, not {} — look at its log, then rerun with --if-last-index {head}",
+            "not cleared: session '{shown}' ends at index {head}, not {} — look at its log, then rerun with --if-last-index {head}",
             args.if_last_index.map_or_else(|| "the index given".to_owned(), |n| n.to_string())
         ))),
     }
@@ -129,14 +139,16 @@ pub async fn clear(args: &ClearArgs) -> Result<(), Failure> {
 pub async fn reclaim(args: &ReclaimArgs) -> Result<(), Failure> {
     let store = target::open_existing(&args.url).await?;
     let session = args.session.as_str();
+    let shown = escape(session);
     let url = args.url.as_str();
+    target::require_session(store.as_ref(), url, session).await?;
     let mut total: u64 = 0;
     let mut calls: u64 = 0;
     loop {
         let result = store
             .reclaim(session)
             .await
-            .map_err(|e| Failure::store(url, &format!("reclaiming session '{session}'"), &e))?;
+            .map_err(|e| Failure::store(url, &format!("reclaiming session '{shown}'"), &e))?;
         total += result.reclaimed;
         calls += 1;
         if result.done {
@@ -144,7 +156,7 @@ pub async fn reclaim(args: &ReclaimArgs) -> Result<(), Failure> {
         }
         if result.reclaimed == 0 {
             return Err(Failure::new(format!(
-                "reclaim of session '{session}' on {url} made no progress after {total} row(s) although rows remain: the backend is misbehaving; run `a2-store check {url}`"
+                "reclaim of session '{shown}' on {url} made no progress after {total} row(s) although rows remain: the backend is misbehaving; run `a2-store check {url}`"
             )));
         }
     }
@@ -158,11 +170,11 @@ pub async fn reclaim(args: &ReclaimArgs) -> Result<(), Failure> {
     }
     if total == 0 {
         print(&format!(
-            "nothing to reclaim in session '{session}': no rows remain below its clear marker (a session that was never cleared has none; clear it with `a2-store clear {url} {session}`)\n"
+            "nothing to reclaim in session '{shown}': no rows remain below its clear marker (a session that was never cleared has none; clear it with `a2-store clear {url} {shown}`)\n"
         ))
     } else {
         print(&format!(
-            "reclaimed {total} row(s) below the clear marker of session '{session}' in {calls} call(s); none remain\n"
+            "reclaimed {total} row(s) below the clear marker of session '{shown}' in {calls} call(s); none remain\n"
         ))
     }
 }

@@ -13,8 +13,31 @@ use serde_json::{json, Value};
 fn a2(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_a2-store"))
         .args(args)
+        .env_remove("A2_STORE_URL")
         .output()
         .expect("run a2-store")
+}
+
+/// Runs a2-store with `A2_STORE_URL` set to `url`.
+fn a2_with_url(url: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_a2-store"))
+        .args(args)
+        .env("A2_STORE_URL", url)
+        .output()
+        .expect("run a2-store")
+}
+
+/// Asserts `output` is an error: status 2 and one line on stderr.
+fn one_line_error(args: &[&str], output: &Output) -> String {
+    let err = stderr(output);
+    assert_eq!(output.status.code(), Some(2), "{args:?}\nstderr: {err}");
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "{args:?}: one line expected:\n{err}"
+    );
+    assert!(err.starts_with("error: "), "{args:?}: {err}");
+    err
 }
 
 fn stdout(output: &Output) -> String {
@@ -463,7 +486,7 @@ fn repair_a_seeded_sqlite_file() {
     let done = json_of(&ok(&["reclaim", &url, "s1", "--json"]));
     assert_eq!(done["reclaimed"], 0);
     assert_eq!(done["done"], true);
-    let cleared = json_of(&ok(&["clear", &url, "s2", "--json"]));
+    let cleared = json_of(&ok(&["clear", &url, "s2", "--yes", "--json"]));
     assert_eq!(cleared["outcome"], "cleared");
     assert_eq!(cleared["marker"]["index"], 2);
     assert_eq!(cleared["marker"]["type"], "a2.cleared");
@@ -488,8 +511,9 @@ fn every_command_runs_against_memory() {
         &["redrive", "memory:", "s", "c", "1", "--skip"],
         "nothing changed",
     );
-    assert!(ok(&["clear", "memory:", "s"]).contains("marker at index 1"));
-    assert!(ok(&["reclaim", "memory:", "s"]).contains("nothing to reclaim"));
+    // A fresh memory store has no session: repairs refuse it.
+    fails(&["clear", "memory:", "s", "--yes"], "no session 's'");
+    fails(&["reclaim", "memory:", "s"], "no session 's'");
 }
 
 #[test]
@@ -499,7 +523,7 @@ fn operator_errors_say_what_to_do_in_one_line() {
     for command in [
         vec!["inspect", missing.as_str(), "sessions"],
         vec!["redrive", missing.as_str(), "s", "c", "1", "--retry"],
-        vec!["clear", missing.as_str(), "s"],
+        vec!["clear", missing.as_str(), "s", "--yes"],
         vec!["reclaim", missing.as_str(), "s"],
     ] {
         fails(&command, "no SQLite database at");
@@ -630,6 +654,274 @@ fn bench_and_inspect_postgres() {
     // Operator commands never create a schema.
     let missing = format!("{url}{join}schema={schema}_missing");
     fails(&["inspect", &missing, "sessions"], "no schema");
-    fails(&["clear", &missing, "s"], "no schema");
+    fails(&["clear", &missing, "s", "--yes"], "no schema");
     assert!(schemas_like(&url, &format!("{schema}_missing")).is_empty());
+}
+
+/// Every file in `dir` with its bytes.
+fn snapshot(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            (
+                entry.file_name().to_string_lossy().into_owned(),
+                std::fs::read(entry.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn clear_and_reclaim_refuse_unknown_sessions_and_clear_needs_consent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("guards.db");
+    seed(&path);
+    let url = format!("sqlite:{}", path.display());
+    let before = std::fs::read(&path).unwrap();
+    fails(&["clear", &url, "nosuch", "--yes"], "no session 'nosuch'");
+    fails(
+        &["clear", &url, "nosuch", "--if-last-index", "0"],
+        "no session 'nosuch'",
+    );
+    fails(&["reclaim", &url, "nosuch"], "no session 'nosuch'");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the file is unchanged"
+    );
+    let sessions = json_of(&ok(&["inspect", &url, "sessions", "--json"]));
+    let names: Vec<&str> = sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["s1", "s2"], "nothing was created");
+
+    let line = fails(&["clear", &url, "s2"], "--yes");
+    assert!(line.contains("--if-last-index"), "{line}");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "asked, not cleared");
+    assert!(ok(&["clear", &url, "s2", "--yes"]).contains("marker at index 2"));
+    // A cleared and reclaimed session still exists (its marker stays).
+    assert!(ok(&["reclaim", &url, "s2"]).contains("reclaimed 1 row(s)"));
+    assert!(ok(&["reclaim", &url, "s2"]).contains("nothing to reclaim"));
+}
+
+#[test]
+fn inspect_opens_read_only_and_leaves_files_as_they_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ro.db");
+    seed(&path);
+    let mut permissions = std::fs::metadata(&path).unwrap().permissions();
+    permissions.set_readonly(true);
+    std::fs::set_permissions(&path, permissions).unwrap();
+    let url = format!("sqlite:{}", path.display());
+    let before = std::fs::read(&path).unwrap();
+    for view in [
+        vec!["sessions"],
+        vec!["log", "s1"],
+        vec!["cursors", "s1"],
+        vec!["dead-letters", "s1"],
+        vec!["presence", "s1"],
+    ] {
+        let mut args = vec!["inspect", url.as_str()];
+        args.extend(view);
+        ok(&args);
+    }
+    assert!(ok(&["inspect", &url, "log", "s1"]).contains("m1"));
+    assert_eq!(std::fs::read(&path).unwrap(), before, "byte-identical");
+    // Repairs write: a read-only file is refused by them.
+    fails(&["clear", &url, "s1", "--yes"], "read-only");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").unwrap();
+    let empty_url = format!("sqlite:{}", empty.display());
+    fails(&["inspect", &empty_url, "sessions"], "empty.db");
+    let line = fails(
+        &["inspect", &empty_url, "log", "s"],
+        "not an a2-store database",
+    );
+    assert!(line.contains("empty.db"), "{line}");
+    assert_eq!(std::fs::metadata(&empty).unwrap().len(), 0, "stays empty");
+
+    let text = dir.path().join("notes.db");
+    std::fs::write(&text, "plain text, not a database\n".repeat(50)).unwrap();
+    let files = snapshot(dir.path());
+    fails(
+        &["inspect", &format!("sqlite:{}", text.display()), "sessions"],
+        "notes.db",
+    );
+    assert_eq!(
+        snapshot(dir.path()),
+        files,
+        "no file was created or changed"
+    );
+}
+
+#[test]
+fn guards_and_read_only_inspect_on_postgres() {
+    let Some(url) = postgres_url("guards_and_read_only_inspect_on_postgres") else {
+        return;
+    };
+    let scratch = a2_store::postgres::ScratchSchemas::new(url.clone(), "a2_clitest_");
+    let schema = scratch.fresh_schema().unwrap();
+    let join = if url.contains('?') { '&' } else { '?' };
+    let store_url = format!("{url}{join}schema={schema}");
+    // Read-only inspect of a schema that is not there creates nothing.
+    fails(&["inspect", &store_url, "sessions"], "no schema");
+    assert!(schemas_like(&url, &schema).is_empty());
+    runtime().block_on(async {
+        let store = a2_store::open(&store_url, OpenOptions::default())
+            .await
+            .unwrap();
+        seed_store(store.as_ref()).await;
+    });
+    let sessions = json_of(&ok(&["inspect", &store_url, "sessions", "--json"]));
+    assert_eq!(sessions.as_array().unwrap().len(), 2, "{sessions}");
+    assert!(ok(&["inspect", &store_url, "dead-letters", "s1"]).contains("boom"));
+    fails(
+        &["clear", &store_url, "nosuch", "--yes"],
+        "no session 'nosuch'",
+    );
+    fails(&["reclaim", &store_url, "nosuch"], "no session 'nosuch'");
+    let sessions = json_of(&ok(&["inspect", &store_url, "sessions", "--json"]));
+    assert_eq!(sessions.as_array().unwrap().len(), 2, "nothing created");
+    fails(&["clear", &store_url, "s1"], "--yes");
+    assert!(ok(&["clear", &store_url, "s2", "--if-last-index", "1"]).contains("marker at index 2"));
+    // Reclaimed down to its marker, the session still exists.
+    assert!(ok(&["reclaim", &store_url, "s2"]).contains("reclaimed 1 row(s)"));
+    assert!(ok(&["reclaim", &store_url, "s2"]).contains("nothing to reclaim"));
+}
+
+#[test]
+fn argument_errors_are_one_line_with_exit_2() {
+    for args in [
+        vec![],
+        vec!["inspect"],
+        vec!["frobnicate"],
+        vec!["inspec"],
+        vec!["inspect", "memory:", "log"],
+        vec!["inspect", "memory:", "--limit", "3", "sessions"],
+        vec!["redrive", "memory:", "s", "c", "x", "--retry"],
+        vec!["redrive", "memory:", "s", "c", "1"],
+        vec!["redrive", "memory:", "s", "c", "1", "--retry", "--skip"],
+        vec!["bench", "--json", "--csv"],
+        vec!["bench", "--seconds", "0"],
+        vec!["bench", "--sessions", "0"],
+        vec!["check", "--onyl", "x", "memory:"],
+        vec!["clear", "memory:", "s", "extra"],
+        vec!["inspect", "memory:", "log", "s", "--after", "-1"],
+    ] {
+        let err = one_line_error(&args, &a2(&args));
+        assert!(!err.contains("Usage:"), "{err}");
+    }
+    let err = one_line_error(&["check", "--onyl"], &a2(&["check", "--onyl"]));
+    assert!(err.contains("--only"), "the tip is kept: {err}");
+    let err = fails(&["inspect", "memory:", "log"], "<SESSION>");
+    assert!(err.contains("usage: a2-store inspect"), "{err}");
+    assert!(ok(&["--version"]).contains("a2-store"));
+    assert!(ok(&["--help"]).contains("A2_STORE_URL"));
+}
+
+#[test]
+fn the_url_comes_from_a2_store_url_when_omitted() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("env.db");
+    seed(&path);
+    let url = format!("sqlite:{}", path.display());
+    let output = a2_with_url(&url, &["inspect", "sessions", "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(json_of(&stdout(&output))[0]["session_id"], "s1");
+    let output = a2_with_url(&url, &["inspect", "log", "s1"]);
+    assert!(stdout(&output).contains("m1"), "{}", stderr(&output));
+    // A URL on the command line wins over the variable.
+    let output = a2_with_url("memory:", &["inspect", &url, "sessions"]);
+    assert!(stdout(&output).contains("s2"), "{}", stderr(&output));
+    let output = a2_with_url(&url, &["clear", "nosuch", "--yes"]);
+    let err = one_line_error(&["clear"], &output);
+    assert!(
+        err.contains("no session 'nosuch'") && err.contains(&url),
+        "{err}"
+    );
+    let output = a2_with_url(&url, &["reclaim", "s2"]);
+    assert!(
+        stdout(&output).contains("nothing to reclaim"),
+        "{}",
+        stderr(&output)
+    );
+    let output = a2_with_url("memory:", &["check", "--only", "append", "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(json_of(&stdout(&output))["backend"], "memory");
+    // Still one line when the variable does not help.
+    let output = a2_with_url(&url, &["inspect", "log"]);
+    assert!(one_line_error(&["inspect", "log"], &output).contains("<SESSION>"));
+}
+
+#[test]
+fn ids_with_control_characters_are_escaped_in_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("evil.db");
+    let url = format!("sqlite:{}", path.display());
+    runtime().block_on(async {
+        let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
+        store
+            .append(
+                "evil\nid",
+                vec![NewEvent::new("msg\tx", json!(1)).with_id("e\n1")],
+                Default::default(),
+            )
+            .await
+            .unwrap();
+    });
+    let sessions = ok(&["inspect", &url, "sessions"]);
+    assert_eq!(sessions.lines().count(), 3, "{sessions}");
+    assert!(sessions.contains("evil\\nid"), "{sessions}");
+    let log = ok(&["inspect", &url, "log", "evil\nid"]);
+    assert_eq!(log.lines().count(), 3, "{log}");
+    assert!(log.contains("msg\\tx") && log.contains("e\\n1"), "{log}");
+    let json = json_of(&ok(&["inspect", &url, "sessions", "--json"]));
+    assert_eq!(
+        json[0]["session_id"], "evil\nid",
+        "JSON keeps the id as it is"
+    );
+    let err = fails(
+        &["clear", &url, "no\nsuch", "--yes"],
+        "no session 'no\\nsuch'",
+    );
+    assert!(!err.contains("no such"), "{err}");
+}
+
+#[test]
+fn check_streams_each_case_and_reports_milliseconds() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_a2-store"))
+        .args(["check", "memory:"])
+        .env_remove("A2_STORE_URL")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(
+        first.starts_with("memory::") && first.contains(" ... "),
+        "{first}"
+    );
+    // The first case is out while the suite still runs.
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "printed only at the end"
+    );
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(child.wait().unwrap().success());
+    let last = rest.last().unwrap();
+    assert!(last.contains(" 0 failed"), "{last}");
+    assert!(rest.len() > 10, "{rest:?}");
+
+    let report = json_of(&ok(&["check", "memory:", "--only", "append", "--json"]));
+    let case = &report["cases"][0];
+    assert!(case["duration_ms"].as_f64().unwrap() >= 0.0, "{report}");
+    assert!(case.get("duration").is_none(), "{report}");
 }

@@ -28,6 +28,12 @@ pub struct PostgresOptions {
     /// `search_path` to it, so deployments sharing one server stay apart.
     /// Must match `[a-z_][a-z0-9_]*` and be at most 63 bytes.
     pub schema: String,
+    /// Connects without creating or migrating anything: the schema must
+    /// exist at this build's version (a missing schema is `Backend`, another
+    /// version `IncompatibleSchema`), and every connection runs with
+    /// `default_transaction_read_only`, so the server refuses each write
+    /// with a typed error. `false` by default.
+    pub read_only: bool,
 }
 
 impl Default for PostgresOptions {
@@ -39,6 +45,7 @@ impl Default for PostgresOptions {
             pool_size: 16,
             statement_timeout: Duration::from_secs(30),
             schema: "a2".to_owned(),
+            read_only: false,
         }
     }
 }

@@ -266,6 +266,49 @@ async fn run(client: &mut Client, schema: &str) -> TxResult<()> {
     Ok(())
 }
 
+/// For a read-only connect: `Ok` when `schema` exists at [`SCHEMA_VERSION`];
+/// creates and migrates nothing. A missing schema (or one without the
+/// version table) is `Backend`, another version `IncompatibleSchema`.
+pub(crate) async fn check_version(client: &Client, schema: &str) -> Result<(), StoreError> {
+    let doing = "checking the PostgreSQL schema (read-only)";
+    let row = client
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM information_schema.tables \
+             WHERE table_schema = $1 AND table_name = 'schema_version')",
+            &[&schema],
+        )
+        .await
+        .map_err(|error| db_error(doing, error))?;
+    let present: bool = row.try_get(0).map_err(|error| db_error(doing, error))?;
+    if !present {
+        return Err(StoreError::Backend {
+            message: format!(
+                "schema '{schema}' holds no a2-store tables (or does not exist); a read-only open never creates it"
+            ),
+            source: None,
+        });
+    }
+    // `search_path` is the schema (set at connect).
+    let row = client
+        .query_one("SELECT COALESCE(max(version), 0) FROM schema_version", &[])
+        .await
+        .map_err(|error| db_error(doing, error))?;
+    let found: i32 = row.try_get(0).map_err(|error| db_error(doing, error))?;
+    if found != SCHEMA_VERSION {
+        let relation = if found > SCHEMA_VERSION {
+            "newer"
+        } else {
+            "older"
+        };
+        return Err(StoreError::IncompatibleSchema {
+            message: format!(
+                "schema '{schema}' is at version {found}, {relation} than version {SCHEMA_VERSION} this build reads; a read-only open never migrates"
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// Drops `schema` and everything in it (used by tests that made a fresh one).
 pub(crate) async fn drop_schema(client: &Client, schema: &str) -> Result<(), StoreError> {
     client

@@ -128,6 +128,12 @@ impl PostgresStore {
             "-c search_path={schema} -c statement_timeout={timeout_ms} \
              -c idle_in_transaction_session_timeout={timeout_ms}"
         );
+        // A read-only store's transactions are read-only on the server.
+        let startup = if options.read_only {
+            format!("{startup} -c default_transaction_read_only=on")
+        } else {
+            startup
+        };
         let startup = match config.get_options() {
             Some(existing) if !existing.is_empty() => format!("{existing} {startup}"),
             _ => startup,
@@ -141,7 +147,11 @@ impl PostgresStore {
             .await
             .map_err(|error| db_error("connecting to PostgreSQL", error))?;
         let driver = tokio::spawn(connection);
-        let migrated = crate::schema::migrate(&mut client, &schema).await;
+        let migrated = if options.read_only {
+            crate::schema::check_version(&client, &schema).await
+        } else {
+            crate::schema::migrate(&mut client, &schema).await
+        };
         drop(client);
         let _ = driver.await;
         migrated?;

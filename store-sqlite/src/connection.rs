@@ -45,6 +45,12 @@ pub(crate) fn open_connection(
     // Validated before the file is touched: a bad option creates nothing.
     let page_cap = options.page_cap()?;
     let conn = match location {
+        Location::File(path) if options.read_only => {
+            check_readable_file(path, &shown)?;
+            let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            Connection::open_with_flags(path, flags)
+                .map_err(|error| open_error(&shown, "opening the database read-only", error))?
+        }
         Location::File(path) => {
             check_file(path, &shown)?;
             let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
@@ -52,6 +58,11 @@ pub(crate) fn open_connection(
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX;
             Connection::open_with_flags(path, flags)
                 .map_err(|error| open_error(&shown, "opening the database", error))?
+        }
+        Location::Memory if options.read_only => {
+            return Err(StoreError::invalid_input(
+                "an in-memory SQLite database cannot be opened read-only: it starts empty, with nothing to read",
+            ))
         }
         Location::Memory => Connection::open_in_memory()
             .map_err(|error| open_error(&shown, "opening the database", error))?,
@@ -62,8 +73,11 @@ pub(crate) fn open_connection(
         .map_err(|error| open_error(&shown, "setting the busy timeout", error))?;
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     // Refuse a newer schema before anything (even the journal mode) is written.
-    refuse_newer_schema(&conn, &shown)?;
-    if let Location::File(_) = location {
+    let version = refuse_newer_schema(&conn, &shown)?;
+    if options.read_only {
+        // Nothing may be migrated: only this build's own version is readable.
+        require_current_schema(version, &shown)?;
+    } else if let Location::File(_) = location {
         let mode: String = conn
             .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
             .map_err(|error| open_error(&shown, "switching to the WAL journal", error))?;
@@ -98,8 +112,31 @@ pub(crate) fn open_connection(
     Ok(conn)
 }
 
-/// `IncompatibleSchema` when a newer build wrote the database.
-fn refuse_newer_schema(conn: &Connection, shown: &str) -> Result<(), StoreError> {
+/// The schema version of a database opened read-only, unless it is not
+/// this build's: an empty or foreign file (version 0) is `Backend`, an older
+/// store `IncompatibleSchema`, each naming the path.
+fn require_current_schema(version: i64, shown: &str) -> Result<(), StoreError> {
+    if version == 0 {
+        return Err(StoreError::Backend {
+            message: format!(
+                "database '{shown}' is not an a2-store database (it is empty or holds no a2-store schema); opened read-only, it was left as it is"
+            ),
+            source: None,
+        });
+    }
+    if version < SCHEMA_VERSION {
+        return Err(StoreError::IncompatibleSchema {
+            message: format!(
+                "database '{shown}' has schema version {version}, older than version {SCHEMA_VERSION} this build reads; a read-only open never migrates: open it once read-write to migrate it"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The schema version (`PRAGMA user_version`); `IncompatibleSchema` when a
+/// newer build wrote the database.
+fn refuse_newer_schema(conn: &Connection, shown: &str) -> Result<i64, StoreError> {
     let version: i64 = conn
         .query_row("PRAGMA user_version", [], |row| row.get(0))
         .map_err(|error| open_error(shown, "reading the schema version", error))?;
@@ -110,7 +147,25 @@ fn refuse_newer_schema(conn: &Connection, shown: &str) -> Result<(), StoreError>
             ),
         });
     }
-    Ok(())
+    Ok(version)
+}
+
+/// Refuses, before SQLite sees it, a path for a read-only open that is
+/// missing or a directory (read-only opens never create a file).
+fn check_readable_file(path: &Path, shown: &str) -> Result<(), StoreError> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_dir() => Err(StoreError::Backend {
+            message: format!("opening database '{shown}': the path is a directory, not a file"),
+            source: None,
+        }),
+        Ok(_) => Ok(()),
+        Err(error) => Err(StoreError::backend(
+            format!(
+                "opening database '{shown}' read-only: the file cannot be read (does it exist?)"
+            ),
+            error,
+        )),
+    }
 }
 
 /// Refuses, before SQLite sees it, a path whose directory is missing or a

@@ -86,6 +86,18 @@ pub struct SqliteOptions {
     /// above SQLite's maximum (4294967294) are clamped to it. The WAL file
     /// is not counted: it grows between checkpoints and shrinks back.
     pub max_page_count: Option<u64>,
+    /// Opens the database read-only (`SQLITE_OPEN_READ_ONLY`): nothing is
+    /// created, migrated or written, not even the journal mode, so a
+    /// read-only file can be inspected and stays byte-identical. The file
+    /// must exist and hold this build's schema version: a missing file, an
+    /// empty or non-store file and an older version (which only a
+    /// read-write open migrates) are typed errors naming the path. Every
+    /// write call on such a store fails with `StoreError::InvalidInput`
+    /// before touching the database. Like any reader of a WAL database,
+    /// SQLite may create the `-wal` and `-shm` side files beside it (and a
+    /// read-only directory without them cannot be read); the database file
+    /// itself is never written. `false` by default.
+    pub read_only: bool,
 }
 
 impl Default for SqliteOptions {
@@ -98,6 +110,7 @@ impl Default for SqliteOptions {
             pool_size: 4,
             poll_interval: Duration::from_millis(50),
             max_page_count: None,
+            read_only: false,
         }
     }
 }

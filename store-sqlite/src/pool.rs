@@ -63,7 +63,9 @@ impl Pool {
             Location::File(_) => options.pool_size.max(1),
         };
         let mut first = open_connection(&location, &options)?;
-        migrate(&mut first, &location.display())?;
+        if !options.read_only {
+            migrate(&mut first, &location.display())?;
+        }
         let mut idle = vec![first];
         for _ in 1..size {
             idle.push(open_connection(&location, &options)?);
@@ -114,6 +116,12 @@ impl Pool {
         T: Send + 'static,
         F: Fn(&Connection, &Ctx) -> Result<T, StoreError> + Send + 'static,
     {
+        if access == Access::Write && self.options.read_only {
+            return Err(StoreError::invalid_input(format!(
+                "database '{}' was opened read-only: this call writes, open the store read-write to make it",
+                self.location.display()
+            )));
+        }
         let permit = self
             .permits
             .acquire()

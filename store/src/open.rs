@@ -96,6 +96,7 @@ async fn open_sqlite(
     let mut sqlite = SqliteOptions {
         clock: options.clock,
         ids: options.ids,
+        read_only: options.read_only,
         ..SqliteOptions::default()
     };
     if let Some(durability) = url_options.durability {
@@ -144,7 +145,9 @@ async fn open_postgres(
 ) -> Result<Arc<dyn Store>, StoreError> {
     use a2_store_postgres::PostgresStore;
 
-    let postgres = crate::postgres::options(url_options, options);
+    let read_only = options.read_only;
+    let mut postgres = crate::postgres::options(url_options, options);
+    postgres.read_only = read_only;
     let store = PostgresStore::connect(connection, postgres).await?;
     Ok(Arc::new(store))
 }

@@ -30,6 +30,14 @@ pub struct OpenOptions {
     pub clock: Arc<dyn Clock>,
     /// The source of ids for events appended without one.
     pub ids: Arc<dyn IdGenerator>,
+    /// Opens the store read-only: a SQLite file with
+    /// `SQLITE_OPEN_READ_ONLY`, a PostgreSQL schema without creating or
+    /// migrating it (its transactions read-only). Nothing is created,
+    /// migrated or written; a missing, empty or non-store database, or one
+    /// of an older schema version, is a typed error naming it, and every
+    /// write call fails with a typed error. `memory:` ignores it (it starts
+    /// empty). `false` by default.
+    pub read_only: bool,
 }
 
 impl Default for OpenOptions {
@@ -37,6 +45,7 @@ impl Default for OpenOptions {
         Self {
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
+            read_only: false,
         }
     }
 }
@@ -51,6 +60,12 @@ impl OpenOptions {
     /// Uses `ids` as the store's id generator.
     pub fn with_ids(mut self, ids: impl IdGenerator + 'static) -> Self {
         self.ids = Arc::new(ids);
+        self
+    }
+
+    /// Opens the store read-only (see [`OpenOptions::read_only`]).
+    pub fn with_read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
         self
     }
 
