@@ -445,8 +445,8 @@ pub(crate) fn tls_failure(error: &tokio_postgres::Error) -> Option<TlsFailure> {
     }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(current) = source {
-        if is_certificate_error(current) {
-            return Some(TlsFailure::Verification);
+        if let Some(failure) = certificate_error(current) {
+            return Some(failure);
         }
         if current.to_string().contains("server does not support TLS") {
             return Some(TlsFailure::NotOffered);
@@ -457,29 +457,40 @@ pub(crate) fn tls_failure(error: &tokio_postgres::Error) -> Option<TlsFailure> {
 }
 
 /// Whether `error` is rustls rejecting the server's certificate (directly
-/// or wrapped in the I/O error the TLS stream reports).
+/// or wrapped in the I/O error the TLS stream reports), and how.
 #[cfg(feature = "tls")]
-fn is_certificate_error(error: &(dyn std::error::Error + 'static)) -> bool {
+fn certificate_error(error: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> {
     let rustls_error = error.downcast_ref::<rustls::Error>().or_else(|| {
         error
             .downcast_ref::<std::io::Error>()
             .and_then(|io| io.get_ref())
             .and_then(|inner| inner.downcast_ref::<rustls::Error>())
     });
-    matches!(rustls_error, Some(rustls::Error::InvalidCertificate(_)))
+    match rustls_error {
+        Some(rustls::Error::InvalidCertificate(
+            rustls::CertificateError::NotValidForName
+            | rustls::CertificateError::NotValidForNameContext { .. },
+        )) => Some(TlsFailure::WrongName),
+        Some(rustls::Error::InvalidCertificate(_)) => Some(TlsFailure::Untrusted),
+        _ => None,
+    }
 }
 
 /// Without TLS support no certificate is ever checked.
 #[cfg(not(feature = "tls"))]
-fn is_certificate_error(_error: &(dyn std::error::Error + 'static)) -> bool {
-    false
+fn certificate_error(_error: &(dyn std::error::Error + 'static)) -> Option<TlsFailure> {
+    None
 }
 
 /// What went wrong with TLS on connecting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "tls"), allow(dead_code))]
 pub(crate) enum TlsFailure {
-    /// The server's certificate did not verify (chain or host name).
-    Verification,
+    /// The server's certificate does not chain to a trusted root (or is
+    /// otherwise invalid).
+    Untrusted,
+    /// The server's certificate is trusted but does not name the host.
+    WrongName,
     /// The server does not offer TLS although the mode requires it.
     NotOffered,
     /// Any other handshake failure.
@@ -490,8 +501,11 @@ impl TlsFailure {
     /// The message naming the failure and its remedy.
     pub(crate) fn message(self, what: &str) -> String {
         match self {
-            Self::Verification => format!(
+            Self::Untrusted => format!(
                 "{what}: TLS verification failed: the server's certificate is not trusted — give its CA with sslrootcert=PATH, or use sslmode=require to encrypt without verifying"
+            ),
+            Self::WrongName => format!(
+                "{what}: TLS verification failed: the server's certificate does not name the URL's host — connect by a name the certificate carries, or use sslmode=verify-ca to check only the chain"
             ),
             Self::NotOffered => format!(
                 "{what}: TLS failed: the server does not offer TLS — enable ssl on the server, or use sslmode=prefer or sslmode=disable"

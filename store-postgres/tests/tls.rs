@@ -119,6 +119,15 @@ fn make_certificates(dir: &Path) -> PathBuf {
         .expect("server certificate");
     let ca_path = dir.join("ca.crt");
     std::fs::write(&ca_path, ca.pem()).expect("write ca.crt");
+    // A CA that signed nothing here: trusting only it is trusting the wrong CA.
+    let other_key = KeyPair::generate().expect("other CA key");
+    let mut other_params = CertificateParams::new(Vec::<String>::new()).expect("other params");
+    other_params
+        .distinguished_name
+        .push(DnType::CommonName, "a2 unrelated CA");
+    other_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let other = other_params.self_signed(&other_key).expect("other CA");
+    std::fs::write(dir.join("other-ca.crt"), other.pem()).expect("write other-ca.crt");
     std::fs::write(dir.join("server.crt"), server.pem()).expect("write server.crt");
     let key_path = dir.join("server.key");
     std::fs::write(&key_path, server_key.serialize_pem()).expect("write server.key");
@@ -247,14 +256,37 @@ async fn sslmodes_against_a_tls_only_server() {
     .expect_err("verify-full checks the host name");
     assert_eq!(err.code(), ErrorCode::Backend, "{err}");
     assert!(err.to_string().contains("TLS verification failed"), "{err}");
+    assert!(
+        err.to_string().contains("does not name the URL's host"),
+        "{err}"
+    );
 
-    // Without the CA the system roots do not trust the test's certificate.
-    let err = connect(&at("127.0.0.1", "sslmode=verify-full"))
-        .await
-        .expect_err("verify-full without the CA must fail");
+    // Without the CA: trusting another CA, or the system's roots.
+    let other = cluster
+        .dir
+        .path()
+        .join("other-ca.crt")
+        .display()
+        .to_string();
+    let err = connect(&at(
+        "127.0.0.1",
+        &format!("sslmode=verify-full&sslrootcert={other}"),
+    ))
+    .await
+    .expect_err("verify-full without the CA must fail");
     assert_eq!(err.code(), ErrorCode::Backend, "{err}");
     assert!(err.to_string().contains("TLS verification failed"), "{err}");
+    assert!(err.to_string().contains("not trusted"), "{err}");
     assert!(err.to_string().contains("sslrootcert"), "{err}");
+    let err = connect(&at("127.0.0.1", "sslmode=verify-full"))
+        .await
+        .expect_err("the system roots do not trust the test's CA");
+    // A machine without a system trust store cannot verify at all.
+    let text = err.to_string();
+    assert!(
+        text.contains("TLS verification failed") || text.contains("no system root certificates"),
+        "{err}"
+    );
 
     // The server takes TCP clients only over TLS.
     let err = connect(&at("127.0.0.1", "sslmode=disable"))
