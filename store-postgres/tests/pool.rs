@@ -181,3 +181,25 @@ async fn old_connections_are_replaced_after_their_lifetime() {
     drop(store);
     scratch.drop_all().await.expect("drop schemas");
 }
+
+#[tokio::test]
+async fn the_urls_application_name_reaches_the_server() {
+    let Some(url) = support::url_or_skip("pool") else {
+        return;
+    };
+    let name = unique_name("url");
+    let join = if url.contains('?') { '&' } else { '?' };
+    let scratch = scratch(
+        &format!("{url}{join}application_name={name}"),
+        PostgresOptions::default(),
+    );
+    let store = scratch
+        .create(Arc::new(SystemClock), Arc::new(RandomIds))
+        .await
+        .expect("store");
+    store.read("s", ReadOptions::default()).await.expect("read");
+    let observer = support::raw_client(&url).await;
+    assert_eq!(connections_named(&observer, &name).await, 1);
+    drop(store);
+    scratch.drop_all().await.expect("drop schemas");
+}
