@@ -33,10 +33,14 @@ impl Failure {
             ErrorCode::IncompatibleSchema => {
                 " — the database was written by a newer a2-store: upgrade this tool to open it"
             }
+            // The pool's own message names the URL keys to raise.
+            ErrorCode::Busy if text.contains("pool_timeout_ms") => "",
             ErrorCode::Busy => {
                 " — another process holds the database locked: retry, or raise ?busy_timeout_ms= in the URL"
             }
             ErrorCode::StorageFull => " — free disk space and retry",
+            // TLS failures say what to change about TLS themselves.
+            ErrorCode::Backend if text.contains("TLS") => "",
             ErrorCode::Backend if url.starts_with("postgres") => {
                 " — check that the server is up and the URL's host, port, user and database"
             }

@@ -9,6 +9,8 @@ use crate::failure::Failure;
 /// Writes `text` to stdout. A reader that went away (`| head`) is not an
 /// error; any other write failure is.
 pub fn print(text: &str) -> Result<(), Failure> {
+    // Every output passes here or `eprint_line`: no URL's password shows.
+    let text = a2_store::StoreUrl::redact(text);
     let mut stdout = io::stdout().lock();
     match stdout
         .write_all(text.as_bytes())
@@ -24,7 +26,7 @@ pub fn print(text: &str) -> Result<(), Failure> {
 /// left to report it).
 pub fn eprint_line(line: &str) {
     let mut stderr = io::stderr().lock();
-    let _ = writeln!(stderr, "{line}");
+    let _ = writeln!(stderr, "{}", a2_store::StoreUrl::redact(line));
 }
 
 /// `text` with control characters (newlines, tabs, escapes...) written as

@@ -56,12 +56,21 @@ impl TxError {
 /// keeping the driver error as the source.
 pub(crate) fn db_error(what: &str, error: tokio_postgres::Error) -> StoreError {
     let Some(code) = error.code().cloned() else {
+        if let Some(failure) = crate::tls::tls_failure(&error) {
+            return StoreError::backend(failure.message(what), error);
+        }
         return StoreError::backend(format!("{what}: the PostgreSQL connection failed"), error);
     };
-    let detail = error
+    let mut detail = error
         .as_db_error()
         .map(|db| db.message().to_owned())
         .unwrap_or_default();
+    if code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION && detail.contains("no encryption") {
+        // pg_hba.conf accepts this client only over TLS (`hostssl`).
+        detail.push_str(
+            " — the server accepts this connection only over TLS: use sslmode=require or stronger",
+        );
+    }
     if code == SqlState::T_R_SERIALIZATION_FAILURE
         || code == SqlState::T_R_DEADLOCK_DETECTED
         || code == SqlState::QUERY_CANCELED
@@ -104,10 +113,23 @@ pub(crate) fn db_error(what: &str, error: tokio_postgres::Error) -> StoreError {
 pub(crate) fn pool_error(what: &str, error: deadpool_postgres::PoolError) -> StoreError {
     match error {
         deadpool_postgres::PoolError::Backend(error) => db_error(what, error),
-        deadpool_postgres::PoolError::Timeout(_) => StoreError::Busy {
-            message: format!("{what}: no pooled PostgreSQL connection became free in time"),
-            source: Some(Box::new(error)),
-        },
+        deadpool_postgres::PoolError::Timeout(kind) => {
+            let message = match kind {
+                deadpool_postgres::TimeoutType::Wait => format!(
+                    "{what}: the connection pool is exhausted: no pooled PostgreSQL connection became free within the acquire timeout — raise pool_timeout_ms or pool_size in the URL"
+                ),
+                deadpool_postgres::TimeoutType::Create => format!(
+                    "{what}: opening a PostgreSQL connection for the pool took longer than the statement timeout — check that the server answers"
+                ),
+                deadpool_postgres::TimeoutType::Recycle => format!(
+                    "{what}: checking a pooled PostgreSQL connection took longer than the statement timeout — check that the server answers"
+                ),
+            };
+            StoreError::Busy {
+                message,
+                source: Some(Box::new(error)),
+            }
+        }
         other => StoreError::backend(
             format!("{what}: could not get a PostgreSQL connection"),
             other,

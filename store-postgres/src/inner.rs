@@ -20,6 +20,8 @@ pub(crate) struct Inner {
     pub(crate) schema: String,
     /// How to open the listener's own connection.
     pub(crate) config: tokio_postgres::Config,
+    /// The TLS connector of every connection, the listener's included.
+    pub(crate) tls: crate::tls::Connector,
     /// Wakes this store's streams with a session id (or every stream).
     pub(crate) wakes: broadcast::Sender<Arc<str>>,
     /// Started by the first `subscribe`.
@@ -34,6 +36,7 @@ impl Inner {
             .get_or_init(|| async {
                 Listener::start(
                     self.config.clone(),
+                    self.tls.clone(),
                     self.channel.clone(),
                     self.wakes.clone(),
                 )

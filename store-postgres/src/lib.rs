@@ -31,6 +31,9 @@
 //! ```
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+// Without `tls` the connector is `NoTls`, which is `Copy`; the code clones
+// it as it must clone the rustls connector.
+#![cfg_attr(not(feature = "tls"), allow(clippy::clone_on_copy))]
 
 mod batch;
 mod cursor_table;
@@ -40,12 +43,15 @@ mod inner;
 mod notify;
 mod ops;
 mod options;
+mod pool;
 mod rows;
 mod schema;
 pub mod scratch;
 mod store;
+pub mod tls;
 
 pub use options::{validate_schema_name, PostgresOptions, MAX_SCHEMA_NAME_LEN};
 pub use schema::SCHEMA_VERSION;
 pub use scratch::ScratchSchemas;
 pub use store::{PostgresStore, MAX_RETRIES};
+pub use tls::{RootCerts, SslMode, TlsSettings};

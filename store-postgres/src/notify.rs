@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
 use crate::db::{execute, Tx};
 use crate::error::TxResult;
@@ -74,13 +74,14 @@ impl Listener {
     /// connection drops.
     pub(crate) fn start(
         config: tokio_postgres::Config,
+        tls: crate::tls::Connector,
         channel: String,
         sender: broadcast::Sender<Arc<str>>,
     ) -> Self {
         let task = tokio::spawn(async move {
             let mut delay = Duration::from_millis(50);
             loop {
-                if listen_once(&config, &channel, &sender).await {
+                if listen_once(&config, &tls, &channel, &sender).await {
                     delay = Duration::from_millis(50);
                 }
                 tokio::time::sleep(delay).await;
@@ -95,10 +96,11 @@ impl Listener {
 /// until the connection ends. Returns whether it got as far as listening.
 async fn listen_once(
     config: &tokio_postgres::Config,
+    tls: &crate::tls::Connector,
     channel: &str,
     sender: &broadcast::Sender<Arc<str>>,
 ) -> bool {
-    let Ok((client, mut connection)) = config.connect(NoTls).await else {
+    let Ok((client, mut connection)) = config.connect(tls.clone()).await else {
         return false;
     };
     let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));

@@ -21,9 +21,23 @@ pub struct PostgresOptions {
     pub pool_size: usize,
     /// Server-side `statement_timeout` of every connection; a statement that
     /// runs (or waits for a lock) longer fails with `StoreError::Busy`. Also
-    /// bounds the wait for a pooled connection and, as
+    /// bounds opening a pooled connection, the wait for a free one unless
+    /// [`pool_timeout`](Self::pool_timeout) is set and, as
     /// `idle_in_transaction_session_timeout`, a transaction left idle.
     pub statement_timeout: Duration,
+    /// How long a call waits for a free pooled connection before it fails
+    /// with `StoreError::Busy` saying the pool is exhausted; `None` waits as
+    /// long as [`statement_timeout`](Self::statement_timeout).
+    pub pool_timeout: Option<Duration>,
+    /// Pooled connections unused for longer are closed; `None` keeps them.
+    pub idle_timeout: Option<Duration>,
+    /// Pooled connections older than this are closed and replaced; `None`
+    /// keeps them as long as they work.
+    pub max_lifetime: Option<Duration>,
+    /// The `application_name` the server shows for the store's connections
+    /// (in `pg_stat_activity`); `None` keeps the URL's, else
+    /// `a2-store-postgres`.
+    pub application_name: Option<String>,
     /// The PostgreSQL schema holding the tables; every connection sets its
     /// `search_path` to it, so deployments sharing one server stay apart.
     /// Must match `[a-z_][a-z0-9_]*` and be at most 63 bytes.
@@ -37,13 +51,18 @@ pub struct PostgresOptions {
 }
 
 impl Default for PostgresOptions {
-    /// [`SystemClock`], [`RandomIds`], 16 connections, 30 s, schema `a2`.
+    /// [`SystemClock`], [`RandomIds`], 16 connections, 30 s, schema `a2`,
+    /// connections kept while they work.
     fn default() -> Self {
         Self {
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             pool_size: 16,
             statement_timeout: Duration::from_secs(30),
+            pool_timeout: None,
+            idle_timeout: None,
+            max_lifetime: None,
+            application_name: None,
             schema: "a2".to_owned(),
             read_only: false,
         }
@@ -99,5 +118,9 @@ mod tests {
         assert_eq!(options.pool_size, 16);
         assert_eq!(options.statement_timeout, Duration::from_secs(30));
         assert_eq!(options.schema, "a2");
+        assert_eq!(options.pool_timeout, None);
+        assert_eq!(options.idle_timeout, None);
+        assert_eq!(options.max_lifetime, None);
+        assert_eq!(options.application_name, None);
     }
 }

@@ -40,7 +40,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use a2_store_api::{Clock, IdGenerator, Result, StoreError};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
+
+use crate::error::db_error;
 
 use crate::options::{validate_schema_name, PostgresOptions};
 use crate::store::PostgresStore;
@@ -418,9 +420,7 @@ impl Connection {
     /// Connects to `url`, within [`SCRATCH_CONNECT_TIMEOUT`] unless the URL
     /// sets its own `connect_timeout`.
     async fn open(url: &str) -> Result<Self> {
-        let mut config: tokio_postgres::Config = url.parse().map_err(|error| {
-            StoreError::invalid_input(format!("'{url}' is not a PostgreSQL URL: {error}"))
-        })?;
+        let (mut config, tls) = crate::tls::prepare(url)?;
         let limit = config
             .get_connect_timeout()
             .copied()
@@ -429,11 +429,10 @@ impl Connection {
         if config.get_application_name().is_none() {
             config.application_name("a2-store-postgres scratch");
         }
-        let (client, connection) =
-            tokio::time::timeout(limit + CLIENT_GRACE, config.connect(NoTls))
-                .await
-                .map_err(|_| timed_out("connecting to PostgreSQL"))?
-                .map_err(|error| StoreError::backend("connecting to PostgreSQL", error))?;
+        let (client, connection) = tokio::time::timeout(limit + CLIENT_GRACE, config.connect(tls))
+            .await
+            .map_err(|_| timed_out("connecting to PostgreSQL"))?
+            .map_err(|error| db_error("connecting to PostgreSQL", error))?;
         let driver = tokio::spawn(async move {
             // The connection's error, if any, shows in the client's calls.
             let _ = connection.await;

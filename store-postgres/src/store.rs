@@ -19,10 +19,9 @@ use a2_store_api::{
     WakeLogResult,
 };
 use async_trait::async_trait;
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod};
 use serde_json::Value;
 use tokio::sync::{broadcast, OnceCell};
-use tokio_postgres::NoTls;
 
 use crate::error::{db_error, pool_error, TxError};
 use crate::inner::Inner;
@@ -116,9 +115,7 @@ impl PostgresStore {
                 "pool_size is 0: a store needs at least one connection",
             ));
         }
-        let mut config: tokio_postgres::Config = url.parse().map_err(|error| {
-            StoreError::invalid_input(format!("'{url}' is not a PostgreSQL URL: {error}"))
-        })?;
+        let (mut config, tls) = crate::tls::prepare(url)?;
         let timeout_ms = options.statement_timeout.as_millis().max(1);
         let schema = options.schema.clone();
         // Both values are validated: a plain identifier and an integer. A
@@ -139,11 +136,13 @@ impl PostgresStore {
             _ => startup,
         };
         config.options(&startup);
-        if config.get_application_name().is_none() {
+        if let Some(name) = &options.application_name {
+            config.application_name(name);
+        } else if config.get_application_name().is_none() {
             config.application_name("a2-store-postgres");
         }
         let (mut client, connection) = config
-            .connect(NoTls)
+            .connect(tls.clone())
             .await
             .map_err(|error| db_error("connecting to PostgreSQL", error))?;
         let driver = tokio::spawn(connection);
@@ -157,20 +156,12 @@ impl PostgresStore {
         migrated?;
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
         );
-        // Waiting for a free connection is bounded like a statement: past
-        // the timeout the call fails with `Busy` instead of hanging.
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .wait_timeout(Some(options.statement_timeout))
-            .create_timeout(Some(options.statement_timeout))
-            .build()
-            .map_err(|error| StoreError::backend("building the connection pool", error))?;
+        let pool = crate::pool::build(manager, &options)?;
         let (wakes, _) = broadcast::channel(1024);
         Ok(Self {
             inner: Arc::new(Inner {
@@ -180,6 +171,7 @@ impl PostgresStore {
                 channel: notify_channel(&schema),
                 schema,
                 config,
+                tls,
                 wakes,
                 listener: OnceCell::new(),
             }),

@@ -35,9 +35,12 @@ use crate::options::OpenOptions;
 use crate::url::PostgresUrlOptions;
 
 /// The backend options a PostgreSQL URL asks for: its `schema`,
-/// `pool_size` and `statement_timeout_ms` where given, the backend's
+/// `pool_size`, `statement_timeout_ms`, `pool_timeout_ms`,
+/// `idle_timeout_ms` and `max_lifetime_ms` where given, the backend's
 /// defaults elsewhere, with the clock and ids of `options`. This is what
-/// [`open`](crate::open) connects with.
+/// [`open`](crate::open) connects with. (`application_name`,
+/// `connect_timeout` and the TLS keys stay in the connection URL, where the
+/// backend reads them.)
 pub fn options(url_options: &PostgresUrlOptions, options: OpenOptions) -> PostgresOptions {
     let mut postgres = PostgresOptions {
         clock: options.clock,
@@ -52,6 +55,15 @@ pub fn options(url_options: &PostgresUrlOptions, options: OpenOptions) -> Postgr
     }
     if let Some(ms) = url_options.statement_timeout_ms {
         postgres.statement_timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = url_options.pool_timeout_ms {
+        postgres.pool_timeout = Some(Duration::from_millis(ms));
+    }
+    if let Some(ms) = url_options.idle_timeout_ms {
+        postgres.idle_timeout = Some(Duration::from_millis(ms));
+    }
+    if let Some(ms) = url_options.max_lifetime_ms {
+        postgres.max_lifetime = Some(Duration::from_millis(ms));
     }
     postgres
 }
@@ -75,12 +87,21 @@ mod tests {
         assert_eq!(plain.schema, defaults.schema);
         assert_eq!(plain.pool_size, defaults.pool_size);
         assert_eq!(plain.statement_timeout, defaults.statement_timeout);
+        assert_eq!(plain.pool_timeout, None);
+        assert_eq!(plain.idle_timeout, None);
+        assert_eq!(plain.max_lifetime, None);
         let given = options(
-            &url_options("postgres://h/db?schema=app&pool_size=3&statement_timeout_ms=250"),
+            &url_options(
+                "postgres://h/db?schema=app&pool_size=3&statement_timeout_ms=250\
+                 &pool_timeout_ms=40&idle_timeout_ms=50&max_lifetime_ms=60",
+            ),
             OpenOptions::default(),
         );
         assert_eq!(given.schema, "app");
         assert_eq!(given.pool_size, 3);
         assert_eq!(given.statement_timeout, Duration::from_millis(250));
+        assert_eq!(given.pool_timeout, Some(Duration::from_millis(40)));
+        assert_eq!(given.idle_timeout, Some(Duration::from_millis(50)));
+        assert_eq!(given.max_lifetime, Some(Duration::from_millis(60)));
     }
 }

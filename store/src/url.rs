@@ -30,9 +30,19 @@ pub const URL_FORMS: &str =
 /// contain `?`.
 ///
 /// PostgreSQL URLs take the store's options `schema=NAME` (default `a2`),
-/// `pool_size=N` (at least 1) and `statement_timeout_ms=N` (at least 1);
-/// every other query parameter (`sslmode`, `connect_timeout`, ...) is left in
-/// the connection URL for the driver, which rejects the ones it does not know.
+/// `pool_size=N` (at least 1), `statement_timeout_ms=N` (at least 1),
+/// `pool_timeout_ms=N` (how long a call waits for a free pooled connection
+/// before failing with `Busy`; default the statement timeout),
+/// `idle_timeout_ms=N` and `max_lifetime_ms=N` (pooled connections unused
+/// or open longer are closed; default never); every other query parameter
+/// is left in the connection URL for the driver: `sslmode`, `sslrootcert`
+/// (TLS, see `a2_store_postgres::tls`), `connect_timeout` (seconds),
+/// `application_name`, `password`, ... — it rejects the ones it does not know.
+///
+/// The `Display` and `Debug` forms, and every error message, hide the
+/// password, whether in the user part or a `password=` parameter
+/// (`postgres://app:***@host/db`); [`StoreUrl::redact`] does the same to
+/// any text.
 ///
 /// ```
 /// use a2_store::{SqliteDurability, SqliteLocation, StoreUrl};
@@ -46,9 +56,13 @@ pub const URL_FORMS: &str =
 /// assert_eq!(url.feature(), "sqlite");
 ///
 /// assert!("sqlite:app.db?cache=big".parse::<StoreUrl>().is_err());
+///
+/// let secret: StoreUrl = "postgres://app:s3cret@db.internal/prod".parse()?;
+/// assert_eq!(secret.to_string(), "postgres://app:***@db.internal/prod");
+/// assert!(!format!("{secret:?}").contains("s3cret"));
 /// # Ok::<(), a2_store::StoreError>(())
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StoreUrl {
     /// `memory:` — the in-memory reference backend; nothing outlives the store.
@@ -63,7 +77,8 @@ pub enum StoreUrl {
     /// `postgres://...` or `postgresql://...`.
     Postgres {
         /// The connection URL for the driver: the URL as given without the
-        /// store's own options.
+        /// store's own options. It holds the password, if any: print it
+        /// only through [`StoreUrl::redact`].
         url: String,
         /// The store's options from the query string; `None` keeps the default.
         options: PostgresUrlOptions,
@@ -83,6 +98,16 @@ pub struct PostgresUrlOptions {
     /// `statement_timeout_ms=N`: a statement running or waiting longer fails
     /// with `Busy` (at least 1).
     pub statement_timeout_ms: Option<u64>,
+    /// `pool_timeout_ms=N`: a call waiting longer for a free pooled
+    /// connection fails with `Busy` saying the pool is exhausted (at least 1;
+    /// default the statement timeout).
+    pub pool_timeout_ms: Option<u64>,
+    /// `idle_timeout_ms=N`: pooled connections unused for longer are closed
+    /// (at least 1; default never).
+    pub idle_timeout_ms: Option<u64>,
+    /// `max_lifetime_ms=N`: pooled connections open for longer are closed and
+    /// replaced (at least 1; default never).
+    pub max_lifetime_ms: Option<u64>,
 }
 
 /// Where a SQLite store lives.
@@ -134,18 +159,48 @@ impl StoreUrl {
     /// an [`InvalidInput`](a2_store_api::ErrorCode::InvalidInput) error that
     /// says what is wrong and what a valid URL looks like.
     pub fn parse(url: &str) -> Result<Self, StoreError> {
+        // Messages show the URL with its password hidden.
+        let shown = Self::redact(url);
         let Some((scheme, rest)) = url.split_once(':') else {
-            return Err(not_a_url(url));
+            return Err(not_a_url(&shown));
         };
         match scheme {
-            "memory" => parse_memory(url, rest),
-            "sqlite" => parse_sqlite(url, rest),
-            "postgres" | "postgresql" => parse_postgres(url),
-            "" => Err(not_a_url(url)),
+            "memory" => parse_memory(&shown, rest),
+            "sqlite" => parse_sqlite(&shown, rest),
+            "postgres" | "postgresql" => parse_postgres(url, &shown),
+            "" => Err(not_a_url(&shown)),
             other => Err(StoreError::invalid_input(format!(
-                "unknown store URL scheme '{other}' in '{url}': use {URL_FORMS}"
+                "unknown store URL scheme '{other}' in '{shown}': use {URL_FORMS}"
             ))),
         }
+    }
+
+    /// `text` with the password of every PostgreSQL URL in it replaced by
+    /// `***`: the one after `user:` and any `password=` parameter. A URL
+    /// starts at `postgres:` or `postgresql:` and runs to the next
+    /// whitespace; when in doubt more is hidden, never less.
+    ///
+    /// ```
+    /// use a2_store::StoreUrl;
+    ///
+    /// assert_eq!(
+    ///     StoreUrl::redact("opening 'postgres://app:pw@db/prod?password=pw&sslmode=require' failed"),
+    ///     "opening 'postgres://app:***@db/prod?password=***&sslmode=require' failed"
+    /// );
+    /// assert_eq!(StoreUrl::redact("sqlite:a.db"), "sqlite:a.db");
+    /// ```
+    pub fn redact(text: &str) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut rest = text;
+        while let Some(start) = next_postgres_url(rest) {
+            out.push_str(&rest[..start]);
+            let tail = &rest[start..];
+            let end = tail.find(char::is_whitespace).unwrap_or(tail.len());
+            out.push_str(&redact_one(&tail[..end]));
+            rest = &tail[end..];
+        }
+        out.push_str(rest);
+        out
     }
 
     /// The backend's name: `memory`, `sqlite` or `postgres`.
@@ -181,12 +236,13 @@ impl FromStr for StoreUrl {
 }
 
 impl fmt::Display for StoreUrl {
-    /// The canonical form: parsing it gives back an equal `StoreUrl`.
+    /// The canonical form with the password hidden: parsing it gives back
+    /// an equal `StoreUrl` when the URL holds no password.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Memory => f.write_str("memory:"),
             Self::Postgres { url, options } => {
-                f.write_str(url)?;
+                f.write_str(&redact_one(url))?;
                 let mut pairs = Vec::new();
                 if let Some(schema) = &options.schema {
                     pairs.push(format!("schema={schema}"));
@@ -196,6 +252,15 @@ impl fmt::Display for StoreUrl {
                 }
                 if let Some(ms) = options.statement_timeout_ms {
                     pairs.push(format!("statement_timeout_ms={ms}"));
+                }
+                if let Some(ms) = options.pool_timeout_ms {
+                    pairs.push(format!("pool_timeout_ms={ms}"));
+                }
+                if let Some(ms) = options.idle_timeout_ms {
+                    pairs.push(format!("idle_timeout_ms={ms}"));
+                }
+                if let Some(ms) = options.max_lifetime_ms {
+                    pairs.push(format!("max_lifetime_ms={ms}"));
                 }
                 if !pairs.is_empty() {
                     let join = if url.contains('?') { "&" } else { "?" };
@@ -237,6 +302,86 @@ impl fmt::Display for StoreUrl {
             }
         }
     }
+}
+
+impl fmt::Debug for StoreUrl {
+    /// As the derived form, with the password of a PostgreSQL URL hidden.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Memory => f.write_str("Memory"),
+            Self::Sqlite { location, options } => f
+                .debug_struct("Sqlite")
+                .field("location", location)
+                .field("options", options)
+                .finish(),
+            Self::Postgres { url, options } => f
+                .debug_struct("Postgres")
+                .field("url", &redact_one(url))
+                .field("options", options)
+                .finish(),
+        }
+    }
+}
+
+/// Where the next `postgres:` or `postgresql:` URL in `text` starts (with
+/// or without the `//` a valid one has).
+fn next_postgres_url(text: &str) -> Option<usize> {
+    let short = text.find("postgres:");
+    let long = text.find("postgresql:");
+    match (short, long) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// One PostgreSQL URL with its password hidden: the user part's after the
+/// first `:` (up to the last `@`), and every `password=` parameter's value.
+fn redact_one(url: &str) -> String {
+    let Some(colon) = url.find(':') else {
+        return url.to_owned();
+    };
+    let scheme_end = if url[colon..].starts_with("://") {
+        colon + 3
+    } else {
+        colon + 1
+    };
+    let (scheme, rest) = url.split_at(scheme_end);
+    // The user part ends at the last `@` before the query; a password may
+    // hold `?`, so with no `@` before the first `?` take the last `@` at all
+    // (hiding too much rather than too little).
+    let before_query = rest.find('?').map_or(rest, |q| &rest[..q]);
+    let at = before_query.rfind('@').or_else(|| rest.rfind('@'));
+    let mut out = String::from(scheme);
+    let after_user = match at {
+        Some(at) => {
+            let user = &rest[..at];
+            match user.split_once(':') {
+                Some((name, _)) => {
+                    out.push_str(name);
+                    out.push_str(":***");
+                }
+                None => out.push_str(user),
+            }
+            &rest[at..]
+        }
+        None => rest,
+    };
+    match after_user.split_once('?') {
+        None => out.push_str(after_user),
+        Some((path, query)) => {
+            out.push_str(path);
+            out.push('?');
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            out.push_str(&pairs.join("&"));
+        }
+    }
+    out
 }
 
 fn not_a_url(url: &str) -> StoreError {
@@ -322,11 +467,12 @@ fn parse_sqlite(url: &str, rest: &str) -> Result<StoreUrl, StoreError> {
     Ok(StoreUrl::Sqlite { location, options })
 }
 
-fn parse_postgres(url: &str) -> Result<StoreUrl, StoreError> {
+/// Parses `url`; messages show `shown`, the URL with its password hidden.
+fn parse_postgres(url: &str, shown: &str) -> Result<StoreUrl, StoreError> {
     let (base, query) = split_query(url);
     if !base.contains("://") {
         return Err(StoreError::invalid_input(format!(
-            "'{url}' is not a PostgreSQL URL: write postgres://USER@HOST:PORT/DATABASE"
+            "'{shown}' is not a PostgreSQL URL: write postgres://USER@HOST:PORT/DATABASE"
         )));
     }
     let mut options = PostgresUrlOptions::default();
@@ -337,21 +483,35 @@ fn parse_postgres(url: &str) -> Result<StoreUrl, StoreError> {
             "schema" => {
                 if value.is_empty() {
                     return Err(StoreError::invalid_input(format!(
-                        "empty schema in '{url}': write schema=NAME or leave it out for the default"
+                        "empty schema in '{shown}': write schema=NAME or leave it out for the default"
                     )));
                 }
-                set_once(url, key, &mut options.schema, value.to_owned())?;
+                set_once(shown, key, &mut options.schema, value.to_owned())?;
             }
             "pool_size" => {
-                let size = number(url, key, value, 1)?;
+                let size = number(shown, key, value, 1)?;
                 let size = usize::try_from(size).map_err(|_| {
-                    StoreError::invalid_input(format!("pool_size={value} in '{url}' is too large"))
+                    StoreError::invalid_input(format!(
+                        "pool_size={value} in '{shown}' is too large"
+                    ))
                 })?;
-                set_once(url, key, &mut options.pool_size, size)?;
+                set_once(shown, key, &mut options.pool_size, size)?;
             }
             "statement_timeout_ms" => {
-                let ms = number(url, key, value, 1)?;
-                set_once(url, key, &mut options.statement_timeout_ms, ms)?;
+                let ms = number(shown, key, value, 1)?;
+                set_once(shown, key, &mut options.statement_timeout_ms, ms)?;
+            }
+            "pool_timeout_ms" => {
+                let ms = number(shown, key, value, 1)?;
+                set_once(shown, key, &mut options.pool_timeout_ms, ms)?;
+            }
+            "idle_timeout_ms" => {
+                let ms = number(shown, key, value, 1)?;
+                set_once(shown, key, &mut options.idle_timeout_ms, ms)?;
+            }
+            "max_lifetime_ms" => {
+                let ms = number(shown, key, value, 1)?;
+                set_once(shown, key, &mut options.max_lifetime_ms, ms)?;
             }
             _ => passed_on.push(pair),
         }
@@ -542,6 +702,63 @@ mod tests {
         assert!(error("postgres://h/db?pool_size=0").contains("at least 1"));
         assert!(error("postgres://h/db?schema=").contains("empty schema"));
         assert!(error("postgres://h/db?schema=a&schema=b").contains("given twice"));
+    }
+
+    #[test]
+    fn postgres_pool_keys_parse_and_print() {
+        let url = parse("postgres://h/db?pool_timeout_ms=5&idle_timeout_ms=6&max_lifetime_ms=7&application_name=x");
+        let StoreUrl::Postgres { url: conn, options } = &url else {
+            panic!("{url:?}")
+        };
+        assert_eq!(conn, "postgres://h/db?application_name=x");
+        assert_eq!(options.pool_timeout_ms, Some(5));
+        assert_eq!(options.idle_timeout_ms, Some(6));
+        assert_eq!(options.max_lifetime_ms, Some(7));
+        assert_eq!(parse(&url.to_string()), url);
+        assert!(error("postgres://h/db?pool_timeout_ms=0").contains("at least 1"));
+        assert!(error("postgres://h/db?idle_timeout_ms=soon").contains("whole number"));
+        assert!(
+            error("postgres://h/db?max_lifetime_ms=1&max_lifetime_ms=2").contains("given twice")
+        );
+    }
+
+    #[test]
+    fn passwords_never_show() {
+        let secret = "s3cr3t-pw";
+        for text in [
+            "postgres://app:s3cr3t-pw@db.internal:5432/prod",
+            "postgresql://app:s3cr3t-pw@db.internal/prod?sslmode=require&schema=x",
+            "postgres://app@db.internal/prod?password=s3cr3t-pw&sslmode=require",
+            "postgres://app@db.internal/prod?sslmode=require&PASSWORD=s3cr3t-pw",
+            "postgres://app:s3cr3t-pw@db/prod?application_name=a@b",
+            "postgres://app:s3cr3t-pw@weird@db/prod",
+            "postgres://app:s3cr3t-pw?x@db/prod",
+        ] {
+            let url = parse(text);
+            for shown in [url.to_string(), format!("{url:?}"), format!("{url:#?}")] {
+                assert!(!shown.contains(secret), "{text} shows as {shown}");
+            }
+            assert!(!StoreUrl::redact(text).contains(secret), "{text}");
+            assert!(!StoreUrl::redact(&format!("in '{text}': failed")).contains(secret));
+        }
+        assert_eq!(
+            parse("postgres://app:pw@db/prod?schema=a").to_string(),
+            "postgres://app:***@db/prod?schema=a"
+        );
+        assert_eq!(
+            StoreUrl::redact("a postgres://u:p@h/d and postgresql://v:q@i/e?password=r end"),
+            "a postgres://u:***@h/d and postgresql://v:***@i/e?password=*** end"
+        );
+        assert_eq!(StoreUrl::redact("postgres://u@h/d"), "postgres://u@h/d");
+        for bad in [
+            "postgres://app:s3cr3t-pw@h/db?pool_size=0",
+            "postgres://app:s3cr3t-pw@h/db?schema=",
+            "postgres://app:s3cr3t-pw@h/db?schema=a&schema=b",
+            "postgres://app:s3cr3t-pw@h/db?statement_timeout_ms=x",
+            "postgres:app:s3cr3t-pw@h",
+        ] {
+            assert!(!error(bad).contains(secret), "{bad}: {}", error(bad));
+        }
     }
 
     #[test]

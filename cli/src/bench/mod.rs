@@ -138,7 +138,7 @@ async fn run_one(
         return Err(Failure::new(format!("bench against {url}: {failure}")));
     }
     Ok(BackendReport::new(
-        url.to_owned(),
+        a2_store::StoreUrl::redact(url),
         elapsed.as_secs_f64(),
         shared.rounds.load(Ordering::Relaxed),
         recorder,
@@ -153,6 +153,6 @@ fn progress_bar(url: &str, length: Duration) -> ProgressBar {
         .map(|s| s.progress_chars("=> "))
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
-    bar.set_prefix(url.to_owned());
+    bar.set_prefix(a2_store::StoreUrl::redact(url));
     bar
 }

@@ -1,0 +1,135 @@
+//! The connection pool: its size, how long a call waits for a connection,
+//! and how long a connection may live or sit unused.
+//!
+//! Timeouts are deadpool's own (`wait`, `create`, `recycle`, run on the
+//! tokio runtime). Idle and lifetime limits are enforced twice, each where
+//! it is exact: a `pre_recycle` hook refuses to hand out a connection past
+//! either limit (deadpool then takes another or opens a new one), so no
+//! call ever runs on one; and a reaper task closes idle connections past
+//! them, so the server sees them go without waiting for the next call. The
+//! reaper holds the pool weakly and ends once the pool is gone.
+
+use std::time::Duration;
+
+use a2_store_api::{Result, StoreError};
+use deadpool_postgres::{Hook, HookError, Manager, Metrics, Pool};
+
+use crate::options::PostgresOptions;
+
+/// The shortest pause between two passes of the reaper.
+const MIN_REAP_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Builds the pool of `options.pool_size` connections with the options'
+/// timeouts and limits, and starts its reaper when a limit is set.
+pub(crate) fn build(manager: Manager, options: &PostgresOptions) -> Result<Pool> {
+    let limits = Limits {
+        idle: options.idle_timeout,
+        lifetime: options.max_lifetime,
+    };
+    let mut builder = Pool::builder(manager)
+        .max_size(options.pool_size)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        // Past these the call fails with `Busy` instead of hanging.
+        .wait_timeout(Some(
+            options.pool_timeout.unwrap_or(options.statement_timeout),
+        ))
+        .create_timeout(Some(options.statement_timeout))
+        .recycle_timeout(Some(options.statement_timeout));
+    if limits.any() {
+        builder = builder.pre_recycle(Hook::sync_fn(move |_, metrics| {
+            if limits.expired(metrics) {
+                Err(HookError::message(
+                    "the connection passed idle_timeout_ms or max_lifetime_ms",
+                ))
+            } else {
+                Ok(())
+            }
+        }));
+    }
+    let pool = builder
+        .build()
+        .map_err(|error| StoreError::backend("building the connection pool", error))?;
+    if let Some(interval) = limits.reap_interval() {
+        let weak = pool.weak();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(pool) = weak.upgrade() else { break };
+                // Dropping the removed clients closes their connections.
+                drop(pool.retain(|_, metrics| !limits.expired(&metrics)));
+            }
+        });
+    }
+    Ok(pool)
+}
+
+/// How long a pooled connection may sit unused and live in all.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    idle: Option<Duration>,
+    lifetime: Option<Duration>,
+}
+
+impl Limits {
+    fn any(&self) -> bool {
+        self.idle.is_some() || self.lifetime.is_some()
+    }
+
+    /// Whether a connection is past a limit: unused (not handed out) for
+    /// longer than the idle timeout, or older than the lifetime.
+    fn expired(&self, metrics: &Metrics) -> bool {
+        self.idle.is_some_and(|idle| metrics.last_used() >= idle)
+            || self.lifetime.is_some_and(|life| metrics.age() >= life)
+    }
+
+    /// How often the reaper looks: half the shorter limit, at least
+    /// [`MIN_REAP_INTERVAL`]; `None` when no limit is set.
+    fn reap_interval(&self) -> Option<Duration> {
+        let shortest = match (self.idle, self.lifetime) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return None,
+        };
+        Some((shortest / 2).max(MIN_REAP_INTERVAL))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reaper_runs_at_half_the_shorter_limit() {
+        let none = Limits {
+            idle: None,
+            lifetime: None,
+        };
+        assert_eq!(none.reap_interval(), None);
+        assert!(!none.any());
+        let both = Limits {
+            idle: Some(Duration::from_secs(10)),
+            lifetime: Some(Duration::from_secs(4)),
+        };
+        assert_eq!(both.reap_interval(), Some(Duration::from_secs(2)));
+        let tiny = Limits {
+            idle: Some(Duration::from_millis(10)),
+            lifetime: None,
+        };
+        assert_eq!(tiny.reap_interval(), Some(MIN_REAP_INTERVAL));
+    }
+
+    #[test]
+    fn limits_expire_connections() {
+        let fresh = Metrics::default();
+        let limits = Limits {
+            idle: Some(Duration::from_secs(60)),
+            lifetime: Some(Duration::from_secs(60)),
+        };
+        assert!(!limits.expired(&fresh));
+        let zero = Limits {
+            idle: None,
+            lifetime: Some(Duration::ZERO),
+        };
+        assert!(zero.expired(&fresh));
+    }
+}
