@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use a2_store_api::ErrorCode;
 use tracing::field::Empty;
-use tracing::{info_span, Span};
+use tracing::{info_span, record_all, Span};
 
 use super::{Call, Operation, Outcome};
 
@@ -57,23 +58,19 @@ pub(super) fn span(call: &Call<'_>, backend: &str) -> Span {
     span
 }
 
-/// Records how the call ended on its span.
+/// Records how the call ended on its span, in one record (a subscriber
+/// formats the new fields once).
 pub(super) fn finish(span: &Span, operation: Operation, outcome: &Outcome, elapsed: Duration) {
-    if span.is_disabled() {
-        return;
-    }
-    span.record("outcome", outcome.label);
-    span.record("duration_ms", millis(elapsed));
-    if let Some(code) = outcome.error {
-        span.record("error", code.as_str());
-    }
-    if operation == Operation::ClaimAvailable {
-        span.record("claimed", outcome.claimed);
-        span.record("dead_lettered", outcome.dead_lettered);
-    }
-    if outcome.superseded > 0 {
-        span.record("superseded", outcome.superseded);
-    }
+    let claims = operation == Operation::ClaimAvailable;
+    record_all!(
+        span,
+        outcome = outcome.label,
+        duration_ms = millis(elapsed),
+        error = outcome.error.map(ErrorCode::as_str),
+        claimed = claims.then_some(outcome.claimed),
+        dead_lettered = claims.then_some(outcome.dead_lettered),
+        superseded = (outcome.superseded > 0).then_some(outcome.superseded),
+    );
 }
 
 /// A duration in (fractional) milliseconds.
