@@ -3,8 +3,6 @@
 //! claim / busy / complete / fail / dead-letter sequence on the memory backend.
 #![cfg(all(feature = "memory", any(feature = "tracing", feature = "metrics")))]
 
-use std::sync::Arc;
-
 use a2_store::{
     ClaimRequest, ClaimResult, CompleteRequest, CompleteResult, ErrorCode, FailOutcome,
     FailRequest, ManualClock, NewEvent, OpenOptions, Store, Target,
@@ -114,7 +112,7 @@ fn options() -> OpenOptions {
 mod spans {
     use std::collections::BTreeMap;
     use std::fmt;
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     use tracing::field::{Field, Visit};
     use tracing::span::{Attributes, Id, Record};
@@ -510,7 +508,8 @@ fn both_halves_record_the_same_calls() {
         metrics::with_local_recorder(&recorder, || {
             block_on(async {
                 let options = options().with_tracing(true).with_metrics(true);
-                let store: Arc<dyn Store> = a2_store::open("memory:", options).await.unwrap();
+                let store: std::sync::Arc<dyn Store> =
+                    a2_store::open("memory:", options).await.unwrap();
                 scenario(store.as_ref()).await;
             })
         })

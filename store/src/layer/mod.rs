@@ -45,7 +45,9 @@
 //!
 //! Recorded through the [`metrics`](https://docs.rs/metrics) facade, so any
 //! recorder works (see `examples/prometheus.rs` for a Prometheus endpoint).
-//! Session ids are never labels (they are unbounded).
+//! Session ids are never labels (they are unbounded). Each store registers
+//! a series with the recorder the first time it records it and keeps the
+//! handle, so install the recorder before the store's first call.
 //!
 //! | name | kind | labels | counts |
 //! |---|---|---|---|
@@ -154,8 +156,11 @@ pub enum Operation {
 }
 
 impl Operation {
+    /// How many operations there are.
+    const COUNT: usize = 18;
+
     /// Every operation, in the trait's order.
-    pub const ALL: [Operation; 18] = [
+    pub const ALL: [Operation; Self::COUNT] = [
         Self::Append,
         Self::ClaimAvailable,
         Self::RenewClaims,
@@ -242,12 +247,67 @@ struct Begun {
     start: Instant,
 }
 
+/// The `outcome` a call is recorded with (see the table in the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Label {
+    /// `ok`.
+    Ok,
+    /// `claimed`.
+    Claimed,
+    /// `busy`.
+    Busy,
+    /// `settled`.
+    Settled,
+    /// `completed`.
+    Completed,
+    /// `superseded`.
+    Superseded,
+    /// `failed`.
+    Failed,
+    /// `dead_lettered`.
+    DeadLettered,
+    /// `redriven`.
+    Redriven,
+    /// `not_found`.
+    NotFound,
+    /// `cleared`.
+    Cleared,
+    /// `not_cleared`.
+    NotCleared,
+    /// `error`.
+    Error,
+}
+
+impl Label {
+    /// How many labels there are.
+    #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
+    const COUNT: usize = 13;
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Ok => "ok",
+            Self::Claimed => "claimed",
+            Self::Busy => "busy",
+            Self::Settled => "settled",
+            Self::Completed => "completed",
+            Self::Superseded => "superseded",
+            Self::Failed => "failed",
+            Self::DeadLettered => "dead_lettered",
+            Self::Redriven => "redriven",
+            Self::NotFound => "not_found",
+            Self::Cleared => "cleared",
+            Self::NotCleared => "not_cleared",
+            Self::Error => "error",
+        }
+    }
+}
+
 /// How a call ended, recorded when it returns.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 #[cfg_attr(not(feature = "metrics"), allow(dead_code))] // counts feed metrics
 struct Outcome {
     /// `ok`, `claimed`, `busy`, … or `error`.
-    label: &'static str,
+    label: Label,
     /// The error's code when the call failed.
     error: Option<ErrorCode>,
     /// Heads claimed.
@@ -265,9 +325,9 @@ struct Outcome {
 }
 
 impl Outcome {
-    const OK: Outcome = Outcome::labelled("ok");
+    const OK: Outcome = Outcome::labelled(Label::Ok);
 
-    const fn labelled(label: &'static str) -> Self {
+    const fn labelled(label: Label) -> Self {
         Self {
             label,
             error: None,
@@ -289,13 +349,13 @@ impl Outcome {
             } => Self {
                 claimed: count(heads.len()),
                 dead_lettered: count(dead_lettered.len()),
-                ..Self::labelled("claimed")
+                ..Self::labelled(Label::Claimed)
             },
             ClaimResult::Busy { .. } => Self {
                 busy: true,
-                ..Self::labelled("busy")
+                ..Self::labelled(Label::Busy)
             },
-            ClaimResult::Settled => Self::labelled("settled"),
+            ClaimResult::Settled => Self::labelled(Label::Settled),
         }
     }
 
@@ -310,11 +370,11 @@ impl Outcome {
         match result {
             CompleteResult::Completed { .. } => Self {
                 completed: 1,
-                ..Self::labelled("completed")
+                ..Self::labelled(Label::Completed)
             },
             CompleteResult::Superseded => Self {
                 superseded: 1,
-                ..Self::labelled("superseded")
+                ..Self::labelled(Label::Superseded)
             },
         }
     }
@@ -323,39 +383,39 @@ impl Outcome {
         match result.outcome {
             FailOutcome::Failed => Self {
                 failed: 1,
-                ..Self::labelled("failed")
+                ..Self::labelled(Label::Failed)
             },
             FailOutcome::DeadLettered => Self {
                 failed: 1,
                 dead_lettered: 1,
-                ..Self::labelled("dead_lettered")
+                ..Self::labelled(Label::DeadLettered)
             },
             FailOutcome::Superseded => Self {
                 superseded: 1,
-                ..Self::labelled("superseded")
+                ..Self::labelled(Label::Superseded)
             },
         }
     }
 
     fn of_redrive(result: &RedriveResult) -> Self {
         Self::labelled(if result.redriven {
-            "redriven"
+            Label::Redriven
         } else {
-            "not_found"
+            Label::NotFound
         })
     }
 
     fn of_clear(result: &ClearResult) -> Self {
         match result {
-            ClearResult::Cleared { .. } => Self::labelled("cleared"),
-            ClearResult::NotCleared { .. } => Self::labelled("not_cleared"),
+            ClearResult::Cleared { .. } => Self::labelled(Label::Cleared),
+            ClearResult::NotCleared { .. } => Self::labelled(Label::NotCleared),
         }
     }
 
     fn of_error(code: ErrorCode) -> Self {
         Self {
             error: Some(code),
-            ..Self::labelled("error")
+            ..Self::labelled(Label::Error)
         }
     }
 }
@@ -378,7 +438,7 @@ pub struct ObservedStore {
     #[cfg(feature = "tracing")]
     tracing: bool,
     #[cfg(feature = "metrics")]
-    metrics: Option<metrics::Labels>,
+    metrics: Option<Arc<metrics::Handles>>,
 }
 
 impl fmt::Debug for ObservedStore {
@@ -417,7 +477,7 @@ impl ObservedStore {
     /// Turns the `metrics` counters and histograms on or off.
     #[cfg(feature = "metrics")]
     pub fn with_metrics(mut self, enabled: bool) -> Self {
-        self.metrics = enabled.then(|| metrics::Labels::new(&self.backend));
+        self.metrics = enabled.then(|| Arc::new(metrics::Handles::new(&self.backend)));
         self
     }
 
@@ -467,8 +527,8 @@ impl ObservedStore {
             tracing::finish(span, begun.operation, &ended, elapsed);
         }
         #[cfg(feature = "metrics")]
-        if let Some(labels) = &self.metrics {
-            metrics::record(labels, begun.operation, &ended, elapsed);
+        if let Some(handles) = &self.metrics {
+            handles.record(begun.operation, &ended, elapsed);
         }
         #[cfg(not(feature = "metrics"))]
         let _ = (begun.operation, elapsed);
@@ -669,5 +729,20 @@ impl Store for ObservedStore {
         });
         self.run(begun, self.inner.sessions(options), Self::ok)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_and_labels_index_their_tables() {
+        for (position, operation) in Operation::ALL.iter().enumerate() {
+            assert_eq!(*operation as usize, position, "{operation}");
+        }
+        // `Error` is the last label: every label indexes below the count.
+        assert_eq!(Label::Error as usize + 1, Label::COUNT);
+        assert_eq!(Label::Error.as_str(), "error");
     }
 }

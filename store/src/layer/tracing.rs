@@ -64,7 +64,7 @@ pub(super) fn finish(span: &Span, operation: Operation, outcome: &Outcome, elaps
     let claims = operation == Operation::ClaimAvailable;
     record_all!(
         span,
-        outcome = outcome.label,
+        outcome = outcome.label.as_str(),
         duration_ms = millis(elapsed),
         error = outcome.error.map(ErrorCode::as_str),
         claimed = claims.then_some(outcome.claimed),
