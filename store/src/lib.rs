@@ -44,6 +44,32 @@
 //! `open`: the options a URL asks for, a schema-exists check and scratch
 //! schemas that are dropped again.
 //!
+//! # Observability
+//!
+//! Features `tracing` and `metrics` add the `layer` module: an
+//! `ObservedStore` wrapper that gives every call of any backend a `tracing`
+//! span (operation, backend, session, consumer, lane, index, attempt,
+//! outcome, duration; never payloads) and `metrics` counters and a latency
+//! histogram (claims, completions, failures, dead letters, busy answers,
+//! superseded attempts). `open` applies it when the options ask:
+//!
+//! ```
+//! # #[cfg(all(feature = "memory", feature = "tracing", feature = "metrics"))]
+//! # async fn demo() -> Result<(), a2_store::StoreError> {
+//! use a2_store::OpenOptions;
+//!
+//! let options = OpenOptions::default().with_tracing(true).with_metrics(true);
+//! let store = a2_store::open("memory:", options).await?;
+//! store.reclaim("session-1").await?; // span `a2_store.reclaim`, outcome `ok`
+//! # Ok(())
+//! # }
+//! # #[cfg(all(feature = "memory", feature = "tracing", feature = "metrics"))]
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+//! ```
+//!
+//! The layer's names and labels are listed in the `layer` module docs; `examples/prometheus.rs`
+//! serves them to Prometheus.
+//!
 //! Everything `a2-store-api` defines (the trait, its types, errors, clocks,
 //! id generators and the shared rules) is re-exported here, so an app depends on this
 //! crate alone.
@@ -51,6 +77,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+pub mod layer;
 mod open;
 mod options;
 #[cfg(feature = "postgres")]
@@ -58,6 +86,8 @@ pub mod postgres;
 mod url;
 
 pub use a2_store_api::*;
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+pub use layer::{ObservedStore, Operation};
 pub use open::{open, open_url};
 pub use options::OpenOptions;
 pub use url::{

@@ -8,7 +8,9 @@ use crate::options::OpenOptions;
 use crate::url::StoreUrl;
 
 /// Opens the store `url` names (see [`StoreUrl`] for the forms and options)
-/// with the clock and ids of `options`.
+/// with the clock and ids of `options`, wrapped in
+/// `ObservedStore` (labelled with the backend,
+/// `memory`, `sqlite` or `postgres`) when `options` turn tracing or metrics on.
 ///
 /// Errors: a malformed URL or unknown option, or a URL whose backend feature
 /// is off, is [`InvalidInput`](a2_store_api::ErrorCode::InvalidInput) with a
@@ -43,7 +45,9 @@ pub async fn open(url: &str, options: OpenOptions) -> Result<Arc<dyn Store>, Sto
 
 /// Opens an already parsed [`StoreUrl`]; see [`open`].
 pub async fn open_url(url: &StoreUrl, options: OpenOptions) -> Result<Arc<dyn Store>, StoreError> {
-    match url {
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
+    let layer = observe(url, &options);
+    let store = match url {
         StoreUrl::Memory => open_memory(url, options),
         StoreUrl::Sqlite {
             location,
@@ -53,6 +57,35 @@ pub async fn open_url(url: &StoreUrl, options: OpenOptions) -> Result<Arc<dyn St
             url: connection,
             options: postgres,
         } => open_postgres(url, connection, postgres, options).await,
+    }?;
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
+    let store = layer(store);
+    Ok(store)
+}
+
+/// What `options` ask of the observability layer, as a function that applies
+/// it to the store opened at `url` (returning it as is when both are off).
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+fn observe(url: &StoreUrl, options: &OpenOptions) -> impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store> {
+    #[cfg(feature = "tracing")]
+    let tracing = options.tracing;
+    #[cfg(not(feature = "tracing"))]
+    let tracing = false;
+    #[cfg(feature = "metrics")]
+    let metrics = options.metrics;
+    #[cfg(not(feature = "metrics"))]
+    let metrics = false;
+    let backend = url.backend();
+    move |store| {
+        if !tracing && !metrics {
+            return store;
+        }
+        let observed = crate::layer::ObservedStore::new(store, backend);
+        #[cfg(feature = "tracing")]
+        let observed = observed.with_tracing(tracing);
+        #[cfg(feature = "metrics")]
+        let observed = observed.with_metrics(metrics);
+        Arc::new(observed)
     }
 }
 

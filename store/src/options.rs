@@ -1,4 +1,6 @@
-//! What every backend opened through the facade is given: its clock and id generator.
+//! What every backend opened through the facade is given: its clock and id
+//! generator, and whether [`open`](crate::open) wraps it in the observability
+//! layer.
 
 use std::sync::Arc;
 
@@ -11,6 +13,10 @@ use a2_store_api::{Clock, IdGenerator, RandomIds, SystemClock};
 /// [`ManualClock`](a2_store_api::ManualClock) and
 /// [`CounterIds`](a2_store_api::CounterIds) to drive leases and get
 /// predictable ids.
+///
+/// With the `tracing` or `metrics` feature, `with_tracing`
+/// and `with_metrics` make `open` return the store
+/// wrapped in `ObservedStore` (both off by default).
 ///
 /// ```
 /// use a2_store::{CounterIds, ManualClock, OpenOptions};
@@ -38,6 +44,14 @@ pub struct OpenOptions {
     /// write call fails with a typed error. `memory:` ignores it (it starts
     /// empty). `false` by default.
     pub read_only: bool,
+    /// Wrap the store in a layer that opens a `tracing` span per call
+    /// (see [`layer`](crate::layer)); off by default.
+    #[cfg(feature = "tracing")]
+    pub tracing: bool,
+    /// Wrap the store in a layer that records `metrics` per call (see
+    /// [`layer`](crate::layer)); off by default.
+    #[cfg(feature = "metrics")]
+    pub metrics: bool,
 }
 
 impl Default for OpenOptions {
@@ -46,6 +60,10 @@ impl Default for OpenOptions {
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
             read_only: false,
+            #[cfg(feature = "tracing")]
+            tracing: false,
+            #[cfg(feature = "metrics")]
+            metrics: false,
         }
     }
 }
@@ -78,6 +96,20 @@ impl OpenOptions {
     /// Uses an already shared id generator.
     pub fn with_shared_ids(mut self, ids: Arc<dyn IdGenerator>) -> Self {
         self.ids = ids;
+        self
+    }
+
+    /// Turns the per-call `tracing` spans of the opened store on or off.
+    #[cfg(feature = "tracing")]
+    pub fn with_tracing(mut self, enabled: bool) -> Self {
+        self.tracing = enabled;
+        self
+    }
+
+    /// Turns the per-call `metrics` of the opened store on or off.
+    #[cfg(feature = "metrics")]
+    pub fn with_metrics(mut self, enabled: bool) -> Self {
+        self.metrics = enabled;
         self
     }
 }
