@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 
 use crate::connection::{open_connection, Location};
 use crate::errors::{is_busy, SqlContext};
+use crate::moved::FileIdentity;
 use crate::options::SqliteOptions;
 use crate::schema::migrate;
 
@@ -45,6 +46,9 @@ pub(crate) enum Access {
 pub(crate) struct Pool {
     location: Location,
     options: SqliteOptions,
+    /// The file the pool opened, checked by every write before it commits
+    /// (`None`: in memory, or read-only, which never writes).
+    opened: Option<FileIdentity>,
     idle: Mutex<Vec<Connection>>,
     /// How many more calls may hold a connection now (`pool_size` at most).
     free: Mutex<usize>,
@@ -69,6 +73,10 @@ impl Pool {
         if !options.read_only {
             migrate(&mut first, &location.display())?;
         }
+        let opened = match &location {
+            Location::File(path) if !options.read_only => Some(FileIdentity::of(path)?),
+            _ => None,
+        };
         let mut idle = vec![first];
         for _ in 1..size {
             idle.push(open_connection(&location, &options)?);
@@ -79,6 +87,7 @@ impl Pool {
         };
         Ok(Self {
             location,
+            opened,
             idle: Mutex::new(idle),
             free: Mutex::new(size),
             freed: Notify::new(),
@@ -275,26 +284,38 @@ impl Pool {
         conn.prepare_cached(begin)
             .and_then(|mut stmt| stmt.execute([]))
             .ctx("starting a transaction")?;
-        let outcome = catch_unwind(AssertUnwindSafe(|| body(conn, &self.ctx)))
-            .unwrap_or_else(|_| {
+        let outcome =
+            catch_unwind(AssertUnwindSafe(|| body(conn, &self.ctx))).unwrap_or_else(|_| {
                 Err(StoreError::Backend {
                     message: "internal error: a database call panicked; it was rolled back"
                         .to_owned(),
                     source: None,
                 })
-            })
-            .and_then(|value| {
-                conn.prepare_cached("COMMIT")
-                    .and_then(|mut stmt| stmt.execute([]))
-                    .ctx("committing a transaction")?;
-                Ok(value)
             });
+        // Last before the commit (one `stat`), so a write into a file the
+        // path no longer names is rolled back, never acknowledged; it also
+        // names the cause when the body failed because the file went away.
+        let outcome = self.check_opened(access).and(outcome).and_then(|value| {
+            conn.prepare_cached("COMMIT")
+                .and_then(|mut stmt| stmt.execute([]))
+                .ctx("committing a transaction")?;
+            Ok(value)
+        });
         if outcome.is_err() && !conn.is_autocommit() {
             // If even the rollback fails, the pool drops this connection
             // (closing it rolls back); nothing is committed either way.
             let _ = conn.execute_batch("ROLLBACK");
         }
         outcome
+    }
+
+    /// `Ok` unless this is a write and the path no longer names the file the
+    /// pool opened (one `stat`): see [`crate::DatabaseMoved`].
+    fn check_opened(&self, access: Access) -> Result<(), StoreError> {
+        match (&self.opened, access) {
+            (Some(opened), Access::Write) => opened.check(),
+            _ => Ok(()),
+        }
     }
 
     /// An idle connection; a file store reopens one if a connection was lost.
