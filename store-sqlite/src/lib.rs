@@ -29,6 +29,7 @@ mod cursors;
 mod errors;
 mod events;
 mod fail;
+mod moved;
 mod notify;
 mod options;
 mod pins;
@@ -43,6 +44,7 @@ mod store;
 mod subscribe;
 mod values;
 
+pub use moved::DatabaseMoved;
 pub use options::{Durability, SqliteOptions};
 pub use schema::SCHEMA_VERSION;
 pub use store::SqliteStore;

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use a2_store_api::{Clock, IdGenerator, StoreError};
 use rusqlite::Connection;
 use tokio::runtime::RuntimeFlavor;
-use tokio::sync::Semaphore;
+use tokio::sync::Notify;
 
 use crate::connection::{open_connection, Location};
 use crate::errors::{is_busy, SqlContext};
+use crate::moved::FileIdentity;
 use crate::options::SqliteOptions;
 use crate::schema::migrate;
 
@@ -45,8 +46,14 @@ pub(crate) enum Access {
 pub(crate) struct Pool {
     location: Location,
     options: SqliteOptions,
+    /// The file the pool opened, checked by every write before it commits
+    /// (`None`: in memory, or read-only, which never writes).
+    opened: Option<FileIdentity>,
     idle: Mutex<Vec<Connection>>,
-    permits: Semaphore,
+    /// How many more calls may hold a connection now (`pool_size` at most).
+    free: Mutex<usize>,
+    /// Wakes every caller waiting for a connection when one is released.
+    freed: Notify,
     /// Serializes this process's writers on the database (every store on the
     /// file shares it) so they queue here instead of sleeping in SQLite's
     /// busy handler; other processes still meet the busy timeout.
@@ -66,6 +73,10 @@ impl Pool {
         if !options.read_only {
             migrate(&mut first, &location.display())?;
         }
+        let opened = match &location {
+            Location::File(path) if !options.read_only => Some(FileIdentity::of(path)?),
+            _ => None,
+        };
         let mut idle = vec![first];
         for _ in 1..size {
             idle.push(open_connection(&location, &options)?);
@@ -76,8 +87,10 @@ impl Pool {
         };
         Ok(Self {
             location,
+            opened,
             idle: Mutex::new(idle),
-            permits: Semaphore::new(size),
+            free: Mutex::new(size),
+            freed: Notify::new(),
             write_lock: Arc::default(),
             options,
             ctx,
@@ -122,31 +135,74 @@ impl Pool {
                 self.location.display()
             )));
         }
-        let permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|error| StoreError::backend("waiting for a database connection", error))?;
-        let result = match runtime_flavor() {
+        let lease = self.lease().await;
+        match runtime_flavor() {
             // The worker hands its other tasks to another thread, then runs
             // the call here: no thread hop, and the runtime is not blocked.
-            Some(RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(|| self.run_blocking(access, &body))
-            }
+            // The lease ends with the call, inside this one poll.
+            Some(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| {
+                let result = self.run_blocking(access, &body);
+                drop(lease);
+                result
+            }),
             Some(_) => {
                 let pool = Arc::clone(self);
-                tokio::task::spawn_blocking(move || pool.run_blocking(access, &body))
-                    .await
-                    .map_err(|error| StoreError::backend("running a database call", error))?
+                // The lease moves to the blocking thread and ends there with
+                // the call, whether or not this future is polled again.
+                tokio::task::spawn_blocking(move || {
+                    let result = pool.run_blocking(access, &body);
+                    drop(lease);
+                    result
+                })
+                .await
+                .map_err(|error| StoreError::backend("running a database call", error))?
             }
             // Not on a tokio runtime: there is no runtime to block.
-            None => self.run_blocking(access, &body),
-        };
-        drop(permit);
-        result
+            None => {
+                let result = self.run_blocking(access, &body);
+                drop(lease);
+                result
+            }
+        }
     }
 
-    /// The blocking half of [`Pool::run`].
+    /// The right to use one connection, for as long as the lease lives.
+    ///
+    /// Waiting reserves nothing: a waiter only learns that a connection was
+    /// released (every waiter is woken) and then tries to take it, so a
+    /// future that stops being polled while it waits (a `subscribe` stream
+    /// merged with others and not polled while its task runs another call)
+    /// never holds a connection that a polled caller could use. A fair
+    /// queue (`tokio::sync::Semaphore`) hands a released permit to the
+    /// first waiter whether or not anyone polls it, which is how such
+    /// streams used to keep every connection and stall the store.
+    async fn lease(self: &Arc<Self>) -> Lease {
+        // A task calling in a loop still yields once its tokio budget is
+        // spent (as a semaphore's acquire did), so it stays cancellable and
+        // shares its worker.
+        tokio::task::coop::consume_budget().await;
+        loop {
+            // Registered before the try, so a release between the try and
+            // the wait still wakes this caller.
+            let freed = self.freed.notified();
+            if let Some(lease) = self.try_lease() {
+                return lease;
+            }
+            freed.await;
+        }
+    }
+
+    /// A lease if a connection is free now.
+    fn try_lease(self: &Arc<Self>) -> Option<Lease> {
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        let left = free.checked_sub(1)?;
+        *free = left;
+        Some(Lease {
+            pool: Arc::clone(self),
+        })
+    }
+
+    /// The blocking half of [`Pool::run`], run under a [`Lease`].
     fn run_blocking<T, F>(&self, access: Access, body: &F) -> Result<T, StoreError>
     where
         F: Fn(&Connection, &Ctx) -> Result<T, StoreError>,
@@ -228,26 +284,38 @@ impl Pool {
         conn.prepare_cached(begin)
             .and_then(|mut stmt| stmt.execute([]))
             .ctx("starting a transaction")?;
-        let outcome = catch_unwind(AssertUnwindSafe(|| body(conn, &self.ctx)))
-            .unwrap_or_else(|_| {
+        let outcome =
+            catch_unwind(AssertUnwindSafe(|| body(conn, &self.ctx))).unwrap_or_else(|_| {
                 Err(StoreError::Backend {
                     message: "internal error: a database call panicked; it was rolled back"
                         .to_owned(),
                     source: None,
                 })
-            })
-            .and_then(|value| {
-                conn.prepare_cached("COMMIT")
-                    .and_then(|mut stmt| stmt.execute([]))
-                    .ctx("committing a transaction")?;
-                Ok(value)
             });
+        // Last before the commit (one `stat`), so a write into a file the
+        // path no longer names is rolled back, never acknowledged; it also
+        // names the cause when the body failed because the file went away.
+        let outcome = self.check_opened(access).and(outcome).and_then(|value| {
+            conn.prepare_cached("COMMIT")
+                .and_then(|mut stmt| stmt.execute([]))
+                .ctx("committing a transaction")?;
+            Ok(value)
+        });
         if outcome.is_err() && !conn.is_autocommit() {
             // If even the rollback fails, the pool drops this connection
             // (closing it rolls back); nothing is committed either way.
             let _ = conn.execute_batch("ROLLBACK");
         }
         outcome
+    }
+
+    /// `Ok` unless this is a write and the path no longer names the file the
+    /// pool opened (one `stat`): see [`crate::DatabaseMoved`].
+    fn check_opened(&self, access: Access) -> Result<(), StoreError> {
+        match (&self.opened, access) {
+            (Some(opened), Access::Write) => opened.check(),
+            _ => Ok(()),
+        }
     }
 
     /// An idle connection; a file store reopens one if a connection was lost.
@@ -267,5 +335,26 @@ impl Pool {
                 }),
             },
         }
+    }
+}
+
+/// One call's right to a connection of its [`Pool`]; dropping it frees the
+/// place and wakes every caller waiting for one.
+#[derive(Debug)]
+struct Lease {
+    pool: Arc<Pool>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        {
+            let mut free = self
+                .pool
+                .free
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            *free = free.saturating_add(1);
+        }
+        self.pool.freed.notify_waiters();
     }
 }
