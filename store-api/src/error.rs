@@ -226,6 +226,14 @@ impl StoreError {
         ))
     }
 
+    /// The [`ErrorCode::InvalidInput`] error of a call that writes on a
+    /// store opened read-only (`store` names the database).
+    pub fn read_only(store: &str) -> Self {
+        Self::invalid_input(format!(
+            "{store} was opened read-only: this call writes, open the store read-write to make it"
+        ))
+    }
+
     /// The [`ErrorCode::PartialDuplicateBatch`] error of a completion whose
     /// returned events name ids already appended.
     pub fn returned_ids_stored() -> Self {

@@ -71,6 +71,10 @@ pub(crate) fn db_error(what: &str, error: tokio_postgres::Error) -> StoreError {
             " — the server accepts this connection only over TLS: use sslmode=require or stronger",
         );
     }
+    if code == SqlState::READ_ONLY_SQL_TRANSACTION {
+        // Only a store opened read-only runs read-only transactions.
+        return StoreError::read_only("this PostgreSQL store");
+    }
     if code == SqlState::T_R_SERIALIZATION_FAILURE
         || code == SqlState::T_R_DEADLOCK_DETECTED
         || code == SqlState::QUERY_CANCELED

@@ -74,6 +74,7 @@ async fn a_read_only_store_creates_nothing_and_refuses_writes() {
         .await
         .unwrap_err();
     assert!(error.to_string().contains("read-only"), "{error}");
+    assert_eq!(error.code(), ErrorCode::InvalidInput);
     assert_eq!(
         writer
             .read("s", ReadOptions::default())

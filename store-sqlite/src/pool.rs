@@ -130,8 +130,8 @@ impl Pool {
         F: Fn(&Connection, &Ctx) -> Result<T, StoreError> + Send + 'static,
     {
         if access == Access::Write && self.options.read_only {
-            return Err(StoreError::invalid_input(format!(
-                "database '{}' was opened read-only: this call writes, open the store read-write to make it",
+            return Err(StoreError::read_only(&format!(
+                "database '{}'",
                 self.location.display()
             )));
         }
