@@ -4,6 +4,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tokio::sync::watch;
+
 /// A source of the current time in milliseconds since the Unix epoch.
 ///
 /// Backends never read the system time directly, so tests can drive leases,
@@ -11,6 +13,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Now, in ms since the Unix epoch.
     fn now_ms(&self) -> i64;
+
+    /// A receiver that changes whenever the time is set, for a clock that
+    /// moves only when told to: a waiter for a time on it waits for this
+    /// instead of sleeping in real time. `None` (the default): the clock
+    /// follows real time, so a waiter sleeps.
+    fn changes(&self) -> Option<watch::Receiver<i64>> {
+        None
+    }
 }
 
 /// The system wall clock.
@@ -27,10 +37,19 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that moves only when told to. Clones share the same time.
-#[derive(Debug, Clone, Default)]
+/// A clock that moves only when told to. Clones share the same time, and
+/// waiters on it ([`Clock::changes`]) wake whenever it is set.
+#[derive(Debug, Clone)]
 pub struct ManualClock {
     now: Arc<AtomicI64>,
+    changes: Arc<watch::Sender<i64>>,
+}
+
+impl Default for ManualClock {
+    /// A clock reading 0.
+    fn default() -> Self {
+        Self::new(0)
+    }
 }
 
 impl ManualClock {
@@ -38,23 +57,31 @@ impl ManualClock {
     pub fn new(start_ms: i64) -> Self {
         Self {
             now: Arc::new(AtomicI64::new(start_ms)),
+            changes: Arc::new(watch::Sender::new(start_ms)),
         }
     }
 
     /// Sets the time to `now_ms`.
     pub fn set(&self, now_ms: i64) {
         self.now.store(now_ms, Ordering::SeqCst);
+        self.changes.send_replace(now_ms);
     }
 
     /// Moves the time forward by `delta_ms` and returns the new time.
     pub fn advance(&self, delta_ms: i64) -> i64 {
-        self.now.fetch_add(delta_ms, Ordering::SeqCst) + delta_ms
+        let now = self.now.fetch_add(delta_ms, Ordering::SeqCst) + delta_ms;
+        self.changes.send_replace(now);
+        now
     }
 }
 
 impl Clock for ManualClock {
     fn now_ms(&self) -> i64 {
         self.now.load(Ordering::SeqCst)
+    }
+
+    fn changes(&self) -> Option<watch::Receiver<i64>> {
+        Some(self.changes.subscribe())
     }
 }
 

@@ -20,8 +20,8 @@
 
 use crate::error::{Result, StoreError};
 use crate::types::{
-    AppendOptions, Cause, ClaimRequest, CompleteRequest, Dispatch, FailOutcome, FailRequest,
-    FailResult, HeldClaim, ReclaimResult, RenewRequest,
+    AppendOptions, Cause, ClaimRequest, ClaimWorkRequest, CompleteRequest, Dispatch, FailOutcome,
+    FailRequest, FailResult, HeldClaim, ReclaimResult, RenewRequest,
 };
 
 /// What a claim does to a claimable head (see [`Dispatch::claim_step`]).
@@ -58,6 +58,14 @@ pub enum RenewVerdict {
 }
 
 impl ClaimRequest {
+    /// The lease end of claims made at `now_ms`: exactly one of `ttl_ms`
+    /// (positive) and `expires_at_ms`.
+    pub fn lease_expiry(&self, now_ms: i64) -> Result<i64> {
+        lease_expiry(now_ms, self.ttl_ms, self.expires_at_ms)
+    }
+}
+
+impl ClaimWorkRequest {
     /// The lease end of claims made at `now_ms`: exactly one of `ttl_ms`
     /// (positive) and `expires_at_ms`.
     pub fn lease_expiry(&self, now_ms: i64) -> Result<i64> {

@@ -16,6 +16,7 @@
 //! | the order results come in | [`order`] |
 //! | log cursors' types, read bounds, the clear marker | [`log`] |
 //! | presence last-writer-wins | [`presence`] |
+//! | the work index, fairness across sessions, claiming and waiting across sessions | [`work`] |
 //! | how SQL backends encode values | [`sql`] |
 //! | every error text | constructors on [`StoreError`] |
 //!
@@ -43,6 +44,7 @@ pub mod sql;
 mod store;
 mod types;
 pub mod validate;
+pub mod work;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dispatch::{ClaimStep, CompleteVerdict, RenewVerdict};
@@ -51,3 +53,4 @@ pub use ids::{CounterIds, IdGenerator, RandomIds};
 pub use payload::Payload;
 pub use store::{EventStream, Store};
 pub use types::*;
+pub use work::{WorkRow, WorkSignal, WorkSource, WorkSummary};

@@ -59,3 +59,10 @@ mod tests {
         );
     }
 }
+
+/// The fairness order of work rows (see [`crate::work`]): the one ready
+/// longest first (`ready_at`), then session id, then consumer. A
+/// cross-session claim serves sessions by their earliest row in this order.
+pub fn compare_work(a: (i64, &str, &str), b: (i64, &str, &str)) -> Ordering {
+    a.cmp(&b)
+}

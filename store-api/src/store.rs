@@ -9,11 +9,12 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::types::{
-    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
-    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, FailRequest, FailResult, Head,
-    ListSessions, NewEvent, PresenceMeta, PresenceResult, PresenceRow, ReadOptions,
-    ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest, RenewResult,
-    SessionInfo, StateRead, StateWrite, StoredEvent, WakeLogResult,
+    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult,
+    ClearRequest, ClearResult, CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor,
+    FailRequest, FailResult, Head, ListSessions, ListWork, NewEvent, PresenceMeta, PresenceResult,
+    PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult,
+    RenewRequest, RenewResult, SessionInfo, SessionWork, StateRead, StateWrite, StoredEvent,
+    WakeLogResult,
 };
 
 /// A live stream of a session's stored events: the backlog, then live appends,
@@ -116,4 +117,23 @@ pub trait Store: Send + Sync {
 
     /// Sessions with at least one appended event, by id.
     async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>>;
+
+    /// Claims heads of the served consumers across every session (or the
+    /// listed ones), serving sessions in fairness order (the one whose work
+    /// has waited longest first, up to `per_session_limit` heads each; see
+    /// [`work`](crate::work)), each under the same rules as
+    /// [`claim_available`](Self::claim_available). Finding work costs
+    /// O(log n) in the number of sessions; idle sessions cost nothing.
+    ///
+    /// With `wait_ms`, waits until something is claimable (woken by the
+    /// store on appends, completions, failures, redrives, `wake_log` and
+    /// expiring leases or retry delays, in any session, new ones included)
+    /// or the wait ends, then answers `Busy` or `Settled` as without a
+    /// wait. Dropping the future ends the wait.
+    async fn claim_work(&self, request: ClaimWorkRequest) -> Result<ClaimWorkResult>;
+
+    /// A page, by session id, of the sessions with claimable, busy or
+    /// dead-lettered heads of the given consumers, with their counts. Costs
+    /// what it returns, not the number of sessions.
+    async fn list_work(&self, request: ListWork) -> Result<Vec<SessionWork>>;
 }

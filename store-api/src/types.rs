@@ -721,6 +721,222 @@ pub struct SessionInfo {
     pub reclaimed_through: u64,
 }
 
+/// The most a cross-session claim may wait, ms: [`ClaimWorkRequest::wait_ms`]
+/// above this is `InvalidInput` (a worker waits again instead).
+pub const MAX_WAIT_MS: i64 = 300_000;
+
+/// The most heads (and sessions) one [`Store::claim_work`](crate::Store::claim_work)
+/// may claim, and the most sessions a [`ClaimWorkRequest::sessions`] list or a
+/// [`ListWork`] page may hold.
+pub const MAX_WORK_LIMIT: usize = 1_000;
+
+/// Request of [`Store::claim_work`](crate::Store::claim_work): claim heads of
+/// the served consumers across every session (or the listed ones), fairly,
+/// optionally waiting for work to arrive.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClaimWorkRequest {
+    /// Who claims.
+    pub holder: String,
+    /// Lease length, ms (exactly one of `ttl_ms` and `expires_at_ms`).
+    #[serde(default)]
+    pub ttl_ms: Option<i64>,
+    /// Lease end, ms since epoch.
+    #[serde(default)]
+    pub expires_at_ms: Option<i64>,
+    /// The consumers served (at least one); log declarations give their types.
+    pub consumers: Vec<ConsumerDeclaration>,
+    /// Serve only these sessions (1 to [`MAX_WORK_LIMIT`] ids); `None`: every session.
+    #[serde(default)]
+    pub sessions: Option<Vec<String>>,
+    /// An expired claim reaching this many failures is dead-lettered.
+    #[serde(default)]
+    pub max_failures: Option<u32>,
+    /// Claim at most this many heads in all (1 to [`MAX_WORK_LIMIT`]; default 1).
+    #[serde(default)]
+    pub limit: Option<usize>,
+    /// Serve at most this many sessions (1 to [`MAX_WORK_LIMIT`]; default: `limit`).
+    #[serde(default)]
+    pub session_limit: Option<usize>,
+    /// Claim at most this many heads in each session (default 1).
+    #[serde(default)]
+    pub per_session_limit: Option<usize>,
+    /// When nothing is claimable, wait up to this long for work, ms
+    /// (1 to [`MAX_WAIT_MS`]); `None` answers at once.
+    #[serde(default)]
+    pub wait_ms: Option<i64>,
+}
+
+impl ClaimWorkRequest {
+    /// A request by `holder` serving `consumers` under a `ttl_ms` lease,
+    /// claiming one head without waiting.
+    pub fn new(
+        holder: impl Into<String>,
+        consumers: Vec<ConsumerDeclaration>,
+        ttl_ms: i64,
+    ) -> Self {
+        Self {
+            holder: holder.into(),
+            ttl_ms: Some(ttl_ms),
+            consumers,
+            ..Self::default()
+        }
+    }
+
+    /// The same request claiming up to `limit` heads in all.
+    pub fn with_limit(mut self, limit: usize) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    /// The same request waiting up to `wait_ms` for work.
+    pub fn with_wait_ms(mut self, wait_ms: i64) -> Self {
+        self.wait_ms = Some(wait_ms);
+        self
+    }
+
+    /// The heads claimed in all at most (default 1).
+    pub fn head_limit(&self) -> usize {
+        self.limit.unwrap_or(1)
+    }
+
+    /// The sessions served at most (default: [`head_limit`](Self::head_limit)).
+    pub fn session_limit(&self) -> usize {
+        self.session_limit.unwrap_or_else(|| self.head_limit())
+    }
+
+    /// The heads claimed in one session at most (default 1).
+    pub fn per_session_limit(&self) -> usize {
+        self.per_session_limit.unwrap_or(1)
+    }
+
+    /// Whether `session_id` is served (every session when no list is given).
+    pub fn serves_session(&self, session_id: &str) -> bool {
+        self.sessions
+            .as_ref()
+            .is_none_or(|sessions| sessions.iter().any(|id| id == session_id))
+    }
+
+    /// The names of the served consumers, sorted and without repeats.
+    pub fn consumer_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.consumers.iter().map(|c| c.name.clone()).collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// The per-session claim this request makes in `session_id` when up to
+    /// `limit` heads may still be claimed: same holder, lease, consumers and
+    /// `max_failures`, no `exclude` or `through`.
+    pub fn session_request(&self, session_id: &str, limit: usize) -> ClaimRequest {
+        ClaimRequest {
+            session_id: session_id.to_owned(),
+            holder: self.holder.clone(),
+            ttl_ms: self.ttl_ms,
+            expires_at_ms: self.expires_at_ms,
+            exclude: Vec::new(),
+            consumers: Some(self.consumers.clone()),
+            max_failures: self.max_failures,
+            through: None,
+            limit: Some(limit.min(self.per_session_limit()).max(1)),
+        }
+    }
+}
+
+/// What one session gave a [`Store::claim_work`](crate::Store::claim_work) call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionClaim {
+    /// The session.
+    pub session_id: String,
+    /// Claimed heads by `(index, consumer, lane)`.
+    pub heads: Vec<Head>,
+    /// Heads dead-lettered by this call (expired claims at `max_failures`).
+    pub dead_lettered: Vec<Head>,
+    /// The session's log head.
+    pub head: u64,
+}
+
+/// Result of [`Store::claim_work`](crate::Store::claim_work).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ClaimWorkResult {
+    /// Something was claimed or dead-lettered.
+    Claimed {
+        /// The sessions served, in the order they were served (fairness order).
+        sessions: Vec<SessionClaim>,
+    },
+    /// Nothing claimable now; something may become claimable at `retry_at`
+    /// (a lease or retry delay ends), never later.
+    Busy {
+        /// Earliest time a served head may be claimable, ms.
+        retry_at: i64,
+    },
+    /// No served session has a claimable or busy head of the served consumers.
+    Settled,
+}
+
+impl ClaimWorkResult {
+    /// Every claimed head, session by session.
+    pub fn heads(&self) -> impl Iterator<Item = (&str, &Head)> {
+        let sessions: &[SessionClaim] = match self {
+            Self::Claimed { sessions } => sessions,
+            _ => &[],
+        };
+        sessions.iter().flat_map(|session| {
+            session
+                .heads
+                .iter()
+                .map(move |head| (session.session_id.as_str(), head))
+        })
+    }
+}
+
+/// Options of [`Store::list_work`](crate::Store::list_work): a page of the
+/// sessions with work for some consumers, by session id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListWork {
+    /// The consumers whose work is listed (at least one name).
+    pub consumers: Vec<String>,
+    /// Only sessions whose id sorts after this one.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// At most this many sessions (1 to [`MAX_WORK_LIMIT`]; default 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+impl ListWork {
+    /// The page size (default 100).
+    pub fn page_size(&self) -> usize {
+        self.limit.unwrap_or(100)
+    }
+}
+
+/// A session's work for the listed consumers, as [`Store::list_work`](crate::Store::list_work) reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionWork {
+    /// The session.
+    pub session_id: String,
+    /// Heads claimable now.
+    pub claimable: u64,
+    /// Heads under a lease or retry delay that has not ended.
+    pub busy: u64,
+    /// Dead-lettered heads.
+    pub dead_lettered: u64,
+    /// Since when the session has waited to be served, ms: the time its
+    /// work became claimable or a claim last served it (`None` when nothing
+    /// is claimable).
+    pub ready_since: Option<i64>,
+    /// The earliest end of a busy head's lease or retry delay, ms.
+    pub next_expiry: Option<i64>,
+}
+
+impl SessionWork {
+    /// Whether anything is left to list: a claimable, busy or dead-lettered head.
+    pub fn has_work(&self) -> bool {
+        self.claimable + self.busy + self.dead_lettered > 0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

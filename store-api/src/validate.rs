@@ -15,9 +15,10 @@ use serde_json::Value;
 
 use crate::error::{Result, StoreError};
 use crate::types::{
-    AppendOptions, ClaimRequest, ClearRequest, CompleteRequest, ConsumerDeclaration, FailRequest,
-    LogDeclaration, NewEvent, PresenceMeta, ReadOptions, RedriveRequest, RenewRequest, StateWrite,
-    CLEAR_EVENT_TYPE,
+    AppendOptions, ClaimRequest, ClaimWorkRequest, ClearRequest, CompleteRequest,
+    ConsumerDeclaration, FailRequest, ListWork, LogDeclaration, NewEvent, PresenceMeta,
+    ReadOptions, RedriveRequest, RenewRequest, StateWrite, CLEAR_EVENT_TYPE, MAX_WAIT_MS,
+    MAX_WORK_LIMIT,
 };
 
 /// The deepest nesting of arrays and objects a stored JSON value may have
@@ -46,6 +47,79 @@ pub fn claim_available(request: &ClaimRequest) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// [`Store::claim_work`](crate::Store::claim_work): holder, at least one
+/// consumer declaration, exactly one positive lease bound, a session list of
+/// 1 to [`MAX_WORK_LIMIT`] ids, limits of 1 to [`MAX_WORK_LIMIT`], and a
+/// wait of 1 to [`MAX_WAIT_MS`] ms.
+pub fn claim_work(request: &ClaimWorkRequest) -> Result<()> {
+    name("holder", &request.holder)?;
+    if request.consumers.is_empty() {
+        return Err(StoreError::invalid_input(
+            "no consumers given: a cross-session claim serves at least one consumer",
+        ));
+    }
+    consumers(Some(&request.consumers), &[])?;
+    request.lease_expiry(0)?;
+    if let Some(sessions) = &request.sessions {
+        session_list(sessions)?;
+    }
+    work_limit("limit", request.limit)?;
+    work_limit("session_limit", request.session_limit)?;
+    work_limit("per_session_limit", request.per_session_limit)?;
+    match request.wait_ms {
+        Some(wait) if wait <= 0 => Err(StoreError::invalid_input(format!(
+            "wait_ms must be positive, got {wait}: pass 1 to {MAX_WAIT_MS}, or no wait"
+        ))),
+        Some(wait) if wait > MAX_WAIT_MS => Err(StoreError::invalid_input(format!(
+            "wait_ms {wait} is longer than the longest wait, {MAX_WAIT_MS} ms: wait again instead"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// [`Store::list_work`](crate::Store::list_work): at least one consumer name,
+/// none empty, and a page size of 1 to [`MAX_WORK_LIMIT`].
+pub fn list_work(request: &ListWork) -> Result<()> {
+    if request.consumers.is_empty() {
+        return Err(StoreError::invalid_input(
+            "no consumers given: name the consumers whose work to list",
+        ));
+    }
+    for consumer in &request.consumers {
+        name("consumer name", consumer)?;
+    }
+    work_limit("limit", request.limit)
+}
+
+/// A list of sessions to serve: 1 to [`MAX_WORK_LIMIT`] ids, none empty.
+pub fn session_list(sessions: &[String]) -> Result<()> {
+    if sessions.is_empty() {
+        return Err(StoreError::invalid_input(
+            "the session list is empty: name at least one session, or pass no list to serve every session",
+        ));
+    }
+    if sessions.len() > MAX_WORK_LIMIT {
+        return Err(StoreError::invalid_input(format!(
+            "the session list has {} ids, more than {MAX_WORK_LIMIT}: split it",
+            sessions.len()
+        )));
+    }
+    sessions.iter().try_for_each(|id| session_id(id))
+}
+
+/// A cross-session limit named `what`: `None`, or 1 to [`MAX_WORK_LIMIT`].
+pub fn work_limit(what: &str, limit: Option<usize>) -> Result<()> {
+    match limit {
+        Some(0) => Err(StoreError::invalid_input(format!(
+            "{what} is 0: pass 1 to {MAX_WORK_LIMIT}, or leave it out"
+        ))),
+        Some(limit) if limit > MAX_WORK_LIMIT => Err(StoreError::invalid_input(format!(
+            "{what} {limit} is more than {MAX_WORK_LIMIT}: pass 1 to {MAX_WORK_LIMIT}"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// [`Store::renew_claims`](crate::Store::renew_claims): session, holder and

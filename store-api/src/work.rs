@@ -1,0 +1,458 @@
+//! Work across sessions: the work index every backend keeps, the fairness
+//! order of [`Store::claim_work`](crate::Store::claim_work), and the one
+//! claim-and-wait loop every backend runs it with.
+//!
+//! # The work index
+//!
+//! A backend keeps one *work row* per `(session, consumer)` pair that has an
+//! unfinished head (claimable, busy or dead-lettered), written in the same
+//! step as the cursor change that calls for it. A row is a [`WorkRow`]:
+//! `Ready(ready_at)` while the pair has a head that is not dead-lettered,
+//! `DeadLettersOnly` when only dead letters are left. The invariant:
+//!
+//! > a head of consumer `c` in session `s` claimable at time `t` ⇒ row
+//! > `(s, c)` is `Ready(ready_at)` with `ready_at <= t`; a dead-lettered head
+//! > ⇒ row `(s, c)` exists.
+//!
+//! A row may be *early* (ready before anything is claimable): a claim that
+//! finds nothing corrects it. So an operation that may make work claimable
+//! sooner only has to move the row earlier ([`sooner`]): appends with
+//! targets, declared log consumers, completions moving a cursor to its next
+//! head, failures, redrives and `wake_log`. Every claim of a session
+//! (either claim operation) rewrites the rows of the consumers it served to
+//! what is left ([`WorkSummary::served_row`]), and a clear rewrites all the
+//! session's rows ([`WorkSummary::touched_row`]).
+//!
+//! # Fairness
+//!
+//! Ready rows are served in `(ready_at, session_id, consumer)` order
+//! ([`crate::order::compare_work`]), one session at a time, at most
+//! [`per_session_limit`](crate::ClaimWorkRequest::per_session_limit) heads
+//! each. A session still claimable after it was served gets `ready_at =
+//! now`: it goes behind every session that was waiting, so a session with a
+//! long backlog is served once per round, beside every other session with
+//! work, and the session whose work has waited longest is served first.
+//!
+//! # Waiting
+//!
+//! [`claim_work`] claims; with a wait it sleeps until the backend's
+//! [`WorkSignal`] fires (something may have become claimable), the earliest
+//! `retry_at` arrives (on the store's clock: a [`ManualClock`](crate::ManualClock)
+//! wakes it when set, without real sleeping), a fallback poll interval
+//! passes, or the wait ends. Dropping the future ends the wait.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::clock::Clock;
+use crate::error::Result;
+use crate::types::{
+    ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult, Dispatch, SessionClaim,
+    SessionWork,
+};
+
+/// A stored work row of one `(session, consumer)` pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkRow {
+    /// The pair has a head that is not dead-lettered; a claim may find it
+    /// claimable from `ready_at` (ms) on.
+    Ready(i64),
+    /// Only dead-lettered heads are left (listed, never claimed).
+    DeadLettersOnly,
+}
+
+impl WorkRow {
+    /// The ready time to store, `None` for [`DeadLettersOnly`](Self::DeadLettersOnly)
+    /// (SQL backends store it as `NULL`).
+    pub fn ready_at(self) -> Option<i64> {
+        match self {
+            Self::Ready(at) => Some(at),
+            Self::DeadLettersOnly => None,
+        }
+    }
+
+    /// The row stored as `ready_at` (`NULL`: dead letters only).
+    pub fn from_ready_at(ready_at: Option<i64>) -> Self {
+        ready_at.map_or(Self::DeadLettersOnly, Self::Ready)
+    }
+}
+
+/// The row after a change that may make the pair's work claimable at `at`
+/// (`old`: the stored row, if any): ready no later than `at`, and no later
+/// than it already was.
+pub fn sooner(old: Option<WorkRow>, at: i64) -> WorkRow {
+    match old {
+        Some(WorkRow::Ready(ready_at)) => WorkRow::Ready(ready_at.min(at)),
+        _ => WorkRow::Ready(at),
+    }
+}
+
+impl Dispatch {
+    /// When a claim can act on this head, at `now_ms`: now when it is
+    /// claimable, the end of its lease or retry delay when busy, `None`
+    /// when dead-lettered.
+    pub fn ready_at(&self, now_ms: i64) -> Option<i64> {
+        if self.is_dead_lettered() {
+            None
+        } else {
+            Some(self.busy_until(now_ms).unwrap_or(now_ms))
+        }
+    }
+}
+
+/// What the unfinished heads of one `(session, consumer)` pair, or of a
+/// session's served consumers, add up to at a time: the counts
+/// [`Store::list_work`](crate::Store::list_work) reports and the row a
+/// backend stores.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkSummary {
+    /// Heads claimable now.
+    pub claimable: u64,
+    /// Heads whose lease or retry delay has not ended.
+    pub busy: u64,
+    /// Dead-lettered heads.
+    pub dead_lettered: u64,
+    /// The earliest end of a busy head's lease or retry delay.
+    pub next_expiry: Option<i64>,
+}
+
+impl WorkSummary {
+    /// Counts one head with bookkeeping `dispatch`, at `now_ms`.
+    pub fn add(&mut self, dispatch: &Dispatch, now_ms: i64) {
+        if dispatch.is_dead_lettered() {
+            self.dead_lettered += 1;
+        } else if let Some(expiry) = dispatch.busy_until(now_ms) {
+            self.busy += 1;
+            self.next_expiry = Some(self.next_expiry.map_or(expiry, |at| at.min(expiry)));
+        } else {
+            self.claimable += 1;
+        }
+    }
+
+    /// Both summaries together.
+    pub fn merge(&mut self, other: &WorkSummary) {
+        self.claimable += other.claimable;
+        self.busy += other.busy;
+        self.dead_lettered += other.dead_lettered;
+        self.next_expiry = match (self.next_expiry, other.next_expiry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Whether any head is left (claimable, busy or dead-lettered).
+    pub fn has_work(&self) -> bool {
+        self.claimable + self.busy + self.dead_lettered > 0
+    }
+
+    /// The row of a pair a claim just served, at `now_ms`: still claimable
+    /// goes behind every waiting session (`now`); busy waits for its
+    /// earliest expiry; dead letters only; nothing left deletes the row
+    /// (`None`).
+    pub fn served_row(&self, now_ms: i64) -> Option<WorkRow> {
+        if self.claimable > 0 {
+            Some(WorkRow::Ready(now_ms))
+        } else {
+            self.rest()
+        }
+    }
+
+    /// The row of a pair after any other change (`old`: the stored row):
+    /// still claimable keeps how long it has waited (no later than now);
+    /// otherwise as [`served_row`](Self::served_row).
+    pub fn touched_row(&self, old: Option<WorkRow>, now_ms: i64) -> Option<WorkRow> {
+        if self.claimable > 0 {
+            Some(sooner(old, now_ms))
+        } else {
+            self.rest()
+        }
+    }
+
+    fn rest(&self) -> Option<WorkRow> {
+        match self.next_expiry {
+            Some(expiry) => Some(WorkRow::Ready(expiry)),
+            None if self.dead_lettered > 0 => Some(WorkRow::DeadLettersOnly),
+            None => None,
+        }
+    }
+
+    /// The listing of session `session_id` whose earliest ready row is
+    /// `ready_at` (`None` when it has none): `ready_since` is reported only
+    /// while something is claimable.
+    pub fn session_work(&self, session_id: &str, ready_at: Option<i64>) -> SessionWork {
+        SessionWork {
+            session_id: session_id.to_owned(),
+            claimable: self.claimable,
+            busy: self.busy,
+            dead_lettered: self.dead_lettered,
+            ready_since: ready_at.filter(|_| self.claimable > 0),
+            next_expiry: self.next_expiry,
+        }
+    }
+}
+
+/// The store-wide wake-up of waiting claimers: a backend fires it after
+/// every change that may make work claimable sooner (in process, or when it
+/// learns of one made by another process). Cheap to clone; clones share it.
+#[derive(Debug, Clone)]
+pub struct WorkSignal {
+    sender: std::sync::Arc<watch::Sender<u64>>,
+}
+
+impl Default for WorkSignal {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WorkSignal {
+    /// A signal nobody waits on yet.
+    pub fn new() -> Self {
+        Self {
+            sender: std::sync::Arc::new(watch::Sender::new(0)),
+        }
+    }
+
+    /// Wakes every waiter (a no-op when nobody waits).
+    pub fn notify(&self) {
+        self.sender
+            .send_modify(|count| *count = count.wrapping_add(1));
+    }
+
+    /// How many claimers wait on it now.
+    pub fn waiters(&self) -> usize {
+        self.sender.receiver_count()
+    }
+
+    /// A receiver that sees every later [`notify`](Self::notify).
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.sender.subscribe()
+    }
+}
+
+/// How many candidate sessions beyond those still wanted a claim asks for
+/// in one round, so a few early rows do not cost a round each.
+pub const CANDIDATE_SLACK: usize = 8;
+
+/// A real-time pause before claiming again when a claim answered `Busy`
+/// with a time already reached (another claimer was on that work).
+pub const CONTENDED_RETRY: Duration = Duration::from_millis(5);
+
+/// What a backend gives [`claim_work`]: its work index, its per-session
+/// claim, its clock and its wake-up.
+#[async_trait]
+pub trait WorkSource: Send + Sync {
+    /// Up to `limit` sessions served by `request` (consumers, session list)
+    /// having a `Ready` row with `ready_at <= now_ms`, in fairness order
+    /// (by each session's earliest such row, see
+    /// [`order::compare_work`](crate::order::compare_work)), leaving out
+    /// the sessions in `skip`.
+    async fn ready_sessions(
+        &self,
+        request: &ClaimWorkRequest,
+        now_ms: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> Result<Vec<String>>;
+
+    /// One session's claim (a validated request): exactly
+    /// [`Store::claim_available`](crate::Store::claim_available), rows of
+    /// the served consumers rewritten as [`WorkSummary::served_row`] says.
+    /// A backend whose session is held by another claimer may answer
+    /// `Settled` to skip it.
+    async fn claim_session(&self, request: ClaimRequest) -> Result<ClaimResult>;
+
+    /// The earliest `ready_at` among `Ready` rows served by `request`.
+    async fn earliest_ready(&self, request: &ClaimWorkRequest) -> Result<Option<i64>>;
+
+    /// The store's clock.
+    fn clock(&self) -> &dyn Clock;
+
+    /// The store's wake-up.
+    fn signal(&self) -> &WorkSignal;
+
+    /// How often a waiter claims again without a wake-up (for changes the
+    /// signal may miss, such as another process's), `None`: never.
+    fn fallback_poll(&self) -> Option<Duration>;
+}
+
+/// [`Store::claim_work`](crate::Store::claim_work) of a validated request
+/// on `source`: claims across sessions in fairness order and, with
+/// `wait_ms`, waits for work until the wait ends.
+pub async fn claim_work<S: WorkSource + ?Sized>(
+    source: &S,
+    request: &ClaimWorkRequest,
+) -> Result<ClaimWorkResult> {
+    let Some(wait_ms) = request.wait_ms else {
+        return claim_once(source, request).await;
+    };
+    let deadline = Instant::now() + Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0));
+    let mut wake = source.signal().subscribe();
+    let mut clock_changes = source.clock().changes();
+    loop {
+        wake.borrow_and_update();
+        if let Some(changes) = clock_changes.as_mut() {
+            changes.borrow_and_update();
+        }
+        let result = claim_once(source, request).await?;
+        let started = Instant::now();
+        if matches!(result, ClaimWorkResult::Claimed { .. }) || started >= deadline {
+            return Ok(result);
+        }
+        let mut until = deadline;
+        if let Some(poll) = source.fallback_poll() {
+            until = until.min(started + poll);
+        }
+        if let ClaimWorkResult::Busy { retry_at } = result {
+            let ahead = retry_at.saturating_sub(source.clock().now_ms());
+            if ahead <= 0 {
+                until = until.min(started + CONTENDED_RETRY);
+            } else if clock_changes.is_none() {
+                let ahead = Duration::from_millis(u64::try_from(ahead).unwrap_or(u64::MAX));
+                until = until.min(started + ahead);
+            }
+        }
+        tokio::select! {
+            _ = changed(&mut wake) => {}
+            _ = clock_changed(&mut clock_changes) => {}
+            _ = tokio::time::sleep_until(until) => {}
+        }
+    }
+}
+
+/// Resolves when the signal fires; never when its sender is gone.
+async fn changed(receiver: &mut watch::Receiver<u64>) {
+    if receiver.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Resolves when a manual clock is set; never for a real-time clock.
+async fn clock_changed(receiver: &mut Option<watch::Receiver<i64>>) {
+    let moved = match receiver {
+        Some(receiver) => receiver.changed().await.is_ok(),
+        None => false,
+    };
+    if !moved {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// One pass: ready sessions in fairness order, each claimed in turn until
+/// the head or session limit is reached or no ready session is left.
+async fn claim_once<S: WorkSource + ?Sized>(
+    source: &S,
+    request: &ClaimWorkRequest,
+) -> Result<ClaimWorkResult> {
+    let head_limit = request.head_limit();
+    let session_limit = request.session_limit();
+    let mut visited: Vec<String> = Vec::new();
+    let mut served: Vec<SessionClaim> = Vec::new();
+    let mut claimed = 0usize;
+    'rounds: loop {
+        let want = session_limit.saturating_sub(served.len()) + CANDIDATE_SLACK;
+        let now = source.clock().now_ms();
+        let batch = source.ready_sessions(request, now, &visited, want).await?;
+        let more = batch.len() >= want;
+        for session_id in batch {
+            if visited.contains(&session_id) {
+                continue;
+            }
+            let claim = request.session_request(&session_id, head_limit - claimed);
+            visited.push(session_id.clone());
+            if let ClaimResult::Claimed {
+                heads,
+                dead_lettered,
+                head,
+            } = source.claim_session(claim).await?
+            {
+                claimed += heads.len();
+                served.push(SessionClaim {
+                    session_id,
+                    heads,
+                    dead_lettered,
+                    head,
+                });
+                if claimed >= head_limit || served.len() >= session_limit {
+                    break 'rounds;
+                }
+            }
+        }
+        if !more {
+            break;
+        }
+    }
+    if !served.is_empty() {
+        return Ok(ClaimWorkResult::Claimed { sessions: served });
+    }
+    Ok(match source.earliest_ready(request).await? {
+        Some(retry_at) => ClaimWorkResult::Busy { retry_at },
+        None => ClaimWorkResult::Settled,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(until: i64) -> Dispatch {
+        Dispatch {
+            attempt_count: 1,
+            claim_holder: Some("w".into()),
+            claim_expires_at: Some(until),
+            ..Dispatch::default()
+        }
+    }
+
+    #[test]
+    fn rows_move_earlier_only() {
+        assert_eq!(sooner(None, 5), WorkRow::Ready(5));
+        assert_eq!(sooner(Some(WorkRow::Ready(3)), 5), WorkRow::Ready(3));
+        assert_eq!(sooner(Some(WorkRow::Ready(9)), 5), WorkRow::Ready(5));
+        assert_eq!(sooner(Some(WorkRow::DeadLettersOnly), 5), WorkRow::Ready(5));
+    }
+
+    #[test]
+    fn summaries_give_the_row_a_claim_leaves() {
+        let now = 100;
+        let mut summary = WorkSummary::default();
+        assert_eq!(summary.served_row(now), None);
+        summary.add(&busy(150), now);
+        summary.add(&busy(120), now);
+        assert_eq!(summary.served_row(now), Some(WorkRow::Ready(120)));
+        assert_eq!(
+            summary.touched_row(Some(WorkRow::Ready(10)), now),
+            Some(WorkRow::Ready(120))
+        );
+        summary.add(&Dispatch::default(), now);
+        assert_eq!(summary.served_row(now), Some(WorkRow::Ready(now)));
+        assert_eq!(
+            summary.touched_row(Some(WorkRow::Ready(10)), now),
+            Some(WorkRow::Ready(10))
+        );
+        let dead = Dispatch {
+            failed_at: Some(1),
+            ..Dispatch::default()
+        };
+        let mut only_dead = WorkSummary::default();
+        only_dead.add(&dead, now);
+        assert_eq!(only_dead.served_row(now), Some(WorkRow::DeadLettersOnly));
+        assert_eq!(dead.ready_at(now), None);
+        assert_eq!(busy(150).ready_at(now), Some(150));
+        assert_eq!(busy(50).ready_at(now), Some(now));
+        summary.merge(&only_dead);
+        let listed = summary.session_work("s", Some(7));
+        assert_eq!(
+            (listed.claimable, listed.busy, listed.dead_lettered),
+            (1, 2, 1)
+        );
+        assert_eq!(
+            (listed.ready_since, listed.next_expiry),
+            (Some(7), Some(120))
+        );
+        assert_eq!(only_dead.session_work("s", Some(7)).ready_since, None);
+    }
+}
