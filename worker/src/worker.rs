@@ -1,0 +1,909 @@
+//! The worker: its options, the claim loop, one supervisor per claimed head
+//! (renewal, timeout, settling the attempt) and shutdown.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2_store_api::{
+    validate, ClaimWorkRequest, ClaimWorkResult, CompleteRequest, CompleteResult,
+    ConsumerDeclaration, ErrorCode, FailOutcome, FailRequest, Head, HeldClaim, NewEvent,
+    RenewRequest, Store, StoreError, MAX_WAIT_MS, MAX_WORK_LIMIT,
+};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::task::{JoinError, JoinHandle, JoinSet};
+use tracing::Instrument;
+
+use crate::handler::{Handler, HandlerError, HandlerResult};
+use crate::ids::{assign_ids, OutputKind};
+use crate::job::{is_transient, with_transient_retry, Job, LeaseToken};
+use crate::retry::RetryPolicy;
+
+/// The part of the lease ttl after which a running handler's lease is
+/// renewed: a third, so two renewals in a row can fail (a slow or briefly
+/// unreachable store) before the lease lapses.
+pub const RENEW_FRACTION: f64 = 1.0 / 3.0;
+
+/// The pause after a failed claim, doubled after each further failure up to
+/// [`CLAIM_ERROR_PAUSE_MAX`].
+pub const CLAIM_ERROR_PAUSE: Duration = Duration::from_millis(100);
+
+/// The longest pause between claims that fail.
+pub const CLAIM_ERROR_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+const TARGET: &str = "a2_worker";
+
+/// What a worker has done so far; every count starts at 0 when it starts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Heads claimed (attempts started).
+    pub claimed: u64,
+    /// Attempts completed (applied now or replayed).
+    pub completed: u64,
+    /// Failed attempts recorded to be retried (handler errors, panics,
+    /// timeouts, rejected completions that may succeed later).
+    pub failed: u64,
+    /// Heads dead-lettered: by this worker's failures (permanent errors,
+    /// `max_failures` reached) and by its claims (expired leases at
+    /// `max_failures`, e.g. of a worker that died).
+    pub dead_lettered: u64,
+    /// Completions and failures the store superseded: the attempt was no
+    /// longer current (its lease was lost, or the session cleared).
+    pub superseded: u64,
+    /// Leases lost while the handler ran (renewal reported the claim
+    /// superseded or no longer held).
+    pub leases_lost: u64,
+    /// Handlers that panicked (each counted in `failed` too, or in
+    /// `dead_lettered` when it was the last failure allowed).
+    pub panicked: u64,
+    /// Handlers stopped at the handler timeout (counted as failures too).
+    pub timed_out: u64,
+    /// Attempts given back at shutdown: failed with a retry and no dead
+    /// letter, claimable again at once.
+    pub released: u64,
+    /// Attempts neither completed nor failed because the store kept
+    /// failing: left to their lease, whose expiry counts the failure.
+    pub unsettled: u64,
+    /// Heads being processed now.
+    pub in_flight: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    claimed: AtomicU64,
+    completed: AtomicU64,
+    failed: AtomicU64,
+    dead_lettered: AtomicU64,
+    superseded: AtomicU64,
+    leases_lost: AtomicU64,
+    panicked: AtomicU64,
+    timed_out: AtomicU64,
+    released: AtomicU64,
+    unsettled: AtomicU64,
+    in_flight: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64) {
+    counter.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Counters {
+    fn snapshot(&self) -> WorkerStats {
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        WorkerStats {
+            claimed: get(&self.claimed),
+            completed: get(&self.completed),
+            failed: get(&self.failed),
+            dead_lettered: get(&self.dead_lettered),
+            superseded: get(&self.superseded),
+            leases_lost: get(&self.leases_lost),
+            panicked: get(&self.panicked),
+            timed_out: get(&self.timed_out),
+            released: get(&self.released),
+            unsettled: get(&self.unsettled),
+            in_flight: get(&self.in_flight),
+        }
+    }
+}
+
+/// What a stopped worker reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShutdownSummary {
+    /// Its counts when it stopped (`in_flight` is 0 unless it ended abnormally).
+    pub stats: WorkerStats,
+    /// Why it stopped on its own, when it did: a store error no retry can
+    /// fix (`InvalidInput`, `IncompatibleSchema`), or its task ended abnormally.
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+struct Config {
+    holder: String,
+    lease_ttl: Duration,
+    max_in_flight: usize,
+    claim_wait: Duration,
+    per_session_limit: usize,
+    sessions: Option<Vec<String>>,
+    retry: RetryPolicy,
+    handler_timeout: Option<Duration>,
+    shutdown_grace: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            holder: format!("worker-{}", uuid::Uuid::new_v4()),
+            lease_ttl: Duration::from_secs(30),
+            max_in_flight: 16,
+            claim_wait: Duration::from_secs(30),
+            per_session_limit: 1,
+            sessions: None,
+            retry: RetryPolicy::DEFAULT,
+            handler_timeout: Some(Duration::from_secs(600)),
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
+}
+
+struct Shared {
+    store: Arc<dyn Store>,
+    handlers: HashMap<String, Arc<dyn Handler>>,
+    consumers: Arc<[ConsumerDeclaration]>,
+    config: Config,
+    counters: Counters,
+}
+
+impl Shared {
+    fn claim_request(&self, limit: usize) -> ClaimWorkRequest {
+        let config = &self.config;
+        ClaimWorkRequest {
+            holder: config.holder.clone(),
+            ttl_ms: Some(millis(config.lease_ttl)),
+            expires_at_ms: None,
+            consumers: self.consumers.to_vec(),
+            sessions: config.sessions.clone(),
+            max_failures: Some(config.retry.dead_letter_at()),
+            limit: Some(limit.clamp(1, MAX_WORK_LIMIT)),
+            session_limit: None,
+            per_session_limit: Some(config.per_session_limit),
+            wait_ms: Some(millis(config.claim_wait).clamp(1, MAX_WAIT_MS)),
+        }
+    }
+
+    fn renew_every(&self) -> Duration {
+        self.config
+            .lease_ttl
+            .mul_f64(RENEW_FRACTION)
+            .max(Duration::from_millis(1))
+    }
+}
+
+/// Builds a [`Worker`]: the consumers it serves with their handlers, and
+/// its options (each default documented on its method).
+pub struct WorkerBuilder {
+    store: Arc<dyn Store>,
+    handlers: HashMap<String, Arc<dyn Handler>>,
+    consumers: Vec<ConsumerDeclaration>,
+    duplicate: Option<String>,
+    config: Config,
+}
+
+impl std::fmt::Debug for WorkerBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WorkerBuilder")
+            .field("consumers", &self.consumers)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerBuilder {
+    /// Serves `consumer` with `handler`. Each consumer has one handler; a
+    /// log consumer's declaration is passed with every claim, completion
+    /// and append so its cursors exist and follow its types.
+    pub fn consumer(mut self, consumer: ConsumerDeclaration, handler: impl Handler) -> Self {
+        if self.handlers.contains_key(&consumer.name) {
+            self.duplicate = Some(consumer.name.clone());
+        }
+        self.handlers
+            .insert(consumer.name.clone(), Arc::new(handler) as Arc<dyn Handler>);
+        self.consumers.push(consumer);
+        self
+    }
+
+    /// The holder name claims are made under (default `worker-<random uuid>`).
+    /// Give each worker its own: two workers with one name could renew
+    /// each other's leases.
+    pub fn holder(mut self, holder: impl Into<String>) -> Self {
+        self.config.holder = holder.into();
+        self
+    }
+
+    /// The lease length (default 30 s): how long a head stays claimed
+    /// without renewal, and so how soon the work of a worker that died is
+    /// taken up by another. Renewed every [`RENEW_FRACTION`] of it.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.config.lease_ttl = ttl;
+        self
+    }
+
+    /// The most heads processed at once (default 16, at most 1,000). Heads
+    /// of one lane are never processed together: the store hands out one
+    /// head per lane at a time.
+    pub fn max_in_flight(mut self, max: usize) -> Self {
+        self.config.max_in_flight = max;
+        self
+    }
+
+    /// How long one claim waits for work before asking again (default 30 s,
+    /// at most 300 s). Waiting is woken by the store, so an idle worker
+    /// makes one call per wait.
+    pub fn claim_wait(mut self, wait: Duration) -> Self {
+        self.config.claim_wait = wait;
+        self
+    }
+
+    /// The most heads claimed from one session in one claim (default 1:
+    /// sessions are served in turn, longest-waiting first).
+    pub fn per_session_limit(mut self, limit: usize) -> Self {
+        self.config.per_session_limit = limit;
+        self
+    }
+
+    /// Serves only these sessions (default: every session).
+    pub fn sessions(mut self, sessions: Vec<String>) -> Self {
+        self.config.sessions = Some(sessions);
+        self
+    }
+
+    /// The retry policy (default [`RetryPolicy::DEFAULT`]).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// How long one attempt may run (default 10 min; `None`: no limit).
+    /// A handler still running then is stopped and the attempt fails with a
+    /// retry, so a hung handler cannot hold its head, whose lease it keeps
+    /// renewed, forever.
+    pub fn handler_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.config.handler_timeout = timeout;
+        self
+    }
+
+    /// How long shutdown lets running handlers finish (default 30 s) before
+    /// it stops them and gives their heads back with a retry.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.config.shutdown_grace = grace;
+        self
+    }
+
+    /// The worker, or `InvalidInput` when no consumer is served, a consumer
+    /// has two handlers, or an option is out of range (the claim it would
+    /// make is checked by the store's own rules).
+    pub fn build(self) -> Result<Worker, StoreError> {
+        if let Some(name) = self.duplicate {
+            return Err(StoreError::invalid_input(format!(
+                "consumer '{name}' is served twice: give each consumer one handler"
+            )));
+        }
+        let config = self.config;
+        if !(1..=MAX_WORK_LIMIT).contains(&config.max_in_flight) {
+            return Err(StoreError::invalid_input(format!(
+                "max_in_flight must be 1 to {MAX_WORK_LIMIT}, not {}",
+                config.max_in_flight
+            )));
+        }
+        if config.lease_ttl < Duration::from_millis(3) {
+            return Err(StoreError::invalid_input(
+                "lease_ttl must be at least 3 ms (it is renewed every third)",
+            ));
+        }
+        let wait = millis(config.claim_wait);
+        if !(1..=MAX_WAIT_MS).contains(&wait) {
+            return Err(StoreError::invalid_input(format!(
+                "claim_wait must be 1 ms to {MAX_WAIT_MS} ms, not {wait} ms"
+            )));
+        }
+        if config.handler_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(StoreError::invalid_input(
+                "handler_timeout must be positive (or None for no limit)",
+            ));
+        }
+        let shared = Shared {
+            store: self.store,
+            handlers: self.handlers,
+            consumers: self.consumers.into(),
+            config,
+            counters: Counters::default(),
+        };
+        validate::claim_work(&shared.claim_request(shared.config.max_in_flight))?;
+        Ok(Worker {
+            shared: Arc::new(shared),
+        })
+    }
+}
+
+/// Runs handlers for its consumers over a store: claims heads across
+/// sessions (waiting when there are none), runs each in its own task with
+/// its lease renewed, completes or fails it, and retries per its policy.
+///
+/// Start it with [`spawn`](Self::spawn) (a [`WorkerHandle`] stops it) or
+/// [`run_until`](Self::run_until). Runs on Tokio.
+pub struct Worker {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("consumers", &self.shared.consumers)
+            .field("config", &self.shared.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// A builder of a worker over `store`.
+    pub fn builder(store: Arc<dyn Store>) -> WorkerBuilder {
+        WorkerBuilder {
+            store,
+            handlers: HashMap::new(),
+            consumers: Vec::new(),
+            duplicate: None,
+            config: Config::default(),
+        }
+    }
+
+    /// The holder name its claims are made under.
+    pub fn holder(&self) -> &str {
+        &self.shared.config.holder
+    }
+
+    /// Starts the worker in a task of its own; `InvalidInput` outside a
+    /// Tokio runtime.
+    pub fn spawn(self) -> Result<WorkerHandle, StoreError> {
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            StoreError::invalid_input("Worker::spawn must be called inside a Tokio runtime")
+        })?;
+        let (stop, stopped) = watch::channel(false);
+        let shared = Arc::clone(&self.shared);
+        let join = runtime.spawn(run(Arc::clone(&shared), stopped));
+        Ok(WorkerHandle {
+            trigger: ShutdownTrigger {
+                stop: Arc::new(stop),
+            },
+            join,
+            shared,
+        })
+    }
+
+    /// Runs the worker until `signal` resolves (e.g. `tokio::signal::ctrl_c()`
+    /// mapped to `()`), then shuts it down gracefully and returns the summary.
+    pub async fn run_until<F>(self, signal: F) -> ShutdownSummary
+    where
+        F: Future<Output = ()>,
+    {
+        let (stop, stopped) = watch::channel(false);
+        let running = run(Arc::clone(&self.shared), stopped);
+        tokio::pin!(running);
+        tokio::pin!(signal);
+        tokio::select! {
+            summary = &mut running => return summary,
+            () = &mut signal => {
+                stop.send_replace(true);
+            }
+        }
+        running.await
+    }
+}
+
+/// Asks a worker to shut down. Clones share the request; when every trigger
+/// of a worker (its [`WorkerHandle`]'s included) is dropped, it shuts down
+/// as if asked.
+#[derive(Debug, Clone)]
+pub struct ShutdownTrigger {
+    stop: Arc<watch::Sender<bool>>,
+}
+
+impl ShutdownTrigger {
+    /// Starts the shutdown: no more claims; running handlers get the grace
+    /// period, then their heads are given back with a retry.
+    pub fn shutdown(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Whether shutdown was asked for.
+    pub fn is_shutting_down(&self) -> bool {
+        *self.stop.borrow()
+    }
+}
+
+/// A running worker: its counts, and the way to stop it.
+#[derive(Debug)]
+pub struct WorkerHandle {
+    trigger: ShutdownTrigger,
+    join: JoinHandle<ShutdownSummary>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("holder", &self.config.holder)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkerHandle {
+    /// Its counts now.
+    pub fn stats(&self) -> WorkerStats {
+        self.shared.counters.snapshot()
+    }
+
+    /// The holder name its claims are made under.
+    pub fn holder(&self) -> &str {
+        &self.shared.config.holder
+    }
+
+    /// A trigger to shut it down from elsewhere (a signal handler).
+    pub fn trigger(&self) -> ShutdownTrigger {
+        self.trigger.clone()
+    }
+
+    /// Shuts it down (see [`ShutdownTrigger::shutdown`]) and waits until
+    /// it stopped: at most the grace period plus the time to give the
+    /// remaining heads back.
+    pub async fn shutdown(self) -> ShutdownSummary {
+        self.trigger.shutdown();
+        self.join().await
+    }
+
+    /// Waits until it stops (shut down by a trigger, or on its own after
+    /// an error no retry can fix), without asking it to.
+    pub async fn join(self) -> ShutdownSummary {
+        let Self {
+            trigger,
+            join,
+            shared,
+        } = self;
+        let ended = join.await;
+        drop(trigger);
+        match ended {
+            Ok(summary) => summary,
+            Err(error) => ShutdownSummary {
+                stats: shared.counters.snapshot(),
+                error: Some(format!("the worker task ended abnormally: {error}")),
+            },
+        }
+    }
+}
+
+/// Resolves when the flag is set or its sender is gone.
+async fn raised(flag: &mut watch::Receiver<bool>) {
+    let _ = flag.wait_for(|set| *set).await;
+}
+
+/// A store error that no retry of the same claim can fix.
+fn is_fatal(code: ErrorCode) -> bool {
+    matches!(code, ErrorCode::InvalidInput | ErrorCode::IncompatibleSchema)
+}
+
+async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSummary {
+    let (abandon, abandoned) = watch::channel(false);
+    let slots = Arc::new(Semaphore::new(shared.config.max_in_flight));
+    let mut jobs: JoinSet<()> = JoinSet::new();
+    let mut error = None;
+    let mut pause = CLAIM_ERROR_PAUSE;
+    tracing::info!(target: TARGET, holder = %shared.config.holder, "worker started");
+    loop {
+        while jobs.try_join_next().is_some() {}
+        let first = tokio::select! {
+            biased;
+            () = raised(&mut stop) => break,
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+        };
+        let request = shared.claim_request(1 + slots.available_permits());
+        let claimed = tokio::select! {
+            biased;
+            () = raised(&mut stop) => break,
+            claimed = shared.store.claim_work(request) => claimed,
+        };
+        match claimed {
+            Ok(ClaimWorkResult::Claimed { sessions }) => {
+                pause = CLAIM_ERROR_PAUSE;
+                let mut first = Some(first);
+                for session in sessions {
+                    for dead in &session.dead_lettered {
+                        bump(&shared.counters.dead_lettered);
+                        tracing::error!(
+                            target: TARGET,
+                            session = %session.session_id,
+                            consumer = %dead.consumer,
+                            lane = dead.lane.as_deref(),
+                            index = dead.event.index,
+                            attempt = dead.dispatch.attempt_count,
+                            failures = dead.dispatch.failure_count,
+                            "dead-lettered: its lease expired at max_failures"
+                        );
+                    }
+                    for head in session.heads {
+                        let permit = first
+                            .take()
+                            .or_else(|| Arc::clone(&slots).try_acquire_owned().ok());
+                        jobs.spawn(supervise(
+                            Arc::clone(&shared),
+                            session.session_id.clone(),
+                            head,
+                            permit,
+                            abandoned.clone(),
+                        ));
+                    }
+                }
+            }
+            Ok(ClaimWorkResult::Busy { .. } | ClaimWorkResult::Settled) => {
+                pause = CLAIM_ERROR_PAUSE;
+            }
+            Err(claim_error) if is_fatal(claim_error.code()) => {
+                tracing::error!(target: TARGET, error = %claim_error, "claim refused; the worker stops");
+                error = Some(claim_error.to_string());
+                break;
+            }
+            Err(claim_error) => {
+                tracing::warn!(target: TARGET, error = %claim_error, pause_ms = millis(pause), "claim failed; trying again");
+                tokio::select! {
+                    biased;
+                    () = raised(&mut stop) => break,
+                    () = tokio::time::sleep(pause) => {}
+                }
+                pause = pause.saturating_mul(2).min(CLAIM_ERROR_PAUSE_MAX);
+            }
+        }
+    }
+    tracing::info!(target: TARGET, holder = %shared.config.holder, in_flight = jobs.len(), "worker stopping: no more claims");
+    let grace = tokio::time::sleep(shared.config.shutdown_grace);
+    tokio::pin!(grace);
+    loop {
+        tokio::select! {
+            next = jobs.join_next() => if next.is_none() { break },
+            () = &mut grace => {
+                tracing::warn!(target: TARGET, remaining = jobs.len(), "grace period over: giving the remaining heads back");
+                abandon.send_replace(true);
+                while jobs.join_next().await.is_some() {}
+                break;
+            }
+        }
+    }
+    let stats = shared.counters.snapshot();
+    tracing::info!(target: TARGET, holder = %shared.config.holder, ?stats, "worker stopped");
+    ShutdownSummary { stats, error }
+}
+
+/// How an attempt's handler ended.
+enum Ended {
+    Joined(Result<HandlerResult, JoinError>),
+    TimedOut(Duration),
+    Abandoned,
+}
+
+/// What a failure asks of the store.
+enum FailMode {
+    /// Retry after `delay`, dead-lettering at the policy's `max_failures`.
+    Retry(Duration),
+    /// Dead-letter now.
+    DeadLetter,
+    /// Give the head back at shutdown: claimable at once, never dead-lettered.
+    Release,
+}
+
+async fn supervise(
+    shared: Arc<Shared>,
+    session_id: String,
+    head: Head,
+    permit: Option<OwnedSemaphorePermit>,
+    abandoned: watch::Receiver<bool>,
+) {
+    let span = tracing::info_span!(
+        target: TARGET,
+        "a2_worker.job",
+        session = %session_id,
+        consumer = %head.consumer,
+        lane = head.lane.as_deref(),
+        index = head.event.index,
+        attempt = head.dispatch.attempt_count,
+    );
+    let counters = &shared.counters;
+    bump(&counters.claimed);
+    counters.in_flight.fetch_add(1, Ordering::Relaxed);
+    Attempt {
+        shared: &shared,
+        session_id,
+        head,
+    }
+    .run(abandoned)
+    .instrument(span)
+    .await;
+    counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+    drop(permit);
+}
+
+struct Attempt<'a> {
+    shared: &'a Arc<Shared>,
+    session_id: String,
+    head: Head,
+}
+
+impl Attempt<'_> {
+    fn attempt(&self) -> u32 {
+        self.head.dispatch.attempt_count
+    }
+
+    async fn run(self, mut abandoned: watch::Receiver<bool>) {
+        let shared = self.shared;
+        tracing::info!(target: TARGET, failures = self.head.dispatch.failure_count, "claimed");
+        let Some(handler) = shared.handlers.get(&self.head.consumer).cloned() else {
+            // The store handed out a consumer this worker does not serve.
+            let message = format!("no handler for consumer '{}'", self.head.consumer);
+            tracing::error!(target: TARGET, "{message}");
+            self.fail(FailMode::Release, message).await;
+            return;
+        };
+        let lease = LeaseToken::new();
+        let job = Job::new(
+            self.session_id.clone(),
+            self.head.clone(),
+            Arc::clone(&shared.store),
+            Arc::clone(&shared.consumers),
+            lease.clone(),
+        );
+        let mut task =
+            tokio::spawn(async move { handler.handle(job).await }.in_current_span());
+        let renew = self.renew_until_lost(&lease);
+        tokio::pin!(renew);
+        let timeout = shared.config.handler_timeout;
+        let deadline = async move {
+            match timeout {
+                Some(limit) => tokio::time::sleep(limit).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(deadline);
+        let mut renewing = true;
+        let ended = loop {
+            tokio::select! {
+                joined = &mut task => break Ended::Joined(joined),
+                () = &mut renew, if renewing => renewing = false,
+                () = &mut deadline => {
+                    task.abort();
+                    break Ended::TimedOut(timeout.unwrap_or_default());
+                }
+                () = raised(&mut abandoned) => {
+                    task.abort();
+                    break Ended::Abandoned;
+                }
+            }
+        };
+        self.settle(ended).await;
+    }
+
+    /// Renews the lease every [`RENEW_FRACTION`] of the ttl; returns once
+    /// it is lost, after marking `lease` lost.
+    async fn renew_until_lost(&self, lease: &LeaseToken) {
+        let shared = self.shared;
+        let every = shared.renew_every();
+        let held = HeldClaim {
+            cursor: self.head.cursor_ref(),
+            attempt: self.attempt(),
+        };
+        loop {
+            tokio::time::sleep(every).await;
+            let request = RenewRequest {
+                session_id: self.session_id.clone(),
+                holder: shared.config.holder.clone(),
+                claims: vec![held.clone()],
+                ttl_ms: Some(millis(shared.config.lease_ttl)),
+                expires_at_ms: None,
+            };
+            match shared.store.renew_claims(request).await {
+                Ok(renewed) if renewed.renewed.contains(&held.cursor) => {
+                    tracing::debug!(target: TARGET, "lease renewed");
+                }
+                Ok(renewed) => {
+                    let reason = if renewed.superseded.contains(&held.cursor) {
+                        "superseded: another attempt owns the head, or it moved on"
+                    } else {
+                        "no longer held: the lease ended before it was renewed"
+                    };
+                    lease.mark_lost();
+                    bump(&shared.counters.leases_lost);
+                    tracing::warn!(target: TARGET, reason, "lease lost");
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(target: TARGET, error = %error, next_ms = millis(every), "lease renewal failed; trying again");
+                }
+            }
+        }
+    }
+
+    async fn settle(&self, ended: Ended) {
+        let counters = &self.shared.counters;
+        match ended {
+            Ended::Joined(Ok(Ok(events))) => self.complete(events).await,
+            Ended::Joined(Ok(Err(error))) => self.handler_failed(error).await,
+            Ended::Joined(Err(join_error)) => {
+                let message = if join_error.is_panic() {
+                    bump(&counters.panicked);
+                    format!("handler panicked: {}", panic_text(join_error))
+                } else {
+                    "handler task was cancelled".to_owned()
+                };
+                tracing::warn!(target: TARGET, error = %message, "handler did not finish");
+                self.fail(self.retry_mode(None), message).await;
+            }
+            Ended::TimedOut(limit) => {
+                bump(&counters.timed_out);
+                let message = format!("handler timed out after {} ms", millis(limit));
+                tracing::warn!(target: TARGET, error = %message, "handler stopped");
+                self.fail(self.retry_mode(None), message).await;
+            }
+            Ended::Abandoned => {
+                let message = "worker shut down before the handler finished".to_owned();
+                self.fail(FailMode::Release, message).await;
+            }
+        }
+    }
+
+    fn retry_mode(&self, delay: Option<Duration>) -> FailMode {
+        let failures = self.head.dispatch.failure_count.saturating_add(1);
+        FailMode::Retry(delay.unwrap_or_else(|| self.shared.config.retry.delay(failures)))
+    }
+
+    async fn handler_failed(&self, error: HandlerError) {
+        let mode = if error.is_permanent() {
+            FailMode::DeadLetter
+        } else {
+            self.retry_mode(error.delay())
+        };
+        self.fail(mode, error.message().to_owned()).await;
+    }
+
+    async fn complete(&self, mut events: Vec<NewEvent>) {
+        let shared = self.shared;
+        let counters = &shared.counters;
+        let request = CompleteRequest {
+            session_id: self.session_id.clone(),
+            consumer: self.head.consumer.clone(),
+            lane: self.head.lane.clone(),
+            index: self.head.event.index,
+            attempt: self.attempt(),
+            events: Vec::new(),
+            consumers: Some(shared.consumers.to_vec()),
+        };
+        assign_ids(
+            &mut events,
+            &self.session_id,
+            &request.cause(),
+            OutputKind::Returned,
+            0,
+        );
+        let request = CompleteRequest { events, ..request };
+        let completed =
+            with_transient_retry(|| shared.store.complete_attempt(request.clone())).await;
+        match completed {
+            Ok(CompleteResult::Completed { events }) => {
+                bump(&counters.completed);
+                tracing::info!(target: TARGET, returned = events.len(), "completed");
+            }
+            Ok(CompleteResult::Superseded) => {
+                bump(&counters.superseded);
+                tracing::warn!(target: TARGET, "completion superseded: the attempt is no longer current, nothing applied");
+            }
+            Err(error) => match error.code() {
+                ErrorCode::SessionCleared | ErrorCode::NoSuchEvent | ErrorCode::SupersededAttempt => {
+                    bump(&counters.superseded);
+                    tracing::warn!(target: TARGET, error = %error, "completion superseded: nothing applied");
+                }
+                ErrorCode::InvalidInput
+                | ErrorCode::IdempotencyConflict
+                | ErrorCode::PartialDuplicateBatch => {
+                    let message = format!("completion rejected: {error}");
+                    self.fail(FailMode::DeadLetter, message).await;
+                }
+                code if is_transient(code) => {
+                    let message = format!("completion failed: {error}");
+                    tracing::warn!(target: TARGET, error = %error, "completion failed after retries");
+                    self.fail(self.retry_mode(None), message).await;
+                }
+                _ => {
+                    let message = format!("completion failed: {error}");
+                    self.fail(self.retry_mode(None), message).await;
+                }
+            },
+        }
+    }
+
+    async fn fail(&self, mode: FailMode, message: String) {
+        let shared = self.shared;
+        let counters = &shared.counters;
+        let (max_failures, retry_after, releasing) = match mode {
+            FailMode::Retry(delay) => (
+                Some(shared.config.retry.dead_letter_at()),
+                Some(delay),
+                false,
+            ),
+            FailMode::DeadLetter => (Some(1), None, false),
+            FailMode::Release => (None, None, true),
+        };
+        let request = FailRequest {
+            session_id: self.session_id.clone(),
+            consumer: self.head.consumer.clone(),
+            lane: self.head.lane.clone(),
+            index: self.head.event.index,
+            attempt: self.attempt(),
+            error: message.clone(),
+            max_failures,
+            retry_after_ms: retry_after.map(millis),
+        };
+        match with_transient_retry(|| shared.store.fail_attempt(request.clone())).await {
+            Ok(result) => match result.outcome {
+                FailOutcome::Failed if releasing => {
+                    bump(&counters.released);
+                    tracing::info!(target: TARGET, failures = result.failure_count, error = %message, "given back at shutdown");
+                }
+                FailOutcome::Failed => {
+                    bump(&counters.failed);
+                    tracing::warn!(
+                        target: TARGET,
+                        failures = result.failure_count,
+                        retry_in_ms = retry_after.map(millis),
+                        error = %message,
+                        "failed; retried later"
+                    );
+                }
+                FailOutcome::DeadLettered => {
+                    bump(&counters.dead_lettered);
+                    tracing::error!(target: TARGET, failures = result.failure_count, error = %message, "dead-lettered");
+                }
+                FailOutcome::Superseded => {
+                    bump(&counters.superseded);
+                    tracing::warn!(target: TARGET, error = %message, "failure superseded: the attempt is no longer current");
+                }
+            },
+            Err(error) => {
+                bump(&counters.unsettled);
+                tracing::error!(
+                    target: TARGET,
+                    error = %error,
+                    handler_error = %message,
+                    "could not record the failure; the lease will expire and count it"
+                );
+            }
+        }
+    }
+}
+
+/// The text of a panic's payload.
+fn panic_text(error: JoinError) -> String {
+    match error.try_into_panic() {
+        Ok(payload) => {
+            if let Some(text) = payload.downcast_ref::<&str>() {
+                (*text).to_owned()
+            } else if let Some(text) = payload.downcast_ref::<String>() {
+                text.clone()
+            } else {
+                "a non-text panic payload".to_owned()
+            }
+        }
+        Err(_) => "unknown".to_owned(),
+    }
+}
