@@ -190,6 +190,9 @@ mod tests {
         let later = HandlerError::retry_after("rate limited", Duration::from_secs(7));
         assert_eq!(later.delay(), Some(Duration::from_secs(7)));
         assert!(HandlerError::permanent("bad input").is_permanent());
-        assert_eq!(HandlerError::permanent("bad input").to_string(), "bad input");
+        assert_eq!(
+            HandlerError::permanent("bad input").to_string(),
+            "bad input"
+        );
     }
 }

@@ -290,7 +290,12 @@ mod tests {
         let calls = AtomicU32::new(0);
         let result: Result<()> = with_transient_retry(|| {
             calls.fetch_add(1, Ordering::SeqCst);
-            async { Err(StoreError::Backend { message: "connection reset".into(), source: None }) }
+            async {
+                Err(StoreError::Backend {
+                    message: "connection reset".into(),
+                    source: None,
+                })
+            }
         })
         .await;
         assert_eq!(result.unwrap_err().code(), ErrorCode::Backend);
@@ -310,7 +315,10 @@ mod tests {
             let n = calls.fetch_add(1, Ordering::SeqCst);
             async move {
                 if n < 2 {
-                    Err(StoreError::Backend { message: "reset".into(), source: None })
+                    Err(StoreError::Backend {
+                        message: "reset".into(),
+                        source: None,
+                    })
                 } else {
                     Ok(n)
                 }

@@ -188,9 +188,7 @@ mod tests {
     #[test]
     fn exponential_backoff_doubles_up_to_its_cap() {
         let backoff = Backoff::exponential(S(1), S(60)).with_jitter(0.0);
-        let delays: Vec<u64> = (1..=8)
-            .map(|n| backoff.delay(n, 0.7).as_secs())
-            .collect();
+        let delays: Vec<u64> = (1..=8).map(|n| backoff.delay(n, 0.7).as_secs()).collect();
         assert_eq!(delays, [1, 2, 4, 8, 16, 32, 60, 60]);
         assert_eq!(backoff.delay(0, 0.0), S(1));
         assert_eq!(backoff.delay(u32::MAX, 0.0), S(60));

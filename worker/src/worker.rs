@@ -492,7 +492,10 @@ async fn raised(flag: &mut watch::Receiver<bool>) {
 
 /// A store error that no retry of the same claim can fix.
 fn is_fatal(code: ErrorCode) -> bool {
-    matches!(code, ErrorCode::InvalidInput | ErrorCode::IncompatibleSchema)
+    matches!(
+        code,
+        ErrorCode::InvalidInput | ErrorCode::IncompatibleSchema
+    )
 }
 
 async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSummary {
@@ -665,8 +668,7 @@ impl Attempt<'_> {
             Arc::clone(&shared.consumers),
             lease.clone(),
         );
-        let mut task =
-            tokio::spawn(async move { handler.handle(job).await }.in_current_span());
+        let mut task = tokio::spawn(async move { handler.handle(job).await }.in_current_span());
         let renew = self.renew_until_lost(&lease);
         tokio::pin!(renew);
         let timeout = shared.config.handler_timeout;
@@ -809,7 +811,9 @@ impl Attempt<'_> {
                 tracing::warn!(target: TARGET, "completion superseded: the attempt is no longer current, nothing applied");
             }
             Err(error) => match error.code() {
-                ErrorCode::SessionCleared | ErrorCode::NoSuchEvent | ErrorCode::SupersededAttempt => {
+                ErrorCode::SessionCleared
+                | ErrorCode::NoSuchEvent
+                | ErrorCode::SupersededAttempt => {
                     bump(&counters.superseded);
                     tracing::warn!(target: TARGET, error = %error, "completion superseded: nothing applied");
                 }

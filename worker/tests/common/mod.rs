@@ -1,0 +1,303 @@
+//! Scenarios every backend's worker tests run: a store in, assertions out.
+#![allow(dead_code)]
+
+pub mod flaky;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use a2_store_api::{
+    ConsumerDeclaration, Cursor, NewEvent, ReadOptions, Store, StoredEvent, Target,
+};
+use a2_worker::{handler_fn, HandlerError, Job, RetryPolicy, Worker, WorkerHandle};
+use serde_json::json;
+
+pub const CONSUMER: &str = "agent";
+pub const DONE: &str = "done";
+
+/// Appends `per_lane` messages on each of `lanes` lanes of each session, in
+/// small batches mixing the lanes, and returns how many were appended.
+pub async fn produce(
+    store: &dyn Store,
+    sessions: &[String],
+    lanes: usize,
+    per_lane: usize,
+) -> usize {
+    let mut appended = 0;
+    for session in sessions {
+        for seq in 0..per_lane {
+            let batch: Vec<NewEvent> = (0..lanes)
+                .map(|lane| {
+                    NewEvent::new("msg", json!({"lane": lane, "seq": seq}))
+                        .with_target(Target::lane(CONSUMER, format!("L{lane}")))
+                })
+                .collect();
+            appended += batch.len();
+            store
+                .append(session, batch, Default::default())
+                .await
+                .expect("append");
+        }
+    }
+    appended
+}
+
+/// The whole log of a session.
+pub async fn log(store: &dyn Store, session: &str) -> Vec<StoredEvent> {
+    store
+        .read(session, ReadOptions::default())
+        .await
+        .expect("read")
+}
+
+/// Counts the `done` events stored in `sessions`.
+pub async fn done_count(store: &dyn Store, sessions: &[String]) -> usize {
+    let mut count = 0;
+    for session in sessions {
+        count += log(store, session)
+            .await
+            .iter()
+            .filter(|event| event.event_type == DONE)
+            .count();
+    }
+    count
+}
+
+/// Polls until `sessions` hold `expected` done events or `limit` passes.
+pub async fn wait_for_done(
+    store: &dyn Store,
+    sessions: &[String],
+    expected: usize,
+    limit: Duration,
+) {
+    let start = Instant::now();
+    loop {
+        let count = done_count(store, sessions).await;
+        if count >= expected {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "only {count} of {expected} messages done after {limit:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every message processed exactly once (one `done` caused by it), lanes in
+/// order (done events of a lane in increasing message index), nothing
+/// dead-lettered, no cursor with work left.
+pub async fn assert_exactly_once_in_order(
+    store: &dyn Store,
+    sessions: &[String],
+    per_session: usize,
+) {
+    for session in sessions {
+        let rows = log(store, session).await;
+        let messages: Vec<&StoredEvent> = rows.iter().filter(|e| e.event_type == "msg").collect();
+        assert_eq!(messages.len(), per_session, "session {session}");
+        let mut done_by_source: HashMap<u64, usize> = HashMap::new();
+        let mut last_by_lane: BTreeMap<String, u64> = BTreeMap::new();
+        for event in rows.iter().filter(|e| e.event_type == DONE) {
+            let cause = event.cause.as_ref().expect("done events carry their cause");
+            *done_by_source.entry(cause.index).or_default() += 1;
+            let lane = cause.lane.clone().expect("lane work");
+            let last = last_by_lane.entry(lane.clone()).or_default();
+            assert!(
+                cause.index > *last,
+                "session {session} lane {lane}: {} completed after {}",
+                cause.index,
+                *last
+            );
+            *last = cause.index;
+            assert_eq!(event.payload.as_value()["source"], json!(cause.index));
+        }
+        for message in &messages {
+            assert_eq!(
+                done_by_source.get(&message.index).copied().unwrap_or(0),
+                1,
+                "session {session}: message {} done once",
+                message.index
+            );
+        }
+        let dead = store.dead_letters(session).await.expect("dead letters");
+        assert!(dead.is_empty(), "session {session} dead-lettered {dead:?}");
+        let open: Vec<Cursor> = store
+            .cursors(session)
+            .await
+            .expect("cursors")
+            .into_iter()
+            .filter(|cursor| cursor.head.is_some())
+            .collect();
+        assert!(open.is_empty(), "session {session} has work left: {open:?}");
+    }
+}
+
+/// What the misbehaving handler of [`unruly_worker`] does on attempt 1,
+/// chosen by the message's log index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trouble {
+    None,
+    Fail,
+    Panic,
+    Hang,
+}
+
+pub fn trouble(index: u64) -> Trouble {
+    match index % 10 {
+        3 => Trouble::Fail,
+        5 => Trouble::Panic,
+        7 => Trouble::Hang,
+        _ => Trouble::None,
+    }
+}
+
+/// Calls made to handlers, by trouble kind, across every worker sharing it.
+#[derive(Debug, Default)]
+pub struct Calls {
+    pub total: AtomicU64,
+    pub by_kind: Mutex<HashMap<&'static str, u64>>,
+}
+
+/// A worker whose handler answers a `done` event with the message's index,
+/// after failing, panicking or hanging (past its lease, until the handler
+/// timeout stops it) on the first attempt of some messages.
+pub fn unruly_worker(store: Arc<dyn Store>, holder: &str, calls: Arc<Calls>) -> Worker {
+    let handler = handler_fn(move |job: Job| {
+        let calls = Arc::clone(&calls);
+        async move {
+            calls.total.fetch_add(1, Ordering::Relaxed);
+            let kind = if job.attempt() == 1 {
+                trouble(job.index())
+            } else {
+                Trouble::None
+            };
+            let name = match kind {
+                Trouble::None => "ok",
+                Trouble::Fail => "fail",
+                Trouble::Panic => "panic",
+                Trouble::Hang => "hang",
+            };
+            *calls.by_kind.lock().unwrap().entry(name).or_default() += 1;
+            match kind {
+                Trouble::None => {}
+                Trouble::Fail => return Err(HandlerError::retryable("first attempts fail")),
+                Trouble::Panic => panic!("first attempts panic"),
+                Trouble::Hang => tokio::time::sleep(Duration::from_secs(3600)).await,
+            }
+            Ok(vec![NewEvent::new(DONE, json!({"source": job.index()}))])
+        }
+    });
+    Worker::builder(store)
+        .holder(holder)
+        .consumer(ConsumerDeclaration::targeted(CONSUMER), handler)
+        .lease_ttl(Duration::from_millis(300))
+        .handler_timeout(Some(Duration::from_millis(700)))
+        .retry(RetryPolicy::fixed(Duration::from_millis(10), 5))
+        .claim_wait(Duration::from_millis(500))
+        .max_in_flight(8)
+        .build()
+        .expect("worker")
+}
+
+pub fn session_ids(prefix: &str, count: usize) -> Vec<String> {
+    (0..count).map(|n| format!("{prefix}-{n:03}")).collect()
+}
+
+/// Three workers over one store, handlers that fail, panic and hang:
+/// every message is done exactly once, in lane order, nothing dead-lettered.
+pub async fn three_unruly_workers(store: Arc<dyn Store>, prefix: &str) {
+    let sessions = session_ids(prefix, 6);
+    let calls = Arc::new(Calls::default());
+    let workers: Vec<WorkerHandle> = (0..3)
+        .map(|n| {
+            unruly_worker(
+                Arc::clone(&store),
+                &format!("{prefix}-w{n}"),
+                Arc::clone(&calls),
+            )
+            .spawn()
+            .expect("spawn")
+        })
+        .collect();
+    let expected = produce(store.as_ref(), &sessions, 2, 10).await;
+    wait_for_done(store.as_ref(), &sessions, expected, Duration::from_secs(60)).await;
+    let mut total = a2_worker::WorkerStats::default();
+    for worker in workers {
+        let summary = worker.shutdown().await;
+        assert_eq!(summary.error, None);
+        let stats = summary.stats;
+        total.completed += stats.completed;
+        total.failed += stats.failed;
+        total.panicked += stats.panicked;
+        total.timed_out += stats.timed_out;
+        total.dead_lettered += stats.dead_lettered;
+        total.released += stats.released;
+        assert_eq!(stats.in_flight, 0);
+    }
+    assert_exactly_once_in_order(store.as_ref(), &sessions, 20).await;
+    let troubled = |kind| {
+        sessions.len() as u64 * (1..=20u64).filter(|index| trouble(*index) == kind).count() as u64
+    };
+    assert_eq!(total.completed, expected as u64);
+    assert_eq!(total.panicked, troubled(Trouble::Panic));
+    assert_eq!(total.timed_out, troubled(Trouble::Hang));
+    assert_eq!(
+        total.failed,
+        troubled(Trouble::Fail) + troubled(Trouble::Panic) + troubled(Trouble::Hang)
+    );
+    assert_eq!(total.dead_lettered, 0);
+    assert_eq!(total.released, 0);
+}
+
+/// A worker shut down in the middle of slow work gives the unfinished heads
+/// back (no dead letter, nothing lost); a second worker finishes them.
+pub async fn shutdown_mid_work(store: Arc<dyn Store>, prefix: &str) {
+    let sessions = session_ids(prefix, 4);
+    let slow = handler_fn(|job: Job| async move {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        Ok(vec![NewEvent::new(DONE, json!({"source": job.index()}))])
+    });
+    let first = Worker::builder(Arc::clone(&store))
+        .holder(format!("{prefix}-first"))
+        .consumer(ConsumerDeclaration::targeted(CONSUMER), slow)
+        .max_in_flight(6)
+        .shutdown_grace(Duration::from_millis(100))
+        // One failure allowed: a release that counted towards dead letters would show.
+        .retry(RetryPolicy::fixed(Duration::from_millis(10), 1))
+        .build()
+        .expect("worker")
+        .spawn()
+        .expect("spawn");
+    let expected = produce(store.as_ref(), &sessions, 2, 5).await;
+    let start = Instant::now();
+    while first.stats().in_flight == 0 {
+        assert!(start.elapsed() < Duration::from_secs(10), "nothing started");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let summary = first.shutdown().await;
+    assert_eq!(summary.error, None);
+    assert!(summary.stats.released > 0, "{summary:?}");
+    assert_eq!(summary.stats.dead_lettered, 0, "{summary:?}");
+    assert_eq!(summary.stats.in_flight, 0);
+    for session in &sessions {
+        assert!(store.dead_letters(session).await.unwrap().is_empty());
+    }
+    let quick = handler_fn(|job: Job| async move {
+        Ok(vec![NewEvent::new(DONE, json!({"source": job.index()}))])
+    });
+    let second = Worker::builder(Arc::clone(&store))
+        .holder(format!("{prefix}-second"))
+        .consumer(ConsumerDeclaration::targeted(CONSUMER), quick)
+        .retry(RetryPolicy::fixed(Duration::from_millis(10), 3))
+        .build()
+        .expect("worker")
+        .spawn()
+        .expect("spawn");
+    wait_for_done(store.as_ref(), &sessions, expected, Duration::from_secs(30)).await;
+    let summary = second.shutdown().await;
+    assert_eq!(summary.stats.dead_lettered, 0);
+    assert_exactly_once_in_order(store.as_ref(), &sessions, 10).await;
+}
