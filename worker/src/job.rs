@@ -2,6 +2,7 @@
 //! read the session under the attempt's fence.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,7 +10,7 @@ use a2_store_api::{
     AppendOptions, AppendResult, Cause, ConsumerDeclaration, ErrorCode, Head, NewEvent,
     ReadOptions, Result, Store, StoredEvent,
 };
-use tokio::sync::{watch, Mutex};
+use tokio::sync::{Mutex, Notify};
 
 use crate::ids::{assign_ids, output_id, OutputKind};
 
@@ -20,7 +21,13 @@ use crate::ids::{assign_ids, output_id, OutputKind};
 /// claim superseded or no longer held.
 #[derive(Debug, Clone)]
 pub struct LeaseToken {
-    lost: Arc<watch::Sender<bool>>,
+    state: Arc<LeaseState>,
+}
+
+#[derive(Debug, Default)]
+struct LeaseState {
+    lost: AtomicBool,
+    changed: Notify,
 }
 
 impl Default for LeaseToken {
@@ -33,26 +40,34 @@ impl LeaseToken {
     /// A token for a lease not lost.
     pub fn new() -> Self {
         Self {
-            lost: Arc::new(watch::Sender::new(false)),
+            state: Arc::new(LeaseState::default()),
         }
     }
 
     /// Whether the lease was lost.
     pub fn is_lost(&self) -> bool {
-        *self.lost.borrow()
+        self.state.lost.load(Ordering::Acquire)
     }
 
     /// Resolves once the lease is lost (at once if it already is); pending
     /// forever otherwise, so use it in a `select!` beside the work.
     pub async fn lost(&self) {
-        let mut changes = self.lost.subscribe();
-        // The sender lives in `self`, so the wait ends only when the flag is set.
-        let _ = changes.wait_for(|lost| *lost).await;
+        loop {
+            let changed = self.state.changed.notified();
+            tokio::pin!(changed);
+            // Registered before the flag is read, so a loss in between still wakes it.
+            changed.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            changed.await;
+        }
     }
 
     /// Marks the lease lost and wakes every waiter.
     pub(crate) fn mark_lost(&self) {
-        self.lost.send_replace(true);
+        self.state.lost.store(true, Ordering::Release);
+        self.state.changed.notify_waiters();
     }
 }
 
@@ -283,7 +298,7 @@ impl Job {
 mod tests {
     use super::*;
     use a2_store_api::StoreError;
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::atomic::AtomicU32;
 
     #[tokio::test(start_paused = true)]
     async fn transient_errors_are_retried_a_bounded_number_of_times() {

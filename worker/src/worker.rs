@@ -1,8 +1,10 @@
 //! The worker: its options, the claim loop, one supervisor per claimed head
 //! (renewal, timeout, settling the attempt) and shutdown.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +14,11 @@ use a2_store_api::{
     ConsumerDeclaration, ErrorCode, FailOutcome, FailRequest, Head, HeldClaim, NewEvent,
     RenewRequest, Store, StoreError, MAX_WAIT_MS, MAX_WORK_LIMIT,
 };
+use futures::future::BoxFuture;
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
-use tokio::task::{JoinError, JoinHandle, JoinSet};
+use tokio::task::{JoinHandle, JoinSet};
 use tracing::Instrument;
 
 use crate::handler::{Handler, HandlerError, HandlerResult};
@@ -34,6 +39,10 @@ pub const CLAIM_ERROR_PAUSE: Duration = Duration::from_millis(100);
 pub const CLAIM_ERROR_PAUSE_MAX: Duration = Duration::from_secs(5);
 
 const TARGET: &str = "a2_worker";
+
+/// How many times the claim loop yields, while handlers run and fewer than
+/// half the slots are free, before it claims for the free ones.
+const BATCH_YIELDS: usize = 8;
 
 /// What a worker has done so far; every count starts at 0 when it starts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,6 +77,9 @@ pub struct WorkerStats {
     pub unsettled: u64,
     /// Heads being processed now.
     pub in_flight: u64,
+    /// `claim_work` calls made (each waits up to the claim wait when
+    /// nothing is claimable, so an idle worker makes one per wait).
+    pub claim_calls: u64,
 }
 
 #[derive(Debug, Default)]
@@ -83,6 +95,7 @@ struct Counters {
     released: AtomicU64,
     unsettled: AtomicU64,
     in_flight: AtomicU64,
+    claim_calls: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -104,6 +117,7 @@ impl Counters {
             released: get(&self.released),
             unsettled: get(&self.unsettled),
             in_flight: get(&self.in_flight),
+            claim_calls: get(&self.claim_calls),
         }
     }
 }
@@ -129,6 +143,7 @@ struct Config {
     retry: RetryPolicy,
     handler_timeout: Option<Duration>,
     shutdown_grace: Duration,
+    spawn_handlers: bool,
 }
 
 impl Default for Config {
@@ -143,6 +158,7 @@ impl Default for Config {
             retry: RetryPolicy::DEFAULT,
             handler_timeout: Some(Duration::from_secs(600)),
             shutdown_grace: Duration::from_secs(30),
+            spawn_handlers: true,
         }
     }
 }
@@ -155,6 +171,9 @@ struct Shared {
     store: Arc<dyn Store>,
     handlers: HashMap<String, Arc<dyn Handler>>,
     consumers: Arc<[ConsumerDeclaration]>,
+    /// The declarations completions pass: only needed for log consumers
+    /// (their cursors follow returned events), `None` without any.
+    completion_consumers: Option<Vec<ConsumerDeclaration>>,
     config: Config,
     counters: Counters,
 }
@@ -284,6 +303,19 @@ impl WorkerBuilder {
         self
     }
 
+    /// Whether each attempt runs in a Tokio task of its own (default
+    /// `true`): attempts then run in parallel on a multi-threaded runtime,
+    /// and a handler that blocks its thread delays only itself. `false`
+    /// runs every attempt as a future of the worker's own task: no task per
+    /// attempt and no wake-ups across threads (cheapest for handlers that
+    /// mostly wait on I/O), but attempts share one thread at a time, so a
+    /// handler must never block (use `tokio::task::spawn_blocking` for CPU
+    /// work) or it delays every attempt and their lease renewals.
+    pub fn spawn_handlers(mut self, spawn: bool) -> Self {
+        self.config.spawn_handlers = spawn;
+        self
+    }
+
     /// The worker, or `InvalidInput` when no consumer is served, a consumer
     /// has two handlers, or an option is out of range (the claim it would
     /// make is checked by the store's own rules).
@@ -316,9 +348,11 @@ impl WorkerBuilder {
                 "handler_timeout must be positive (or None for no limit)",
             ));
         }
+        let has_log = self.consumers.iter().any(|c| c.log.is_some());
         let shared = Shared {
             store: self.store,
             handlers: self.handlers,
+            completion_consumers: has_log.then(|| self.consumers.clone()),
             consumers: self.consumers.into(),
             config,
             counters: Counters::default(),
@@ -498,29 +532,97 @@ fn is_fatal(code: ErrorCode) -> bool {
     )
 }
 
+/// The attempts a worker is running: tasks of their own, or futures the
+/// worker's task drives (see [`WorkerBuilder::spawn_handlers`]).
+enum Jobs {
+    Spawned(JoinSet<()>),
+    Local(FuturesUnordered<BoxFuture<'static, ()>>),
+}
+
+impl Jobs {
+    fn push(&mut self, job: impl Future<Output = ()> + Send + 'static) {
+        match self {
+            Self::Spawned(set) => {
+                set.spawn(job);
+            }
+            Self::Local(set) => set.push(Box::pin(job)),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Spawned(set) => set.len(),
+            Self::Local(set) => set.len(),
+        }
+    }
+
+    /// Drives the attempts until one ends; `false` when none is left.
+    async fn next(&mut self) -> bool {
+        match self {
+            Self::Spawned(set) => set.join_next().await.is_some(),
+            Self::Local(set) => set.next().await.is_some(),
+        }
+    }
+
+    /// Drives the attempts while `work` runs, then returns its output.
+    async fn alongside<T>(&mut self, work: impl Future<Output = T>) -> T {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                biased;
+                done = &mut work => return done,
+                more = self.next(), if self.len() > 0 => {
+                    let _ = more;
+                }
+            }
+        }
+    }
+}
+
 async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSummary {
     let (abandon, abandoned) = watch::channel(false);
     let slots = Arc::new(Semaphore::new(shared.config.max_in_flight));
-    let mut jobs: JoinSet<()> = JoinSet::new();
+    let mut jobs = if shared.config.spawn_handlers {
+        Jobs::Spawned(JoinSet::new())
+    } else {
+        Jobs::Local(FuturesUnordered::new())
+    };
     let mut error = None;
     let mut pause = CLAIM_ERROR_PAUSE;
     tracing::info!(target: TARGET, holder = %shared.config.holder, "worker started");
     loop {
-        while jobs.try_join_next().is_some() {}
-        let first = tokio::select! {
-            biased;
-            () = raised(&mut stop) => break,
-            permit = Arc::clone(&slots).acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-        };
+        let first = jobs
+            .alongside(async {
+                tokio::select! {
+                    biased;
+                    () = raised(&mut stop) => None,
+                    permit = Arc::clone(&slots).acquire_owned() => permit.ok(),
+                }
+            })
+            .await;
+        let Some(first) = first else { break };
+        // When handlers are running, give the ones about to finish a moment
+        // to free their slots, so one claim fetches several heads instead
+        // of one call per freed slot.
+        let max = shared.config.max_in_flight;
+        for _ in 0..BATCH_YIELDS {
+            if 1 + slots.available_permits() >= max.div_ceil(2) {
+                break;
+            }
+            jobs.alongside(tokio::task::yield_now()).await;
+        }
         let request = shared.claim_request(1 + slots.available_permits());
-        let claimed = tokio::select! {
-            biased;
-            () = raised(&mut stop) => break,
-            claimed = shared.store.claim_work(request) => claimed,
-        };
+        bump(&shared.counters.claim_calls);
+        let claimed = jobs
+            .alongside(async {
+                tokio::select! {
+                    biased;
+                    () = raised(&mut stop) => None,
+                    claimed = shared.store.claim_work(request) => Some(claimed),
+                }
+            })
+            .await;
+        let Some(claimed) = claimed else { break };
         match claimed {
             Ok(ClaimWorkResult::Claimed { sessions }) => {
                 pause = CLAIM_ERROR_PAUSE;
@@ -543,7 +645,7 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
                         let permit = first
                             .take()
                             .or_else(|| Arc::clone(&slots).try_acquire_owned().ok());
-                        jobs.spawn(supervise(
+                        jobs.push(supervise(
                             Arc::clone(&shared),
                             session.session_id.clone(),
                             head,
@@ -563,10 +665,17 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
             }
             Err(claim_error) => {
                 tracing::warn!(target: TARGET, error = %claim_error, pause_ms = millis(pause), "claim failed; trying again");
-                tokio::select! {
-                    biased;
-                    () = raised(&mut stop) => break,
-                    () = tokio::time::sleep(pause) => {}
+                let stopped = jobs
+                    .alongside(async {
+                        tokio::select! {
+                            biased;
+                            () = raised(&mut stop) => true,
+                            () = tokio::time::sleep(pause) => false,
+                        }
+                    })
+                    .await;
+                if stopped {
+                    break;
                 }
                 pause = pause.saturating_mul(2).min(CLAIM_ERROR_PAUSE_MAX);
             }
@@ -577,11 +686,11 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
     tokio::pin!(grace);
     loop {
         tokio::select! {
-            next = jobs.join_next() => if next.is_none() { break },
+            more = jobs.next() => if !more { break },
             () = &mut grace => {
                 tracing::warn!(target: TARGET, remaining = jobs.len(), "grace period over: giving the remaining heads back");
                 abandon.send_replace(true);
-                while jobs.join_next().await.is_some() {}
+                while jobs.next().await {}
                 break;
             }
         }
@@ -593,7 +702,7 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
 
 /// How an attempt's handler ended.
 enum Ended {
-    Joined(Result<HandlerResult, JoinError>),
+    Joined(Result<HandlerResult, Box<dyn Any + Send>>),
     TimedOut(Duration),
     Abandoned,
 }
@@ -627,10 +736,16 @@ async fn supervise(
     let counters = &shared.counters;
     bump(&counters.claimed);
     counters.in_flight.fetch_add(1, Ordering::Relaxed);
-    Attempt {
-        shared: &shared,
+    let job = Job::new(
         session_id,
         head,
+        Arc::clone(&shared.store),
+        Arc::clone(&shared.consumers),
+        LeaseToken::new(),
+    );
+    Attempt {
+        shared: &shared,
+        job,
     }
     .run(abandoned)
     .instrument(span)
@@ -641,37 +756,53 @@ async fn supervise(
 
 struct Attempt<'a> {
     shared: &'a Arc<Shared>,
-    session_id: String,
-    head: Head,
+    job: Job,
 }
 
+/// The running handler of an attempt: its future, panics caught.
+type Running<'a> =
+    futures::future::CatchUnwind<AssertUnwindSafe<futures::future::BoxFuture<'a, HandlerResult>>>;
+
 impl Attempt<'_> {
-    fn attempt(&self) -> u32 {
-        self.head.dispatch.attempt_count
+    fn head(&self) -> &Head {
+        self.job.head()
     }
 
-    async fn run(self, mut abandoned: watch::Receiver<bool>) {
+    fn session_id(&self) -> &str {
+        self.job.session_id()
+    }
+
+    fn attempt(&self) -> u32 {
+        self.job.attempt()
+    }
+
+    async fn run(self, abandoned: watch::Receiver<bool>) {
         let shared = self.shared;
-        tracing::info!(target: TARGET, failures = self.head.dispatch.failure_count, "claimed");
-        let Some(handler) = shared.handlers.get(&self.head.consumer).cloned() else {
+        tracing::info!(target: TARGET, failures = self.head().dispatch.failure_count, "claimed");
+        let Some(handler) = shared.handlers.get(&self.head().consumer) else {
             // The store handed out a consumer this worker does not serve.
-            let message = format!("no handler for consumer '{}'", self.head.consumer);
+            let message = format!("no handler for consumer '{}'", self.head().consumer);
             tracing::error!(target: TARGET, "{message}");
             self.fail(FailMode::Release, message).await;
             return;
         };
-        let lease = LeaseToken::new();
-        let job = Job::new(
-            self.session_id.clone(),
-            self.head.clone(),
-            Arc::clone(&shared.store),
-            Arc::clone(&shared.consumers),
-            lease.clone(),
-        );
-        let mut task = tokio::spawn(async move { handler.handle(job).await }.in_current_span());
-        let renew = self.renew_until_lost(&lease);
+        // The handler runs inside this task; a panic is caught here and is
+        // a failed attempt. Stopping it (timeout, shutdown) drops it.
+        let mut task: Running = AssertUnwindSafe(handler.handle(self.job.clone())).catch_unwind();
+        // A handler that finishes at once needs no renewal or timer.
+        let ended = match futures::poll!(&mut task) {
+            std::task::Poll::Ready(joined) => Ended::Joined(joined),
+            std::task::Poll::Pending => Box::pin(self.watch(task, abandoned)).await,
+        };
+        self.settle(ended).await;
+    }
+
+    /// Waits for a running handler while renewing its lease, until it
+    /// returns, reaches the handler timeout or shutdown abandons it.
+    async fn watch(&self, mut task: Running<'_>, mut abandoned: watch::Receiver<bool>) -> Ended {
+        let renew = self.renew_until_lost(self.job.lease());
         tokio::pin!(renew);
-        let timeout = shared.config.handler_timeout;
+        let timeout = self.shared.config.handler_timeout;
         let deadline = async move {
             match timeout {
                 Some(limit) => tokio::time::sleep(limit).await,
@@ -680,21 +811,15 @@ impl Attempt<'_> {
         };
         tokio::pin!(deadline);
         let mut renewing = true;
-        let ended = loop {
+        loop {
             tokio::select! {
-                joined = &mut task => break Ended::Joined(joined),
+                biased;
+                joined = &mut task => return Ended::Joined(joined),
                 () = &mut renew, if renewing => renewing = false,
-                () = &mut deadline => {
-                    task.abort();
-                    break Ended::TimedOut(timeout.unwrap_or_default());
-                }
-                () = raised(&mut abandoned) => {
-                    task.abort();
-                    break Ended::Abandoned;
-                }
+                () = &mut deadline => return Ended::TimedOut(timeout.unwrap_or_default()),
+                () = raised(&mut abandoned) => return Ended::Abandoned,
             }
-        };
-        self.settle(ended).await;
+        }
     }
 
     /// Renews the lease every [`RENEW_FRACTION`] of the ttl; returns once
@@ -703,13 +828,13 @@ impl Attempt<'_> {
         let shared = self.shared;
         let every = shared.renew_every();
         let held = HeldClaim {
-            cursor: self.head.cursor_ref(),
+            cursor: self.head().cursor_ref(),
             attempt: self.attempt(),
         };
         loop {
             tokio::time::sleep(every).await;
             let request = RenewRequest {
-                session_id: self.session_id.clone(),
+                session_id: self.session_id().to_owned(),
                 holder: shared.config.holder.clone(),
                 claims: vec![held.clone()],
                 ttl_ms: Some(millis(shared.config.lease_ttl)),
@@ -742,13 +867,9 @@ impl Attempt<'_> {
         match ended {
             Ended::Joined(Ok(Ok(events))) => self.complete(events).await,
             Ended::Joined(Ok(Err(error))) => self.handler_failed(error).await,
-            Ended::Joined(Err(join_error)) => {
-                let message = if join_error.is_panic() {
-                    bump(&counters.panicked);
-                    format!("handler panicked: {}", panic_text(join_error))
-                } else {
-                    "handler task was cancelled".to_owned()
-                };
+            Ended::Joined(Err(panic)) => {
+                bump(&counters.panicked);
+                let message = format!("handler panicked: {}", panic_text(panic.as_ref()));
                 tracing::warn!(target: TARGET, error = %message, "handler did not finish");
                 self.fail(self.retry_mode(None), message).await;
             }
@@ -766,7 +887,7 @@ impl Attempt<'_> {
     }
 
     fn retry_mode(&self, delay: Option<Duration>) -> FailMode {
-        let failures = self.head.dispatch.failure_count.saturating_add(1);
+        let failures = self.head().dispatch.failure_count.saturating_add(1);
         FailMode::Retry(delay.unwrap_or_else(|| self.shared.config.retry.delay(failures)))
     }
 
@@ -782,25 +903,26 @@ impl Attempt<'_> {
     async fn complete(&self, mut events: Vec<NewEvent>) {
         let shared = self.shared;
         let counters = &shared.counters;
-        let request = CompleteRequest {
-            session_id: self.session_id.clone(),
-            consumer: self.head.consumer.clone(),
-            lane: self.head.lane.clone(),
-            index: self.head.event.index,
-            attempt: self.attempt(),
-            events: Vec::new(),
-            consumers: Some(shared.consumers.to_vec()),
-        };
+        let job = &self.job;
         assign_ids(
             &mut events,
-            &self.session_id,
-            &request.cause(),
+            job.session_id(),
+            job.cause(),
             OutputKind::Returned,
             0,
         );
-        let request = CompleteRequest { events, ..request };
-        let completed =
-            with_transient_retry(|| shared.store.complete_attempt(request.clone())).await;
+        // Built per call (a repeat after a transient error sends the same
+        // request again), so the first call needs no copy kept aside.
+        let request = || CompleteRequest {
+            session_id: job.session_id().to_owned(),
+            consumer: job.consumer().to_owned(),
+            lane: job.lane().map(str::to_owned),
+            index: job.index(),
+            attempt: job.attempt(),
+            events: events.clone(),
+            consumers: shared.completion_consumers.clone(),
+        };
+        let completed = with_transient_retry(|| shared.store.complete_attempt(request())).await;
         match completed {
             Ok(CompleteResult::Completed { events }) => {
                 bump(&counters.completed);
@@ -848,17 +970,18 @@ impl Attempt<'_> {
             FailMode::DeadLetter => (Some(1), None, false),
             FailMode::Release => (None, None, true),
         };
-        let request = FailRequest {
-            session_id: self.session_id.clone(),
-            consumer: self.head.consumer.clone(),
-            lane: self.head.lane.clone(),
-            index: self.head.event.index,
-            attempt: self.attempt(),
+        let job = &self.job;
+        let request = || FailRequest {
+            session_id: job.session_id().to_owned(),
+            consumer: job.consumer().to_owned(),
+            lane: job.lane().map(str::to_owned),
+            index: job.index(),
+            attempt: job.attempt(),
             error: message.clone(),
             max_failures,
             retry_after_ms: retry_after.map(millis),
         };
-        match with_transient_retry(|| shared.store.fail_attempt(request.clone())).await {
+        match with_transient_retry(|| shared.store.fail_attempt(request())).await {
             Ok(result) => match result.outcome {
                 FailOutcome::Failed if releasing => {
                     bump(&counters.released);
@@ -897,17 +1020,12 @@ impl Attempt<'_> {
 }
 
 /// The text of a panic's payload.
-fn panic_text(error: JoinError) -> String {
-    match error.try_into_panic() {
-        Ok(payload) => {
-            if let Some(text) = payload.downcast_ref::<&str>() {
-                (*text).to_owned()
-            } else if let Some(text) = payload.downcast_ref::<String>() {
-                text.clone()
-            } else {
-                "a non-text panic payload".to_owned()
-            }
-        }
-        Err(_) => "unknown".to_owned(),
+fn panic_text(payload: &(dyn Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "a non-text panic payload".to_owned()
     }
 }

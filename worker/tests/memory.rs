@@ -68,7 +68,12 @@ where
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_workers_with_failing_panicking_and_hanging_handlers_do_everything_once_in_order() {
-    common::three_unruly_workers(memory(), "unruly").await;
+    common::three_unruly_workers(memory(), "unruly", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_with_attempts_run_in_the_workers_task() {
+    common::three_unruly_workers(memory(), "in-task", false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -136,7 +136,8 @@ pub async fn assert_exactly_once_in_order(
 }
 
 /// What the misbehaving handler of [`unruly_worker`] does on attempt 1,
-/// chosen by the message's log index.
+/// chosen by the message's number in its session (`2 × seq + lane`, as
+/// [`produce`] writes them; log indexes interleave with `done` events).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trouble {
     None,
@@ -145,8 +146,8 @@ pub enum Trouble {
     Hang,
 }
 
-pub fn trouble(index: u64) -> Trouble {
-    match index % 10 {
+pub fn trouble(number: u64) -> Trouble {
+    match number % 10 {
         3 => Trouble::Fail,
         5 => Trouble::Panic,
         7 => Trouble::Hang,
@@ -164,13 +165,21 @@ pub struct Calls {
 /// A worker whose handler answers a `done` event with the message's index,
 /// after failing, panicking or hanging (past its lease, until the handler
 /// timeout stops it) on the first attempt of some messages.
-pub fn unruly_worker(store: Arc<dyn Store>, holder: &str, calls: Arc<Calls>) -> Worker {
+pub fn unruly_worker(
+    store: Arc<dyn Store>,
+    holder: &str,
+    calls: Arc<Calls>,
+    spawn_handlers: bool,
+) -> Worker {
     let handler = handler_fn(move |job: Job| {
         let calls = Arc::clone(&calls);
         async move {
             calls.total.fetch_add(1, Ordering::Relaxed);
+            let payload = job.event().payload.as_value();
+            let number =
+                payload["seq"].as_u64().unwrap_or(0) * 2 + payload["lane"].as_u64().unwrap_or(0);
             let kind = if job.attempt() == 1 {
-                trouble(job.index())
+                trouble(number)
             } else {
                 Trouble::None
             };
@@ -198,6 +207,7 @@ pub fn unruly_worker(store: Arc<dyn Store>, holder: &str, calls: Arc<Calls>) -> 
         .retry(RetryPolicy::fixed(Duration::from_millis(10), 5))
         .claim_wait(Duration::from_millis(500))
         .max_in_flight(8)
+        .spawn_handlers(spawn_handlers)
         .build()
         .expect("worker")
 }
@@ -208,7 +218,7 @@ pub fn session_ids(prefix: &str, count: usize) -> Vec<String> {
 
 /// Three workers over one store, handlers that fail, panic and hang:
 /// every message is done exactly once, in lane order, nothing dead-lettered.
-pub async fn three_unruly_workers(store: Arc<dyn Store>, prefix: &str) {
+pub async fn three_unruly_workers(store: Arc<dyn Store>, prefix: &str, spawn_handlers: bool) {
     let sessions = session_ids(prefix, 6);
     let calls = Arc::new(Calls::default());
     let workers: Vec<WorkerHandle> = (0..3)
@@ -217,6 +227,7 @@ pub async fn three_unruly_workers(store: Arc<dyn Store>, prefix: &str) {
                 Arc::clone(&store),
                 &format!("{prefix}-w{n}"),
                 Arc::clone(&calls),
+                spawn_handlers,
             )
             .spawn()
             .expect("spawn")
@@ -239,7 +250,7 @@ pub async fn three_unruly_workers(store: Arc<dyn Store>, prefix: &str) {
     }
     assert_exactly_once_in_order(store.as_ref(), &sessions, 20).await;
     let troubled = |kind| {
-        sessions.len() as u64 * (1..=20u64).filter(|index| trouble(*index) == kind).count() as u64
+        sessions.len() as u64 * (0..20u64).filter(|number| trouble(*number) == kind).count() as u64
     };
     assert_eq!(total.completed, expected as u64);
     assert_eq!(total.panicked, troubled(Trouble::Panic));
