@@ -1,4 +1,135 @@
-//! A worker runtime for a2 session stores (guide below).
+//! A worker runtime for a2 session stores: run handlers for declared
+//! consumers over any `Arc<dyn Store>`, with leases renewed, retries with
+//! backoff, dead letters, idempotent outputs and graceful shutdown.
+//!
+//! # Guide
+//!
+//! A *handler* is an async function from a [`Job`] (one attempt of a
+//! claimed head: its event, consumer, lane, attempt, and a context to append
+//! fenced events or read the session) to the events it returns, or a
+//! [`HandlerError`]. The worker stores the returned events atomically with
+//! the completion, with the attempt as their cause.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//!
+//! use a2_store_api::{ConsumerDeclaration, NewEvent, Store, Target};
+//! use a2_worker::{handler_fn, HandlerError, Job, RetryPolicy, Worker};
+//! use serde_json::json;
+//!
+//! # async fn demo() -> Result<(), a2_store_api::StoreError> {
+//! let store: Arc<dyn Store> = Arc::new(a2_store_memory::MemoryStore::new());
+//!
+//! let reply = handler_fn(|job: Job| async move {
+//!     if job.event().event_type != "msg" {
+//!         // Never retried: the head is dead-lettered with this text.
+//!         return Err(HandlerError::permanent("not a message"));
+//!     }
+//!     // Fenced: refused once this attempt is no longer current.
+//!     job.append(vec![NewEvent::new("thinking", json!({}))]).await?;
+//!     Ok(vec![NewEvent::new("reply", json!({"text": "hello"}))])
+//! });
+//!
+//! let worker = Worker::builder(Arc::clone(&store))
+//!     .consumer(ConsumerDeclaration::targeted("agent"), reply)
+//!     .lease_ttl(Duration::from_secs(30))
+//!     .max_in_flight(16)
+//!     .retry(RetryPolicy::exponential(Duration::from_secs(1), Duration::from_secs(300), 10))
+//!     .build()?
+//!     .spawn()?;
+//!
+//! store
+//!     .append(
+//!         "session-1",
+//!         vec![NewEvent::new("msg", json!({"text": "hi"})).with_target(Target::lane("agent", "main"))],
+//!         Default::default(),
+//!     )
+//!     .await?;
+//! # while worker.stats().completed < 1 { tokio::time::sleep(Duration::from_millis(5)).await; }
+//!
+//! let summary = worker.shutdown().await; // stop claiming, let handlers finish
+//! assert_eq!(summary.stats.completed, 1);
+//! # Ok(())
+//! # }
+//! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
+//! ```
+//!
+//! `examples/worker.rs` is a complete program that picks SQLite or
+//! PostgreSQL by URL (`a2_store::open`) and stops on Ctrl-C.
+//!
+//! ## What the worker does
+//!
+//! - **Claims** heads of its consumers across sessions with
+//!   `Store::claim_work`, as many as it has free slots
+//!   ([`max_in_flight`](WorkerBuilder::max_in_flight)), waiting in the store
+//!   for work ([`claim_wait`](WorkerBuilder::claim_wait)) when there is none:
+//!   an idle worker makes one call per wait and is woken by the store.
+//!   Sessions are served fairly (longest-waiting first). Heads of one lane
+//!   are never processed together, by construction: the store hands out one
+//!   head per lane at a time.
+//! - **Runs** each attempt in a task of its own (or in the worker's task,
+//!   [`spawn_handlers`](WorkerBuilder::spawn_handlers)). A handler that
+//!   panics is a failed attempt, retried like an error; the worker goes on.
+//! - **Renews** the lease every [`RENEW_FRACTION`] (a third) of the ttl while
+//!   the handler runs. When a renewal reports the claim superseded or no
+//!   longer held, the lease is lost: the job's [`LeaseToken`] tells the
+//!   handler ([`Job::is_lease_lost`], [`LeaseToken::lost`]), and its late
+//!   completion is superseded by the store, never applied (counted in
+//!   [`WorkerStats::superseded`]).
+//! - **Completes** the head with the returned events, or **fails** it:
+//!   a retryable error waits the [`RetryPolicy`]'s delay (or the error's
+//!   own), a permanent one is dead-lettered at once, and the failure that
+//!   reaches `max_failures` is dead-lettered; the error text is recorded as
+//!   the head's `last_error`. A handler still running at the
+//!   [`handler_timeout`](WorkerBuilder::handler_timeout) is stopped and fails
+//!   with a retry. A completion the store refuses as malformed (invalid
+//!   returned events) is dead-lettered with the reason.
+//! - **Makes outputs idempotent**: returned events, and events appended with
+//!   [`Job::append`], that carry no id get one derived from the attempt
+//!   ([`ids`]), and store calls that fail with a transient error (`Busy`,
+//!   `Backend`) are repeated with the same request. A completion or append
+//!   that was stored although its answer was lost (a timeout, a connection
+//!   lost at commit) is then a replay: never stored twice, never a
+//!   `PartialDuplicateBatch`.
+//! - **Shuts down** gracefully ([`WorkerHandle::shutdown`],
+//!   [`ShutdownTrigger`], [`Worker::run_until`]): it stops claiming (a
+//!   pending wait is dropped), lets running handlers finish within the
+//!   [`shutdown_grace`](WorkerBuilder::shutdown_grace), then stops the rest
+//!   and gives their heads back with a failure that never dead-letters and
+//!   has no delay, so another worker takes them at once; it returns a
+//!   [`ShutdownSummary`]. Nothing is lost: a head given back, or held by a
+//!   worker that died, is claimed again (an expired lease counts as a
+//!   failure, as the store defines).
+//!
+//! ## Defaults and why
+//!
+//! | option | default | why |
+//! |---|---|---|
+//! | lease ttl | 30 s | a dead worker's heads are taken up within half a minute; renewals every 10 s cost one small call per running head |
+//! | renewal | every third of the ttl | two renewals in a row may fail (a slow or briefly unreachable store) before the lease lapses |
+//! | max in flight | 16 | enough to overlap I/O-bound handlers (model calls), few enough to keep one process's memory and store connections small |
+//! | claim wait | 30 s | an idle worker makes two calls a minute; the store wakes it on new work at once |
+//! | per-session limit | 1 | sessions take turns: a session with a backlog does not crowd out the others |
+//! | retry | exponential from 1 s, ×2, capped at 5 min, jitter 0.5 | short outages are retried quickly, long ones are not hammered, and heads that failed together do not retry together |
+//! | max failures | 10 | with the backoff above, a head rides out about 9 minutes of outage before it is dead-lettered |
+//! | handler timeout | 10 min | a hung handler (whose lease the worker keeps renewed) cannot hold its head forever, while long model calls still fit |
+//! | shutdown grace | 30 s | most running handlers finish; the rest are given back before an orchestrator's kill (often 30 s after its stop signal) |
+//! | attempts in their own task | yes | parallel on a multi-threaded runtime; a handler that blocks its thread delays only itself |
+//!
+//! ## Observability
+//!
+//! Every attempt runs in a `tracing` span `a2_worker.job` (target
+//! `a2_worker`) with fields `session`, `consumer`, `lane`, `index` and
+//! `attempt`. In it: `claimed` (INFO, with `failures` so far), `completed`
+//! (INFO, `returned`), `failed; retried later` (WARN, `failures`,
+//! `retry_in_ms`, `error`), `dead-lettered` (ERROR, `failures`, `error`),
+//! `lease lost` (WARN, `reason`), `completion superseded` (WARN),
+//! `given back at shutdown` (INFO). Dead letters found by a claim (expired
+//! leases at `max_failures`) are ERROR events with the same fields. The
+//! worker's own events (`worker started`, `claim failed; trying again`,
+//! `worker stopped` with its stats) carry its `holder`.
+//! [`WorkerHandle::stats`] gives the counts at any time.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
