@@ -160,3 +160,70 @@ fn watch(wake: &Weak<WorkWake>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Waits up to a second for the watcher to be in `state`.
+    fn settles(wake: &WorkWake, state: bool) -> bool {
+        for _ in 0..200 {
+            if wake.is_watching() == state {
+                return true;
+            }
+            std::thread::sleep(WORK_POLL);
+        }
+        false
+    }
+
+    #[test]
+    fn the_watcher_runs_only_while_someone_waits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let options = SqliteOptions::default();
+        let location = Location::File(path.clone());
+        let mut writer = open_connection(&location, &options).unwrap();
+        crate::schema::migrate(&mut writer, "w.db").unwrap();
+        let wake = Arc::new(WorkWake::new(&location, &options));
+        wake.watch_other_processes();
+        assert!(settles(&wake, false), "nobody waits: the watcher ends");
+
+        let mut waiter = wake.signal().subscribe();
+        wake.watch_other_processes();
+        assert!(wake.is_watching());
+        waiter.borrow_and_update();
+        // Another connection (as another process would) commits: the
+        // waiter is woken through `data_version`.
+        writer
+            .execute_batch("INSERT INTO sessions (name) VALUES ('s')")
+            .unwrap();
+        let mut woken = false;
+        for _ in 0..200 {
+            if waiter.has_changed().unwrap() {
+                woken = true;
+                break;
+            }
+            std::thread::sleep(WORK_POLL);
+        }
+        assert!(woken, "a commit of another connection wakes the waiter");
+
+        drop(waiter);
+        assert!(settles(&wake, false), "the last waiter gone, the watcher ends");
+        assert!(wake.parked.lock().unwrap().is_some(), "its connection is kept");
+
+        let waiter = wake.signal().subscribe();
+        wake.watch_other_processes();
+        drop(wake);
+        drop(waiter);
+        // The store gone, the thread holds nothing but a dead weak reference.
+    }
+
+    #[test]
+    fn an_in_memory_database_needs_no_watcher() {
+        let wake = Arc::new(WorkWake::new(&Location::Memory, &SqliteOptions::default()));
+        let _waiter = wake.signal().subscribe();
+        wake.watch_other_processes();
+        assert!(!wake.is_watching());
+        assert!(!wake.shared());
+    }
+}
