@@ -23,6 +23,33 @@ use crate::pool::{Access, Pool};
 use crate::values::{Json, SqlLimit};
 use crate::wake::{WorkWake, FALLBACK_POLL};
 
+/// A served consumer's rows ready at `?2`, not in the JSON list `?3`, in
+/// fairness order, at most `?4`: a range of `work_ready`.
+const READY: &str = "SELECT session, ready_at FROM work INDEXED BY work_ready \
+     WHERE consumer = ?1 AND ready_at IS NOT NULL AND ready_at <= ?2 \
+     AND session NOT IN (SELECT value FROM json_each(?3)) \
+     ORDER BY ready_at, session LIMIT ?4";
+
+/// A served consumer's (`?2`) rows ready at `?3` in the listed sessions
+/// (the JSON list `?1`): one primary-key lookup per listed session (the
+/// list drives the join; `NOT INDEXED` keeps SQLite from reading the
+/// consumer's whole `work_ready` range instead).
+const READY_LISTED: &str = "SELECT w.session, w.ready_at \
+     FROM json_each(?1) AS l CROSS JOIN work AS w NOT INDEXED \
+     WHERE w.session = l.value AND w.consumer = ?2 \
+     AND w.ready_at IS NOT NULL AND w.ready_at <= ?3";
+
+/// A served consumer's earliest `Ready` row: the first entry of its
+/// `work_ready` range.
+const EARLIEST: &str = "SELECT MIN(ready_at) FROM work INDEXED BY work_ready \
+     WHERE consumer = ?1 AND ready_at IS NOT NULL";
+
+/// A served consumer's (`?2`) earliest `Ready` row in the listed sessions
+/// (the JSON list `?1`), by primary key as [`READY_LISTED`].
+const EARLIEST_LISTED: &str = "SELECT MIN(w.ready_at) \
+     FROM json_each(?1) AS l CROSS JOIN work AS w NOT INDEXED \
+     WHERE w.session = l.value AND w.consumer = ?2 AND w.ready_at IS NOT NULL";
+
 /// One store's work index and claims, as the shared loop uses them.
 pub(crate) struct Work<'a> {
     /// The store's connections.
@@ -68,14 +95,13 @@ impl WorkSource for Work<'_> {
 
     async fn claim_session(&self, request: ClaimRequest) -> Result<ClaimResult, StoreError> {
         self.pool
-            .run(Access::Write, move |tx, ctx| claims::claim(tx, ctx, &request))
+            .run(Access::Write, move |tx, ctx| {
+                claims::claim(tx, ctx, &request)
+            })
             .await
     }
 
-    async fn earliest_ready(
-        &self,
-        request: &ClaimWorkRequest,
-    ) -> Result<Option<i64>, StoreError> {
+    async fn earliest_ready(&self, request: &ClaimWorkRequest) -> Result<Option<i64>, StoreError> {
         let scope = Scope::of(request);
         self.pool
             .run(Access::Read, move |tx, _| earliest_ready(tx, &scope))
@@ -108,32 +134,19 @@ fn ready_sessions(
     let skipped: Vec<String> = skip.to_vec();
     for consumer in &scope.consumers {
         let found: Vec<(String, i64)> = match &scope.sessions {
-            None => tx
-                .prepare_cached(
-                    "SELECT session, ready_at FROM work INDEXED BY work_ready \
-                     WHERE consumer = ?1 AND ready_at IS NOT NULL AND ready_at <= ?2 \
-                     AND session NOT IN (SELECT value FROM json_each(?3)) \
-                     ORDER BY ready_at, session LIMIT ?4",
-                )
-                .and_then(|mut stmt| {
-                    stmt.query_map(
-                        (consumer, now, Json(&skipped), SqlLimit(Some(limit))),
-                        |row| Ok((row.get(0)?, row.get(1)?)),
-                    )?
-                    .collect()
-                }),
-            Some(sessions) => tx
-                .prepare_cached(
-                    "SELECT session, ready_at FROM work \
-                     WHERE session IN (SELECT value FROM json_each(?1)) AND consumer = ?2 \
-                     AND ready_at IS NOT NULL AND ready_at <= ?3",
-                )
-                .and_then(|mut stmt| {
-                    stmt.query_map((Json(sessions), consumer, now), |row| {
-                        Ok((row.get(0)?, row.get(1)?))
-                    })?
-                    .collect()
-                }),
+            None => tx.prepare_cached(READY).and_then(|mut stmt| {
+                stmt.query_map(
+                    (consumer, now, Json(&skipped), SqlLimit(Some(limit))),
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )?
+                .collect()
+            }),
+            Some(sessions) => tx.prepare_cached(READY_LISTED).and_then(|mut stmt| {
+                stmt.query_map((Json(sessions), consumer, now), |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })?
+                .collect()
+            }),
         }
         .ctx("finding sessions with work")?;
         rows.extend(
@@ -161,20 +174,11 @@ fn earliest_ready(tx: &Connection, scope: &Scope) -> Result<Option<i64>, StoreEr
     for consumer in &scope.consumers {
         let found: Option<i64> = match &scope.sessions {
             None => tx
-                .prepare_cached(
-                    "SELECT MIN(ready_at) FROM work INDEXED BY work_ready \
-                     WHERE consumer = ?1 AND ready_at IS NOT NULL",
-                )
+                .prepare_cached(EARLIEST)
                 .and_then(|mut stmt| stmt.query_row([consumer], |row| row.get(0))),
             Some(sessions) => tx
-                .prepare_cached(
-                    "SELECT MIN(ready_at) FROM work \
-                     WHERE session IN (SELECT value FROM json_each(?1)) AND consumer = ?2 \
-                     AND ready_at IS NOT NULL",
-                )
-                .and_then(|mut stmt| {
-                    stmt.query_row((Json(sessions), consumer), |row| row.get(0))
-                }),
+                .prepare_cached(EARLIEST_LISTED)
+                .and_then(|mut stmt| stmt.query_row((Json(sessions), consumer), |row| row.get(0))),
         }
         .ctx("finding the earliest work")?;
         earliest = match (earliest, found) {
@@ -183,4 +187,56 @@ fn earliest_ready(tx: &Connection, scope: &Scope) -> Result<Option<i64>, StoreEr
         };
     }
     Ok(earliest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plan SQLite picks for `sql` on a migrated database, one step a line.
+    fn plan(sql: &str) -> String {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::schema::migrate(&mut conn, ":memory:").unwrap();
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let unbound = vec![rusqlite::types::Null; stmt.parameter_count()];
+        let steps: Vec<String> = stmt
+            .query_map(rusqlite::params_from_iter(unbound), |row| {
+                row.get::<_, String>(3)
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        steps.join("\n")
+    }
+
+    #[test]
+    fn finding_work_reads_index_ranges_only() {
+        let ready = plan(READY);
+        assert!(
+            ready.contains(
+                "work USING COVERING INDEX work_ready (consumer=? AND ready_at>? AND ready_at<?)"
+            ),
+            "{ready}"
+        );
+        assert!(!ready.contains("TEMP B-TREE"), "no sort: {ready}");
+        let earliest = plan(EARLIEST);
+        assert!(
+            earliest.contains("USING COVERING INDEX work_ready"),
+            "{earliest}"
+        );
+        for listed in [READY_LISTED, EARLIEST_LISTED] {
+            let shown = plan(listed);
+            assert!(
+                shown.contains("SEARCH w USING PRIMARY KEY (session=? AND consumer=?)"),
+                "{shown}"
+            );
+        }
+        for sql in [READY, READY_LISTED, EARLIEST, EARLIEST_LISTED] {
+            let shown = plan(sql);
+            assert!(
+                !shown.contains("SCAN work") && !shown.contains("SCAN w "),
+                "no scan of the work table: {shown}"
+            );
+        }
+    }
 }

@@ -11,8 +11,8 @@ use rusqlite::Connection;
 use crate::cursor_rows::{self, cursor_columns, CursorRow};
 use crate::errors::SqlContext;
 use crate::events::next_log_head;
-use crate::session;
 use crate::pool::Ctx;
+use crate::session;
 use crate::values::SqlIndex;
 use crate::work::{self, Wake};
 

@@ -337,3 +337,49 @@ impl Store for SqliteStore {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use a2_store_api::{ClaimWorkRequest, ConsumerDeclaration, Store};
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_wait_leaves_no_waiter_and_no_watcher() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("s.db"), SqliteOptions::default()).unwrap();
+        let request =
+            ClaimWorkRequest::new("w", vec![ConsumerDeclaration::targeted("agent")], 1_000)
+                .with_wait_ms(60_000);
+        let wake = Arc::clone(store.notifier.work());
+        let waiting = {
+            let store = store.clone();
+            tokio::spawn(async move { store.claim_work(request).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "nothing to claim: it waits");
+        assert!(wake.signal().waiters() > 0);
+        assert!(
+            wake.is_watching(),
+            "a file store watches other processes meanwhile"
+        );
+        waiting.abort();
+        assert!(waiting.await.is_err_and(|error| error.is_cancelled()));
+        assert_eq!(
+            wake.signal().waiters(),
+            0,
+            "the dropped wait left no waiter"
+        );
+        let mut stopped = false;
+        for _ in 0..200 {
+            if !wake.is_watching() {
+                stopped = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(stopped, "the watcher ends once nobody waits");
+    }
+}

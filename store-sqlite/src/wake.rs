@@ -208,8 +208,14 @@ mod tests {
         assert!(woken, "a commit of another connection wakes the waiter");
 
         drop(waiter);
-        assert!(settles(&wake, false), "the last waiter gone, the watcher ends");
-        assert!(wake.parked.lock().unwrap().is_some(), "its connection is kept");
+        assert!(
+            settles(&wake, false),
+            "the last waiter gone, the watcher ends"
+        );
+        assert!(
+            wake.parked.lock().unwrap().is_some(),
+            "its connection is kept"
+        );
 
         let waiter = wake.signal().subscribe();
         wake.watch_other_processes();

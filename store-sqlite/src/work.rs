@@ -38,7 +38,11 @@ impl Wake {
 }
 
 /// The stored row of a pair, if any.
-pub(crate) fn stored(tx: &Connection, session: &str, consumer: &str) -> Result<Option<WorkRow>, StoreError> {
+pub(crate) fn stored(
+    tx: &Connection,
+    session: &str,
+    consumer: &str,
+) -> Result<Option<WorkRow>, StoreError> {
     let row: Option<Option<i64>> = tx
         .prepare_cached("SELECT ready_at FROM work WHERE session = ?1 AND consumer = ?2")
         .and_then(|mut stmt| {
@@ -154,10 +158,7 @@ pub(crate) fn clear(tx: &Connection, session: &SessionRow, now: i64) -> Result<(
 /// The consumers having a row in `session`.
 fn rows_of(tx: &Connection, session: &SessionRow) -> Result<Vec<String>, StoreError> {
     tx.prepare_cached("SELECT consumer FROM work WHERE session = ?1 ORDER BY consumer")
-        .and_then(|mut stmt| {
-            stmt.query_map([&session.name], |row| row.get(0))?
-                .collect()
-        })
+        .and_then(|mut stmt| stmt.query_map([&session.name], |row| row.get(0))?.collect())
         .ctx("reading a session's work rows")
 }
 
