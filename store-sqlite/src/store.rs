@@ -317,6 +317,8 @@ impl Store for SqliteStore {
 
     async fn claim_work(&self, request: ClaimWorkRequest) -> Result<ClaimWorkResult, StoreError> {
         validate::claim_work(&request)?;
+        // A claim writes, even when it finds nothing to claim this time.
+        self.pool.check_writable()?;
         let source = self.work_source();
         if request.wait_ms.is_none() {
             return work::claim_work(&source, &request).await;
