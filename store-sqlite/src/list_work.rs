@@ -4,9 +4,10 @@
 //! Candidate sessions come from `work_listed` `(consumer, session)`, one
 //! range read per consumer merged by session id; each candidate's counts
 //! come from its pending heads (`cursors_pending`) and dead letters
-//! (`cursors_dead`) of those consumers. A row left behind by work that has
-//! since finished (rows may be early, a claim corrects them) is skipped.
-//! The cost follows the sessions and heads listed.
+//! (`cursors_dead`) of those consumers. A session whose rows have nothing
+//! left is skipped (the store rewrites a pair's row whenever its work may
+//! finish, so none is expected). The cost follows the sessions and heads
+//! listed.
 
 use a2_store_api::work::WorkSummary;
 use a2_store_api::{ListWork, SessionWork, StoreError};
