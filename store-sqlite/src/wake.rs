@@ -130,11 +130,17 @@ fn data_version(conn: &Connection) -> Option<i64> {
 /// The watcher thread: fires the signal whenever the database's data
 /// version moves, until nobody waits or the store is gone.
 fn watch(wake: &Weak<WorkWake>) {
-    let mut conn = match wake.upgrade() {
-        Some(wake) => wake.connection(),
+    let (mut conn, mut seen) = match wake.upgrade() {
+        Some(wake) => {
+            let conn = wake.connection();
+            let seen = conn.as_ref().and_then(data_version);
+            // A commit between the first waiter's claim and this baseline
+            // would go unnoticed: claim once more.
+            wake.signal.notify();
+            (conn, seen)
+        }
         None => return,
     };
-    let mut seen = conn.as_ref().and_then(data_version);
     loop {
         std::thread::sleep(WORK_POLL);
         let Some(wake) = wake.upgrade() else {
@@ -191,6 +197,8 @@ mod tests {
         let mut waiter = wake.signal().subscribe();
         wake.watch_other_processes();
         assert!(wake.is_watching());
+        // Past the watcher's one wake-up on starting.
+        std::thread::sleep(WORK_POLL * 10);
         waiter.borrow_and_update();
         // Another connection (as another process would) commits: the
         // waiter is woken through `data_version`.
