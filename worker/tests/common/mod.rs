@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod flaky;
+pub mod processes;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
