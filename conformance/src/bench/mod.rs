@@ -46,7 +46,7 @@ pub use reads::{read_rows, subscribe_latency};
 pub use scaling::{ScalingOp, ScalingSeries, ScalingShape};
 pub use session_state::{presence, state_with_pins};
 pub use work::{
-    work_fairness, WorkScaling, WorkScalingOp, WorkSettings, FAIRNESS_SMALL_SESSIONS,
-    FAIRNESS_WORKERS,
+    work_fairness, WorkScaling, WorkScalingOp, WorkSettings, FAIRNESS_HANDLING,
+    FAIRNESS_SMALL_SESSIONS, FAIRNESS_WORKERS,
 };
 pub use writes::{append_batch, append_with_targets, clear_reclaim, TargetKind};

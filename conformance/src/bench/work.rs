@@ -381,6 +381,12 @@ pub const FAIRNESS_SMALL_SESSIONS: u64 = 199;
 /// Workers of the fairness body, claiming at once.
 pub const FAIRNESS_WORKERS: usize = 3;
 
+/// How long a fairness worker handles each message before completing it:
+/// real workers take time, and workers that complete at once would measure
+/// how a store saturated by claims slows the producer's appends, not the
+/// order in which claims serve the sessions.
+pub const FAIRNESS_HANDLING: Duration = Duration::from_millis(1);
+
 /// How long a fairness worker's `claim_work` waits for work, ms (also how
 /// long stopping the workers may take).
 const WORKER_WAIT_MS: i64 = 20;
@@ -433,7 +439,8 @@ impl Shared {
 
 /// One fairness worker: claims one head at a time with `claim_work`
 /// (waiting up to [`WORKER_WAIT_MS`]), moving the clock 1 ms before each
-/// claim, and completes it at once, until told to stop.
+/// claim, handles it for [`FAIRNESS_HANDLING`] and completes it, until told
+/// to stop.
 async fn worker(store: Arc<dyn Store>, clock: ManualClock, shared: Arc<Shared>, holder: String) {
     while !shared.stop.load(Ordering::SeqCst) {
         clock.advance(1);
@@ -458,6 +465,7 @@ async fn worker(store: Arc<dyn Store>, clock: ManualClock, shared: Arc<Shared>, 
                     shared.progress.notify_one();
                 }
             }
+            tokio::time::sleep(FAIRNESS_HANDLING).await;
             let request = CompleteRequest {
                 session_id: session.to_owned(),
                 consumer: head.consumer.clone(),
@@ -643,7 +651,8 @@ impl FairFixture {
 /// Per iteration, one round: the producer appends one message to each of
 /// [`FAIRNESS_SMALL_SESSIONS`] small sessions (one `append` each) while
 /// [`FAIRNESS_WORKERS`] workers claim one head at a time with `claim_work`
-/// (per-session limit 1, waiting up to 20 ms) and complete it; the time runs
+/// (per-session limit 1, waiting up to 20 ms), handle it for
+/// [`FAIRNESS_HANDLING`] and complete it; the time runs
 /// from the round's first append to the claim of its last small message (its
 /// slowest message). With `backlog > 0` a big session holds that many
 /// claimable messages on its lane throughout (topped up untimed between
