@@ -109,7 +109,8 @@ pub enum Command {
 /// Arguments of `bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Stores to compare (default: `memory:` and a SQLite file in a temporary directory).
+    /// Stores to compare (default: `memory:` and a SQLite file in a temporary
+    /// directory; for worker workloads two, with normal and full durability).
     #[arg(value_name = "URL")]
     pub urls: Vec<String>,
     /// What to run.
