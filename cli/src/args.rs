@@ -32,7 +32,7 @@ pub struct Cli {
 pub enum Command {
     /// Benchmark stores: the fixed workload mix side by side, or a cross-session worker workload.
     ///
-    /// `--workload mix` (the default), per session, repeated until time is up: append a batch of 4
+    /// Workload `mix` (the default), per session, repeated until time is up: append a batch of 4
     /// `msg` events targeted at the FIFO lanes `agent/lane-0` and
     /// `agent/lane-1` plus one `ping` targeted at the event cursor of
     /// `notifier`; then claim and work until the session settles: lane heads

@@ -1,7 +1,9 @@
 //! The workers of one run: processes of this binary (`bench-worker`) over
 //! a shared scratch store, or tasks of this process for `memory:`.
 //!
-//! A worker process opens the store, prints `{"ready":true}` on stdout and
+//! A worker process opens the store, prints `{"ready":true}` on stdout,
+//! waits for the line `go` on stdin (sent once every worker is ready, so
+//! no worker's writes hold up another's open and all start together) and
 //! works until its stdin closes (so it also stops when the bench dies),
 //! then prints its [`WorkerReport`] as one JSON line and exits. Errors go
 //! to its stderr as one line, as every command's do.
@@ -11,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use a2_store::{OpenOptions, Store};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -174,6 +176,15 @@ impl Fleet {
                 }
             }
         }
+        for process in &mut processes {
+            let go = match process.stdin.as_mut() {
+                Some(stdin) => stdin.write_all(b"go\n").await.and(stdin.flush().await),
+                None => Ok(()),
+            };
+            if go.is_err() {
+                return Err(process.died("starting").await);
+            }
+        }
         Ok(Self {
             kind: Kind::Processes(processes),
             cpu_before: None,
@@ -328,13 +339,24 @@ pub async fn run_worker(args: &BenchWorkerArgs) -> Result<(), Failure> {
         .await
         .map_err(|e| Failure::store(&shown, "opening the bench store", &e))?;
     let (stop, receiver) = watch::channel(false);
-    // Blocking read on a thread of its own: EOF (or any error) is the stop.
+    let (go, started) = tokio::sync::oneshot::channel::<()>();
+    // Blocking reads on a thread of its own: the line `go` starts the
+    // work; EOF (or any error) is the stop.
     std::thread::spawn(move || {
-        let mut sink = Vec::new();
-        let _ = std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut sink);
+        let mut stdin = std::io::stdin().lock();
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut stdin, &mut line).is_ok() && line.trim() == "go" {
+            let _ = go.send(());
+            let mut sink = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut stdin, &mut sink);
+        }
         let _ = stop.send(true);
     });
     crate::output::print("{\"ready\":true}\n")?;
+    if started.await.is_err() {
+        // Stopped before starting: the bench gave up; nothing to report.
+        return Ok(());
+    }
     let config = WorkerConfig {
         worker: args.worker,
         wait_ms: args.wait_ms,

@@ -189,6 +189,11 @@ pub struct FairnessBackend {
     pub with_backlog: Latency,
     /// `with_backlog.p99_ms / without_backlog.p99_ms`.
     pub p99_ratio: Option<f64>,
+    /// The producer's append calls without the backlog.
+    pub append_without_backlog: Latency,
+    /// The producer's append calls beside the backlog (the workers' writes
+    /// compete with them for the store).
+    pub append_with_backlog: Latency,
     /// Backlog events claimed while the small sessions were served.
     pub backlog_claimed: u64,
     /// Whether every small message was claimed within the drain time, both runs.
@@ -347,9 +352,11 @@ impl WorkReport<FairnessSettings, FairnessBackend> {
             "p50 w/ backlog",
             "p99 w/ backlog",
             "p99 ratio",
+            "append p99 alone",
+            "append p99 w/ backlog",
             "backlog claimed",
         ])
-        .right_align(1..7);
+        .right_align(1..9);
         for (n, b) in self.backends.iter().enumerate() {
             table.row([
                 format!(

@@ -437,8 +437,10 @@ pub async fn fairness(
         Ok((alone, beside))
     }
     .await;
-    let ((mut alone, alone_drained, _), (mut beside, beside_drained, backlog_claimed)) =
-        finish(&home, result).await?;
+    let (
+        (mut alone, mut alone_appends, alone_drained, _),
+        (mut beside, mut beside_appends, beside_drained, backlog_claimed),
+    ) = finish(&home, result).await?;
     let without_backlog = Latency::of(&mut alone);
     let with_backlog = Latency::of(&mut beside);
     let p99_ratio = match (with_backlog.p99_ms, without_backlog.p99_ms) {
@@ -451,20 +453,23 @@ pub async fn fairness(
         without_backlog,
         with_backlog,
         p99_ratio,
+        append_without_backlog: Latency::of(&mut alone_appends),
+        append_with_backlog: Latency::of(&mut beside_appends),
         backlog_claimed,
         drained: alone_drained && beside_drained,
     })
 }
 
-/// One fairness run on a fresh store: the small sessions' samples, whether
-/// all were claimed, and how many backlog events were claimed meanwhile.
+/// One fairness run on a fresh store: the small sessions' samples, the
+/// producer's append latencies, whether all were claimed, and how many
+/// backlog events were claimed meanwhile.
 async fn fairness_run(
     home: &mut Home,
     target: &BenchTarget,
     s: &FairnessSettings,
     with_backlog: bool,
     drain: Duration,
-) -> Result<(Vec<u64>, bool, u64), Failure> {
+) -> Result<(Vec<u64>, Vec<u64>, bool, u64), Failure> {
     let label = target.label.as_str();
     let beside = if with_backlog {
         "beside the backlog"
@@ -507,16 +512,20 @@ async fn fairness_run(
         (format!("{prefix}-small-{k}"), "lane-0".to_owned(), "small")
     })
     .await;
-    if let Err(failure) = produced {
-        let _ = fleet.stop().await;
-        return Err(failure);
-    }
+    let produced = match produced {
+        Ok(produced) => produced,
+        Err(failure) => {
+            let _ = fleet.stop().await;
+            return Err(failure);
+        }
+    };
     let ignore = with_backlog.then_some(backlog_id.as_str());
     let drained = wait_drained(&store, label, &mut fleet, ignore, drain).await?;
     let report = fleet.stop().await?;
     progress.finish_and_clear();
     Ok((
         samples(&report, "small"),
+        produced.append_us,
         drained,
         samples(&report, "backlog").len() as u64,
     ))
