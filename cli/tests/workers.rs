@@ -193,6 +193,27 @@ fn fairness_compares_small_sessions_with_and_without_a_backlog() {
     assert_eq!(backend["without_backlog"]["count"], 20, "{backend}");
     assert_eq!(backend["with_backlog"]["count"], 20, "{backend}");
     assert!(number(&backend["p99_ratio"]) > 0.0, "{backend}");
+    assert_eq!(backend["append_with_backlog"]["count"], 20, "{backend}");
+    assert!(
+        number(&backend["append_without_backlog"]["p99_ms"]) >= 0.0,
+        "{backend}"
+    );
+    let table = String::from_utf8_lossy(
+        &a2(&[
+            "bench",
+            "--workload",
+            "fairness",
+            "memory:",
+            "--sessions",
+            "5",
+            "--backlog",
+            "10",
+        ])
+        .stdout,
+    )
+    .into_owned();
+    let row = table.lines().find(|l| l.starts_with("[1] ")).unwrap();
+    assert_eq!(row.split_whitespace().count(), 9, "{table}");
     assert!(
         backend["backlog_claimed"].as_u64().unwrap() > 0,
         "{backend}"

@@ -370,6 +370,8 @@ impl WorkReport<FairnessSettings, FairnessBackend> {
                 ms(b.with_backlog.p99_ms),
                 b.p99_ratio
                     .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}x")),
+                ms(b.append_without_backlog.p99_ms),
+                ms(b.append_with_backlog.p99_ms),
                 b.backlog_claimed.to_string(),
             ]);
         }
