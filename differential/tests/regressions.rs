@@ -285,3 +285,91 @@ async fn postgres_refused_batch_draws_no_ids() {
     };
     refused_batch_draws_no_ids(&factory).await;
 }
+
+/// Divergence 5 (open, in the store-api rules every backend shares, the
+/// reference included): a renewal that shortens a lease leaves the work
+/// row at the old expiry, so once the new lease ends `claim_work` answers
+/// `Busy` with the old expiry while the head is claimable, and `list_work`
+/// reports `ready_since` in the future (CONTRACT, "Work across sessions":
+/// `retry_at` is never later than the first moment a served head may be
+/// claimable). Renewals must move the row no later than the new expiry
+/// (`work::sooner`). Until then the differential runs set
+/// `Avoid::shortened_renewals`; drop it and these `ignore`s with the fix.
+async fn shortened_renewal_makes_work_claimable_at_the_new_expiry(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(1_000_000);
+    let store = factory
+        .create(Arc::new(clock.clone()), Arc::new(CounterIds::new("id-")))
+        .await
+        .unwrap();
+    let agent = || vec![ConsumerDeclaration::targeted("agent")];
+    store
+        .append(
+            "s0",
+            vec![NewEvent::new("msg", json!(0)).with_target(Target::event("agent"))],
+            AppendOptions::default(),
+        )
+        .await
+        .unwrap();
+    let claimed = store
+        .claim_work(ClaimWorkRequest::new("w0", agent(), 3_000))
+        .await
+        .unwrap();
+    assert_eq!(claimed.heads().count(), 1, "{claimed:?}");
+    let renewed = store
+        .renew_claims(RenewRequest {
+            session_id: "s0".into(),
+            holder: "w0".into(),
+            claims: vec![HeldClaim {
+                cursor: CursorRef::new("agent", None, 1),
+                attempt: 1,
+            }],
+            ttl_ms: Some(500),
+            expires_at_ms: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(renewed.renewed.len(), 1, "{renewed:?}");
+    let busy = store
+        .claim_work(ClaimWorkRequest::new("w1", agent(), 3_000))
+        .await
+        .unwrap();
+    assert!(
+        matches!(busy, ClaimWorkResult::Busy { retry_at } if retry_at <= 1_000_500),
+        "{}: after renewing the lease to end at 1000500, claim_work must answer Busy no later than then, got {busy:?}",
+        factory.name()
+    );
+    clock.advance(600);
+    let again = store
+        .claim_work(ClaimWorkRequest::new("w1", agent(), 3_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.heads().count(),
+        1,
+        "{}: the renewed lease ended at 1000500; at 1000600 claim_work must claim the head again, got {again:?}",
+        factory.name()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "open in the store-api work rules: renewals leave work rows alone"]
+async fn memory_shortened_renewal_makes_work_claimable_at_the_new_expiry() {
+    shortened_renewal_makes_work_claimable_at_the_new_expiry(&support::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "open in the store-api work rules: renewals leave work rows alone"]
+async fn sqlite_shortened_renewal_makes_work_claimable_at_the_new_expiry() {
+    shortened_renewal_makes_work_claimable_at_the_new_expiry(&support::SqliteMemory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "open in the store-api work rules: renewals leave work rows alone"]
+async fn postgres_shortened_renewal_makes_work_claimable_at_the_new_expiry() {
+    let Some(factory) = support::Postgres::from_env(
+        "postgres_shortened_renewal_makes_work_claimable_at_the_new_expiry",
+    ) else {
+        return;
+    };
+    shortened_renewal_makes_work_claimable_at_the_new_expiry(&factory).await;
+}
