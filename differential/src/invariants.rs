@@ -483,7 +483,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use SessionState;
 
     fn row(index: u64, event_type: &str) -> StoredEvent {
         StoredEvent {

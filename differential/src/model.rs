@@ -99,34 +99,49 @@ fn lease(spec: LeaseSpec, now: i64) -> (Option<i64>, Option<i64>) {
     }
 }
 
-/// A renewal's lease moved no earlier than the latest current expiry of
-/// the `claims` in `session` (invalid leases are kept: they change nothing).
-fn not_shorter(
+/// The lease and claims of a renewal in `session`, changed as `avoid`
+/// asks: a lease that would end earlier (`shortened_renewals`) or later
+/// (`extended_renewals`) than the latest current end of the claims ends
+/// then instead, and `extended_renewals` keeps only the claims whose
+/// current end is that one (so none is extended). Invalid leases are
+/// kept: they change nothing.
+fn renewal(
     lease: (Option<i64>, Option<i64>),
     now: i64,
     state: &StoreState,
     session: usize,
-    claims: &[HeldClaim],
-) -> (Option<i64>, Option<i64>) {
+    claims: Vec<HeldClaim>,
+    avoid: Avoid,
+) -> ((Option<i64>, Option<i64>), Vec<HeldClaim>) {
     let wanted = match lease {
         (Some(ttl), None) if ttl > 0 => now.saturating_add(ttl),
         (None, Some(at)) => at,
-        invalid => return invalid,
+        _ => return (lease, claims),
     };
-    let current = state
-        .session(session)
-        .map(|s| s.cursors())
-        .unwrap_or(&[])
-        .iter()
-        .filter(|c| {
-            c.head_ref()
-                .is_some_and(|head| claims.iter().any(|claim| claim.cursor == head))
-        })
-        .filter_map(|c| c.dispatch.claim_expires_at)
-        .max();
-    match current {
-        Some(current) if current > wanted => (None, Some(current)),
-        _ => lease,
+    let cursors = state.session(session).map(|s| s.cursors()).unwrap_or(&[]);
+    let end_of = |claim: &HeldClaim| {
+        cursors
+            .iter()
+            .find(|c| c.head_ref().as_ref() == Some(&claim.cursor))
+            .and_then(|c| c.dispatch.claim_expires_at)
+    };
+    let Some(current) = claims.iter().filter_map(end_of).max() else {
+        return (lease, claims);
+    };
+    let claims = if avoid.extended_renewals {
+        claims
+            .into_iter()
+            .filter(|claim| end_of(claim).is_none_or(|end| end == current))
+            .collect()
+    } else {
+        claims
+    };
+    let moved = (avoid.shortened_renewals && wanted < current)
+        || (avoid.extended_renewals && wanted > current);
+    if moved {
+        ((None, Some(current)), claims)
+    } else {
+        (lease, claims)
     }
 }
 
@@ -234,11 +249,14 @@ impl Model {
                         claims.push(claim);
                     }
                 }
-                let (ttl_ms, expires_at_ms) = if self.avoid.shortened_renewals {
-                    not_shorter((ttl_ms, expires_at_ms), now, state, session, &claims)
-                } else {
-                    (ttl_ms, expires_at_ms)
-                };
+                let ((ttl_ms, expires_at_ms), claims) = renewal(
+                    (ttl_ms, expires_at_ms),
+                    now,
+                    state,
+                    session,
+                    claims,
+                    self.avoid,
+                );
                 Call::Renew(RenewRequest {
                     session_id: SESSIONS[session % SESSIONS.len()].to_owned(),
                     holder: pick(&HOLDERS, *holder).to_owned(),

@@ -38,6 +38,7 @@ const OPEN: Avoid = Avoid {
     target_lane_conflicts: false,
     ambiguous_redrives: false,
     shortened_renewals: true,
+    extended_renewals: false,
     unlisted_work_claims: false,
 };
 
