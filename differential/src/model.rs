@@ -9,9 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use a2_store_api::{
-    AppendOptions, Cause, ClaimRequest, ClaimResult, ClearRequest, ClearResult, CompleteRequest,
-    CompleteResult, ConsumerDeclaration, CursorRef, FailRequest, HeldClaim, NewEvent, PresenceMeta,
-    ReadOptions, ReadStateOptions, RedriveAction, RedriveRequest, RenewRequest, StateWrite, Target,
+    AppendOptions, Cause, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult,
+    ClearRequest, ClearResult, CompleteRequest, CompleteResult, ConsumerDeclaration, CursorRef,
+    FailRequest, HeldClaim, ListWork, NewEvent, PresenceMeta, ReadOptions, ReadStateOptions,
+    RedriveAction, RedriveRequest, RenewRequest, StateWrite, Target,
 };
 use serde_json::{json, Value};
 
@@ -19,8 +20,8 @@ use crate::call::{Call, Outcome, Projection};
 use crate::op::{EventSpec, IfLast, LeaseSpec, Op};
 use crate::snapshot::StoreState;
 use crate::vocab::{
-    declarations, pick, Avoid, EVENT_IDS, FIELDS, HOLDERS, LANES, PARTICIPANTS, REDUCERS,
-    REPLY_IDS, SESSIONS, TARGET_CONSUMERS, TYPES,
+    declaration_list, declarations, pick, Avoid, EVENT_IDS, FIELDS, HOLDERS, LANES, PARTICIPANTS,
+    REDUCERS, REPLY_IDS, SESSIONS, TARGET_CONSUMERS, TYPES, WORK_CONSUMERS,
 };
 
 /// How many recently claimed heads ops can pick from.
@@ -74,6 +75,11 @@ pub struct Model {
     pub log_types: BTreeMap<(String, String), Vec<Option<Vec<String>>>>,
     /// Input patterns left out.
     pub avoid: Avoid,
+    /// Whether a renewal has renewed a lease in this case: from then on a
+    /// work row may be early, so `claim_work`'s `Busy.retry_at` is only
+    /// bounded, not pinned (CONTRACT, "Work across sessions": exact unless
+    /// a lease was renewed since).
+    pub renewed: bool,
 }
 
 fn session_index(name: &str) -> usize {
@@ -90,6 +96,52 @@ fn lease(spec: LeaseSpec, now: i64) -> (Option<i64>, Option<i64>) {
         LeaseSpec::ExpiresIn(offset) => (None, Some(now + offset)),
         LeaseSpec::Neither => (None, None),
         LeaseSpec::ZeroTtl => (Some(0), None),
+    }
+}
+
+/// The lease and claims of a renewal in `session`, changed as `avoid`
+/// asks: a lease that would end earlier (`shortened_renewals`) or later
+/// (`extended_renewals`) than the latest current end of the claims ends
+/// then instead, and `extended_renewals` keeps only the claims whose
+/// current end is that one (so none is extended). Invalid leases are
+/// kept: they change nothing.
+fn renewal(
+    lease: (Option<i64>, Option<i64>),
+    now: i64,
+    state: &StoreState,
+    session: usize,
+    claims: Vec<HeldClaim>,
+    avoid: Avoid,
+) -> ((Option<i64>, Option<i64>), Vec<HeldClaim>) {
+    let wanted = match lease {
+        (Some(ttl), None) if ttl > 0 => now.saturating_add(ttl),
+        (None, Some(at)) => at,
+        _ => return (lease, claims),
+    };
+    let cursors = state.session(session).map(|s| s.cursors()).unwrap_or(&[]);
+    let end_of = |claim: &HeldClaim| {
+        cursors
+            .iter()
+            .find(|c| c.head_ref().as_ref() == Some(&claim.cursor))
+            .and_then(|c| c.dispatch.claim_expires_at)
+    };
+    let Some(current) = claims.iter().filter_map(end_of).max() else {
+        return (lease, claims);
+    };
+    let claims = if avoid.extended_renewals {
+        claims
+            .into_iter()
+            .filter(|claim| end_of(claim).is_none_or(|end| end == current))
+            .collect()
+    } else {
+        claims
+    };
+    let moved = (avoid.shortened_renewals && wanted < current)
+        || (avoid.extended_renewals && wanted > current);
+    if moved {
+        ((None, Some(current)), claims)
+    } else {
+        (lease, claims)
     }
 }
 
@@ -197,6 +249,14 @@ impl Model {
                         claims.push(claim);
                     }
                 }
+                let ((ttl_ms, expires_at_ms), claims) = renewal(
+                    (ttl_ms, expires_at_ms),
+                    now,
+                    state,
+                    session,
+                    claims,
+                    self.avoid,
+                );
                 Call::Renew(RenewRequest {
                     session_id: SESSIONS[session % SESSIONS.len()].to_owned(),
                     holder: pick(&HOLDERS, *holder).to_owned(),
@@ -378,6 +438,55 @@ impl Model {
                     },
                 )
             }
+            Op::ClaimWork {
+                holder,
+                lease: spec,
+                consumers,
+                sessions,
+                max_failures,
+                limit,
+                session_limit,
+                per_session_limit,
+                wait_ms,
+            } => {
+                let (ttl_ms, expires_at_ms) = lease(*spec, now);
+                let sessions = match sessions {
+                    Some(list) => Some(list.iter().map(|n| session_name(*n)).collect()),
+                    None if self.avoid.unlisted_work_claims => {
+                        Some(SESSIONS.iter().map(|s| (*s).to_owned()).collect())
+                    }
+                    None => None,
+                };
+                Call::ClaimWork(ClaimWorkRequest {
+                    holder: pick(&HOLDERS, *holder).to_owned(),
+                    ttl_ms,
+                    expires_at_ms,
+                    consumers: declaration_list(consumers, self.avoid),
+                    sessions,
+                    max_failures: max_failures.map(u32::from),
+                    limit: limit.map(usize::from),
+                    session_limit: session_limit.map(usize::from),
+                    per_session_limit: per_session_limit.map(usize::from),
+                    wait_ms: wait_ms.map(i64::from),
+                })
+            }
+            Op::ListWork {
+                consumers,
+                after,
+                limit,
+            } => {
+                let mut names: Vec<String> = Vec::new();
+                for name in consumers.iter().map(|n| pick(&WORK_CONSUMERS, *n)) {
+                    if !names.iter().any(|known| known == name) {
+                        names.push(name.to_owned());
+                    }
+                }
+                Call::ListWork(ListWork {
+                    consumers: names,
+                    after: after.map(session_name),
+                    limit: limit.map(usize::from),
+                })
+            }
             Op::Advance { ms } => Call::Advance(*ms),
         }
     }
@@ -419,6 +528,7 @@ impl Model {
         let declared: Vec<ConsumerDeclaration> = match call {
             Call::Append { options, .. } => options.consumers.clone().unwrap_or_default(),
             Call::Claim(r) => r.consumers.clone().unwrap_or_default(),
+            Call::ClaimWork(r) => r.consumers.clone(),
             Call::Complete(r) => r.consumers.clone().unwrap_or_default(),
             Call::Redrive(r) => r.consumers.clone().unwrap_or_default(),
             Call::WakeLog(_, consumer) => vec![consumer.clone()],
@@ -446,6 +556,19 @@ impl Model {
         before: &StoreState,
         after: &StoreState,
     ) {
+        match (call, outcome) {
+            (Call::ClaimWork(_), Ok(Outcome::ClaimWork(ClaimWorkResult::Claimed { sessions }))) => {
+                for claim in sessions {
+                    let session = session_index(&claim.session_id);
+                    self.remember(session, &claim.heads);
+                }
+                return;
+            }
+            (Call::Renew(_), Ok(Outcome::Renew(result))) if !result.renewed.is_empty() => {
+                self.renewed = true;
+            }
+            _ => {}
+        }
         let Some(session_name) = call.session() else {
             return;
         };
@@ -453,18 +576,7 @@ impl Model {
         let head_before = before.session(session).map_or(0, |s| s.head());
         match (call, outcome) {
             (Call::Claim(_), Ok(Outcome::Claim(ClaimResult::Claimed { heads, .. }))) => {
-                for head in heads {
-                    let known = KnownHead {
-                        session,
-                        cursor: head.cursor_ref(),
-                        attempt: head.dispatch.attempt_count,
-                    };
-                    self.known
-                        .retain(|k| !(k.session == session && k.cursor == known.cursor));
-                    self.known.push(known);
-                }
-                let excess = self.known.len().saturating_sub(KNOWN_HEADS);
-                self.known.drain(..excess);
+                self.remember(session, heads);
             }
             (Call::Append { events, .. }, Ok(Outcome::Append(result))) => {
                 self.queue(session, head_before, events, &result.events);
@@ -516,6 +628,22 @@ impl Model {
             }
             _ => {}
         }
+    }
+
+    /// Remembers heads claimed in `session` as the most recent ones.
+    fn remember(&mut self, session: usize, heads: &[a2_store_api::Head]) {
+        for head in heads {
+            let known = KnownHead {
+                session,
+                cursor: head.cursor_ref(),
+                attempt: head.dispatch.attempt_count,
+            };
+            self.known
+                .retain(|k| !(k.session == session && k.cursor == known.cursor));
+            self.known.push(known);
+        }
+        let excess = self.known.len().saturating_sub(KNOWN_HEADS);
+        self.known.drain(..excess);
     }
 
     /// Queues the lane targets of the newly stored rows among `stored`.

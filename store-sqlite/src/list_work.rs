@@ -27,9 +27,7 @@ pub(crate) fn list_work(
 ) -> Result<Vec<SessionWork>, StoreError> {
     let now = ctx.clock.now_ms();
     let page = request.page_size();
-    let mut consumers = request.consumers.clone();
-    consumers.sort();
-    consumers.dedup();
+    let consumers = request.consumer_names();
     let mut after = request.after.clone().unwrap_or_default();
     let mut listed = Vec::new();
     loop {

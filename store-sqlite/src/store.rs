@@ -119,11 +119,14 @@ impl Store for SqliteStore {
 
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult, StoreError> {
         validate::renew_claims(&request)?;
-        self.pool
+        let (result, wake) = self
+            .pool
             .run(Access::Write, move |tx, ctx| {
                 renew::renew(tx, ctx, &request)
             })
-            .await
+            .await?;
+        self.woke(wake);
+        Ok(result)
     }
 
     async fn complete_attempt(
