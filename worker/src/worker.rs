@@ -420,6 +420,9 @@ impl Worker {
 
     /// Runs the worker until `signal` resolves (e.g. `tokio::signal::ctrl_c()`
     /// mapped to `()`), then shuts it down gracefully and returns the summary.
+    /// Dropping the future instead stops its attempts where they are,
+    /// without giving their heads back: their leases expire (counting a
+    /// failure each) before another worker takes them.
     pub async fn run_until<F>(self, signal: F) -> ShutdownSummary
     where
         F: Future<Output = ()>,

@@ -203,8 +203,9 @@ pub fn unruly_worker(
     Worker::builder(store)
         .holder(holder)
         .consumer(ConsumerDeclaration::targeted(CONSUMER), handler)
-        .lease_ttl(Duration::from_millis(300))
-        .handler_timeout(Some(Duration::from_millis(700)))
+        // Hangs outlast the lease (kept renewed) until the timeout stops them.
+        .lease_ttl(Duration::from_millis(1_000))
+        .handler_timeout(Some(Duration::from_millis(1_300)))
         .retry(RetryPolicy::fixed(Duration::from_millis(10), 5))
         .claim_wait(Duration::from_millis(500))
         .max_in_flight(8)
