@@ -35,6 +35,8 @@
 // it as it must clone the rustls connector.
 #![cfg_attr(not(feature = "tls"), allow(clippy::clone_on_copy))]
 
+#[macro_use]
+mod transact;
 mod batch;
 mod cursor_table;
 mod db;
@@ -49,6 +51,7 @@ mod schema;
 pub mod scratch;
 mod store;
 pub mod tls;
+mod work_source;
 
 pub use options::{validate_schema_name, PostgresOptions, MAX_SCHEMA_NAME_LEN};
 pub use schema::SCHEMA_VERSION;
