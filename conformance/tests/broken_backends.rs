@@ -190,6 +190,20 @@ impl Store for Broken {
     async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>> {
         self.inner.sessions(options).await
     }
+
+    async fn claim_work(
+        &self,
+        request: a2_store_api::ClaimWorkRequest,
+    ) -> Result<a2_store_api::ClaimWorkResult> {
+        self.inner.claim_work(request).await
+    }
+
+    async fn list_work(
+        &self,
+        request: a2_store_api::ListWork,
+    ) -> Result<Vec<a2_store_api::SessionWork>> {
+        self.inner.list_work(request).await
+    }
 }
 
 /// Memory stores, optionally wrapped with a flaw, with the given capabilities.

@@ -115,6 +115,20 @@ impl Store for IgnoresLimit {
     async fn sessions(&self, o: ListSessions) -> Result<Vec<SessionInfo>> {
         self.0.sessions(o).await
     }
+
+    async fn claim_work(
+        &self,
+        request: a2_store_api::ClaimWorkRequest,
+    ) -> Result<a2_store_api::ClaimWorkResult> {
+        self.0.claim_work(request).await
+    }
+
+    async fn list_work(
+        &self,
+        request: a2_store_api::ListWork,
+    ) -> Result<Vec<a2_store_api::SessionWork>> {
+        self.0.list_work(request).await
+    }
 }
 
 struct Broken;

@@ -15,13 +15,21 @@
 //! > ⇒ row `(s, c)` exists.
 //!
 //! A row may be *early* (ready before anything is claimable): a claim that
-//! finds nothing corrects it. So an operation that may make work claimable
-//! sooner only has to move the row earlier ([`sooner`]): appends with
-//! targets, declared log consumers, completions moving a cursor to its next
-//! head, failures, redrives and `wake_log`. Every claim of a session
-//! (either claim operation) rewrites the rows of the consumers it served to
-//! what is left ([`WorkSummary::served_row`]), and a clear rewrites all the
-//! session's rows ([`WorkSummary::touched_row`]).
+//! finds nothing corrects it. How each operation keeps the rows:
+//!
+//! - appends (targets, declared log consumers) and `wake_log` only make work
+//!   sooner: they move the rows of the consumers they give heads to earlier
+//!   ([`sooner`]), one upsert each, no scan;
+//! - `complete_attempt`, `fail_attempt` and `redrive` rewrite the row of the
+//!   consumer they act on from its heads ([`WorkSummary::touched_row`]), so
+//!   finished work leaves no row and `claim_work` answers `Settled`; the
+//!   events a completion returns move their consumers' rows earlier;
+//! - every claim of a session (either claim operation) rewrites the rows of
+//!   the consumers it served ([`WorkSummary::served_row`]; `consumers: None`
+//!   serves every consumer with a row);
+//! - a clear rewrites all the session's rows ([`WorkSummary::touched_row`]);
+//! - renewals leave rows alone (a row is then early: `Busy.retry_at` may come
+//!   before the renewed lease ends).
 //!
 //! # Fairness
 //!

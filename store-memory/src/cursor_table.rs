@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use a2_store_api::CursorKind;
+use a2_store_api::{CursorKind, WorkSummary};
 
 use crate::cursor::{Completion, CursorState, Placement};
 use crate::head_index::{HeadEntry, HeadIndex};
@@ -70,6 +70,39 @@ impl CursorTable {
     /// The live cursor `id`.
     pub fn get(&self, id: CursorId) -> Option<&CursorState> {
         self.cursors.get(&id)
+    }
+
+    /// Every consumer with a slot (a cursor since the last clear).
+    pub fn consumer_names(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.names.keys()
+    }
+
+    /// What `consumer`'s unfinished heads add up to at `now` (see
+    /// [`WorkSummary`]): its ready heads and expired claims are claimable,
+    /// unexpired ones busy; read off the head indexes, without a walk over
+    /// the claimable heads.
+    pub fn work_summary(&self, consumer: &str, now: i64) -> WorkSummary {
+        let mut summary = WorkSummary::default();
+        let Some(slot) = self.consumer_id(consumer) else {
+            return summary;
+        };
+        if let Some(view) = self.heads.consumer(slot) {
+            let expired = view.busy.range(..=(now, CursorId::MAX)).count();
+            summary.claimable = (view.ready.len() + expired) as u64;
+            summary.busy = (view.busy.len() - expired) as u64;
+            summary.next_expiry = view
+                .busy
+                .range((now.saturating_add(1), 0)..)
+                .next()
+                .map(|(expiry, _)| *expiry);
+        }
+        summary.dead_lettered = self
+            .heads
+            .dead
+            .iter()
+            .filter(|(_, name, ..)| &**name == consumer)
+            .count() as u64;
+        summary
     }
 
     /// The slot of `consumer`, if it ever had a cursor since the last clear.

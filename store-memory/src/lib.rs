@@ -45,5 +45,6 @@ mod snapshot_cache;
 mod snapshots;
 mod store;
 mod subscribers;
+mod work;
 
 pub use store::{MemoryOptions, MemoryStore};

@@ -9,17 +9,19 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use a2_store_api::{
-    validate, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
-    Clock, CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
-    FailResult, Head, IdGenerator, ListSessions, NewEvent, PresenceMeta, PresenceResult,
-    PresenceRow, RandomIds, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest,
-    RedriveResult, RenewRequest, RenewResult, Result, SessionInfo, StateRead, StateWrite, Store,
-    StoreError, StoredEvent, SystemClock, WakeLogResult,
+    validate, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest,
+    ClaimWorkResult, ClearRequest, ClearResult, Clock, CompleteRequest, CompleteResult,
+    ConsumerDeclaration, Cursor, EventStream, FailRequest, FailResult, Head, IdGenerator,
+    ListSessions, ListWork, NewEvent, PresenceMeta, PresenceResult, PresenceRow, RandomIds,
+    ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
+    RenewResult, Result, SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError,
+    StoredEvent, SystemClock, WakeLogResult, WorkSignal,
 };
 use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::session::{Env, Session};
+use crate::work::{Touch, WorkIndex};
 
 /// What a [`MemoryStore`] runs on: its clock and id generator.
 #[derive(Debug, Clone)]
@@ -48,13 +50,17 @@ impl Default for MemoryOptions {
 /// Nothing survives the last clone being dropped; live subscriptions end then.
 #[derive(Debug, Clone)]
 pub struct MemoryStore {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
 }
 
-struct Shared {
-    clock: Arc<dyn Clock>,
+pub(crate) struct Shared {
+    pub(crate) clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
     sessions: Mutex<BTreeMap<String, Arc<Mutex<Session>>>>,
+    /// The work rows of every session (see [`crate::work`]).
+    pub(crate) work: Mutex<WorkIndex>,
+    /// Wakes claimers waiting for work.
+    pub(crate) signal: WorkSignal,
 }
 
 impl fmt::Debug for Shared {
@@ -79,7 +85,7 @@ impl fmt::Display for LockPoisoned {
 
 impl std::error::Error for LockPoisoned {}
 
-fn lock<'a, T>(mutex: &'a Mutex<T>, what: &'static str) -> Result<MutexGuard<'a, T>> {
+pub(crate) fn lock<'a, T>(mutex: &'a Mutex<T>, what: &'static str) -> Result<MutexGuard<'a, T>> {
     mutex
         .lock()
         .map_err(|_| StoreError::backend(format!("{what} state unusable"), LockPoisoned(what)))
@@ -105,8 +111,27 @@ impl MemoryStore {
                 clock: options.clock,
                 ids: options.ids,
                 sessions: Mutex::new(BTreeMap::new()),
+                work: Mutex::new(WorkIndex::default()),
+                signal: WorkSignal::new(),
             }),
         }
+    }
+
+    /// One session's claim of a validated request, rewriting the work rows
+    /// of the consumers it served.
+    pub(crate) fn claim_in_session(&self, mut request: ClaimRequest) -> Result<ClaimResult> {
+        // Sessions name themselves by their own id: the request's copy is
+        // taken, not cloned.
+        let session_id = std::mem::take(&mut request.session_id);
+        let served: Option<Vec<String>> = request
+            .consumers
+            .as_ref()
+            .map(|consumers| consumers.iter().map(|c| c.name.clone()).collect());
+        self.with_session(&session_id, |session, env| {
+            let claimed = session.claim(env, request)?;
+            self.sync_work(session, Touch::Served(served.as_deref()))?;
+            Ok(claimed)
+        })
     }
 
     fn env(&self) -> Env<'_> {
@@ -138,7 +163,7 @@ impl MemoryStore {
 
     /// Runs `op` on session `session_id` under its lock; a session never
     /// written to is seen as a fresh empty one (and is not created).
-    fn with_existing<R>(
+    pub(crate) fn with_existing<R>(
         &self,
         session_id: &str,
         op: impl FnOnce(&mut Session, Env<'_>) -> Result<R>,
@@ -190,16 +215,15 @@ impl Store for MemoryStore {
     ) -> Result<AppendResult> {
         validate::append(session_id, &events, &options)?;
         self.with_session(session_id, |session, env| {
-            session.append(env, events, options)
+            let appended = session.append(env, events, options)?;
+            self.sync_work(session, Touch::All)?;
+            Ok(appended)
         })
     }
 
-    async fn claim_available(&self, mut request: ClaimRequest) -> Result<ClaimResult> {
+    async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult> {
         validate::claim_available(&request)?;
-        // Sessions name themselves by their own id: the request's copy is
-        // taken, not cloned.
-        let session_id = std::mem::take(&mut request.session_id);
-        self.with_session(&session_id, |session, env| session.claim(env, request))
+        self.claim_in_session(request)
     }
 
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult> {
@@ -213,13 +237,21 @@ impl Store for MemoryStore {
         // Sessions name themselves by their own id: the request's copy is
         // taken, not cloned.
         let session_id = std::mem::take(&mut request.session_id);
-        self.with_session(&session_id, |session, env| session.complete(env, request))
+        self.with_session(&session_id, |session, env| {
+            let completed = session.complete(env, request)?;
+            self.sync_work(session, Touch::All)?;
+            Ok(completed)
+        })
     }
 
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
         validate::fail_attempt(&request)?;
         let session_id = request.session_id.clone();
-        self.with_session(&session_id, |session, env| session.fail(env, request))
+        self.with_session(&session_id, |session, env| {
+            let failed = session.fail(env, request)?;
+            self.sync_work(session, Touch::All)?;
+            Ok(failed)
+        })
     }
 
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>> {
@@ -230,13 +262,21 @@ impl Store for MemoryStore {
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
         validate::redrive(&request)?;
         let session_id = request.session_id.clone();
-        self.with_session(&session_id, |session, _| session.redrive(request))
+        self.with_session(&session_id, |session, _| {
+            let redriven = session.redrive(request)?;
+            self.sync_work(session, Touch::All)?;
+            Ok(redriven)
+        })
     }
 
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult> {
         validate::clear(&request)?;
         let session_id = request.session_id.clone();
-        self.with_session(&session_id, |session, env| session.clear(env, request))
+        self.with_session(&session_id, |session, env| {
+            let cleared = session.clear(env, request)?;
+            self.sync_work(session, Touch::All)?;
+            Ok(cleared)
+        })
     }
 
     async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult> {
@@ -255,7 +295,11 @@ impl Store for MemoryStore {
         consumer: &ConsumerDeclaration,
     ) -> Result<WakeLogResult> {
         let log = validate::wake_log(session_id, consumer)?;
-        self.with_session(session_id, |session, _| session.wake_log(consumer, log))
+        self.with_session(session_id, |session, _| {
+            let woken = session.wake_log(consumer, log)?;
+            self.sync_work(session, Touch::All)?;
+            Ok(woken)
+        })
     }
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
@@ -340,6 +384,16 @@ impl Store for MemoryStore {
             }
         }
         Ok(listed)
+    }
+
+    async fn claim_work(&self, request: ClaimWorkRequest) -> Result<ClaimWorkResult> {
+        validate::claim_work(&request)?;
+        a2_store_api::work::claim_work(self, &request).await
+    }
+
+    async fn list_work(&self, request: ListWork) -> Result<Vec<SessionWork>> {
+        validate::list_work(&request)?;
+        self.list(&request)
     }
 }
 

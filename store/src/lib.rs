@@ -40,6 +40,63 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
 //!
+//! # Claiming work across sessions
+//!
+//! A worker serves consumers, not sessions: [`Store::claim_work`] finds the
+//! claimable heads of those consumers in every session (fairly: the session
+//! whose work has waited longest first, one head per session per round by
+//! default) and, with `wait_ms`, waits until the store says there is work
+//! (an append, a completion, a failure, a redrive, an expiring lease, in any
+//! session, new ones included). An idle worker makes no calls while it
+//! waits. [`Store::list_work`] pages the sessions that have work.
+//!
+//! ```
+//! use a2_store::{ClaimWorkRequest, ClaimWorkResult, CompleteRequest, ConsumerDeclaration, NewEvent, OpenOptions, Target};
+//! use serde_json::json;
+//!
+//! # #[cfg(feature = "memory")]
+//! # async fn demo() -> Result<(), a2_store::StoreError> {
+//! let store = a2_store::open("memory:", OpenOptions::default()).await?;
+//! for session in ["chat-1", "chat-2"] {
+//!     let event = NewEvent::new("msg", json!({"text": "hi"})).with_target(Target::lane("agent", "main"));
+//!     store.append(session, vec![event], Default::default()).await?;
+//! }
+//! // Up to 8 heads across sessions, 30 s leases, waiting up to 5 s for work.
+//! let request = ClaimWorkRequest::new("worker-1", vec![ConsumerDeclaration::targeted("agent")], 30_000)
+//!     .with_limit(8)
+//!     .with_wait_ms(5_000);
+//! let mut handled = 0;
+//! while handled < 2 {
+//!     match store.claim_work(request.clone()).await? {
+//!         ClaimWorkResult::Claimed { sessions } => {
+//!             for session in sessions {
+//!                 for head in session.heads {
+//!                     // ... run the handler, then complete with what it returned:
+//!                     store
+//!                         .complete_attempt(CompleteRequest {
+//!                             session_id: session.session_id.clone(),
+//!                             consumer: head.consumer.clone(),
+//!                             lane: head.lane.clone(),
+//!                             index: head.event.index,
+//!                             attempt: head.dispatch.attempt_count,
+//!                             events: vec![],
+//!                             consumers: None,
+//!                         })
+//!                         .await?;
+//!                     handled += 1;
+//!                 }
+//!             }
+//!         }
+//!         // The wait ended with nothing claimable: wait again (or stop).
+//!         ClaimWorkResult::Busy { .. } | ClaimWorkResult::Settled => {}
+//!     }
+//! }
+//! # Ok(())
+//! # }
+//! # #[cfg(feature = "memory")]
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+//! ```
+//!
 //! With the `postgres` feature, module `postgres` adds what tools need beyond
 //! `open`: the options a URL asks for, a schema-exists check and scratch
 //! schemas that are dropped again.

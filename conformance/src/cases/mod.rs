@@ -27,6 +27,7 @@ pub(crate) mod robustness;
 pub(crate) mod snapshots;
 pub(crate) mod subscribe;
 pub(crate) mod validation;
+pub(crate) mod work;
 
 /// A case: its name, area, whether it needs a store pair, and its body.
 pub(crate) struct CaseDef {
@@ -329,6 +330,27 @@ macro_rules! __a2_cases {
                 validation::claim_with_invalid_lease_is_invalid,
                 validation::append_validates_before_replay_and_empty_batch,
                 validation::claim_with_zero_limit_is_invalid,
+                work::work_claim_with_bad_input_is_invalid,
+                work::list_work_with_bad_input_is_invalid,
+                work::work_claim_serves_longest_waiting_session_first,
+                work::work_claim_rotates_a_backlog_behind_the_others,
+                work::work_claim_respects_its_limits,
+                work::work_claim_serves_only_given_consumers,
+                work::work_claim_serves_only_listed_sessions,
+                work::work_claim_without_work_is_settled,
+                work::work_claim_on_busy_heads_is_busy_until_the_earliest_expiry,
+                work::work_claim_counts_expired_leases_and_dead_letters,
+                work::work_claim_finds_work_after_every_change,
+                work::work_claim_finds_nothing_after_clear,
+                work::per_session_claims_update_the_work_index,
+                work::concurrent_work_claims_never_share_a_head,
+                work::work_wait_wakes_on_append_to_a_new_session,
+                work::work_wait_wakes_when_a_lease_expires,
+                work::work_wait_ends_with_busy_or_settled,
+                work::dropped_work_wait_leaves_nothing_behind,
+                work::list_work_reports_counts_and_waiting_time,
+                work::list_work_pages_by_session_id,
+                work::list_work_lists_dead_letter_holders,
             ]
             pair: [
                 multi::second_instance_sees_first_instance_appends,
@@ -337,6 +359,8 @@ macro_rules! __a2_cases {
                 multi::completion_applies_once_across_instances,
                 multi::clear_on_one_instance_fences_the_other,
                 multi::subscribe_sees_appends_from_other_instance,
+                multi::work_wait_wakes_on_append_from_other_instance,
+                multi::work_claims_across_instances_never_share_a_head,
             ]
         }
     };

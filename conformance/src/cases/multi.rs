@@ -198,3 +198,61 @@ pub(crate) async fn subscribe_sees_appends_from_other_instance(cx: Cx) -> CaseRe
     ensure_eq!(idx(&got), vec![1, 2, 3]);
     Ok(())
 }
+
+/// A claim waiting on one instance wakes when the other instance appends
+/// work (another process's change, seen through the database).
+pub(crate) async fn work_wait_wakes_on_append_from_other_instance(cx: Cx) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let agent = cx.consumer("agent");
+    let waiter = super::work::spawn_wait(&b, cx.work("w", &["agent"], 1).with_wait_ms(20_000));
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    a.append(
+        &cx.session_id("s"),
+        vec![to_event("x", &agent)],
+        AppendOptions::default(),
+    )
+    .await?;
+    let result = super::work::woken(waiter).await?;
+    let heads: Vec<String> = result
+        .heads()
+        .map(|(session, head)| format!("{session} {}", head.event.index))
+        .collect();
+    ensure_eq!(heads, vec![format!("{} 1", cx.session_id("s"))]);
+    Ok(())
+}
+
+/// Claimers on both instances racing across sessions never share a head.
+pub(crate) async fn work_claims_across_instances_never_share_a_head(cx: Cx) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let agent = cx.consumer("agent");
+    for n in 0..8 {
+        let batch = (0..4).map(|k| to_event(&format!("e{k}"), &agent)).collect();
+        a.append(
+            &cx.session_id(&format!("s{n}")),
+            batch,
+            AppendOptions::default(),
+        )
+        .await?;
+    }
+    let claimers: Vec<_> = (0..4)
+        .map(|worker| {
+            let store = Arc::clone(if worker % 2 == 0 { &a } else { &b });
+            let request = cx.work(&format!("w{worker}"), &["agent"], 3);
+            tokio::spawn(super::work::claim_until_busy(store, request))
+        })
+        .collect();
+    let mut all = Vec::new();
+    for claimer in claimers {
+        all.extend(
+            claimer
+                .await
+                .map_err(|error| Failure::Fail(format!("a claimer panicked: {error}")))??,
+        );
+    }
+    all.sort();
+    let total = all.len();
+    all.dedup();
+    ensure_eq!(all.len(), total, "a head was handed out twice");
+    ensure_eq!(total, 32);
+    Ok(())
+}

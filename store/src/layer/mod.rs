@@ -98,12 +98,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use a2_store_api::{
-    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
-    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, ErrorCode, EventStream,
-    FailOutcome, FailRequest, FailResult, Head, ListSessions, NewEvent, PresenceMeta,
-    PresenceResult, PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest,
-    RedriveResult, RenewRequest, RenewResult, Result, SessionInfo, StateRead, StateWrite, Store,
-    StoredEvent, WakeLogResult,
+    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult,
+    ClearRequest, ClearResult, CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor,
+    ErrorCode, EventStream, FailOutcome, FailRequest, FailResult, Head, ListSessions, ListWork,
+    NewEvent, PresenceMeta, PresenceResult, PresenceRow, ReadOptions, ReadStateOptions,
+    ReclaimResult, RedriveRequest, RedriveResult, RenewRequest, RenewResult, Result, SessionInfo,
+    SessionWork, StateRead, StateWrite, Store, StoredEvent, WakeLogResult,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -153,11 +153,15 @@ pub enum Operation {
     ReadPresence,
     /// [`Store::sessions`].
     Sessions,
+    /// [`Store::claim_work`].
+    ClaimWork,
+    /// [`Store::list_work`].
+    ListWork,
 }
 
 impl Operation {
     /// How many operations there are.
-    const COUNT: usize = 18;
+    const COUNT: usize = 20;
 
     /// Every operation, in the trait's order.
     pub const ALL: [Operation; Self::COUNT] = [
@@ -179,6 +183,8 @@ impl Operation {
         Self::SetPresence,
         Self::ReadPresence,
         Self::Sessions,
+        Self::ClaimWork,
+        Self::ListWork,
     ];
 
     /// The method name, e.g. `claim_available`.
@@ -202,6 +208,8 @@ impl Operation {
             Self::SetPresence => "set_presence",
             Self::ReadPresence => "read_presence",
             Self::Sessions => "sessions",
+            Self::ClaimWork => "claim_work",
+            Self::ListWork => "list_work",
         }
     }
 }
@@ -356,6 +364,21 @@ impl Outcome {
                 ..Self::labelled(Label::Busy)
             },
             ClaimResult::Settled => Self::labelled(Label::Settled),
+        }
+    }
+
+    fn of_claim_work(result: &ClaimWorkResult) -> Self {
+        match result {
+            ClaimWorkResult::Claimed { sessions } => Self {
+                claimed: count(sessions.iter().map(|s| s.heads.len()).sum()),
+                dead_lettered: count(sessions.iter().map(|s| s.dead_lettered.len()).sum()),
+                ..Self::labelled(Label::Claimed)
+            },
+            ClaimWorkResult::Busy { .. } => Self {
+                busy: true,
+                ..Self::labelled(Label::Busy)
+            },
+            ClaimWorkResult::Settled => Self::labelled(Label::Settled),
         }
     }
 
@@ -728,6 +751,29 @@ impl Store for ObservedStore {
             ..Call::new(Operation::Sessions, "")
         });
         self.run(begun, self.inner.sessions(options), Self::ok)
+            .await
+    }
+
+    async fn claim_work(&self, request: ClaimWorkRequest) -> Result<ClaimWorkResult> {
+        let begun = self.begin(Call {
+            session: None,
+            holder: Some(&request.holder),
+            ..Call::new(Operation::ClaimWork, "")
+        });
+        self.run(
+            begun,
+            self.inner.claim_work(request),
+            Outcome::of_claim_work,
+        )
+        .await
+    }
+
+    async fn list_work(&self, request: ListWork) -> Result<Vec<SessionWork>> {
+        let begun = self.begin(Call {
+            session: None,
+            ..Call::new(Operation::ListWork, "")
+        });
+        self.run(begun, self.inner.list_work(request), Self::ok)
             .await
     }
 }

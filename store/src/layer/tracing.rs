@@ -54,6 +54,8 @@ pub(super) fn span(call: &Call<'_>, backend: &str) -> Span {
         SetPresence => "set_presence",
         ReadPresence => "read_presence",
         Sessions => "sessions",
+        ClaimWork => "claim_work",
+        ListWork => "list_work",
     };
     span
 }
@@ -61,7 +63,7 @@ pub(super) fn span(call: &Call<'_>, backend: &str) -> Span {
 /// Records how the call ended on its span, in one record (a subscriber
 /// formats the new fields once).
 pub(super) fn finish(span: &Span, operation: Operation, outcome: &Outcome, elapsed: Duration) {
-    let claims = operation == Operation::ClaimAvailable;
+    let claims = matches!(operation, Operation::ClaimAvailable | Operation::ClaimWork);
     record_all!(
         span,
         outcome = outcome.label.as_str(),

@@ -1,0 +1,313 @@
+//! `claim_work` and `list_work`: the store-wide work index (one row per
+//! `(session, consumer)` with unfinished heads, see [`a2_store_api::work`]),
+//! kept in step under the session's lock after every operation that moves
+//! a cursor, and the [`WorkSource`] the shared claim-and-wait loop runs on.
+//!
+//! Lock order: a session's lock, then the index's. The index lock is never
+//! held while a session lock is taken.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Bound;
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2_store_api::{
+    ClaimRequest, ClaimResult, ClaimWorkRequest, Clock, ListWork, Result, SessionWork, WorkRow,
+    WorkSignal, WorkSource, WorkSummary,
+};
+use async_trait::async_trait;
+
+use crate::session::Session;
+use crate::store::{lock, MemoryStore};
+
+/// Which rows an operation rewrites and how (see [`a2_store_api::work`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Touch<'a> {
+    /// Any change but a claim: every consumer's row of the session, kept
+    /// waiting as long as it already was ([`WorkSummary::touched_row`]).
+    All,
+    /// A claim serving these consumers (`None`: every consumer):
+    /// [`WorkSummary::served_row`] for them, nothing else.
+    Served(Option<&'a [String]>),
+}
+
+/// The rows of every session, with the orders claims and listings read.
+#[derive(Debug, Default)]
+pub(crate) struct WorkIndex {
+    /// Session → consumer → row.
+    rows: HashMap<Arc<str>, BTreeMap<Arc<str>, WorkRow>>,
+    /// Consumer → its `Ready` rows in fairness order `(ready_at, session)`.
+    ready: HashMap<Arc<str>, BTreeSet<(i64, Arc<str>)>>,
+    /// Consumer → sessions with a row, by id (listings).
+    listed: HashMap<Arc<str>, BTreeSet<Arc<str>>>,
+}
+
+impl WorkIndex {
+    fn row(&self, session: &str, consumer: &str) -> Option<WorkRow> {
+        self.rows.get(session)?.get(consumer).copied()
+    }
+
+    /// Stores `row` for `(session, consumer)` (`None` deletes it); returns
+    /// whether work became claimable sooner than it was.
+    fn set(&mut self, session: &Arc<str>, consumer: &Arc<str>, row: Option<WorkRow>) -> bool {
+        let old = self.row(session, consumer);
+        if old == row {
+            return false;
+        }
+        if let Some(WorkRow::Ready(at)) = old {
+            if let Some(ready) = self.ready.get_mut(consumer) {
+                ready.remove(&(at, session.clone()));
+            }
+        }
+        match row {
+            Some(row) => {
+                self.rows
+                    .entry(session.clone())
+                    .or_default()
+                    .insert(consumer.clone(), row);
+                self.listed
+                    .entry(consumer.clone())
+                    .or_default()
+                    .insert(session.clone());
+                if let WorkRow::Ready(at) = row {
+                    self.ready
+                        .entry(consumer.clone())
+                        .or_default()
+                        .insert((at, session.clone()));
+                }
+            }
+            None => {
+                if let Some(rows) = self.rows.get_mut(session) {
+                    rows.remove(consumer);
+                    if rows.is_empty() {
+                        self.rows.remove(session);
+                    }
+                }
+                if let Some(listed) = self.listed.get_mut(consumer) {
+                    listed.remove(session);
+                    if listed.is_empty() {
+                        self.listed.remove(consumer);
+                    }
+                }
+            }
+        }
+        match (row, old) {
+            (Some(WorkRow::Ready(at)), Some(WorkRow::Ready(before))) => at < before,
+            (Some(WorkRow::Ready(_)), _) => true,
+            _ => false,
+        }
+    }
+
+    /// Up to `limit` sessions with a `Ready` row of `consumers` due by
+    /// `now`, by their earliest such row, leaving out `skip`.
+    fn ready_sessions(
+        &self,
+        request: &ClaimWorkRequest,
+        now: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> Vec<String> {
+        let names = request.consumer_names();
+        let mut due: Vec<(i64, &str)> = Vec::new();
+        if let Some(sessions) = &request.sessions {
+            // A session list: look its rows up, at most MAX_WORK_LIMIT sessions.
+            for session in sessions {
+                let Some(rows) = self.rows.get(session.as_str()) else {
+                    continue;
+                };
+                let earliest = names
+                    .iter()
+                    .filter_map(|name| rows.get(name.as_str())?.ready_at())
+                    .min();
+                if let Some(at) = earliest.filter(|at| *at <= now) {
+                    due.push((at, session));
+                }
+            }
+            due.sort();
+        } else {
+            // Every session: merge the served consumers' fairness orders,
+            // reading only the rows due, until enough sessions are found.
+            let mut sources: Vec<_> = names
+                .iter()
+                .filter_map(|name| self.ready.get(name.as_str()))
+                .map(|ready| {
+                    ready
+                        .range(..(now.saturating_add(1), Arc::<str>::from("")))
+                        .peekable()
+                })
+                .collect();
+            let mut seen: BTreeSet<&str> = BTreeSet::new();
+            loop {
+                let next = sources
+                    .iter_mut()
+                    .enumerate()
+                    .filter_map(|(position, source)| source.peek().map(|key| (position, *key)))
+                    .min_by(|a, b| a.1.cmp(b.1));
+                let Some((position, _)) = next else { break };
+                let Some((at, session)) = sources[position].next() else {
+                    break;
+                };
+                if skip.iter().any(|skipped| skipped.as_str() == &**session) {
+                    continue;
+                }
+                if seen.insert(session) {
+                    due.push((*at, session));
+                    if due.len() >= limit {
+                        break;
+                    }
+                }
+            }
+        }
+        due.into_iter()
+            .filter(|(_, session)| !skip.iter().any(|skipped| skipped == session))
+            .take(limit)
+            .map(|(_, session)| session.to_owned())
+            .collect()
+    }
+
+    /// The earliest `ready_at` of a `Ready` row served by `request`.
+    fn earliest_ready(&self, request: &ClaimWorkRequest) -> Option<i64> {
+        let names = request.consumer_names();
+        match &request.sessions {
+            Some(sessions) => sessions
+                .iter()
+                .filter_map(|session| self.rows.get(session.as_str()))
+                .flat_map(|rows| names.iter().filter_map(|name| rows.get(name.as_str())))
+                .filter_map(|row| row.ready_at())
+                .min(),
+            None => names
+                .iter()
+                .filter_map(|name| self.ready.get(name.as_str())?.first())
+                .map(|(at, _)| *at)
+                .min(),
+        }
+    }
+
+    /// Up to `limit` session ids after `after` with a row of `consumers`, by id.
+    fn listed_after(&self, consumers: &[String], after: Option<&str>, limit: usize) -> Vec<String> {
+        let lower: Bound<&str> = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut found: BTreeSet<&str> = BTreeSet::new();
+        for consumer in consumers {
+            let Some(sessions) = self.listed.get(consumer.as_str()) else {
+                continue;
+            };
+            let range = sessions
+                .range::<str, _>((lower, Bound::Unbounded))
+                .map(|session| &**session)
+                .take(limit);
+            found.extend(range);
+        }
+        found.into_iter().take(limit).map(str::to_owned).collect()
+    }
+}
+
+impl MemoryStore {
+    /// Rewrites the work rows of `session` after an operation, as `touch`
+    /// says, and wakes waiting claimers when work became claimable sooner.
+    /// Runs under the session's lock.
+    pub(crate) fn sync_work(&self, session: &Session, touch: Touch<'_>) -> Result<()> {
+        let now = self.shared.clock.now_ms();
+        let id: Arc<str> = Arc::from(session.id.as_str());
+        let mut index = lock(&self.shared.work, "work index")?;
+        let mut consumers: BTreeSet<Arc<str>> = match touch {
+            Touch::Served(Some(served)) => {
+                served.iter().map(|name| Arc::from(name.as_str())).collect()
+            }
+            _ => session.cursors.consumer_names().cloned().collect(),
+        };
+        if !matches!(touch, Touch::Served(Some(_))) {
+            if let Some(rows) = index.rows.get(&id) {
+                consumers.extend(rows.keys().cloned());
+            }
+        }
+        let mut sooner = false;
+        for consumer in consumers {
+            let summary = session.cursors.work_summary(&consumer, now);
+            let row = match touch {
+                Touch::All => summary.touched_row(index.row(&id, &consumer), now),
+                Touch::Served(_) => summary.served_row(now),
+            };
+            sooner |= index.set(&id, &consumer, row);
+        }
+        drop(index);
+        if sooner {
+            self.shared.signal.notify();
+        }
+        Ok(())
+    }
+
+    /// [`Store::list_work`](a2_store_api::Store::list_work) of a validated request.
+    pub(crate) fn list(&self, request: &ListWork) -> Result<Vec<SessionWork>> {
+        let page = request.page_size();
+        let now = self.shared.clock.now_ms();
+        let mut listed = Vec::new();
+        let mut after = request.after.clone();
+        loop {
+            let candidates = lock(&self.shared.work, "work index")?.listed_after(
+                &request.consumers,
+                after.as_deref(),
+                page,
+            );
+            let more = candidates.len() >= page;
+            for session_id in candidates {
+                after = Some(session_id.clone());
+                let work = self.with_existing(&session_id, |session, _| {
+                    let mut summary = WorkSummary::default();
+                    for consumer in &request.consumers {
+                        summary.merge(&session.cursors.work_summary(consumer, now));
+                    }
+                    let index = lock(&self.shared.work, "work index")?;
+                    let ready_at = request
+                        .consumers
+                        .iter()
+                        .filter_map(|consumer| index.row(&session_id, consumer)?.ready_at())
+                        .min();
+                    Ok(summary.session_work(&session_id, ready_at))
+                })?;
+                if work.has_work() {
+                    listed.push(work);
+                    if listed.len() >= page {
+                        return Ok(listed);
+                    }
+                }
+            }
+            if !more {
+                return Ok(listed);
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl WorkSource for MemoryStore {
+    async fn ready_sessions(
+        &self,
+        request: &ClaimWorkRequest,
+        now_ms: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        Ok(lock(&self.shared.work, "work index")?.ready_sessions(request, now_ms, skip, limit))
+    }
+
+    async fn claim_session(&self, request: ClaimRequest) -> Result<ClaimResult> {
+        self.claim_in_session(request)
+    }
+
+    async fn earliest_ready(&self, request: &ClaimWorkRequest) -> Result<Option<i64>> {
+        Ok(lock(&self.shared.work, "work index")?.earliest_ready(request))
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        self.shared.clock.as_ref()
+    }
+
+    fn signal(&self) -> &WorkSignal {
+        &self.shared.signal
+    }
+
+    /// Every change is made in this process and fires the signal.
+    fn fallback_poll(&self) -> Option<Duration> {
+        None
+    }
+}
