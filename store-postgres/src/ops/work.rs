@@ -29,13 +29,19 @@ pub(crate) fn work_channel(schema: &str) -> String {
     channel
 }
 
-/// The consumers whose work rows a transaction may move earlier, with the
-/// earliest time each may be claimable (`None`: only dead letters, the row
-/// must merely exist): `a2_store_api::work::sooner` for each cursor it wrote.
+/// The consumers whose cursors a transaction changed, and what their work
+/// rows become. A cursor left with a live head may only make its
+/// consumer's work claimable sooner: the row becomes
+/// `a2_store_api::work::sooner(old, Dispatch::ready_at)` (no read of the
+/// other cursors). A cursor that lost its head or had it dead-lettered may
+/// leave its consumer with nothing claimable or busy: that row is rewritten
+/// from the consumer's cursors (`WorkSummary::touched_row`), so a finished
+/// pair's row goes and the `Busy`/`Settled` answers stay exact.
 #[derive(Debug)]
 pub(crate) struct Touched {
     now: i64,
-    by_consumer: BTreeMap<String, Option<i64>>,
+    sooner: BTreeMap<String, Option<i64>>,
+    recheck: BTreeSet<String>,
 }
 
 impl Touched {
@@ -43,63 +49,78 @@ impl Touched {
     pub(crate) fn new(now: i64) -> Self {
         Self {
             now,
-            by_consumer: BTreeMap::new(),
+            sooner: BTreeMap::new(),
+            recheck: BTreeSet::new(),
         }
     }
 
-    /// Notes the cursor just written: its head (if any) may be claimable
-    /// from `Dispatch::ready_at` on.
+    /// Notes the cursor just written.
     pub(crate) fn cursor(&mut self, cursor: &CursorRow) {
-        if cursor.head.is_none() {
+        if cursor.head.is_none() || cursor.dispatch.is_dead_lettered() {
+            self.recheck.insert(cursor.consumer.clone());
             return;
         }
         let at = cursor.dispatch.ready_at(self.now);
-        let entry = self
-            .by_consumer
-            .entry(cursor.consumer.clone())
-            .or_insert(at);
+        let entry = self.sooner.entry(cursor.consumer.clone()).or_insert(at);
         *entry = match (*entry, at) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
     }
 
-    /// Upserts the touched rows with one statement: each row becomes
-    /// `work::sooner(old, at)` (`LEAST` skips `NULL`s: a missing or
-    /// dead-letters-only row becomes `at`; a `None` keeps the row as it is,
-    /// or inserts a dead-letters-only one). When a row was made ready
-    /// (inserted or moved earlier with a time), sends `NOTIFY` on `channel`
-    /// in the same statement, so waiters elsewhere learn of it on commit.
-    /// Returns whether it did (the caller then wakes this process's waiters
-    /// after the commit).
-    pub(crate) async fn flush(
-        self,
-        tx: &Tx<'_>,
-        channel: &str,
-        session_id: &str,
-    ) -> TxResult<bool> {
-        if self.by_consumer.is_empty() {
-            return Ok(false);
+    /// Writes the touched rows; call it after the transaction's cursor
+    /// writes (and before `has_pending`). The `sooner` rows are one upsert:
+    /// `LEAST` skips `NULL`s, so a missing or dead-letters-only row becomes
+    /// `at`, and an earlier one stays. The rechecked rows are locked, then
+    /// rewritten from the cursors. When a row was made ready (inserted or
+    /// moved earlier with a time), sends `NOTIFY` on `channel` in the same
+    /// transaction, so waiters elsewhere learn of it on commit. Returns
+    /// whether it did (the caller then wakes this process's waiters after
+    /// the commit).
+    pub(crate) async fn flush(self, tx: &Tx<'_>, channel: &str, session_id: &str) -> TxResult<bool> {
+        let mut ready = false;
+        let consumers: Vec<&str> = self
+            .sooner
+            .keys()
+            .map(String::as_str)
+            .filter(|name| !self.recheck.contains(*name))
+            .collect();
+        if !consumers.is_empty() {
+            let at: Vec<Option<i64>> = consumers
+                .iter()
+                .map(|name| self.sooner.get(*name).copied().flatten())
+                .collect();
+            // Rows in consumer order, so concurrent writers lock them in one order.
+            let row = query_opt(
+                tx,
+                "WITH up AS ( \
+                   INSERT INTO work AS w (session_id, consumer, ready_at) \
+                   SELECT $1, k.consumer, k.ready_at \
+                   FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS k(consumer, ready_at, n) \
+                   ORDER BY k.n \
+                   ON CONFLICT (session_id, consumer) DO UPDATE \
+                   SET ready_at = LEAST(w.ready_at, EXCLUDED.ready_at) \
+                   WHERE w.ready_at IS DISTINCT FROM LEAST(w.ready_at, EXCLUDED.ready_at) \
+                   RETURNING w.ready_at) \
+                 SELECT pg_notify($4, '') IS NULL FROM up WHERE up.ready_at IS NOT NULL LIMIT 1",
+                &[&session_id, &consumers, &at, &channel],
+            )
+            .await?;
+            ready = row.is_some();
         }
-        let consumers: Vec<&str> = self.by_consumer.keys().map(String::as_str).collect();
-        let ready: Vec<Option<i64>> = self.by_consumer.values().copied().collect();
-        // Rows in consumer order, so concurrent writers lock them in one order.
-        let row = query_opt(
-            tx,
-            "WITH up AS ( \
-               INSERT INTO work AS w (session_id, consumer, ready_at) \
-               SELECT $1, k.consumer, k.ready_at \
-               FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS k(consumer, ready_at, n) \
-               ORDER BY k.n \
-               ON CONFLICT (session_id, consumer) DO UPDATE \
-               SET ready_at = LEAST(w.ready_at, EXCLUDED.ready_at) \
-               WHERE w.ready_at IS DISTINCT FROM LEAST(w.ready_at, EXCLUDED.ready_at) \
-               RETURNING w.ready_at) \
-             SELECT pg_notify($4, '') IS NULL FROM up WHERE up.ready_at IS NOT NULL LIMIT 1",
-            &[&session_id, &consumers, &ready, &channel],
-        )
-        .await?;
-        Ok(row.is_some())
+        if !self.recheck.is_empty() {
+            let names: Vec<String> = self.recheck.into_iter().collect();
+            let locked = lock_rows(tx, session_id, Some(&names), Wait::Wait)
+                .await?
+                .unwrap_or_default();
+            let sooner = rewrite(tx, session_id, Some(&names), &locked, self.now, Rule::Touched)
+                .await?;
+            if sooner && !ready {
+                execute(tx, "SELECT pg_notify($1, '')", &[&channel]).await?;
+                ready = true;
+            }
+        }
+        Ok(ready)
     }
 }
 
@@ -220,7 +241,8 @@ pub(crate) enum Rule {
 /// locked: each is overwritten or deleted. A pair without a locked row that
 /// now needs one is inserted, merged as `work::sooner` with a row a
 /// concurrent writer may have inserted meanwhile (never deleted: that
-/// writer's cursors may not be in this transaction's view).
+/// writer's cursors may not be in this transaction's view). Returns
+/// whether a row was made ready sooner (inserted, or moved earlier).
 pub(crate) async fn rewrite(
     tx: &Tx<'_>,
     session_id: &str,
@@ -228,7 +250,7 @@ pub(crate) async fn rewrite(
     locked: &Locked,
     now: i64,
     rule: Rule,
-) -> TxResult<()> {
+) -> TxResult<bool> {
     let names: BTreeSet<&str> = match consumers {
         Some(names) => names.iter().map(String::as_str).collect(),
         None => locked.keys().map(String::as_str).collect(),
@@ -237,6 +259,7 @@ pub(crate) async fn rewrite(
     let found = summaries(tx, &[session_id], &listed, now).await?;
     let (mut deleted, mut updated, mut updated_at) = (Vec::new(), Vec::new(), Vec::new());
     let (mut inserted, mut inserted_at) = (Vec::new(), Vec::new());
+    let mut sooner = false;
     for name in names {
         let summary = found
             .get(&(session_id.to_owned(), name.to_owned()))
@@ -247,6 +270,12 @@ pub(crate) async fn rewrite(
             Rule::Served => summary.served_row(now),
             Rule::Touched => summary.touched_row(old.flatten(), now),
         };
+        if let Some(WorkRow::Ready(at)) = new {
+            sooner |= match old.flatten() {
+                Some(WorkRow::Ready(before)) => at < before,
+                _ => true,
+            };
+        }
         match (old, new) {
             (Some(_), None) => deleted.push(name),
             (Some(old), Some(new)) if old != Some(new) => {
@@ -291,7 +320,7 @@ pub(crate) async fn rewrite(
         )
         .await?;
     }
-    Ok(())
+    Ok(sooner)
 }
 
 /// The sessions `request` serves with a ready row (`ready_at <= now`),
