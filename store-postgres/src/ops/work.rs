@@ -10,6 +10,8 @@
 //! before taking any that may wait (`claim_work`: `SKIP LOCKED`, see
 //! [`lock_rows`]). So no two transactions wait on each other in a cycle.
 
+mod sql;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use a2_store_api::sql::from_sql_int;
@@ -77,7 +79,12 @@ impl Touched {
     /// transaction, so waiters elsewhere learn of it on commit. Returns
     /// whether it did (the caller then wakes this process's waiters after
     /// the commit).
-    pub(crate) async fn flush(self, tx: &Tx<'_>, channel: &str, session_id: &str) -> TxResult<bool> {
+    pub(crate) async fn flush(
+        self,
+        tx: &Tx<'_>,
+        channel: &str,
+        session_id: &str,
+    ) -> TxResult<bool> {
         let mut ready = false;
         let consumers: Vec<&str> = self
             .sooner
@@ -113,8 +120,15 @@ impl Touched {
             let locked = lock_rows(tx, session_id, Some(&names), Wait::Wait)
                 .await?
                 .unwrap_or_default();
-            let sooner = rewrite(tx, session_id, Some(&names), &locked, self.now, Rule::Touched)
-                .await?;
+            let sooner = rewrite(
+                tx,
+                session_id,
+                Some(&names),
+                &locked,
+                self.now,
+                Rule::Touched,
+            )
+            .await?;
             if sooner && !ready {
                 execute(tx, "SELECT pg_notify($1, '')", &[&channel]).await?;
                 ready = true;
@@ -346,27 +360,11 @@ pub(crate) async fn ready_sessions(
     let consumers = request.consumer_names();
     let fetch = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = match &request.sessions {
-        None => {
-            query(
-                tx,
-                "SELECT r.session_id FROM unnest($1::text[]) AS k(consumer) \
-                 CROSS JOIN LATERAL (SELECT w.session_id, w.ready_at FROM work w \
-                   WHERE w.consumer = k.consumer AND w.ready_at IS NOT NULL AND w.ready_at <= $2 \
-                     AND NOT (w.session_id = ANY($3)) \
-                   ORDER BY w.ready_at, w.session_id LIMIT $4) AS r \
-                 ORDER BY r.ready_at, r.session_id, k.consumer",
-                &[&consumers, &now, &skip, &fetch],
-            )
-            .await?
-        }
+        None => query(tx, sql::READY, &[&consumers, &now, &skip, &fetch]).await?,
         Some(sessions) => {
             query(
                 tx,
-                "SELECT w.session_id FROM work w \
-                 WHERE w.session_id = ANY($1) AND w.consumer = ANY($2) \
-                   AND w.ready_at IS NOT NULL AND w.ready_at <= $3 \
-                   AND NOT (w.session_id = ANY($4)) \
-                 GROUP BY w.session_id ORDER BY min(w.ready_at), w.session_id LIMIT $5",
+                sql::READY_LISTED,
                 &[sessions, &consumers, &now, &skip, &fetch],
             )
             .await?
@@ -394,26 +392,8 @@ pub(crate) async fn earliest_ready(
 ) -> TxResult<Option<i64>> {
     let consumers = request.consumer_names();
     let row = match &request.sessions {
-        None => {
-            query_opt(
-                tx,
-                "SELECT min(r.ready_at) FROM unnest($1::text[]) AS k(consumer) \
-                 CROSS JOIN LATERAL (SELECT w.ready_at FROM work w \
-                   WHERE w.consumer = k.consumer AND w.ready_at IS NOT NULL \
-                   ORDER BY w.ready_at LIMIT 1) AS r",
-                &[&consumers],
-            )
-            .await?
-        }
-        Some(sessions) => {
-            query_opt(
-                tx,
-                "SELECT min(w.ready_at) FROM work w \
-                 WHERE w.session_id = ANY($1) AND w.consumer = ANY($2) AND w.ready_at IS NOT NULL",
-                &[sessions, &consumers],
-            )
-            .await?
-        }
+        None => query_opt(tx, sql::EARLIEST, &[&consumers]).await?,
+        Some(sessions) => query_opt(tx, sql::EARLIEST_LISTED, &[sessions, &consumers]).await?,
     };
     match row {
         Some(row) => Ok(row.try_get(0)?),
@@ -439,16 +419,7 @@ pub(crate) async fn list_work(
     let mut after = request.after.clone();
     let mut listed = Vec::with_capacity(page);
     while listed.len() < page {
-        let rows = query(
-            tx,
-            "SELECT r.session_id, min(r.ready_at) FROM unnest($1::text[]) AS k(consumer) \
-             CROSS JOIN LATERAL (SELECT w.session_id, w.ready_at FROM work w \
-               WHERE w.consumer = k.consumer AND ($2::text IS NULL OR w.session_id > $2) \
-               ORDER BY w.session_id LIMIT $3) AS r \
-             GROUP BY r.session_id ORDER BY r.session_id LIMIT $3",
-            &[&consumers, &after, &fetch],
-        )
-        .await?;
+        let rows = query(tx, sql::LISTED_AFTER, &[&consumers, &after, &fetch]).await?;
         let mut candidates: Vec<(String, Option<i64>)> = Vec::with_capacity(rows.len());
         for row in &rows {
             candidates.push((row.try_get(0)?, row.try_get(1)?));
