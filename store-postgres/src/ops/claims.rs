@@ -16,7 +16,7 @@ use tokio_postgres::types::ToSql;
 use crate::cursor_table::{put_all, refresh_log_types, release_pins, served_names};
 use crate::db::{bound, execute, query, query_opt, read_session, Tx};
 use crate::error::TxResult;
-use crate::ops::work::{lock_rows, rewrite, Rule, Wait};
+use crate::ops::work::{lock_and_rewrite, lock_rows, rewrite, Rule, Wait};
 use crate::rows::{
     clear_of, decode_event, index_of, key_of, CursorKey, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH,
     EVENT_COLUMNS,
@@ -102,18 +102,7 @@ pub(crate) async fn claim(
     )?;
     let result = take(tx, request, now, expires_at).await?;
     let served = served_list(request);
-    let locked = lock_rows(tx, session_id, served.as_deref(), Wait::Wait)
-        .await?
-        .unwrap_or_default();
-    rewrite(
-        tx,
-        session_id,
-        served.as_deref(),
-        &locked,
-        now,
-        Rule::Served,
-    )
-    .await?;
+    lock_and_rewrite(tx, session_id, served.as_deref(), now, Rule::Served).await?;
     Ok(result)
 }
 

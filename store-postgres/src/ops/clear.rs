@@ -8,7 +8,7 @@ use crate::cursor_table::fence;
 use crate::db::{execute, lock_session, Tx};
 use crate::error::TxResult;
 use crate::inner::{Inner, Wrote};
-use crate::ops::work::{lock_rows, rewrite, Rule, Touched, Wait};
+use crate::ops::work::{lock_and_rewrite, Rule, Touched};
 use crate::rows::index_of;
 
 /// The body of [`Store::clear`](a2_store_api::Store::clear). Returns the
@@ -70,10 +70,7 @@ pub(crate) async fn clear(
     )
     .await?;
     // Every cursor lock is held (the deletes and updates above took them).
-    let locked = lock_rows(tx, session_id, None, Wait::Wait)
-        .await?
-        .unwrap_or_default();
-    rewrite(tx, session_id, None, &locked, now, Rule::Touched).await?;
+    lock_and_rewrite(tx, session_id, None, now, Rule::Touched).await?;
     let wrote = Wrote {
         events: true,
         work: false,

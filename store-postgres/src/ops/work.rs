@@ -117,18 +117,8 @@ impl Touched {
         }
         if !self.recheck.is_empty() {
             let names: Vec<String> = self.recheck.into_iter().collect();
-            let locked = lock_rows(tx, session_id, Some(&names), Wait::Wait)
-                .await?
-                .unwrap_or_default();
-            let sooner = rewrite(
-                tx,
-                session_id,
-                Some(&names),
-                &locked,
-                self.now,
-                Rule::Touched,
-            )
-            .await?;
+            let sooner =
+                lock_and_rewrite(tx, session_id, Some(&names), self.now, Rule::Touched).await?;
             if sooner && !ready {
                 execute(tx, "SELECT pg_notify($1, '')", &[&channel]).await?;
                 ready = true;
@@ -137,6 +127,11 @@ impl Touched {
         Ok(ready)
     }
 }
+
+/// Locks a session's rows (`$1`) of `$2` consumers (`NULL`: every one), in
+/// consumer order.
+const LOCK: &str = "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
+    AND ($2::text[] IS NULL OR consumer = ANY($2)) ORDER BY consumer FOR UPDATE";
 
 /// How [`lock_rows`] treats rows another transaction holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,8 +154,6 @@ pub(crate) async fn lock_rows(
     consumers: Option<&[String]>,
     wait: Wait,
 ) -> TxResult<Option<Locked>> {
-    const LOCK: &str = "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
-        AND ($2::text[] IS NULL OR consumer = ANY($2)) ORDER BY consumer FOR UPDATE";
     const TRY_LOCK: &str = "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
         AND ($2::text[] IS NULL OR consumer = ANY($2)) ORDER BY consumer FOR UPDATE SKIP LOCKED";
     const VISIBLE: &str = "SELECT count(*) FROM work WHERE session_id = $1 \
@@ -191,10 +184,36 @@ pub(crate) async fn lock_rows(
     Ok(Some(locked))
 }
 
-/// The unfinished heads of `consumers` in `sessions` at `now`, summed per
-/// `(session, consumer)` as `WorkSummary::add` counts them: dead-lettered
-/// when `failed_at` is set, busy while `claim_expires_at > now`, else
-/// claimable. Pairs without a head are left out.
+/// The statement of [`summaries`]: `$1` sessions, `$2` consumers (`NULL`:
+/// every one), `$3` now.
+const SUMMARIES: &str = "SELECT h.session_id, h.consumer, \
+    count(*) FILTER (WHERE h.failed_at IS NULL \
+      AND (h.claim_expires_at IS NULL OR h.claim_expires_at <= $3)), \
+    count(*) FILTER (WHERE h.failed_at IS NULL AND h.claim_expires_at > $3), \
+    count(*) FILTER (WHERE h.failed_at IS NOT NULL), \
+    min(h.claim_expires_at) FILTER (WHERE h.failed_at IS NULL AND h.claim_expires_at > $3) \
+  FROM ( \
+    SELECT c.session_id, c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
+      WHERE c.session_id = ANY($1) AND ($2::text[] IS NULL OR c.consumer = ANY($2)) \
+        AND c.head IS NOT NULL \
+        AND c.failed_at IS NULL AND (c.claim_expires_at IS NULL OR c.expired) \
+    UNION ALL \
+    SELECT c.session_id, c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
+      WHERE c.session_id = ANY($1) AND ($2::text[] IS NULL OR c.consumer = ANY($2)) \
+        AND c.head IS NOT NULL \
+        AND c.failed_at IS NULL AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
+    UNION ALL \
+    SELECT c.session_id, c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
+      WHERE c.session_id = ANY($1) AND ($2::text[] IS NULL OR c.consumer = ANY($2)) \
+        AND c.head IS NOT NULL \
+        AND c.failed_at IS NOT NULL \
+  ) AS h GROUP BY h.session_id, h.consumer";
+
+/// The unfinished heads of `consumers` (`None`: every consumer) in
+/// `sessions` at `now`, summed per `(session, consumer)` as
+/// `WorkSummary::add` counts them: dead-lettered when `failed_at` is set,
+/// busy while `claim_expires_at > now`, else claimable. Pairs without a
+/// head are left out.
 ///
 /// Three parts, each the predicate of one partial cursor index (idle and
 /// promoted heads, unpromoted busy heads, dead letters), so finished
@@ -202,33 +221,14 @@ pub(crate) async fn lock_rows(
 async fn summaries(
     tx: &Tx<'_>,
     sessions: &[&str],
-    consumers: &[&str],
+    consumers: Option<&[&str]>,
     now: i64,
 ) -> TxResult<BTreeMap<(String, String), WorkSummary>> {
-    const SQL: &str = "SELECT h.session_id, h.consumer, \
-        count(*) FILTER (WHERE h.failed_at IS NULL \
-          AND (h.claim_expires_at IS NULL OR h.claim_expires_at <= $3)), \
-        count(*) FILTER (WHERE h.failed_at IS NULL AND h.claim_expires_at > $3), \
-        count(*) FILTER (WHERE h.failed_at IS NOT NULL), \
-        min(h.claim_expires_at) FILTER (WHERE h.failed_at IS NULL AND h.claim_expires_at > $3) \
-      FROM ( \
-        SELECT c.session_id, c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
-          WHERE c.session_id = ANY($1) AND c.consumer = ANY($2) AND c.head IS NOT NULL \
-            AND c.failed_at IS NULL AND (c.claim_expires_at IS NULL OR c.expired) \
-        UNION ALL \
-        SELECT c.session_id, c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
-          WHERE c.session_id = ANY($1) AND c.consumer = ANY($2) AND c.head IS NOT NULL \
-            AND c.failed_at IS NULL AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
-        UNION ALL \
-        SELECT c.session_id, c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
-          WHERE c.session_id = ANY($1) AND c.consumer = ANY($2) AND c.head IS NOT NULL \
-            AND c.failed_at IS NOT NULL \
-      ) AS h GROUP BY h.session_id, h.consumer";
     let mut found = BTreeMap::new();
-    if sessions.is_empty() || consumers.is_empty() {
+    if sessions.is_empty() || consumers.is_some_and(<[&str]>::is_empty) {
         return Ok(found);
     }
-    for row in query(tx, SQL, &[&sessions, &consumers, &now]).await? {
+    for row in query(tx, SUMMARIES, &[&sessions, &consumers, &now]).await? {
         let summary = WorkSummary {
             claimable: from_sql_int("claimable heads", row.try_get(2)?)?,
             busy: from_sql_int("busy heads", row.try_get(3)?)?,
@@ -265,12 +265,51 @@ pub(crate) async fn rewrite(
     now: i64,
     rule: Rule,
 ) -> TxResult<bool> {
+    let listed: Option<Vec<&str>> =
+        consumers.map(|names| names.iter().map(String::as_str).collect());
+    let found = summaries(tx, &[session_id], listed.as_deref(), now).await?;
+    apply(tx, session_id, consumers, locked, &found, now, rule).await
+}
+
+/// [`lock_rows`] (waiting) and [`rewrite`] in one round trip: the two
+/// statements are pipelined, and the server runs the summary after the
+/// lock (so its snapshot sees every change committed by a writer that held
+/// one of the rows). For callers holding every cursor lock they need.
+pub(crate) async fn lock_and_rewrite(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumers: Option<&[String]>,
+    now: i64,
+    rule: Rule,
+) -> TxResult<bool> {
+    let listed: Option<Vec<&str>> =
+        consumers.map(|names| names.iter().map(String::as_str).collect());
+    let sessions = [session_id];
+    // Both prepared first: then each is sent when first polled, and
+    // `try_join` polls in argument order, so the lock runs first.
+    futures::try_join!(tx.prepare_cached(LOCK), tx.prepare_cached(SUMMARIES))?;
+    let (locked, found) = futures::try_join!(
+        lock_rows(tx, session_id, consumers, Wait::Wait),
+        summaries(tx, &sessions, listed.as_deref(), now),
+    )?;
+    let locked = locked.unwrap_or_default();
+    apply(tx, session_id, consumers, &locked, &found, now, rule).await
+}
+
+/// Writes the rows [`rewrite`] decided from the summaries `found`.
+async fn apply(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumers: Option<&[String]>,
+    locked: &Locked,
+    found: &BTreeMap<(String, String), WorkSummary>,
+    now: i64,
+    rule: Rule,
+) -> TxResult<bool> {
     let names: BTreeSet<&str> = match consumers {
         Some(names) => names.iter().map(String::as_str).collect(),
         None => locked.keys().map(String::as_str).collect(),
     };
-    let listed: Vec<&str> = names.iter().copied().collect();
-    let found = summaries(tx, &[session_id], &listed, now).await?;
     let (mut deleted, mut updated, mut updated_at) = (Vec::new(), Vec::new(), Vec::new());
     let (mut inserted, mut inserted_at) = (Vec::new(), Vec::new());
     let mut sooner = false;
@@ -429,7 +468,7 @@ pub(crate) async fn list_work(
         };
         after = Some(last.clone());
         let ids: Vec<&str> = candidates.iter().map(|(id, _)| id.as_str()).collect();
-        let found = summaries(tx, &ids, &consumers, now).await?;
+        let found = summaries(tx, &ids, Some(&consumers), now).await?;
         let mut by_session: BTreeMap<&str, WorkSummary> = BTreeMap::new();
         for ((session_id, _), summary) in &found {
             by_session
