@@ -905,6 +905,15 @@ pub struct ListWork {
 }
 
 impl ListWork {
+    /// The names of the listed consumers, sorted and without repeats (a
+    /// consumer named twice is counted once).
+    pub fn consumer_names(&self) -> Vec<String> {
+        let mut names = self.consumers.clone();
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// The page size (default 100).
     pub fn page_size(&self) -> usize {
         self.limit.unwrap_or(100)

@@ -20,16 +20,22 @@
 //! - appends (targets, declared log consumers) and `wake_log` only make work
 //!   sooner: they move the rows of the consumers they give heads to earlier
 //!   ([`sooner`]), one upsert each, no scan;
-//! - `complete_attempt`, `fail_attempt` and `redrive` rewrite the row of the
-//!   consumer they act on from its heads ([`WorkSummary::touched_row`]), so
-//!   finished work leaves no row and `claim_work` answers `Settled`; the
-//!   events a completion returns move their consumers' rows earlier;
+//! - `complete_attempt`, `fail_attempt`, `redrive` and `renew_claims` (when
+//!   it renews something) rewrite the row of each consumer they act on from
+//!   its heads ([`WorkSummary::touched_row`]), so finished work leaves no
+//!   row, `claim_work` answers `Settled`, and a lease a renewal shortened or
+//!   lengthened is found exactly when it ends; the events a completion
+//!   returns move their consumers' rows earlier;
 //! - every claim of a session (either claim operation) rewrites the rows of
 //!   the consumers it served ([`WorkSummary::served_row`]; `consumers: None`
 //!   serves every consumer with a row);
-//! - a clear rewrites all the session's rows ([`WorkSummary::touched_row`]);
-//! - renewals leave rows alone (a row is then early: `Busy.retry_at` may come
-//!   before the renewed lease ends).
+//! - a clear rewrites all the session's rows ([`WorkSummary::touched_row`]).
+//!
+//! Under these rules a row is exact after every operation: its `ready_at`
+//! is when the pair's work became claimable (or a claim last served it), or
+//! its earliest lease or retry-delay end. So `Busy.retry_at`,
+//! `SessionWork::ready_since` and the fairness order are the same on every
+//! backend, and the differential test compares them exactly.
 //!
 //! # Fairness
 //!

@@ -229,7 +229,13 @@ impl Store for MemoryStore {
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult> {
         validate::renew_claims(&request)?;
         let session_id = request.session_id.clone();
-        self.with_session(&session_id, |session, env| session.renew(env, request))
+        self.with_session(&session_id, |session, env| {
+            let renewed = session.renew(env, request)?;
+            if !renewed.renewed.is_empty() {
+                self.sync_work(session, Touch::All)?;
+            }
+            Ok(renewed)
+        })
     }
 
     async fn complete_attempt(&self, mut request: CompleteRequest) -> Result<CompleteResult> {

@@ -240,11 +240,12 @@ impl MemoryStore {
     pub(crate) fn list(&self, request: &ListWork) -> Result<Vec<SessionWork>> {
         let page = request.page_size();
         let now = self.shared.clock.now_ms();
+        let consumers = request.consumer_names();
         let mut listed = Vec::new();
         let mut after = request.after.clone();
         loop {
             let candidates = lock(&self.shared.work, "work index")?.listed_after(
-                &request.consumers,
+                &consumers,
                 after.as_deref(),
                 page,
             );
@@ -253,12 +254,11 @@ impl MemoryStore {
                 after = Some(session_id.clone());
                 let work = self.with_existing(&session_id, |session, _| {
                     let mut summary = WorkSummary::default();
-                    for consumer in &request.consumers {
+                    for consumer in &consumers {
                         summary.merge(&session.cursors.work_summary(consumer, now));
                     }
                     let index = lock(&self.shared.work, "work index")?;
-                    let ready_at = request
-                        .consumers
+                    let ready_at = consumers
                         .iter()
                         .filter_map(|consumer| index.row(&session_id, consumer)?.ready_at())
                         .min();

@@ -8,6 +8,7 @@ use crate::cursor_rows::{fence, has_pending, refresh_log_types};
 use crate::events::owner_of;
 use crate::pool::Ctx;
 use crate::session;
+use crate::work::Wake;
 
 /// What an append did: its result, and whether rows were written (subscribers
 /// must be told).
@@ -16,6 +17,8 @@ pub(crate) struct Appended {
     pub result: AppendResult,
     /// Whether new rows were committed.
     pub wrote: bool,
+    /// Whether some work row moved earlier (waiting claimers are woken).
+    pub wake: Wake,
 }
 
 /// Appends in the CONTRACT's order: empty batch → replay / partial
@@ -39,6 +42,7 @@ pub(crate) fn append(
                 has_pending: has_pending(tx, existing_session.as_ref(), consumers)?,
             },
             wrote: false,
+            wake: Wake::default(),
         });
     }
     if let Some(session) = &existing_session {
@@ -59,6 +63,7 @@ pub(crate) fn append(
                         has_pending: has_pending(tx, Some(session), consumers)?,
                     },
                     wrote: false,
+                    wake: Wake::default(),
                 });
             }
             return Err(StoreError::mixed_batch(
@@ -78,12 +83,14 @@ pub(crate) fn append(
         Some(session) => session,
         None => session::find_or_create(tx, session_id)?,
     };
-    let rows = batch::insert(tx, ctx, &mut session, events, consumers, None)?;
+    let mut wake = Wake::default();
+    let rows = batch::insert(tx, ctx, &mut session, events, consumers, None, &mut wake)?;
     Ok(Appended {
         result: AppendResult {
             events: rows,
             has_pending: has_pending(tx, Some(&session), consumers)?,
         },
         wrote: true,
+        wake,
     })
 }

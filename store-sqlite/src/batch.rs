@@ -12,12 +12,14 @@ use crate::events::{next_log_head, RowWriter};
 use crate::pool::Ctx;
 use crate::session::SessionRow;
 use crate::values::SqlIndex;
+use crate::work::{self, Wake};
 
 /// Appends `events` at the session's head with one `created_at`, then creates
 /// or extends the cursors their targets name and creates or wakes the
-/// declared log consumers. `cause` (a completion's attempt) overrides every
-/// event's own cause. Fails with nothing kept (the caller's transaction rolls
-/// back) on an id already owned or a lane conflict.
+/// declared log consumers, moving the work row of every consumer that got a
+/// head to now (noted in `wake`). `cause` (a completion's attempt) overrides
+/// every event's own cause. Fails with nothing kept (the caller's
+/// transaction rolls back) on an id already owned or a lane conflict.
 pub(crate) fn insert(
     tx: &Connection,
     ctx: &Ctx,
@@ -25,6 +27,7 @@ pub(crate) fn insert(
     events: &[NewEvent],
     consumers: Option<&[ConsumerDeclaration]>,
     cause: Option<&Cause>,
+    wake: &mut Wake,
 ) -> Result<Vec<StoredEvent>, StoreError> {
     check_lane_conflicts(tx, session, events, consumers)?;
     if events.is_empty() {
@@ -53,7 +56,13 @@ pub(crate) fn insert(
     }
     drop(writer);
     session.head = base + events.len() as u64;
-    enqueue(tx, session, &rows, events, base, consumers)?;
+    let mut started = enqueue(tx, session, &rows, events, base, consumers)?;
+    // One row per consumer that got a head, however many heads it got.
+    started.sort_unstable();
+    started.dedup();
+    for consumer in &started {
+        work::ready_from(tx, session, consumer, now, wake)?;
+    }
     Ok(rows)
 }
 
@@ -81,20 +90,26 @@ fn check_lane_conflicts(
     Ok(())
 }
 
-/// Starts the cursor work of freshly inserted `rows` (`events[i]` made `rows[i]`).
-fn enqueue(
+/// Starts the cursor work of freshly inserted `rows` (`events[i]` made
+/// `rows[i]`); returns the consumers (with repeats) of the cursors that got
+/// a head (a new head is claimable at once).
+fn enqueue<'a>(
     tx: &Connection,
     session: &SessionRow,
     rows: &[StoredEvent],
-    events: &[NewEvent],
+    events: &'a [NewEvent],
     base: u64,
-    consumers: Option<&[ConsumerDeclaration]>,
-) -> Result<(), StoreError> {
+    consumers: Option<&'a [ConsumerDeclaration]>,
+) -> Result<Vec<&'a str>, StoreError> {
+    let mut started = Vec::new();
     for (row, event) in rows.iter().zip(events) {
         for target in &event.targets {
-            match &target.lane {
+            let got_head = match &target.lane {
                 None => add_event_cursor(tx, session, &target.consumer, row.index)?,
                 Some(lane) => queue_on_lane(tx, session, &target.consumer, lane, row.index)?,
+            };
+            if got_head {
+                started.push(target.consumer.as_str());
             }
         }
     }
@@ -106,7 +121,7 @@ fn enqueue(
         else {
             continue;
         };
-        match cursor_rows::find(tx, session, &consumer.name, Some(&log.lane), 0)? {
+        let got_head = match cursor_rows::find(tx, session, &consumer.name, Some(&log.lane), 0)? {
             None => {
                 let position = log.start_position(session.clear, base);
                 let head = if log.backfill {
@@ -119,29 +134,36 @@ fn enqueue(
                     session,
                     CursorRow::new_log(&consumer.name, log, position, head),
                 )?;
+                head.is_some()
             }
             Some(mut existing) => {
                 existing.types = log.types.clone();
-                if existing.head.is_none() {
+                let idle = existing.head.is_none();
+                if idle {
                     existing.head =
                         next_log_head(tx, session, existing.position, log.types.as_deref())?;
                 }
                 cursor_rows::save(tx, &existing)?;
+                idle && existing.head.is_some()
             }
+        };
+        if got_head {
+            started.push(consumer.name.as_str());
         }
     }
-    Ok(())
+    Ok(started)
 }
 
-/// A fresh event cursor for `(consumer, index)` (a repeated target is one cursor).
+/// A fresh event cursor for `(consumer, index)` (a repeated target is one
+/// cursor); whether one was created.
 fn add_event_cursor(
     tx: &Connection,
     session: &SessionRow,
     consumer: &str,
     index: u64,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     if cursor_rows::find(tx, session, consumer, None, index)?.is_some() {
-        return Ok(());
+        return Ok(false);
     }
     cursor_rows::create(
         tx,
@@ -158,17 +180,18 @@ fn add_event_cursor(
             dispatch: Dispatch::default(),
         },
     )?;
-    Ok(())
+    Ok(true)
 }
 
-/// Queues `index` on the lane cursor `(consumer, lane)`, creating it at the clear.
+/// Queues `index` on the lane cursor `(consumer, lane)`, creating it at the
+/// clear; whether the lane got a head (it had none).
 fn queue_on_lane(
     tx: &Connection,
     session: &SessionRow,
     consumer: &str,
     lane: &str,
     index: u64,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     let mut lane_cursor = match cursor_rows::find(tx, session, consumer, Some(lane), 0)? {
         Some(existing) if existing.kind == CursorKind::Log => {
             return Err(StoreError::lane_conflict(consumer, lane));
@@ -194,9 +217,10 @@ fn queue_on_lane(
     tx.prepare_cached("INSERT OR IGNORE INTO lane_queue (cid, idx) VALUES (?1, ?2)")
         .and_then(|mut stmt| stmt.execute((lane_cursor.cid, idx)))
         .ctx("queueing on a lane")?;
-    if lane_cursor.head.is_none() {
-        lane_cursor.head = Some(index);
-        cursor_rows::save(tx, &lane_cursor)?;
+    if lane_cursor.head.is_some() {
+        return Ok(false);
     }
-    Ok(())
+    lane_cursor.head = Some(index);
+    cursor_rows::save(tx, &lane_cursor)?;
+    Ok(true)
 }

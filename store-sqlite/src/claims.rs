@@ -13,6 +13,7 @@ use crate::errors::SqlContext;
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
 use crate::values::{SqlIndex, SqlLimit};
+use crate::work;
 
 /// How many candidate cursors one query fetches while walking claimable heads.
 const PAGE: usize = 256;
@@ -60,7 +61,8 @@ impl Filter {
 /// which puts them back on `cursors_ready` beside the idle heads. Then the
 /// ready heads are walked in claim order, page by page, until `limit`.
 /// Heads still busy are on neither walk, so work in flight costs a claim
-/// nothing.
+/// nothing. Last, the work rows of the served consumers are rewritten to
+/// what is left (`work::serve`), in the same transaction.
 pub(crate) fn claim(
     tx: &Connection,
     ctx: &Ctx,
@@ -71,8 +73,21 @@ pub(crate) fn claim(
     let Some(session) = session::find(tx, &request.session_id)? else {
         return Ok(ClaimResult::Settled);
     };
-    refresh_log_types(tx, &session, request.consumers.as_deref())?;
-    promote_expired(tx, &session, now)?;
+    let result = claim_heads(tx, &session, request, now, expires_at)?;
+    work::serve(tx, &session, request.consumers.as_deref(), now)?;
+    Ok(result)
+}
+
+/// The claim of `session`'s heads at `now` under a lease ending at `expires_at`.
+fn claim_heads(
+    tx: &Connection,
+    session: &SessionRow,
+    request: &ClaimRequest,
+    now: i64,
+    expires_at: i64,
+) -> Result<ClaimResult, StoreError> {
+    refresh_log_types(tx, session, request.consumers.as_deref())?;
+    promote_expired(tx, session, now)?;
     let filter = Filter::new(request.consumers.as_deref(), &request.exclude);
     let through = request.through.map_or(SqlIndex::MAX, SqlIndex::clamped);
     let limit = request.limit.unwrap_or(usize::MAX);
@@ -90,7 +105,7 @@ pub(crate) fn claim(
         // busy cursors just lead to another page).
         let left = limit - heads.len();
         let want = left.clamp(1, PAGE);
-        let page = ready_page(tx, &session, through, &after, want)?;
+        let page = ready_page(tx, session, through, &after, want)?;
         let last_page = page.len() < want;
         for mut candidate in page {
             after = (
@@ -122,7 +137,7 @@ pub(crate) fn claim(
                     cursor_rows::save(tx, &candidate)?;
                 }
             }
-            let head = candidate.to_head(tx, &session)?;
+            let head = candidate.to_head(tx, session)?;
             match step {
                 ClaimStep::Claim => {
                     heads.push(head);
@@ -146,7 +161,7 @@ pub(crate) fn claim(
             head: session.head,
         });
     }
-    let busy = earliest_busy(tx, &session, now, through, &filter)?;
+    let busy = earliest_busy(tx, session, now, through, &filter)?;
     let retry_at = match (busy, early_busy) {
         (Some(busy), Some(early)) => Some(busy.min(early)),
         (busy, early) => busy.or(early),

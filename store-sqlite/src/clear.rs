@@ -14,6 +14,7 @@ use crate::pool::Ctx;
 use crate::session;
 use crate::snapshots;
 use crate::values::SqlIndex;
+use crate::work;
 
 /// Appends the `a2.cleared` marker: drops event and lane cursors (with their
 /// queues and completion records), parks log cursors at the marker and
@@ -70,6 +71,7 @@ pub(crate) fn clear(
     )
     .and_then(|mut stmt| stmt.execute((sid, marker_idx)))
     .ctx("parking log cursors at the marker")?;
+    work::clear(tx, &session, ctx.clock.now_ms())?;
     Ok(ClearResult::Cleared { marker })
 }
 

@@ -14,6 +14,7 @@ use crate::events::owner_of;
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
 use crate::values::{Json, SqlCount, SqlIndex};
+use crate::work::{self, Wake};
 
 /// What a completion did: its result, and whether rows were written.
 pub(crate) struct Completed {
@@ -21,6 +22,8 @@ pub(crate) struct Completed {
     pub result: CompleteResult,
     /// Whether new rows were committed.
     pub wrote: bool,
+    /// Whether some work row moved earlier (waiting claimers are woken).
+    pub wake: Wake,
 }
 
 impl Completed {
@@ -28,6 +31,7 @@ impl Completed {
         Self {
             result: CompleteResult::Superseded,
             wrote: false,
+            wake: Wake::default(),
         }
     }
 }
@@ -76,6 +80,7 @@ pub(crate) fn complete(
         }
     }
     let cause = request.cause();
+    let mut wake = Wake::default();
     let rows = batch::insert(
         tx,
         ctx,
@@ -83,6 +88,7 @@ pub(crate) fn complete(
         &request.events,
         request.consumers.as_deref(),
         Some(&cause),
+        &mut wake,
     )?;
     // The cursor was read after the types refresh, and the insert changes
     // nothing of it but those same types (its head is set), so it is current.
@@ -100,10 +106,12 @@ pub(crate) fn complete(
     .and_then(|mut stmt| stmt.execute((current.cid, idx, SqlCount(request.attempt), Json(&ids))))
     .ctx("recording a completion")?;
     advance(tx, &session, &mut current)?;
+    work::after_advance(tx, &session, &current, ctx.clock.now_ms(), &mut wake)?;
     let wrote = !rows.is_empty();
     Ok(Completed {
         result: CompleteResult::Completed { events: rows },
         wrote,
+        wake,
     })
 }
 
@@ -143,5 +151,6 @@ fn replay(
     Ok(Completed {
         result: CompleteResult::Completed { events },
         wrote: false,
+        wake: Wake::default(),
     })
 }

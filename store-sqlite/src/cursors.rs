@@ -11,23 +11,29 @@ use rusqlite::Connection;
 use crate::cursor_rows::{self, cursor_columns, CursorRow};
 use crate::errors::SqlContext;
 use crate::events::next_log_head;
+use crate::pool::Ctx;
 use crate::session;
 use crate::values::SqlIndex;
+use crate::work::{self, Wake};
 
 /// Creates or wakes the consumer's log cursor (`log`: its declaration's log
 /// part); on a session with nothing after its clear, returns an idle cursor
-/// without storing one.
+/// without storing one. A cursor that got a head moves the consumer's work
+/// row to now (`Wake`: it moved earlier).
 pub(crate) fn wake_log(
     tx: &Connection,
+    ctx: &Ctx,
     session_id: &str,
     consumer: &ConsumerDeclaration,
     log: &LogDeclaration,
-) -> Result<WakeLogResult, StoreError> {
+) -> Result<(WakeLogResult, Wake), StoreError> {
+    let mut wake = Wake::default();
     let Some(session) = session::find(tx, session_id)? else {
-        return Ok(WakeLogResult {
+        let result = WakeLogResult {
             cursor: idle_log_cursor(consumer, 0),
             head: 0,
-        });
+        };
+        return Ok((result, wake));
     };
     let found = cursor_rows::find(tx, &session, &consumer.name, Some(&log.lane), 0)?;
     let row = match found {
@@ -39,16 +45,21 @@ pub(crate) fn wake_log(
             if existing.head.is_none() {
                 existing.head =
                     next_log_head(tx, &session, existing.position, log.types.as_deref())?;
+                if existing.head.is_some() {
+                    let now = ctx.clock.now_ms();
+                    work::ready_from(tx, &session, &consumer.name, now, &mut wake)?;
+                }
             }
             cursor_rows::save(tx, &existing)?;
             existing
         }
         None => {
             if session.head == session.clear {
-                return Ok(WakeLogResult {
+                let result = WakeLogResult {
                     cursor: idle_log_cursor(consumer, session.clear),
                     head: session.head,
-                });
+                };
+                return Ok((result, wake));
             }
             let position = log.start_position(session.clear, session.head);
             let head = if log.backfill {
@@ -56,6 +67,10 @@ pub(crate) fn wake_log(
             } else {
                 None
             };
+            if head.is_some() {
+                let now = ctx.clock.now_ms();
+                work::ready_from(tx, &session, &consumer.name, now, &mut wake)?;
+            }
             cursor_rows::create(
                 tx,
                 &session,
@@ -63,10 +78,11 @@ pub(crate) fn wake_log(
             )?
         }
     };
-    Ok(WakeLogResult {
+    let result = WakeLogResult {
         cursor: row.to_cursor(),
         head: session.head,
-    })
+    };
+    Ok((result, wake))
 }
 
 /// Every cursor except finished event cursors, by consumer then lane

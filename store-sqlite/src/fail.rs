@@ -16,16 +16,19 @@ use crate::errors::SqlContext;
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
 use crate::values::SqlIndex;
+use crate::work::{self, Wake};
 
-/// Records a failed attempt: counted, holder released, retry delay or dead letter.
+/// Records a failed attempt: counted, holder released, retry delay or dead
+/// letter; the consumer's work row is rewritten (`Wake`: it moved earlier).
 pub(crate) fn fail(
     tx: &Connection,
     ctx: &Ctx,
     request: &FailRequest,
-) -> Result<FailResult, StoreError> {
+) -> Result<(FailResult, Wake), StoreError> {
+    let mut wake = Wake::default();
     let session = session::find(tx, &request.session_id)?;
     if cleared(request.index, session.as_ref().map_or(0, |s| s.clear)) {
-        return Ok(FailResult::superseded());
+        return Ok((FailResult::superseded(), wake));
     }
     let Some(mut found) = cursor_rows::find_attempted(
         tx,
@@ -36,11 +39,11 @@ pub(crate) fn fail(
         request.index,
     )?
     else {
-        return Ok(FailResult::superseded());
+        return Ok((FailResult::superseded(), wake));
     };
     let on_head = found.head == Some(request.index);
     if let Some(result) = found.dispatch.fail_verdict(on_head, request.attempt) {
-        return Ok(result);
+        return Ok((result, wake));
     }
     let now = ctx.clock.now_ms();
     let result = found.dispatch.record_failure(request, now);
@@ -50,7 +53,10 @@ pub(crate) fn fail(
     } else {
         cursor_rows::save_claim(tx, &found)?;
     }
-    Ok(result)
+    if let Some(session) = &session {
+        work::touch(tx, session, &found.consumer, now, &mut wake)?;
+    }
+    Ok((result, wake))
 }
 
 /// Dead-lettered heads above the clear, by `(index, consumer, lane)`.
@@ -96,17 +102,22 @@ fn dead_cursors(
     Ok(found)
 }
 
-/// Retries or skips the consumer's dead-lettered head at `index`.
+/// Retries or skips the consumer's dead-lettered head at `index`, moving
+/// the consumer's work row as the head's cursor now needs (`Wake`: it moved
+/// earlier).
 pub(crate) fn redrive(
     tx: &Connection,
+    ctx: &Ctx,
     request: &RedriveRequest,
-) -> Result<RedriveResult, StoreError> {
+) -> Result<(RedriveResult, Wake), StoreError> {
+    let mut wake = Wake::default();
     let consumers = request.consumers.as_deref();
     let Some(session) = session::find(tx, &request.session_id)? else {
-        return Ok(RedriveResult {
+        let result = RedriveResult {
             redriven: false,
             has_pending: false,
-        });
+        };
+        return Ok((result, wake));
     };
     refresh_log_types(tx, &session, consumers)?;
     let target = match SqlIndex::fitting(request.index) {
@@ -116,20 +127,28 @@ pub(crate) fn redrive(
         None => None,
     };
     let Some(mut found) = target else {
-        return Ok(RedriveResult {
+        let result = RedriveResult {
             redriven: false,
             has_pending: has_pending(tx, Some(&session), consumers)?,
-        });
+        };
+        return Ok((result, wake));
     };
+    let now = ctx.clock.now_ms();
     match request.action {
-        RedriveAction::Skip => advance(tx, &session, &mut found)?,
+        RedriveAction::Skip => {
+            advance(tx, &session, &mut found)?;
+            work::after_advance(tx, &session, &found, now, &mut wake)?;
+        }
         RedriveAction::Retry => {
             found.dispatch.retry();
             cursor_rows::save(tx, &found)?;
+            // The head keeps its last lease end, which may not have passed.
+            work::touch(tx, &session, &found.consumer, now, &mut wake)?;
         }
     }
-    Ok(RedriveResult {
+    let result = RedriveResult {
         redriven: true,
         has_pending: has_pending(tx, Some(&session), consumers)?,
-    })
+    };
+    Ok((result, wake))
 }

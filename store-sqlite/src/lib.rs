@@ -20,6 +20,7 @@
 
 mod append;
 mod batch;
+mod claim_work;
 mod claims;
 mod clear;
 mod complete;
@@ -29,6 +30,7 @@ mod cursors;
 mod errors;
 mod events;
 mod fail;
+mod list_work;
 mod moved;
 mod notify;
 mod options;
@@ -43,6 +45,8 @@ mod snapshots;
 mod store;
 mod subscribe;
 mod values;
+mod wake;
+mod work;
 
 pub use moved::DatabaseMoved;
 pub use options::{Durability, SqliteOptions};

@@ -1,6 +1,7 @@
 //! What the stores of this process on one database file share: the commit
-//! notifier (so subscribers wake at once) and the writers' queue (so writers
-//! wait for each other in process instead of in SQLite's busy handler).
+//! notifier (so subscribers wake at once), the wake-up of claimers waiting
+//! for work, and the writers' queue (so writers wait for each other in
+//! process instead of in SQLite's busy handler).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -9,20 +10,30 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use tokio::sync::watch;
 
 use crate::connection::Location;
+use crate::options::SqliteOptions;
+use crate::wake::WorkWake;
 
-/// Wakes subscribers after a commit that appended rows, and queues writers.
+/// Wakes subscribers after a commit that appended rows and claimers
+/// waiting for work, and queues writers.
 #[derive(Debug)]
 pub(crate) struct Notifier {
     commits: watch::Sender<u64>,
     writers: Arc<Mutex<()>>,
+    work: Arc<WorkWake>,
 }
 
 impl Notifier {
-    fn new() -> Self {
+    fn new(location: &Location, options: &SqliteOptions) -> Self {
         Self {
             commits: watch::Sender::new(0),
             writers: Arc::new(Mutex::new(())),
+            work: Arc::new(WorkWake::new(location, options)),
         }
+    }
+
+    /// The wake-up of claimers waiting for work on this database.
+    pub(crate) fn work(&self) -> &Arc<WorkWake> {
+        &self.work
     }
 
     /// The lock every writer of this process on the database holds for the
@@ -51,10 +62,11 @@ fn registry() -> &'static Registry {
 }
 
 /// The notifier for `location`: shared by every store of this process on the
-/// same file, private to an in-memory store.
-pub(crate) fn notifier_for(location: &Location) -> Arc<Notifier> {
+/// same file (the first one's `options` open its work watcher's
+/// connection), private to an in-memory store.
+pub(crate) fn notifier_for(location: &Location, options: &SqliteOptions) -> Arc<Notifier> {
     let Location::File(path) = location else {
-        return Arc::new(Notifier::new());
+        return Arc::new(Notifier::new(location, options));
     };
     let key = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
     let mut map = registry().lock().unwrap_or_else(PoisonError::into_inner);
@@ -62,7 +74,7 @@ pub(crate) fn notifier_for(location: &Location) -> Arc<Notifier> {
     if let Some(existing) = map.get(&key).and_then(Weak::upgrade) {
         return existing;
     }
-    let fresh = Arc::new(Notifier::new());
+    let fresh = Arc::new(Notifier::new(location, options));
     map.insert(key, Arc::downgrade(&fresh));
     fresh
 }

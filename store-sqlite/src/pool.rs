@@ -108,6 +108,18 @@ impl Pool {
         self.options.poll_interval.max(Duration::from_millis(1))
     }
 
+    /// `Ok` unless the store was opened read-only: then the error every
+    /// write call fails with, before touching the database.
+    pub(crate) fn check_writable(&self) -> Result<(), StoreError> {
+        if self.options.read_only {
+            return Err(StoreError::read_only(&format!(
+                "database '{}'",
+                self.location.display()
+            )));
+        }
+        Ok(())
+    }
+
     /// The injected clock and ids.
     pub(crate) fn ctx(&self) -> &Ctx {
         &self.ctx
@@ -129,11 +141,8 @@ impl Pool {
         T: Send + 'static,
         F: Fn(&Connection, &Ctx) -> Result<T, StoreError> + Send + 'static,
     {
-        if access == Access::Write && self.options.read_only {
-            return Err(StoreError::read_only(&format!(
-                "database '{}'",
-                self.location.display()
-            )));
+        if access == Access::Write {
+            self.check_writable()?;
         }
         let lease = self.lease().await;
         match runtime_flavor() {

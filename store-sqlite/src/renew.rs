@@ -8,13 +8,16 @@ use rusqlite::Connection;
 use crate::cursor_rows;
 use crate::pool::Ctx;
 use crate::session;
+use crate::work::{self, Wake};
 
-/// Extends the leases `holder` still holds; reports claims that can never complete.
+/// Extends the leases `holder` still holds; reports claims that can never
+/// complete. The work rows of the consumers whose leases moved are
+/// rewritten from their heads, so a shortened lease is found when it ends.
 pub(crate) fn renew(
     tx: &Connection,
     ctx: &Ctx,
     request: &RenewRequest,
-) -> Result<RenewResult, StoreError> {
+) -> Result<(RenewResult, Wake), StoreError> {
     let now = ctx.clock.now_ms();
     let expires_at = request.lease_expiry(now)?;
     let session = session::find(tx, &request.session_id)?;
@@ -22,6 +25,7 @@ pub(crate) fn renew(
     let mut claims = request.claims.clone();
     claims.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
     let mut result = RenewResult::default();
+    let mut renewed_consumers: Vec<String> = Vec::new();
     for claim in claims {
         let r = &claim.cursor;
         if cleared(r.index, clear) {
@@ -42,11 +46,20 @@ pub(crate) fn renew(
             RenewVerdict::Renew => {
                 found.dispatch.renew(expires_at);
                 cursor_rows::save_claim(tx, &found)?;
+                if !renewed_consumers.contains(&claim.cursor.consumer) {
+                    renewed_consumers.push(claim.cursor.consumer.clone());
+                }
                 result.renewed.push(claim.cursor);
             }
             RenewVerdict::Superseded => result.superseded.push(claim.cursor),
             RenewVerdict::Skip => {}
         }
     }
-    Ok(result)
+    let mut wake = Wake::default();
+    if let Some(session) = &session {
+        for consumer in &renewed_consumers {
+            work::touch(tx, session, consumer, now, &mut wake)?;
+        }
+    }
+    Ok((result, wake))
 }

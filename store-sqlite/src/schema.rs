@@ -126,6 +126,30 @@ CREATE TABLE presence (
     PRIMARY KEY (sid, participant, field)
 ) WITHOUT ROWID;
 "#,
+    // Version 2: the work index across sessions (`work.rs`), backfilled from
+    // the cursors, and the pending-head index widened by the claim expiry so
+    // a pair's earliest head is one seek.
+    r#"
+CREATE TABLE work (
+    session  TEXT    NOT NULL,
+    consumer TEXT    NOT NULL,
+    ready_at INTEGER,
+    PRIMARY KEY (session, consumer)
+) WITHOUT ROWID;
+CREATE INDEX work_ready ON work (consumer, ready_at, session) WHERE ready_at IS NOT NULL;
+CREATE INDEX work_listed ON work (consumer, session);
+
+DROP INDEX cursors_pending;
+CREATE INDEX cursors_pending ON cursors (sid, consumer, claim_expires_at)
+    WHERE head IS NOT NULL AND failed_at IS NULL;
+
+INSERT INTO work (session, consumer, ready_at)
+SELECT s.name, c.consumer,
+       MIN(CASE WHEN c.failed_at IS NULL THEN COALESCE(c.claim_expires_at, 0) END)
+FROM cursors AS c JOIN sessions AS s ON s.sid = c.sid
+WHERE c.head IS NOT NULL
+GROUP BY c.sid, c.consumer;
+"#,
 ];
 
 /// The schema version this build writes.

@@ -5,11 +5,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use a2_store_api::{
-    validate, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
-    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
-    FailResult, Head, ListSessions, NewEvent, PresenceMeta, PresenceResult, PresenceRow,
-    ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
-    RenewResult, SessionInfo, StateRead, StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
+    validate, work, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest,
+    ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
+    ConsumerDeclaration, Cursor, EventStream, FailRequest, FailResult, Head, ListSessions,
+    ListWork, NewEvent, PresenceMeta, PresenceResult, PresenceRow, ReadOptions, ReadStateOptions,
+    ReclaimResult, RedriveRequest, RedriveResult, RenewRequest, RenewResult, SessionInfo,
+    SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -18,8 +19,10 @@ use crate::connection::Location;
 use crate::notify::{notifier_for, Notifier};
 use crate::options::SqliteOptions;
 use crate::pool::{Access, Pool};
+use crate::work::Wake;
 use crate::{
-    append, claims, clear, complete, cursors, fail, presence, read, renew, snapshots, subscribe,
+    append, claim_work, claims, clear, complete, cursors, fail, list_work, presence, read, renew,
+    snapshots, subscribe,
 };
 
 /// The SQLite backend of the session store.
@@ -55,14 +58,30 @@ impl SqliteStore {
     }
 
     fn open_at(location: Location, options: SqliteOptions) -> Result<Self, StoreError> {
-        let pool = Pool::open(location.clone(), options)?;
+        let pool = Pool::open(location.clone(), options.clone())?;
         // The file exists now, so its canonical path names it in the registry.
-        let notifier = notifier_for(&location);
+        let notifier = notifier_for(&location, &options);
         let pool = pool.with_write_lock(notifier.writers());
         Ok(Self {
             notifier,
             pool: Arc::new(pool),
         })
+    }
+
+    /// Wakes claimers waiting for work when a committed change moved a
+    /// work row earlier.
+    fn woke(&self, wake: Wake) {
+        if wake.woke() {
+            self.notifier.work().signal().notify();
+        }
+    }
+
+    /// The work index and claims as the shared claim loop uses them.
+    fn work_source(&self) -> claim_work::Work<'_> {
+        claim_work::Work {
+            pool: &self.pool,
+            wake: self.notifier.work(),
+        }
     }
 }
 
@@ -85,6 +104,7 @@ impl Store for SqliteStore {
         if appended.wrote {
             self.notifier.notify();
         }
+        self.woke(appended.wake);
         Ok(appended.result)
     }
 
@@ -99,11 +119,14 @@ impl Store for SqliteStore {
 
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult, StoreError> {
         validate::renew_claims(&request)?;
-        self.pool
+        let (result, wake) = self
+            .pool
             .run(Access::Write, move |tx, ctx| {
                 renew::renew(tx, ctx, &request)
             })
-            .await
+            .await?;
+        self.woke(wake);
+        Ok(result)
     }
 
     async fn complete_attempt(
@@ -120,14 +143,18 @@ impl Store for SqliteStore {
         if completed.wrote {
             self.notifier.notify();
         }
+        self.woke(completed.wake);
         Ok(completed.result)
     }
 
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult, StoreError> {
         validate::fail_attempt(&request)?;
-        self.pool
+        let (result, wake) = self
+            .pool
             .run(Access::Write, move |tx, ctx| fail::fail(tx, ctx, &request))
-            .await
+            .await?;
+        self.woke(wake);
+        Ok(result)
     }
 
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>, StoreError> {
@@ -142,9 +169,14 @@ impl Store for SqliteStore {
 
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult, StoreError> {
         validate::redrive(&request)?;
-        self.pool
-            .run(Access::Write, move |tx, _| fail::redrive(tx, &request))
-            .await
+        let (result, wake) = self
+            .pool
+            .run(Access::Write, move |tx, ctx| {
+                fail::redrive(tx, ctx, &request)
+            })
+            .await?;
+        self.woke(wake);
+        Ok(result)
     }
 
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult, StoreError> {
@@ -191,11 +223,14 @@ impl Store for SqliteStore {
         let log = validate::wake_log(session_id, consumer)?.clone();
         let session_id = session_id.to_owned();
         let consumer = consumer.clone();
-        self.pool
-            .run(Access::Write, move |tx, _| {
-                cursors::wake_log(tx, &session_id, &consumer, &log)
+        let (result, wake) = self
+            .pool
+            .run(Access::Write, move |tx, ctx| {
+                cursors::wake_log(tx, ctx, &session_id, &consumer, &log)
             })
-            .await
+            .await?;
+        self.woke(wake);
+        Ok(result)
     }
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
@@ -281,5 +316,75 @@ impl Store for SqliteStore {
         self.pool
             .run(Access::Read, move |tx, _| read::sessions(tx, &options))
             .await
+    }
+
+    async fn claim_work(&self, request: ClaimWorkRequest) -> Result<ClaimWorkResult, StoreError> {
+        validate::claim_work(&request)?;
+        // A claim writes, even when it finds nothing to claim this time.
+        self.pool.check_writable()?;
+        let source = self.work_source();
+        if request.wait_ms.is_none() {
+            return work::claim_work(&source, &request).await;
+        }
+        // Counted as a waiter from before the watcher starts until the
+        // call ends or is dropped, so the watcher runs exactly that long.
+        let _waiting = self.notifier.work().signal().subscribe();
+        self.notifier.work().watch_other_processes();
+        work::claim_work(&source, &request).await
+    }
+
+    async fn list_work(&self, request: ListWork) -> Result<Vec<SessionWork>, StoreError> {
+        validate::list_work(&request)?;
+        self.pool
+            .run(Access::Read, move |tx, ctx| {
+                list_work::list_work(tx, ctx, &request)
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use a2_store_api::{ClaimWorkRequest, ConsumerDeclaration, Store};
+
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_wait_leaves_no_waiter_and_no_watcher() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("s.db"), SqliteOptions::default()).unwrap();
+        let request =
+            ClaimWorkRequest::new("w", vec![ConsumerDeclaration::targeted("agent")], 1_000)
+                .with_wait_ms(60_000);
+        let wake = Arc::clone(store.notifier.work());
+        let waiting = {
+            let store = store.clone();
+            tokio::spawn(async move { store.claim_work(request).await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "nothing to claim: it waits");
+        assert!(wake.signal().waiters() > 0);
+        assert!(
+            wake.is_watching(),
+            "a file store watches other processes meanwhile"
+        );
+        waiting.abort();
+        assert!(waiting.await.is_err_and(|error| error.is_cancelled()));
+        assert_eq!(
+            wake.signal().waiters(),
+            0,
+            "the dropped wait left no waiter"
+        );
+        let mut stopped = false;
+        for _ in 0..200 {
+            if !wake.is_watching() {
+                stopped = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(stopped, "the watcher ends once nobody waits");
     }
 }

@@ -1,7 +1,10 @@
 //! Read-only opens: nothing is created, migrated or written, and writes are
 //! typed errors.
 
-use a2_store_api::{ClearRequest, ErrorCode, ListSessions, NewEvent, ReadOptions, Store};
+use a2_store_api::{
+    ClaimWorkRequest, ClearRequest, ConsumerDeclaration, ErrorCode, ListSessions, ListWork,
+    NewEvent, ReadOptions, Store,
+};
 use a2_store_sqlite::{SqliteOptions, SqliteStore};
 use serde_json::json;
 
@@ -63,6 +66,15 @@ fn a_read_only_file_is_readable_and_left_byte_identical() {
             .await
             .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidInput);
+        // A claim across sessions writes even when nothing is claimable.
+        let work = ClaimWorkRequest::new("w", vec![ConsumerDeclaration::targeted("agent")], 1_000);
+        let error = store.claim_work(work).await.unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidInput);
+        let listing = ListWork {
+            consumers: vec!["agent".into()],
+            ..ListWork::default()
+        };
+        assert_eq!(store.list_work(listing).await.unwrap(), Vec::new());
     });
     assert_eq!(std::fs::read(&path).unwrap(), before);
 }

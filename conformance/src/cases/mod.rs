@@ -351,6 +351,7 @@ macro_rules! __a2_cases {
                 work::list_work_reports_counts_and_waiting_time,
                 work::list_work_pages_by_session_id,
                 work::list_work_lists_dead_letter_holders,
+                work::work_claim_follows_renewed_leases,
             ]
             pair: [
                 multi::second_instance_sees_first_instance_appends,

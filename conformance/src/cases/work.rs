@@ -899,3 +899,53 @@ pub(crate) async fn woken(
         Ok(Ok(result)) => Ok(result?),
     }
 }
+
+/// A renewal moves the work with the lease: a lengthened lease answers
+/// `Busy` until its new end, a shortened one is claimed again when it ends.
+pub(crate) async fn work_claim_follows_renewed_leases(cx: Cx) -> CaseResult {
+    let s = cx.session_id("s");
+    cx.append(&s, vec![to_lane("a", &cx.consumer("agent"), "L")])
+        .await?;
+    let (_, head) = single(&cx.store.claim_work(cx.work("w1", &["agent"], 1)).await?)?;
+    let renew = |expires_at: i64| a2_store_api::RenewRequest {
+        session_id: s.clone(),
+        holder: "w1".into(),
+        claims: vec![a2_store_api::HeldClaim {
+            cursor: head.cursor_ref(),
+            attempt: head.dispatch.attempt_count,
+        }],
+        ttl_ms: None,
+        expires_at_ms: Some(expires_at),
+    };
+    cx.store.renew_claims(renew(T0 + 5 * TTL)).await?;
+    ensure_eq!(
+        work_busy(&cx.store.claim_work(cx.work("w2", &["agent"], 1)).await?)?,
+        T0 + 5 * TTL,
+        "lengthened"
+    );
+    cx.store.renew_claims(renew(T0 + 10)).await?;
+    ensure_eq!(
+        work_busy(&cx.store.claim_work(cx.work("w2", &["agent"], 1)).await?)?,
+        T0 + 10,
+        "shortened"
+    );
+    cx.advance(10);
+    ensure_eq!(
+        cx.listed(
+            &cx.store
+                .list_work(ListWork {
+                    consumers: vec![cx.consumer("agent"), cx.consumer("agent")],
+                    ..ListWork::default()
+                })
+                .await?
+        ),
+        strs(&["s 1/0/0 +10 -"]),
+        "claimable from the shortened end, a consumer named twice counted once"
+    );
+    let (_, again) = single(&cx.store.claim_work(cx.work("w2", &["agent"], 1)).await?)?;
+    ensure_eq!(
+        (again.dispatch.attempt_count, again.dispatch.failure_count),
+        (2, 1)
+    );
+    Ok(())
+}
