@@ -7,7 +7,9 @@
 //! bound parameter. Workers in any number of processes share sessions:
 //! writers of a session serialize on its row, claimers lock only the cursor
 //! rows they take (`FOR UPDATE SKIP LOCKED`), and `subscribe` follows a
-//! session across processes through `LISTEN`/`NOTIFY`. See the README for
+//! session across processes through `LISTEN`/`NOTIFY`. `claim_work` finds
+//! work across sessions through a work index kept in the same transactions,
+//! and waits woken by `NOTIFY` on a work channel. See the README for
 //! the schema, the statements it relies on and the concurrency model.
 //!
 //! ```no_run
