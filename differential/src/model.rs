@@ -75,11 +75,6 @@ pub struct Model {
     pub log_types: BTreeMap<(String, String), Vec<Option<Vec<String>>>>,
     /// Input patterns left out.
     pub avoid: Avoid,
-    /// Whether a renewal has renewed a lease in this case: from then on a
-    /// work row may be early, so `claim_work`'s `Busy.retry_at` is only
-    /// bounded, not pinned (CONTRACT, "Work across sessions": exact unless
-    /// a lease was renewed since).
-    pub renewed: bool,
 }
 
 fn session_index(name: &str) -> usize {
@@ -96,52 +91,6 @@ fn lease(spec: LeaseSpec, now: i64) -> (Option<i64>, Option<i64>) {
         LeaseSpec::ExpiresIn(offset) => (None, Some(now + offset)),
         LeaseSpec::Neither => (None, None),
         LeaseSpec::ZeroTtl => (Some(0), None),
-    }
-}
-
-/// The lease and claims of a renewal in `session`, changed as `avoid`
-/// asks: a lease that would end earlier (`shortened_renewals`) or later
-/// (`extended_renewals`) than the latest current end of the claims ends
-/// then instead, and `extended_renewals` keeps only the claims whose
-/// current end is that one (so none is extended). Invalid leases are
-/// kept: they change nothing.
-fn renewal(
-    lease: (Option<i64>, Option<i64>),
-    now: i64,
-    state: &StoreState,
-    session: usize,
-    claims: Vec<HeldClaim>,
-    avoid: Avoid,
-) -> ((Option<i64>, Option<i64>), Vec<HeldClaim>) {
-    let wanted = match lease {
-        (Some(ttl), None) if ttl > 0 => now.saturating_add(ttl),
-        (None, Some(at)) => at,
-        _ => return (lease, claims),
-    };
-    let cursors = state.session(session).map(|s| s.cursors()).unwrap_or(&[]);
-    let end_of = |claim: &HeldClaim| {
-        cursors
-            .iter()
-            .find(|c| c.head_ref().as_ref() == Some(&claim.cursor))
-            .and_then(|c| c.dispatch.claim_expires_at)
-    };
-    let Some(current) = claims.iter().filter_map(end_of).max() else {
-        return (lease, claims);
-    };
-    let claims = if avoid.extended_renewals {
-        claims
-            .into_iter()
-            .filter(|claim| end_of(claim).is_none_or(|end| end == current))
-            .collect()
-    } else {
-        claims
-    };
-    let moved = (avoid.shortened_renewals && wanted < current)
-        || (avoid.extended_renewals && wanted > current);
-    if moved {
-        ((None, Some(current)), claims)
-    } else {
-        (lease, claims)
     }
 }
 
@@ -249,14 +198,6 @@ impl Model {
                         claims.push(claim);
                     }
                 }
-                let ((ttl_ms, expires_at_ms), claims) = renewal(
-                    (ttl_ms, expires_at_ms),
-                    now,
-                    state,
-                    session,
-                    claims,
-                    self.avoid,
-                );
                 Call::Renew(RenewRequest {
                     session_id: SESSIONS[session % SESSIONS.len()].to_owned(),
                     holder: pick(&HOLDERS, *holder).to_owned(),
@@ -563,9 +504,6 @@ impl Model {
                     self.remember(session, &claim.heads);
                 }
                 return;
-            }
-            (Call::Renew(_), Ok(Outcome::Renew(result))) if !result.renewed.is_empty() => {
-                self.renewed = true;
             }
             _ => {}
         }

@@ -375,18 +375,6 @@ fn outcome_name(call: &Call, outcome: &Projection) -> String {
     format!("{call_name}:{result}")
 }
 
-/// What of a result is compared: everything, except that once a lease was
-/// renewed in the case `claim_work`'s `Busy.retry_at` is only bounded by
-/// the contract (checked on each store by the invariants), not pinned.
-fn comparable(outcome: &Projection, renewed: bool) -> Projection {
-    match outcome {
-        Ok(Outcome::ClaimWork(ClaimWorkResult::Busy { .. })) if renewed => {
-            Ok(Outcome::ClaimWork(ClaimWorkResult::Busy { retry_at: 0 }))
-        }
-        other => other.clone(),
-    }
-}
-
 /// Removes this run's session prefix from a rendered value.
 fn strip(prefix: &str, text: String) -> String {
     text.replace(prefix, "")
@@ -433,7 +421,7 @@ async fn run_case(
                 .entry(outcome_name(&call, &expected))
                 .or_default() += 1;
         }
-        if comparable(&expected, model.renewed) != comparable(&actual, model.renewed) {
+        if expected != actual {
             let kind = DivergenceKind::Result {
                 reference: strip(&prefix, format!("{expected:?}")),
                 candidate: strip(&prefix, format!("{actual:?}")),

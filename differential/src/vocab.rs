@@ -70,16 +70,6 @@ pub struct Avoid {
     /// Never redrive a `(consumer, index)` that names two dead letters (on
     /// two lanes, or a lane and an event cursor).
     pub ambiguous_redrives: bool,
-    /// Never renew a lease to end earlier than it does: such a renewal
-    /// leaves the work index late, so `claim_work` misses a claimable head
-    /// until the old lease would have ended.
-    pub shortened_renewals: bool,
-    /// Never renew a lease to end later than it does (with
-    /// `shortened_renewals`: renewals keep each lease's end). Such a
-    /// renewal leaves the work row early, and how early depends on which
-    /// rows later calls rewrite, which backends legitimately differ in,
-    /// so `ready_since` and the fairness order would too.
-    pub extended_renewals: bool,
     /// Name the case's sessions in every `claim_work` (no claim of "every
     /// session"): needed when the factory's stores share one database,
     /// where such a claim would take other cases' work.

@@ -22,31 +22,18 @@ async fn differential(factory: &dyn StoreFactory, cases: u32, avoid: Avoid) {
     }
 }
 
-/// Open: a renewal that shortens a lease leaves the work index late, in
-/// the store-api rules every backend shares (the reference included), so
-/// `shortened_renewals` is avoided everywhere until the fix lands
-/// (`tests/regressions.rs`, `shortened_renewal_makes_work_claimable_at_the_new_expiry`).
-/// Open: a renewal that extends a lease leaves the row early, and the
-/// reference then rewrites more rows than the SQL backends, so
-/// `ready_since` (and so the fairness order) differ
-/// (`renewal_then_other_work_keeps_ready_since`); `extended_renewals` is
-/// avoided until the contract settles it.
 /// When a divergence is found, add its reproduction to
 /// `tests/regressions.rs` and set the matching flag here until the fix lands.
 const SQLITE_KNOWN: Avoid = Avoid {
     log_type_changes: false,
     target_lane_conflicts: false,
     ambiguous_redrives: false,
-    shortened_renewals: true,
-    extended_renewals: true,
     unlisted_work_claims: false,
 };
 const POSTGRES_KNOWN: Avoid = Avoid {
     log_type_changes: false,
     target_lane_conflicts: false,
     ambiguous_redrives: false,
-    shortened_renewals: true,
-    extended_renewals: true,
     unlisted_work_claims: false,
 };
 

@@ -31,14 +31,11 @@ impl StoreFactory for Memory {
     }
 }
 
-/// Open in the shared store-api rules (see `tests/regressions.rs`): a
-/// renewal shortening a lease leaves the work index late.
+/// Nothing open in the shared store-api rules.
 const OPEN: Avoid = Avoid {
     log_type_changes: false,
     target_lane_conflicts: false,
     ambiguous_redrives: false,
-    shortened_renewals: true,
-    extended_renewals: false,
     unlisted_work_claims: false,
 };
 

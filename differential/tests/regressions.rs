@@ -286,15 +286,12 @@ async fn postgres_refused_batch_draws_no_ids() {
     refused_batch_draws_no_ids(&factory).await;
 }
 
-/// Divergence 5 (open, in the store-api rules every backend shares, the
-/// reference included): a renewal that shortens a lease leaves the work
-/// row at the old expiry, so once the new lease ends `claim_work` answers
-/// `Busy` with the old expiry while the head is claimable, and `list_work`
-/// reports `ready_since` in the future (CONTRACT, "Work across sessions":
-/// `retry_at` is never later than the first moment a served head may be
-/// claimable). Renewals must move the row no later than the new expiry
-/// (`work::sooner`). Until then the differential runs set
-/// `Avoid::shortened_renewals`; drop it and these `ignore`s with the fix.
+/// Divergence 5 (fixed in the store-api rules every backend shares, the
+/// reference included): a renewal that shortened a lease left the work
+/// row at the old expiry, so once the new lease ended `claim_work` answered
+/// `Busy` with the old expiry while the head was claimable, and `list_work`
+/// reported `ready_since` in the future. Renewals now rewrite their
+/// consumers' rows.
 async fn shortened_renewal_makes_work_claimable_at_the_new_expiry(factory: &dyn StoreFactory) {
     let clock = ManualClock::new(1_000_000);
     let store = factory
@@ -352,19 +349,16 @@ async fn shortened_renewal_makes_work_claimable_at_the_new_expiry(factory: &dyn 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open in the store-api work rules: renewals leave work rows alone"]
 async fn memory_shortened_renewal_makes_work_claimable_at_the_new_expiry() {
     shortened_renewal_makes_work_claimable_at_the_new_expiry(&support::Memory).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open in the store-api work rules: renewals leave work rows alone"]
 async fn sqlite_shortened_renewal_makes_work_claimable_at_the_new_expiry() {
     shortened_renewal_makes_work_claimable_at_the_new_expiry(&support::SqliteMemory).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open in the store-api work rules: renewals leave work rows alone"]
 async fn postgres_shortened_renewal_makes_work_claimable_at_the_new_expiry() {
     let Some(factory) = support::Postgres::from_env(
         "postgres_shortened_renewal_makes_work_claimable_at_the_new_expiry",
@@ -374,18 +368,13 @@ async fn postgres_shortened_renewal_makes_work_claimable_at_the_new_expiry() {
     shortened_renewal_makes_work_claimable_at_the_new_expiry(&factory).await;
 }
 
-/// Divergence 6 (open, for the contract to settle): after a renewal
-/// extends a lease, the work row is early (store-api: "renewals leave rows
-/// alone"). A failure of another consumer in the session then rewrites
-/// every row of the session in the reference, which puts the renewed
-/// consumer's row at its lease end again, but only the failed consumer's
-/// row in SQLite and PostgreSQL (as store-api's work rules describe), so
-/// once the lease ends `list_work` reports `ready_since` 1000500 (the old
-/// lease end) there and 1001000 (when the work became claimable, the
-/// contract's words) in the reference; the fairness order follows
-/// `ready_at`, so it may differ too. Renewals rewriting their consumers'
-/// rows (which also fixes divergence 5) would make every backend exact.
-/// Until then the differential runs set `Avoid::extended_renewals`.
+/// Divergence 6 (fixed with divergence 5): after a renewal extended a
+/// lease the work row was early, and since the reference rewrites every
+/// row of a session on a failure while SQLite and PostgreSQL rewrite only
+/// the failed consumer's, `list_work` then reported `ready_since` 1000500
+/// (the old lease end) there and 1001000 (when the work became claimable)
+/// in the reference. Renewals rewriting their consumers' rows make every
+/// backend exact.
 async fn renewal_then_other_work_keeps_ready_since(factory: &dyn StoreFactory) {
     let clock = ManualClock::new(1_000_000);
     let store = factory
@@ -460,13 +449,11 @@ async fn memory_renewal_then_other_work_keeps_ready_since() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: the contract does not pin ready_since after a renewal"]
 async fn sqlite_renewal_then_other_work_keeps_ready_since() {
     renewal_then_other_work_keeps_ready_since(&support::SqliteMemory).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open: the contract does not pin ready_since after a renewal"]
 async fn postgres_renewal_then_other_work_keeps_ready_since() {
     let Some(factory) =
         support::Postgres::from_env("postgres_renewal_then_other_work_keeps_ready_since")

@@ -15,6 +15,7 @@ use crate::db::{execute, query, set_head, sql_index, SessionState, Tx};
 use crate::error::TxResult;
 use crate::inner::Inner;
 use crate::notify::notify;
+use crate::ops::work::Touched;
 use crate::rows::{decode_event, index_of, CursorKey, CursorRow, EVENT_COLUMNS};
 
 /// The rows above the clear (the marker included) owning any of `ids`, by id.
@@ -58,18 +59,21 @@ pub(crate) struct Batch<'a> {
 /// Writes `batch` after the session's head (under the session's writer
 /// lock) with the cursor work it starts, and notifies subscribers on
 /// commit. Returns the stored rows in order. An empty batch writes nothing
-/// but is still checked for lane conflicts with its declarations.
+/// but is still checked for lane conflicts with its declarations. The
+/// cursors written are noted in `touched`, whose work rows the caller
+/// upserts once its cursor writes are done.
 pub(crate) async fn write(
     tx: &Tx<'_>,
     inner: &Inner,
     state: &mut SessionState,
     batch: &Batch<'_>,
+    touched: &mut Touched,
 ) -> TxResult<Vec<StoredEvent>> {
     let lanes = lane_cursors(tx, batch.session_id, batch.events, batch.consumers).await?;
     if batch.events.is_empty() {
         return Ok(Vec::new());
     }
-    let stored = insert(tx, inner, state, batch, lanes).await?;
+    let stored = insert(tx, inner, state, batch, lanes, touched).await?;
     notify(tx, &inner.channel, batch.session_id).await?;
     Ok(stored)
 }
@@ -129,6 +133,7 @@ async fn insert(
     state: &mut SessionState,
     batch: &Batch<'_>,
     mut lanes: BTreeMap<(String, String), CursorRow>,
+    touched: &mut Touched,
 ) -> TxResult<Vec<StoredEvent>> {
     let session_id = batch.session_id;
     let now = inner.clock.now_ms();
@@ -165,7 +170,7 @@ async fn insert(
     write_rows(tx, session_id, base, &stored).await?;
     state.head = base + i64::try_from(stored.len()).unwrap_or(i64::MAX);
     set_head(tx, session_id, state.head).await?;
-    enqueue(tx, batch, state, base, &stored, &mut lanes).await?;
+    enqueue(tx, batch, state, base, &stored, &mut lanes, touched).await?;
     Ok(stored)
 }
 
@@ -233,6 +238,7 @@ async fn enqueue(
     base: i64,
     rows: &[StoredEvent],
     lanes: &mut BTreeMap<(String, String), CursorRow>,
+    touched: &mut Touched,
 ) -> TxResult<()> {
     let session_id = batch.session_id;
     let mut changed: BTreeSet<(String, String)> = BTreeSet::new();
@@ -322,8 +328,15 @@ async fn enqueue(
             }
         }
     }
-    let touched = changed.iter().filter_map(|key| lanes.get(key));
-    put_all(tx, session_id, touched.chain(event_cursors.values())).await?;
+    let written: Vec<&CursorRow> = changed
+        .iter()
+        .filter_map(|key| lanes.get(key))
+        .chain(event_cursors.values())
+        .collect();
+    put_all(tx, session_id, written.iter().copied()).await?;
+    for cursor in written {
+        touched.cursor(cursor);
+    }
     if !queue.is_empty() {
         let consumers: Vec<&str> = queue.iter().map(|q| q.0.as_str()).collect();
         let lanes: Vec<&str> = queue.iter().map(|q| q.1.as_str()).collect();

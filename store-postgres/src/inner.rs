@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use a2_store_api::work::WorkSignal;
 use a2_store_api::{Clock, IdGenerator};
 use deadpool_postgres::Pool;
 use tokio::sync::{broadcast, OnceCell};
@@ -15,8 +16,12 @@ pub(crate) struct Inner {
     pub(crate) pool: Pool,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) ids: Arc<dyn IdGenerator>,
-    /// The `NOTIFY` channel of this schema.
+    /// The `NOTIFY` channel of this schema's subscriptions.
     pub(crate) channel: String,
+    /// The `NOTIFY` channel of this schema's work wake-ups.
+    pub(crate) work_channel: String,
+    /// Wakes this store's waiting `claim_work` calls (shared by clones).
+    pub(crate) signal: WorkSignal,
     pub(crate) schema: String,
     /// How to open the listener's own connection.
     pub(crate) config: tokio_postgres::Config,
@@ -37,8 +42,9 @@ impl Inner {
                 Listener::start(
                     self.config.clone(),
                     self.tls.clone(),
-                    self.channel.clone(),
+                    [self.channel.clone(), self.work_channel.clone()],
                     self.wakes.clone(),
+                    self.signal.clone(),
                 )
             })
             .await;
@@ -50,4 +56,25 @@ impl Inner {
     pub(crate) fn wake(&self, session_id: &str) {
         let _ = self.wakes.send(Arc::from(session_id));
     }
+
+    /// After a commit: wakes the streams of `session_id` when rows were
+    /// appended, and this store's waiting claimers when work was made ready
+    /// (other processes learn of both through `NOTIFY`).
+    pub(crate) fn committed(&self, session_id: &str, wrote: Wrote) {
+        if wrote.events {
+            self.wake(session_id);
+        }
+        if wrote.work {
+            self.signal.notify();
+        }
+    }
+}
+
+/// What a committed write changed that someone may wait for.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Wrote {
+    /// Rows were appended to the session.
+    pub events: bool,
+    /// A work row was made ready (inserted or moved earlier).
+    pub work: bool,
 }

@@ -7,7 +7,9 @@
 //! bound parameter. Workers in any number of processes share sessions:
 //! writers of a session serialize on its row, claimers lock only the cursor
 //! rows they take (`FOR UPDATE SKIP LOCKED`), and `subscribe` follows a
-//! session across processes through `LISTEN`/`NOTIFY`. See the README for
+//! session across processes through `LISTEN`/`NOTIFY`. `claim_work` finds
+//! work across sessions through a work index kept in the same transactions,
+//! and waits woken by `NOTIFY` on a work channel. See the README for
 //! the schema, the statements it relies on and the concurrency model.
 //!
 //! ```no_run
@@ -35,6 +37,8 @@
 // it as it must clone the rustls connector.
 #![cfg_attr(not(feature = "tls"), allow(clippy::clone_on_copy))]
 
+#[macro_use]
+mod transact;
 mod batch;
 mod cursor_table;
 mod db;
@@ -49,6 +53,7 @@ mod schema;
 pub mod scratch;
 mod store;
 pub mod tls;
+mod work_source;
 
 pub use options::{validate_schema_name, PostgresOptions, MAX_SCHEMA_NAME_LEN};
 pub use schema::SCHEMA_VERSION;

@@ -4,10 +4,15 @@
 //! cluster-wide), and one dedicated connection per store `LISTEN`s and fans
 //! the session ids out to the streams of this process. After (re)connecting,
 //! the listener wakes every stream for a catch-up read, so nothing is missed.
+//!
+//! The same connection listens on the schema's work channel (see
+//! `ops::work`): a notification there, or a (re)connect, fires the store's
+//! `WorkSignal`, so waiting claimers claim again.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use a2_store_api::work::WorkSignal;
 use futures::StreamExt;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
@@ -69,19 +74,21 @@ impl Drop for Listener {
 }
 
 impl Listener {
-    /// Starts listening on `channel`, forwarding payloads to `sender`, and
-    /// reconnecting (with a catch-up wake of every stream) when the
-    /// connection drops.
+    /// Starts listening on `channels` (subscriptions, work), forwarding
+    /// the first's payloads to `sender` and firing `signal` for the second,
+    /// and reconnecting (with a catch-up wake of every stream and waiter)
+    /// when the connection drops.
     pub(crate) fn start(
         config: tokio_postgres::Config,
         tls: crate::tls::Connector,
-        channel: String,
+        channels: [String; 2],
         sender: broadcast::Sender<Arc<str>>,
+        signal: WorkSignal,
     ) -> Self {
         let task = tokio::spawn(async move {
             let mut delay = Duration::from_millis(50);
             loop {
-                if listen_once(&config, &tls, &channel, &sender).await {
+                if listen_once(&config, &tls, &channels, &sender, &signal).await {
                     delay = Duration::from_millis(50);
                 }
                 tokio::time::sleep(delay).await;
@@ -97,15 +104,16 @@ impl Listener {
 async fn listen_once(
     config: &tokio_postgres::Config,
     tls: &crate::tls::Connector,
-    channel: &str,
+    [channel, work_channel]: &[String; 2],
     sender: &broadcast::Sender<Arc<str>>,
+    signal: &WorkSignal,
 ) -> bool {
     let Ok((client, mut connection)) = config.connect(tls.clone()).await else {
         return false;
     };
     let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
-    // The channel is built from the validated schema name (an identifier).
-    let listen_sql = format!("LISTEN \"{channel}\"");
+    // The channels are built from the validated schema name (an identifier).
+    let listen_sql = format!("LISTEN \"{channel}\"; LISTEN \"{work_channel}\"");
     let listen = client.batch_execute(&listen_sql);
     tokio::pin!(listen);
     let mut listening = false;
@@ -117,8 +125,12 @@ async fn listen_once(
                 }
                 listening = true;
                 let _ = sender.send(Arc::from(EVERYONE));
+                signal.notify();
             }
             message = messages.next() => match message {
+                Some(Ok(AsyncMessage::Notification(note))) if note.channel() == work_channel => {
+                    signal.notify();
+                }
                 Some(Ok(AsyncMessage::Notification(note))) => {
                     let _ = sender.send(Arc::from(note.payload()));
                 }

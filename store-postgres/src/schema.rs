@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 6;
+pub const SCHEMA_VERSION: i32 = 7;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -211,6 +211,27 @@ CREATE INDEX cursors_ready ON cursors (session_id, head, consumer, lane)
     WHERE head IS NOT NULL AND failed_at IS NULL AND (claim_expires_at IS NULL OR expired);
 CREATE INDEX cursors_busy ON cursors (session_id, expired, claim_expires_at)
     WHERE head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NOT NULL;
+"#,
+    // Version 7: the work index (`a2_store_api::work`): one row per
+    // (session, consumer) with an unfinished head, `ready_at` NULL when only
+    // dead letters are left. `work_ready` finds ready rows per served
+    // consumer in fairness order, `work_listed` pages them by session id.
+    // Existing heads are indexed from the cursors: a pair is ready since 0
+    // (or its earliest expiry) unless only dead letters are left.
+    r#"
+CREATE TABLE work (
+    session_id text COLLATE "C" NOT NULL,
+    consumer   text COLLATE "C" NOT NULL,
+    ready_at   bigint,
+    PRIMARY KEY (session_id, consumer)
+);
+CREATE INDEX work_ready ON work (consumer, ready_at, session_id) WHERE ready_at IS NOT NULL;
+CREATE INDEX work_listed ON work (consumer, session_id);
+INSERT INTO work (session_id, consumer, ready_at)
+    SELECT session_id, consumer,
+        min(COALESCE(claim_expires_at, 0)) FILTER (WHERE failed_at IS NULL)
+    FROM cursors WHERE head IS NOT NULL
+    GROUP BY session_id, consumer;
 "#,
 ];
 

@@ -4,30 +4,30 @@
 //! (`ops/`, one file per operation) as one transaction.
 
 use std::collections::BTreeMap;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
 
 use a2_store_api::log::read_bounds;
 use a2_store_api::validate;
+use a2_store_api::work::{self, WorkSignal};
 use a2_store_api::{
-    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
-    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
-    FailResult, Head, ListSessions, NewEvent, PresenceMeta, PresenceResult, PresenceRow,
-    ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
-    RenewResult, Result, SessionInfo, StateRead, StateWrite, Store, StoreError, StoredEvent,
-    WakeLogResult,
+    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult,
+    ClearRequest, ClearResult, CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor,
+    EventStream, FailRequest, FailResult, Head, ListSessions, ListWork, NewEvent, PresenceMeta,
+    PresenceResult, PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest,
+    RedriveResult, RenewRequest, RenewResult, Result, SessionInfo, SessionWork, StateRead,
+    StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod};
 use serde_json::Value;
 use tokio::sync::{broadcast, OnceCell};
 
-use crate::error::{db_error, pool_error, TxError};
-use crate::inner::Inner;
+use crate::error::{db_error, pool_error};
+use crate::inner::{Inner, Wrote};
 use crate::notify::notify_channel;
 use crate::ops;
 use crate::ops::subscribe::follow;
+use crate::ops::work::work_channel;
 use crate::options::{validate_schema_name, PostgresOptions};
 
 /// How many times a transaction that hit a serialization failure or a
@@ -49,7 +49,7 @@ pub const MAX_RETRIES: u32 = 8;
 /// [`MAX_RETRIES`] times, then surface as `StoreError::Busy`.
 #[derive(Clone)]
 pub struct PostgresStore {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -59,44 +59,6 @@ impl std::fmt::Debug for PostgresStore {
             .field("pool", &self.inner.pool.status())
             .finish_non_exhaustive()
     }
-}
-
-/// Runs `$body` (which uses `$tx`) in a transaction on a pooled connection,
-/// committing when it returns `Ok`, rolling back otherwise, and running it
-/// again after a deadlock or serialization failure.
-macro_rules! transact {
-    ($inner:expr, $what:expr, |$tx:ident| $body:expr) => {{
-        let inner: &Inner = &$inner;
-        let what: &str = $what;
-        let mut tries: u32 = 0;
-        loop {
-            let mut client = inner.pool.get().await.map_err(|e| pool_error(what, e))?;
-            let outcome: std::result::Result<_, TxError> = async {
-                let $tx = client.transaction().await?;
-                let value = $body;
-                $tx.commit().await?;
-                Ok(value)
-            }
-            .await;
-            match outcome {
-                Ok(value) => break Ok::<_, StoreError>(value),
-                Err(error) if error.retryable() && tries < MAX_RETRIES => {
-                    tries += 1;
-                    drop(client);
-                    tokio::time::sleep(backoff(tries)).await;
-                }
-                Err(error) => break Err(error.into_store(what)),
-            }
-        }
-    }};
-}
-
-/// A short randomized pause before retry `tries` (1-based): up to 2^tries ms.
-fn backoff(tries: u32) -> Duration {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u32(tries);
-    let cap = 1_u64 << tries.min(8);
-    Duration::from_millis(1 + hasher.finish() % cap)
 }
 
 impl PostgresStore {
@@ -169,6 +131,8 @@ impl PostgresStore {
                 clock: options.clock,
                 ids: options.ids,
                 channel: notify_channel(&schema),
+                work_channel: work_channel(&schema),
+                signal: WorkSignal::new(),
                 schema,
                 config,
                 tls,
@@ -213,9 +177,7 @@ impl Store for PostgresStore {
         let (result, wrote) = transact!(self.inner, "appending events", |tx| {
             ops::append::append(&tx, &self.inner, session_id, &events, &options).await?
         })?;
-        if wrote {
-            self.inner.wake(session_id);
-        }
+        self.inner.committed(session_id, wrote);
         Ok(result)
     }
 
@@ -250,18 +212,25 @@ impl Store for PostgresStore {
         let (result, wrote) = transact!(self.inner, "completing an attempt", |tx| {
             ops::complete::complete(&tx, &self.inner, &request).await?
         })?;
-        if wrote {
-            self.inner.wake(&request.session_id);
-        }
+        self.inner.committed(&request.session_id, wrote);
         Ok(result)
     }
 
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
         validate::fail_attempt(&request)?;
         let now = self.inner.clock.now_ms();
-        transact!(self.inner, "failing an attempt", |tx| {
-            ops::fail::fail(&tx, &request, now).await?
-        })
+        let channel = self.inner.work_channel.as_str();
+        let (result, work) = transact!(self.inner, "failing an attempt", |tx| {
+            ops::fail::fail(&tx, channel, &request, now).await?
+        })?;
+        self.inner.committed(
+            &request.session_id,
+            Wrote {
+                events: false,
+                work,
+            },
+        );
+        Ok(result)
     }
 
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>> {
@@ -273,9 +242,19 @@ impl Store for PostgresStore {
 
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
         validate::redrive(&request)?;
-        transact!(self.inner, "redriving a dead letter", |tx| {
-            ops::fail::redrive(&tx, &request).await?
-        })
+        let now = self.inner.clock.now_ms();
+        let channel = self.inner.work_channel.as_str();
+        let (result, work) = transact!(self.inner, "redriving a dead letter", |tx| {
+            ops::fail::redrive(&tx, channel, &request, now).await?
+        })?;
+        self.inner.committed(
+            &request.session_id,
+            Wrote {
+                events: false,
+                work,
+            },
+        );
+        Ok(result)
     }
 
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult> {
@@ -283,9 +262,7 @@ impl Store for PostgresStore {
         let (result, wrote) = transact!(self.inner, "clearing a session", |tx| {
             ops::clear::clear(&tx, &self.inner, &request).await?
         })?;
-        if wrote {
-            self.inner.wake(&request.session_id);
-        }
+        self.inner.committed(&request.session_id, wrote);
         Ok(result)
     }
 
@@ -310,9 +287,19 @@ impl Store for PostgresStore {
         consumer: &ConsumerDeclaration,
     ) -> Result<WakeLogResult> {
         let log = validate::wake_log(session_id, consumer)?;
-        transact!(self.inner, "waking a log consumer", |tx| {
-            ops::cursors::wake_log(&tx, session_id, consumer, log).await?
-        })
+        let now = self.inner.clock.now_ms();
+        let channel = self.inner.work_channel.as_str();
+        let (result, work) = transact!(self.inner, "waking a log consumer", |tx| {
+            ops::cursors::wake_log(&tx, channel, session_id, consumer, log, now).await?
+        })?;
+        self.inner.committed(
+            session_id,
+            Wrote {
+                events: false,
+                work,
+            },
+        );
+        Ok(result)
     }
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
@@ -387,6 +374,25 @@ impl Store for PostgresStore {
     async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>> {
         transact!(self.inner, "listing sessions", |tx| {
             ops::read::sessions(&tx, &options).await?
+        })
+    }
+
+    async fn claim_work(&self, request: ClaimWorkRequest) -> Result<ClaimWorkResult> {
+        validate::claim_work(&request)?;
+        if request.wait_ms.is_some() {
+            // Listen before the first claim: a change committed after it is
+            // notified, one committed before it is claimed (the listener also
+            // fires the signal once it listens).
+            self.inner.listen().await;
+        }
+        work::claim_work(self, &request).await
+    }
+
+    async fn list_work(&self, request: ListWork) -> Result<Vec<SessionWork>> {
+        validate::list_work(&request)?;
+        let now = self.inner.clock.now_ms();
+        transact!(self.inner, "listing work", |tx| {
+            ops::work::list_work(&tx, &request, now).await?
         })
     }
 }

@@ -103,6 +103,9 @@ async fn a_schema_from_a_newer_version_is_refused() {
     assert_eq!(error.code(), ErrorCode::IncompatibleSchema, "{error}");
 }
 
+/// Undoes migration 7 (in a connection whose `search_path` is the schema).
+const UNDO_7: &str = "DROP TABLE work;";
+
 /// Undoes migration 6 (in a connection whose `search_path` is the schema):
 /// dropping the column drops the two indexes over it; version 5's come back.
 const UNDO_6: &str = "ALTER TABLE cursors DROP COLUMN expired; \
@@ -133,7 +136,7 @@ async fn upgrading_from_version_4_counts_existing_live_heads() {
     // Undo migrations 6 and 5 by hand: the schema as a version-4 build left it.
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_6} DROP TABLE pending_counts; \
+            "SET search_path TO \"{schema}\"; {UNDO_7} {UNDO_6} DROP TABLE pending_counts; \
              DROP FUNCTION count_pending() CASCADE; \
              CREATE INDEX cursors_pending ON cursors (session_id, consumer) \
                WHERE head IS NOT NULL AND failed_at IS NULL; \
@@ -205,7 +208,7 @@ async fn upgrading_from_version_5_keeps_leases_and_promotes_expired_ones() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_6} UPDATE schema_version SET version = 5"
+            "SET search_path TO \"{schema}\"; {UNDO_7} {UNDO_6} UPDATE schema_version SET version = 5"
         ))
         .await
         .expect("downgrade to version 5");

@@ -7,18 +7,19 @@ use crate::batch::{stored_ids, write, Batch};
 use crate::cursor_table::{fence, has_pending, refresh_log_types};
 use crate::db::{lock_session, Tx};
 use crate::error::TxResult;
-use crate::inner::Inner;
+use crate::inner::{Inner, Wrote};
+use crate::ops::work::Touched;
 use crate::rows::index_of;
 
 /// The body of [`Store::append`](a2_store_api::Store::append) for a
-/// validated, non-empty batch. Returns the result and whether rows were written.
+/// validated, non-empty batch. Returns the result and what it wrote.
 pub(crate) async fn append(
     tx: &Tx<'_>,
     inner: &Inner,
     session_id: &str,
     events: &[NewEvent],
     options: &AppendOptions,
-) -> TxResult<(AppendResult, bool)> {
+) -> TxResult<(AppendResult, Wrote)> {
     let consumers = options.consumers.as_deref();
     let mut state = lock_session(tx, session_id).await?;
     let supplied: Vec<&str> = events.iter().filter_map(|e| e.id.as_deref()).collect();
@@ -42,7 +43,7 @@ pub(crate) async fn append(
                 events,
                 has_pending,
             },
-            false,
+            Wrote::default(),
         ));
     }
     options.check_origin(session_id, index_of(state.clear)?)?;
@@ -55,14 +56,16 @@ pub(crate) async fn append(
         cause: None,
         consumers,
     };
-    let stored = write(tx, inner, &mut state, &batch).await?;
+    let mut touched = Touched::new(inner.clock.now_ms());
+    let stored = write(tx, inner, &mut state, &batch, &mut touched).await?;
+    let work = touched.flush(tx, &inner.work_channel, session_id).await?;
     let has_pending = has_pending(tx, session_id, consumers).await?;
     Ok((
         AppendResult {
             events: stored,
             has_pending,
         },
-        true,
+        Wrote { events: true, work },
     ))
 }
 

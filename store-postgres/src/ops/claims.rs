@@ -7,6 +7,8 @@
 
 mod sql;
 
+use std::collections::BTreeSet;
+
 use a2_store_api::order::compare_heads;
 use a2_store_api::{ClaimRequest, ClaimResult, ClaimStep};
 use tokio_postgres::types::ToSql;
@@ -14,6 +16,7 @@ use tokio_postgres::types::ToSql;
 use crate::cursor_table::{put_all, refresh_log_types, release_pins, served_names};
 use crate::db::{bound, execute, query, query_opt, read_session, Tx};
 use crate::error::TxResult;
+use crate::ops::work::{lock_and_rewrite, lock_rows, rewrite, Rule, Wait};
 use crate::rows::{
     clear_of, decode_event, index_of, key_of, CursorKey, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH,
     EVENT_COLUMNS,
@@ -80,7 +83,10 @@ impl<'a> Candidates<'a> {
 }
 
 /// The body of [`Store::claim_available`](a2_store_api::Store::claim_available)
-/// for a validated request, with `now` and the lease `expires_at`.
+/// for a validated request, with `now` and the lease `expires_at`. After
+/// the claim, the served consumers' work rows (every row of the session
+/// when no consumers are given) are locked, waiting for them (every cursor
+/// lock is taken by then, see `ops::work`), and rewritten to what is left.
 pub(crate) async fn claim(
     tx: &Tx<'_>,
     request: &ClaimRequest,
@@ -88,13 +94,68 @@ pub(crate) async fn claim(
     expires_at: i64,
 ) -> TxResult<ClaimResult> {
     let session_id = request.session_id.as_str();
-    let mut candidates = Candidates::new(request, now);
     // Promote before the walk, so it sees the heads whose claim ran out.
     // Independent of the type refresh: pipelined.
     futures::try_join!(
         refresh_log_types(tx, session_id, request.consumers.as_deref()),
         promote(tx, session_id, now),
     )?;
+    let result = take(tx, request, now, expires_at).await?;
+    let served = served_list(request);
+    lock_and_rewrite(tx, session_id, served.as_deref(), now, Rule::Served).await?;
+    Ok(result)
+}
+
+/// One session's claim of [`Store::claim_work`](a2_store_api::Store::claim_work)
+/// (`WorkSource::claim_session`): [`claim`], but the served consumers' work
+/// rows are locked first without waiting, and when another transaction
+/// holds one (a claimer or writer on this session's work) the session is
+/// left to it: `Settled`, nothing changed. The only lock a claim may wait
+/// for, the log type refresh's, is taken before them.
+pub(crate) async fn claim_session(
+    tx: &Tx<'_>,
+    request: &ClaimRequest,
+    now: i64,
+    expires_at: i64,
+) -> TxResult<ClaimResult> {
+    let session_id = request.session_id.as_str();
+    refresh_log_types(tx, session_id, request.consumers.as_deref()).await?;
+    let served = served_list(request);
+    let Some(locked) = lock_rows(tx, session_id, served.as_deref(), Wait::Skip).await? else {
+        return Ok(ClaimResult::Settled);
+    };
+    promote(tx, session_id, now).await?;
+    let result = take(tx, request, now, expires_at).await?;
+    rewrite(
+        tx,
+        session_id,
+        served.as_deref(),
+        &locked,
+        now,
+        Rule::Served,
+    )
+    .await?;
+    Ok(result)
+}
+
+/// The consumer names a claim serves, sorted, without repeats (`None`: every one).
+fn served_list(request: &ClaimRequest) -> Option<Vec<String>> {
+    request.consumers.as_ref().map(|consumers| {
+        let names: BTreeSet<String> = consumers.iter().map(|c| c.name.clone()).collect();
+        names.into_iter().collect()
+    })
+}
+
+/// The walk of a claim after promotion: takes the free heads up to the
+/// limit and answers as `claim_available` does.
+async fn take(
+    tx: &Tx<'_>,
+    request: &ClaimRequest,
+    now: i64,
+    expires_at: i64,
+) -> TxResult<ClaimResult> {
+    let session_id = request.session_id.as_str();
+    let mut candidates = Candidates::new(request, now);
     let walk = sql::walk(&format!("{CURSOR_COLUMNS}, {EVENT_COLUMNS}"));
     let mut heads = Vec::new();
     let mut dead_lettered = Vec::new();

@@ -7,23 +7,25 @@ use crate::batch::{write, Batch};
 use crate::cursor_table::fence;
 use crate::db::{execute, lock_session, Tx};
 use crate::error::TxResult;
-use crate::inner::Inner;
+use crate::inner::{Inner, Wrote};
+use crate::ops::work::{lock_and_rewrite, Rule, Touched};
 use crate::rows::index_of;
 
 /// The body of [`Store::clear`](a2_store_api::Store::clear). Returns the
-/// result and whether the marker was written.
+/// result and what it wrote. Every work row of the session is rewritten
+/// from the cursors left (none has a head: the rows go).
 pub(crate) async fn clear(
     tx: &Tx<'_>,
     inner: &Inner,
     request: &ClearRequest,
-) -> TxResult<(ClearResult, bool)> {
+) -> TxResult<(ClearResult, Wrote)> {
     let session_id = request.session_id.as_str();
     let mut state = lock_session(tx, session_id).await?;
     if let Some(cause) = &request.cause {
         fence(tx, session_id, state.clear, cause).await?;
     }
     if let Some(unmet) = request.unmet_condition(index_of(state.head)?) {
-        return Ok((unmet, false));
+        return Ok((unmet, Wrote::default()));
     }
     let batch = Batch {
         session_id,
@@ -31,7 +33,10 @@ pub(crate) async fn clear(
         cause: None,
         consumers: None,
     };
-    let mut rows = write(tx, inner, &mut state, &batch).await?;
+    let now = inner.clock.now_ms();
+    // The marker has no targets and no declarations: it touches no cursor.
+    let mut touched = Touched::new(now);
+    let mut rows = write(tx, inner, &mut state, &batch, &mut touched).await?;
     let Some(marker) = rows.pop() else {
         return Err(StoreError::Backend {
             message: "clearing: the marker row was not written".to_owned(),
@@ -64,7 +69,13 @@ pub(crate) async fn clear(
         &[&session_id, &marker_index],
     )
     .await?;
-    Ok((ClearResult::Cleared { marker }, true))
+    // Every cursor lock is held (the deletes and updates above took them).
+    lock_and_rewrite(tx, session_id, None, now, Rule::Touched).await?;
+    let wrote = Wrote {
+        events: true,
+        work: false,
+    };
+    Ok((ClearResult::Cleared { marker }, wrote))
 }
 
 /// The body of [`Store::reclaim`](a2_store_api::Store::reclaim).

@@ -12,16 +12,17 @@ use crate::batch::{stored_ids, write, Batch};
 use crate::cursor_table::{advance, attempted, refresh_loaded_types, refresh_log_types};
 use crate::db::{execute, query_opt, Tx};
 use crate::error::TxResult;
-use crate::inner::Inner;
+use crate::inner::{Inner, Wrote};
+use crate::ops::work::Touched;
 use crate::rows::lane_key;
 
 /// The body of [`Store::complete_attempt`](a2_store_api::Store::complete_attempt)
-/// for a validated request. Returns the result and whether rows were written.
+/// for a validated request. Returns the result and what it wrote.
 pub(crate) async fn complete(
     tx: &Tx<'_>,
     inner: &Inner,
     request: &CompleteRequest,
-) -> TxResult<(CompleteResult, bool)> {
+) -> TxResult<(CompleteResult, Wrote)> {
     let session_id = request.session_id.as_str();
     let consumers = request.consumers.as_deref();
     let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
@@ -34,14 +35,14 @@ pub(crate) async fn complete(
     let (mut state, index) = (named.state, named.index);
     refresh_log_types(tx, session_id, consumers).await?;
     let Some(mut cursor) = named.cursor else {
-        return Ok((CompleteResult::Superseded, false));
+        return Ok((CompleteResult::Superseded, Wrote::default()));
     };
     refresh_loaded_types(&mut cursor, consumers);
     let on_head = cursor.head == Some(index);
     match cursor.dispatch.complete_verdict(on_head, request.attempt) {
         CompleteVerdict::Apply => {}
         CompleteVerdict::Replay => return replay(tx, state.clear, request, index).await,
-        CompleteVerdict::Superseded => return Ok((CompleteResult::Superseded, false)),
+        CompleteVerdict::Superseded => return Ok((CompleteResult::Superseded, Wrote::default())),
     }
     let supplied: Vec<&str> = request
         .events
@@ -61,7 +62,8 @@ pub(crate) async fn complete(
         cause: Some(&cause),
         consumers,
     };
-    let stored = write(tx, inner, &mut state, &batch).await?;
+    let mut touched = Touched::new(inner.clock.now_ms());
+    let stored = write(tx, inner, &mut state, &batch, &mut touched).await?;
     // The write left our cursor's head and bookkeeping as loaded (it may
     // only have queued more of its lane, or refreshed its types, set above).
     let lane_stored = lane_key(lane);
@@ -96,8 +98,13 @@ pub(crate) async fn complete(
     };
     // Independent statements on rows this transaction holds: pipelined.
     futures::try_join!(record, advance(tx, session_id, &mut cursor))?;
-    let wrote = !stored.is_empty();
-    Ok((CompleteResult::Completed { events: stored }, wrote))
+    touched.cursor(&cursor);
+    let work = touched.flush(tx, &inner.work_channel, session_id).await?;
+    let events = !stored.is_empty();
+    Ok((
+        CompleteResult::Completed { events: stored },
+        Wrote { events, work },
+    ))
 }
 
 /// A completion of a head the cursor already moved past (`clear`: the
@@ -108,7 +115,7 @@ async fn replay(
     clear: i64,
     request: &CompleteRequest,
     index: i64,
-) -> TxResult<(CompleteResult, bool)> {
+) -> TxResult<(CompleteResult, Wrote)> {
     let session_id = request.session_id.as_str();
     let row = query_opt(
         tx,
@@ -123,12 +130,12 @@ async fn replay(
     )
     .await?;
     let Some(row) = row else {
-        return Ok((CompleteResult::Superseded, false));
+        return Ok((CompleteResult::Superseded, Wrote::default()));
     };
     let attempt = from_sql_count("completion attempt", row.try_get(0)?)?;
     let Json(recorded): Json<Vec<Option<String>>> = row.try_get(1)?;
     if !replay::completion_record(request, Some((attempt, &recorded)))? {
-        return Ok((CompleteResult::Superseded, false));
+        return Ok((CompleteResult::Superseded, Wrote::default()));
     }
     let supplied: Vec<&str> = request
         .events
@@ -142,5 +149,5 @@ async fn replay(
         .filter_map(|event| owners.remove(event.id.as_deref()?))
         .collect();
     let events = replay::completed_events(request, rows)?;
-    Ok((CompleteResult::Completed { events }, false))
+    Ok((CompleteResult::Completed { events }, Wrote::default()))
 }

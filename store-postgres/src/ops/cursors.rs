@@ -10,6 +10,7 @@ use a2_store_api::{
 use crate::cursor_table::{load, next_log_head, put};
 use crate::db::{lock_session, query, sql_index, Tx};
 use crate::error::TxResult;
+use crate::ops::work::Touched;
 use crate::rows::{index_of, CursorRow, CURSOR_COLUMNS};
 
 /// Every cursor but finished event cursors, in `cursors()` order.
@@ -28,13 +29,16 @@ pub(crate) async fn cursors(tx: &Tx<'_>, session_id: &str) -> TxResult<Vec<Curso
 }
 
 /// The body of [`Store::wake_log`](a2_store_api::Store::wake_log) for a
-/// validated log declaration.
+/// validated log declaration at `now`; also returns whether a work row was
+/// made ready (`NOTIFY` on `channel` sent).
 pub(crate) async fn wake_log(
     tx: &Tx<'_>,
+    channel: &str,
     session_id: &str,
     consumer: &ConsumerDeclaration,
     log: &LogDeclaration,
-) -> TxResult<WakeLogResult> {
+    now: i64,
+) -> TxResult<(WakeLogResult, bool)> {
     let state = lock_session(tx, session_id).await?;
     let head = index_of(state.head)?;
     let existing = load(tx, session_id, &consumer.name, &log.lane, 0, true).await?;
@@ -52,10 +56,11 @@ pub(crate) async fn wake_log(
             cursor
         }
         None if state.head == state.clear => {
-            return Ok(WakeLogResult {
+            let result = WakeLogResult {
                 cursor: idle_log_cursor(consumer, index_of(state.clear)?),
                 head,
-            });
+            };
+            return Ok((result, false));
         }
         None => {
             let start = log.start_position(index_of(state.clear)?, index_of(state.head)?);
@@ -78,8 +83,12 @@ pub(crate) async fn wake_log(
             cursor
         }
     };
-    Ok(WakeLogResult {
+    let mut touched = Touched::new(now);
+    touched.cursor(&cursor);
+    let ready = touched.flush(tx, channel, session_id).await?;
+    let result = WakeLogResult {
         cursor: cursor.to_cursor()?,
         head,
-    })
+    };
+    Ok((result, ready))
 }

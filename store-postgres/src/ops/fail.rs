@@ -12,28 +12,39 @@ use crate::cursor_table::{
 };
 use crate::db::{lock_session, query, query_opt, read_session, Tx};
 use crate::error::TxResult;
+use crate::ops::work::Touched;
 use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS};
 
 /// The body of [`Store::fail_attempt`](a2_store_api::Store::fail_attempt)
 /// for a validated request. Takes no session lock: it locks the cursor row,
-/// then reads the clear.
-pub(crate) async fn fail(tx: &Tx<'_>, request: &FailRequest, now: i64) -> TxResult<FailResult> {
+/// then reads the clear. The head's work row becomes ready at once or when
+/// its retry delay ends (a dead letter's row is kept); returns whether a
+/// row was made ready (`NOTIFY` on `channel` sent).
+pub(crate) async fn fail(
+    tx: &Tx<'_>,
+    channel: &str,
+    request: &FailRequest,
+    now: i64,
+) -> TxResult<(FailResult, bool)> {
     let session_id = request.session_id.as_str();
     let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
     let named = attempted(tx, session_id, consumer, lane, request.index, false).await?;
     let Some(mut cursor) = named.cursor else {
-        return Ok(FailResult::superseded());
+        return Ok((FailResult::superseded(), false));
     };
     let on_head = cursor.head == Some(named.index);
     if let Some(result) = cursor.dispatch.fail_verdict(on_head, request.attempt) {
-        return Ok(result);
+        return Ok((result, false));
     }
     let result = cursor.dispatch.record_failure(request, now);
     if result.outcome == FailOutcome::DeadLettered {
         release_pins(tx, session_id, &cursor).await?;
     }
     put(tx, session_id, &cursor).await?;
-    Ok(result)
+    let mut touched = Touched::new(now);
+    touched.cursor(&cursor);
+    let ready = touched.flush(tx, channel, session_id).await?;
+    Ok((result, ready))
 }
 
 /// The body of [`Store::dead_letters`](a2_store_api::Store::dead_letters).
@@ -58,8 +69,14 @@ pub(crate) async fn dead_letters(tx: &Tx<'_>, session_id: &str) -> TxResult<Vec<
 }
 
 /// The body of [`Store::redrive`](a2_store_api::Store::redrive) for a
-/// validated request.
-pub(crate) async fn redrive(tx: &Tx<'_>, request: &RedriveRequest) -> TxResult<RedriveResult> {
+/// validated request at `now`; also returns whether a work row was made
+/// ready (`NOTIFY` on `channel` sent).
+pub(crate) async fn redrive(
+    tx: &Tx<'_>,
+    channel: &str,
+    request: &RedriveRequest,
+    now: i64,
+) -> TxResult<(RedriveResult, bool)> {
     let session_id = request.session_id.as_str();
     let consumers = request.consumers.as_deref();
     let clear = index_of(lock_session(tx, session_id).await?.clear)?;
@@ -80,10 +97,11 @@ pub(crate) async fn redrive(tx: &Tx<'_>, request: &RedriveRequest) -> TxResult<R
     }
     refresh_log_types(tx, session_id, consumers).await?;
     let Some(mut cursor) = found else {
-        return Ok(RedriveResult {
+        let result = RedriveResult {
             redriven: false,
             has_pending: has_pending(tx, session_id, consumers).await?,
-        });
+        };
+        return Ok((result, false));
     };
     refresh_loaded_types(&mut cursor, consumers);
     match request.action {
@@ -93,8 +111,12 @@ pub(crate) async fn redrive(tx: &Tx<'_>, request: &RedriveRequest) -> TxResult<R
             put(tx, session_id, &cursor).await?;
         }
     }
-    Ok(RedriveResult {
+    let mut touched = Touched::new(now);
+    touched.cursor(&cursor);
+    let ready = touched.flush(tx, channel, session_id).await?;
+    let result = RedriveResult {
         redriven: true,
         has_pending: has_pending(tx, session_id, consumers).await?,
-    })
+    };
+    Ok((result, ready))
 }

@@ -13,3 +13,4 @@ pub(crate) mod read;
 pub(crate) mod renew;
 pub(crate) mod snapshots;
 pub(crate) mod subscribe;
+pub(crate) mod work;

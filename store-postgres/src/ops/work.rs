@@ -1,0 +1,492 @@
+//! The work index (`a2_store_api::work`): the `work` table's rows per
+//! `(session, consumer)`, kept in the transaction of every cursor change,
+//! and the queries of `claim_work` and `list_work` over it.
+//!
+//! Lock order: a transaction takes every cursor row lock it needs before
+//! any `work` row lock, and `work` rows before the `pending_counts` rows
+//! (which the deferred count triggers take at commit or `has_pending`).
+//! Writers upsert their rows after their cursor writes ([`Touched::flush`]);
+//! claims lock their rows after their cursor locks (`claim_available`) or
+//! before taking any that may wait (`claim_work`: `SKIP LOCKED`, see
+//! [`lock_rows`]). So no two transactions wait on each other in a cycle.
+
+mod sql;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use a2_store_api::sql::from_sql_int;
+use a2_store_api::work::{WorkRow, WorkSummary};
+use a2_store_api::{ClaimWorkRequest, ListWork, SessionWork};
+
+use crate::db::{execute, query, query_opt, Tx};
+use crate::error::TxResult;
+use crate::rows::CursorRow;
+
+/// The `NOTIFY` channel of a schema's work wake-ups: `a2_work_<schema>`,
+/// cut to the 63 bytes PostgreSQL allows (schema names are ASCII). Two long
+/// names sharing a prefix share it, which only wakes a waiter needlessly.
+pub(crate) fn work_channel(schema: &str) -> String {
+    let mut channel = format!("a2_work_{schema}");
+    channel.truncate(crate::options::MAX_SCHEMA_NAME_LEN);
+    channel
+}
+
+/// The consumers whose cursors a transaction changed, and what their work
+/// rows become. A cursor left with a live head may only make its
+/// consumer's work claimable sooner: the row becomes
+/// `a2_store_api::work::sooner(old, Dispatch::ready_at)` (no read of the
+/// other cursors). A cursor that lost its head or had it dead-lettered may
+/// leave its consumer with nothing claimable or busy: that row is rewritten
+/// from the consumer's cursors (`WorkSummary::touched_row`), so a finished
+/// pair's row goes and the `Busy`/`Settled` answers stay exact.
+#[derive(Debug)]
+pub(crate) struct Touched {
+    now: i64,
+    sooner: BTreeMap<String, Option<i64>>,
+    recheck: BTreeSet<String>,
+}
+
+impl Touched {
+    /// Nothing touched yet, by a transaction at `now`.
+    pub(crate) fn new(now: i64) -> Self {
+        Self {
+            now,
+            sooner: BTreeMap::new(),
+            recheck: BTreeSet::new(),
+        }
+    }
+
+    /// Notes the cursor just written.
+    pub(crate) fn cursor(&mut self, cursor: &CursorRow) {
+        if cursor.head.is_none() || cursor.dispatch.is_dead_lettered() {
+            self.recheck.insert(cursor.consumer.clone());
+            return;
+        }
+        let at = cursor.dispatch.ready_at(self.now);
+        let entry = self.sooner.entry(cursor.consumer.clone()).or_insert(at);
+        *entry = match (*entry, at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+
+    /// Writes the touched rows; call it after the transaction's cursor
+    /// writes (and before `has_pending`). The `sooner` rows are one upsert:
+    /// `LEAST` skips `NULL`s, so a missing or dead-letters-only row becomes
+    /// `at`, and an earlier one stays. The rechecked rows are locked, then
+    /// rewritten from the cursors. When a row was made ready (inserted or
+    /// moved earlier with a time), sends `NOTIFY` on `channel` in the same
+    /// transaction, so waiters elsewhere learn of it on commit. Returns
+    /// whether it did (the caller then wakes this process's waiters after
+    /// the commit).
+    pub(crate) async fn flush(
+        self,
+        tx: &Tx<'_>,
+        channel: &str,
+        session_id: &str,
+    ) -> TxResult<bool> {
+        let mut ready = false;
+        let consumers: Vec<&str> = self
+            .sooner
+            .keys()
+            .map(String::as_str)
+            .filter(|name| !self.recheck.contains(*name))
+            .collect();
+        if !consumers.is_empty() {
+            let at: Vec<Option<i64>> = consumers
+                .iter()
+                .map(|name| self.sooner.get(*name).copied().flatten())
+                .collect();
+            // Rows in consumer order, so concurrent writers lock them in one order.
+            let row = query_opt(
+                tx,
+                "WITH up AS ( \
+                   INSERT INTO work AS w (session_id, consumer, ready_at) \
+                   SELECT $1, k.consumer, k.ready_at \
+                   FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS k(consumer, ready_at, n) \
+                   ORDER BY k.n \
+                   ON CONFLICT (session_id, consumer) DO UPDATE \
+                   SET ready_at = LEAST(w.ready_at, EXCLUDED.ready_at) \
+                   WHERE w.ready_at IS DISTINCT FROM LEAST(w.ready_at, EXCLUDED.ready_at) \
+                   RETURNING w.ready_at) \
+                 SELECT pg_notify($4, '') IS NULL FROM up WHERE up.ready_at IS NOT NULL LIMIT 1",
+                &[&session_id, &consumers, &at, &channel],
+            )
+            .await?;
+            ready = row.is_some();
+        }
+        if !self.recheck.is_empty() {
+            let names: Vec<String> = self.recheck.into_iter().collect();
+            let sooner =
+                lock_and_rewrite(tx, session_id, Some(&names), self.now, Rule::Touched).await?;
+            if sooner && !ready {
+                execute(tx, "SELECT pg_notify($1, '')", &[&channel]).await?;
+                ready = true;
+            }
+        }
+        Ok(ready)
+    }
+}
+
+/// Locks a session's rows (`$1`) of `$2` consumers (`NULL`: every one), in
+/// consumer order.
+const LOCK: &str = "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
+    AND ($2::text[] IS NULL OR consumer = ANY($2)) ORDER BY consumer FOR UPDATE";
+
+/// How [`lock_rows`] treats rows another transaction holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Wait for them (the caller holds every cursor lock it needs).
+    Wait,
+    /// Skip them; then the caller leaves the session to that transaction.
+    Skip,
+}
+
+/// The stored work rows of a session the caller locked, by consumer.
+pub(crate) type Locked = BTreeMap<String, Option<WorkRow>>;
+
+/// Locks the session's work rows of `consumers` (`None`: every row), in
+/// consumer order. With [`Wait::Skip`], `None` when another transaction
+/// holds one of them (a claimer or a writer is on this session's work).
+pub(crate) async fn lock_rows(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumers: Option<&[String]>,
+    wait: Wait,
+) -> TxResult<Option<Locked>> {
+    const TRY_LOCK: &str = "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
+        AND ($2::text[] IS NULL OR consumer = ANY($2)) ORDER BY consumer FOR UPDATE SKIP LOCKED";
+    const VISIBLE: &str = "SELECT count(*) FROM work WHERE session_id = $1 \
+        AND ($2::text[] IS NULL OR consumer = ANY($2))";
+    let (rows, visible) = match wait {
+        Wait::Wait => (query(tx, LOCK, &[&session_id, &consumers]).await?, None),
+        Wait::Skip => {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&session_id, &consumers];
+            let (rows, visible) = futures::try_join!(
+                query(tx, TRY_LOCK, &params),
+                query_opt(tx, VISIBLE, &params),
+            )?;
+            let visible: i64 = match visible {
+                Some(row) => row.try_get(0)?,
+                None => 0,
+            };
+            (rows, Some(visible))
+        }
+    };
+    if visible.is_some_and(|visible| visible > i64::try_from(rows.len()).unwrap_or(i64::MAX)) {
+        return Ok(None);
+    }
+    let mut locked = Locked::new();
+    for row in &rows {
+        let ready_at: Option<i64> = row.try_get(1)?;
+        locked.insert(row.try_get(0)?, Some(WorkRow::from_ready_at(ready_at)));
+    }
+    Ok(Some(locked))
+}
+
+/// The statement of [`summaries`]: `$1` sessions, `$2` consumers (`NULL`:
+/// every one), `$3` now.
+const SUMMARIES: &str = "SELECT h.session_id, h.consumer, \
+    count(*) FILTER (WHERE h.failed_at IS NULL \
+      AND (h.claim_expires_at IS NULL OR h.claim_expires_at <= $3)), \
+    count(*) FILTER (WHERE h.failed_at IS NULL AND h.claim_expires_at > $3), \
+    count(*) FILTER (WHERE h.failed_at IS NOT NULL), \
+    min(h.claim_expires_at) FILTER (WHERE h.failed_at IS NULL AND h.claim_expires_at > $3) \
+  FROM ( \
+    SELECT c.session_id, c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
+      WHERE c.session_id = ANY($1) AND ($2::text[] IS NULL OR c.consumer = ANY($2)) \
+        AND c.head IS NOT NULL \
+        AND c.failed_at IS NULL AND (c.claim_expires_at IS NULL OR c.expired) \
+    UNION ALL \
+    SELECT c.session_id, c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
+      WHERE c.session_id = ANY($1) AND ($2::text[] IS NULL OR c.consumer = ANY($2)) \
+        AND c.head IS NOT NULL \
+        AND c.failed_at IS NULL AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
+    UNION ALL \
+    SELECT c.session_id, c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
+      WHERE c.session_id = ANY($1) AND ($2::text[] IS NULL OR c.consumer = ANY($2)) \
+        AND c.head IS NOT NULL \
+        AND c.failed_at IS NOT NULL \
+  ) AS h GROUP BY h.session_id, h.consumer";
+
+/// The unfinished heads of `consumers` (`None`: every consumer) in
+/// `sessions` at `now`, summed per `(session, consumer)` as
+/// `WorkSummary::add` counts them: dead-lettered when `failed_at` is set,
+/// busy while `claim_expires_at > now`, else claimable. Pairs without a
+/// head are left out.
+///
+/// Three parts, each the predicate of one partial cursor index (idle and
+/// promoted heads, unpromoted busy heads, dead letters), so finished
+/// cursors are never visited.
+async fn summaries(
+    tx: &Tx<'_>,
+    sessions: &[&str],
+    consumers: Option<&[&str]>,
+    now: i64,
+) -> TxResult<BTreeMap<(String, String), WorkSummary>> {
+    let mut found = BTreeMap::new();
+    if sessions.is_empty() || consumers.is_some_and(<[&str]>::is_empty) {
+        return Ok(found);
+    }
+    for row in query(tx, SUMMARIES, &[&sessions, &consumers, &now]).await? {
+        let summary = WorkSummary {
+            claimable: from_sql_int("claimable heads", row.try_get(2)?)?,
+            busy: from_sql_int("busy heads", row.try_get(3)?)?,
+            dead_lettered: from_sql_int("dead-lettered heads", row.try_get(4)?)?,
+            next_expiry: row.try_get(5)?,
+        };
+        found.insert((row.try_get(0)?, row.try_get(1)?), summary);
+    }
+    Ok(found)
+}
+
+/// What a rewrite stores for a pair: `WorkSummary::served_row` after a
+/// claim, `WorkSummary::touched_row` after any other change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// The pair was served by a claim.
+    Served,
+    /// The pair's cursors changed otherwise (a clear).
+    Touched,
+}
+
+/// Rewrites the session's rows of `consumers` (`None`: the `locked` ones)
+/// from its cursors at `now` by `rule`. `locked` holds the rows the caller
+/// locked: each is overwritten or deleted. A pair without a locked row that
+/// now needs one is inserted, merged as `work::sooner` with a row a
+/// concurrent writer may have inserted meanwhile (never deleted: that
+/// writer's cursors may not be in this transaction's view). Returns
+/// whether a row was made ready sooner (inserted, or moved earlier).
+pub(crate) async fn rewrite(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumers: Option<&[String]>,
+    locked: &Locked,
+    now: i64,
+    rule: Rule,
+) -> TxResult<bool> {
+    let listed: Option<Vec<&str>> =
+        consumers.map(|names| names.iter().map(String::as_str).collect());
+    let found = summaries(tx, &[session_id], listed.as_deref(), now).await?;
+    apply(tx, session_id, consumers, locked, &found, now, rule).await
+}
+
+/// [`lock_rows`] (waiting) and [`rewrite`] in one round trip: the two
+/// statements are pipelined, and the server runs the summary after the
+/// lock (so its snapshot sees every change committed by a writer that held
+/// one of the rows). For callers holding every cursor lock they need.
+pub(crate) async fn lock_and_rewrite(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumers: Option<&[String]>,
+    now: i64,
+    rule: Rule,
+) -> TxResult<bool> {
+    let listed: Option<Vec<&str>> =
+        consumers.map(|names| names.iter().map(String::as_str).collect());
+    let sessions = [session_id];
+    // Both prepared first: then each is sent when first polled, and
+    // `try_join` polls in argument order, so the lock runs first.
+    futures::try_join!(tx.prepare_cached(LOCK), tx.prepare_cached(SUMMARIES))?;
+    let (locked, found) = futures::try_join!(
+        lock_rows(tx, session_id, consumers, Wait::Wait),
+        summaries(tx, &sessions, listed.as_deref(), now),
+    )?;
+    let locked = locked.unwrap_or_default();
+    apply(tx, session_id, consumers, &locked, &found, now, rule).await
+}
+
+/// Writes the rows [`rewrite`] decided from the summaries `found`.
+async fn apply(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumers: Option<&[String]>,
+    locked: &Locked,
+    found: &BTreeMap<(String, String), WorkSummary>,
+    now: i64,
+    rule: Rule,
+) -> TxResult<bool> {
+    let names: BTreeSet<&str> = match consumers {
+        Some(names) => names.iter().map(String::as_str).collect(),
+        None => locked.keys().map(String::as_str).collect(),
+    };
+    let (mut deleted, mut updated, mut updated_at) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut inserted, mut inserted_at) = (Vec::new(), Vec::new());
+    let mut sooner = false;
+    for name in names {
+        let summary = found
+            .get(&(session_id.to_owned(), name.to_owned()))
+            .copied()
+            .unwrap_or_default();
+        let old = locked.get(name).copied();
+        let new = match rule {
+            Rule::Served => summary.served_row(now),
+            Rule::Touched => summary.touched_row(old.flatten(), now),
+        };
+        if let Some(WorkRow::Ready(at)) = new {
+            sooner |= match old.flatten() {
+                Some(WorkRow::Ready(before)) => at < before,
+                _ => true,
+            };
+        }
+        match (old, new) {
+            (Some(_), None) => deleted.push(name),
+            (Some(old), Some(new)) if old != Some(new) => {
+                updated.push(name);
+                updated_at.push(new.ready_at());
+            }
+            (Some(_), Some(_)) | (None, None) => {}
+            (None, Some(new)) => {
+                inserted.push(name);
+                inserted_at.push(new.ready_at());
+            }
+        }
+    }
+    if !deleted.is_empty() {
+        execute(
+            tx,
+            "DELETE FROM work WHERE session_id = $1 AND consumer = ANY($2)",
+            &[&session_id, &deleted],
+        )
+        .await?;
+    }
+    if !updated.is_empty() {
+        execute(
+            tx,
+            "UPDATE work w SET ready_at = k.ready_at \
+             FROM unnest($2::text[], $3::bigint[]) AS k(consumer, ready_at) \
+             WHERE w.session_id = $1 AND w.consumer = k.consumer",
+            &[&session_id, &updated, &updated_at],
+        )
+        .await?;
+    }
+    if !inserted.is_empty() {
+        execute(
+            tx,
+            "INSERT INTO work AS w (session_id, consumer, ready_at) \
+             SELECT $1, k.consumer, k.ready_at \
+             FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS k(consumer, ready_at, n) \
+             ORDER BY k.n \
+             ON CONFLICT (session_id, consumer) DO UPDATE \
+             SET ready_at = LEAST(w.ready_at, EXCLUDED.ready_at)",
+            &[&session_id, &inserted, &inserted_at],
+        )
+        .await?;
+    }
+    Ok(sooner)
+}
+
+/// The sessions `request` serves with a ready row (`ready_at <= now`),
+/// leaving out `skip`, in fairness order by each session's earliest such
+/// row: up to `limit`.
+///
+/// Every session: per served consumer, its first `limit` rows in
+/// `(ready_at, session_id)` order from `work_ready` (enough: a session among
+/// the first `limit` overall is among the first `limit` of the consumer of
+/// its earliest row), merged and cut to `limit` sessions here, so the cost
+/// is `O(consumers × (log n + limit + skipped))` whatever the number of
+/// sessions. A session list: one primary-key probe per listed pair.
+pub(crate) async fn ready_sessions(
+    tx: &Tx<'_>,
+    request: &ClaimWorkRequest,
+    now: i64,
+    skip: &[String],
+    limit: usize,
+) -> TxResult<Vec<String>> {
+    if limit == 0 {
+        return Ok(Vec::new());
+    }
+    let consumers = request.consumer_names();
+    let fetch = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = match &request.sessions {
+        None => query(tx, sql::READY, &[&consumers, &now, &skip, &fetch]).await?,
+        Some(sessions) => {
+            query(
+                tx,
+                sql::READY_LISTED,
+                &[sessions, &consumers, &now, &skip, &fetch],
+            )
+            .await?
+        }
+    };
+    let mut ready: Vec<String> = Vec::with_capacity(limit);
+    for row in &rows {
+        let session_id: String = row.try_get(0)?;
+        if !ready.contains(&session_id) {
+            ready.push(session_id);
+            if ready.len() >= limit {
+                break;
+            }
+        }
+    }
+    Ok(ready)
+}
+
+/// The earliest `ready_at` among the ready rows `request` serves: one
+/// ordered probe of `work_ready` per consumer (or of the primary key per
+/// listed pair).
+pub(crate) async fn earliest_ready(
+    tx: &Tx<'_>,
+    request: &ClaimWorkRequest,
+) -> TxResult<Option<i64>> {
+    let consumers = request.consumer_names();
+    let row = match &request.sessions {
+        None => query_opt(tx, sql::EARLIEST, &[&consumers]).await?,
+        Some(sessions) => query_opt(tx, sql::EARLIEST_LISTED, &[sessions, &consumers]).await?,
+    };
+    match row {
+        Some(row) => Ok(row.try_get(0)?),
+        None => Ok(None),
+    }
+}
+
+/// The body of [`Store::list_work`](a2_store_api::Store::list_work) for a
+/// validated request at `now`: candidate sessions in id order from
+/// `work_listed` (per consumer, merged), then their heads summed; sessions
+/// whose rows are stale (no head left) are passed over, and candidates are
+/// fetched again until the page is full or none are left.
+pub(crate) async fn list_work(
+    tx: &Tx<'_>,
+    request: &ListWork,
+    now: i64,
+) -> TxResult<Vec<SessionWork>> {
+    let page = request.page_size();
+    let fetch = i64::try_from(page).unwrap_or(i64::MAX);
+    let mut consumers: Vec<&str> = request.consumers.iter().map(String::as_str).collect();
+    consumers.sort_unstable();
+    consumers.dedup();
+    let mut after = request.after.clone();
+    let mut listed = Vec::with_capacity(page);
+    while listed.len() < page {
+        let rows = query(tx, sql::LISTED_AFTER, &[&consumers, &after, &fetch]).await?;
+        let mut candidates: Vec<(String, Option<i64>)> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            candidates.push((row.try_get(0)?, row.try_get(1)?));
+        }
+        let Some((last, _)) = candidates.last() else {
+            break;
+        };
+        after = Some(last.clone());
+        let ids: Vec<&str> = candidates.iter().map(|(id, _)| id.as_str()).collect();
+        let found = summaries(tx, &ids, Some(&consumers), now).await?;
+        let mut by_session: BTreeMap<&str, WorkSummary> = BTreeMap::new();
+        for ((session_id, _), summary) in &found {
+            by_session
+                .entry(session_id.as_str())
+                .or_default()
+                .merge(summary);
+        }
+        for (session_id, ready_at) in &candidates {
+            let Some(summary) = by_session.get(session_id.as_str()) else {
+                continue;
+            };
+            if summary.has_work() && listed.len() < page {
+                listed.push(summary.session_work(session_id, *ready_at));
+            }
+        }
+        if candidates.len() < page {
+            break;
+        }
+    }
+    Ok(listed)
+}

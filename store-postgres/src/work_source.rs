@@ -1,0 +1,58 @@
+//! [`WorkSource`] for [`PostgresStore`]: what `a2_store_api::work::claim_work`
+//! runs `Store::claim_work` with, each step one transaction over the work
+//! index (`ops::work`) or one session's claim (`ops::claims::claim_session`).
+
+use std::time::Duration;
+
+use a2_store_api::work::{WorkSignal, WorkSource};
+use a2_store_api::{ClaimRequest, ClaimResult, ClaimWorkRequest, Clock, Result};
+use async_trait::async_trait;
+
+use crate::ops;
+use crate::store::PostgresStore;
+
+/// How often a waiting claimer claims again without a wake-up: a lost
+/// notification (the listener reconnecting) only delays work this long.
+pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(1);
+
+#[async_trait]
+impl WorkSource for PostgresStore {
+    async fn ready_sessions(
+        &self,
+        request: &ClaimWorkRequest,
+        now_ms: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        transact!(self.inner, "finding ready sessions", |tx| {
+            ops::work::ready_sessions(&tx, request, now_ms, skip, limit).await?
+        })
+    }
+
+    async fn claim_session(&self, request: ClaimRequest) -> Result<ClaimResult> {
+        a2_store_api::validate::claim_available(&request)?;
+        let now = self.inner.clock.now_ms();
+        let expires_at = request.lease_expiry(now)?;
+        transact!(self.inner, "claiming heads of a session", |tx| {
+            ops::claims::claim_session(&tx, &request, now, expires_at).await?
+        })
+    }
+
+    async fn earliest_ready(&self, request: &ClaimWorkRequest) -> Result<Option<i64>> {
+        transact!(self.inner, "finding the earliest ready work", |tx| {
+            ops::work::earliest_ready(&tx, request).await?
+        })
+    }
+
+    fn clock(&self) -> &dyn Clock {
+        self.inner.clock.as_ref()
+    }
+
+    fn signal(&self) -> &WorkSignal {
+        &self.inner.signal
+    }
+
+    fn fallback_poll(&self) -> Option<Duration> {
+        Some(FALLBACK_POLL)
+    }
+}

@@ -1,0 +1,435 @@
+//! The work index of the PostgreSQL backend (schema version 7): a schema
+//! written before it opens with its pending work indexed; a waiting claim
+//! wakes on another store's append through `NOTIFY`; claimers pass a
+//! session whose work rows another transaction holds instead of queueing;
+//! claimers and writers racing never deadlock or share a head; and finding
+//! ready sessions reads only the rows it returns, however many sessions
+//! have rows (`EXPLAIN` of the very statement, included from the source).
+
+mod support;
+
+#[allow(dead_code)]
+#[path = "../src/ops/work/sql.rs"]
+mod work_sql;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use a2_store_api::{
+    AppendOptions, ClaimRequest, ClaimWorkRequest, ClaimWorkResult, CompleteRequest,
+    ConsumerDeclaration, CounterIds, FailRequest, Head, ListWork, ManualClock, NewEvent, RandomIds,
+    Store, SystemClock, Target,
+};
+use a2_store_postgres::PostgresStore;
+use serde_json::{json, Value};
+use support::PgFactory;
+
+const T0: i64 = 1_700_000_000_000;
+
+fn targeted(consumer: &str) -> NewEvent {
+    NewEvent::new("e", json!({})).with_target(Target::event(consumer))
+}
+
+fn work(holder: &str, ttl_ms: i64) -> ClaimWorkRequest {
+    ClaimWorkRequest::new(holder, vec![ConsumerDeclaration::targeted("agent")], ttl_ms)
+}
+
+fn complete(session_id: &str, head: &Head) -> CompleteRequest {
+    CompleteRequest {
+        session_id: session_id.into(),
+        consumer: head.consumer.clone(),
+        lane: head.lane.clone(),
+        index: head.event.index,
+        attempt: head.dispatch.attempt_count,
+        events: Vec::new(),
+        consumers: None,
+    }
+}
+
+/// The only session and head a claim returned.
+fn only(result: &ClaimWorkResult) -> (String, Head) {
+    let heads: Vec<(&str, &Head)> = result.heads().collect();
+    assert_eq!(heads.len(), 1, "one head claimed: {result:?}");
+    (heads[0].0.to_owned(), heads[0].1.clone())
+}
+
+async fn store_on(factory: &PgFactory, schema: &str, clock: ManualClock) -> PostgresStore {
+    factory
+        .store_on(schema, Arc::new(clock), Arc::new(CounterIds::new("g")))
+        .await
+        .expect("connect")
+}
+
+/// A schema at version 6 (no work table) holding an idle head (`idle`), a
+/// head under a running lease (`leased`), a dead letter (`dead`) and a
+/// finished session (`done`) opens at version 7 with each indexed: the
+/// listing reports them, `claim_work` claims the idle head, then answers
+/// `Busy` until the lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_from_version_6_indexes_pending_work() {
+    let Some(factory) = PgFactory::from_env("work") else {
+        return;
+    };
+    let schema = factory.schema();
+    let clock = ManualClock::new(T0);
+    let store = store_on(&factory, &schema, clock.clone()).await;
+    for session in ["idle", "leased", "dead", "done"] {
+        store
+            .append(session, vec![targeted("agent")], AppendOptions::default())
+            .await
+            .expect("append");
+    }
+    let claim = |session: &str| ClaimRequest {
+        session_id: session.into(),
+        holder: "w".into(),
+        ttl_ms: Some(1_000),
+        ..ClaimRequest::default()
+    };
+    let mut heads = Vec::new();
+    for session in ["leased", "dead", "done"] {
+        let claimed = store.claim_available(claim(session)).await.expect("claim");
+        let a2_store_api::ClaimResult::Claimed { heads: taken, .. } = claimed else {
+            panic!("{session}: {claimed:?}");
+        };
+        heads.push(taken[0].clone());
+    }
+    let failure = FailRequest {
+        session_id: "dead".into(),
+        consumer: "agent".into(),
+        lane: None,
+        index: heads[1].event.index,
+        attempt: 1,
+        error: "broken".into(),
+        max_failures: Some(1),
+        retry_after_ms: None,
+    };
+    store.fail_attempt(failure).await.expect("dead-letter");
+    store
+        .complete_attempt(complete("done", &heads[2]))
+        .await
+        .expect("complete");
+    drop(store);
+    let client = support::raw_client(factory.url()).await;
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\"; DROP TABLE work; UPDATE schema_version SET version = 6"
+        ))
+        .await
+        .expect("downgrade to version 6");
+    let upgraded = store_on(&factory, &schema, clock.clone()).await;
+    let listed = upgraded
+        .list_work(ListWork {
+            consumers: vec!["agent".into()],
+            ..ListWork::default()
+        })
+        .await
+        .expect("list");
+    let counts: Vec<(&str, u64, u64, u64)> = listed
+        .iter()
+        .map(|w| (w.session_id.as_str(), w.claimable, w.busy, w.dead_lettered))
+        .collect();
+    assert_eq!(
+        counts,
+        vec![("dead", 0, 0, 1), ("idle", 1, 0, 0), ("leased", 0, 1, 0)]
+    );
+    let claimed = upgraded.claim_work(work("w2", 5_000)).await.expect("claim");
+    assert_eq!(only(&claimed).0, "idle");
+    assert_eq!(
+        upgraded.claim_work(work("w2", 5_000)).await.expect("claim"),
+        ClaimWorkResult::Busy {
+            retry_at: T0 + 1_000
+        }
+    );
+    clock.advance(1_000);
+    let claimed = upgraded.claim_work(work("w2", 5_000)).await.expect("claim");
+    assert_eq!(only(&claimed).0, "leased", "the expired lease is found");
+}
+
+/// A claim waiting on one store wakes on an append through another store
+/// on the same schema (its own `LISTEN` connection): well before the 1 s
+/// fallback poll would have claimed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiting_claim_wakes_on_an_append_through_another_store() {
+    let Some(factory) = PgFactory::from_env("work") else {
+        return;
+    };
+    let schema = factory.schema();
+    let open = || async {
+        factory
+            .store_on(&schema, Arc::new(SystemClock), Arc::new(RandomIds))
+            .await
+            .expect("connect")
+    };
+    let (waiter, writer) = (open().await, open().await);
+    // Twice: the first wait also starts the listener.
+    for round in 0..2 {
+        let session = format!("s{round}");
+        let waiting = tokio::spawn({
+            let waiter = waiter.clone();
+            async move {
+                let result = waiter
+                    .claim_work(work("w", 60_000).with_wait_ms(10_000))
+                    .await;
+                (result, Instant::now())
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let appended = Instant::now();
+        writer
+            .append(&session, vec![targeted("agent")], AppendOptions::default())
+            .await
+            .expect("append");
+        let (result, woke) = waiting.await.expect("the waiter ran");
+        let result = result.expect("claim_work");
+        assert_eq!(only(&result).0, session);
+        let after = woke.duration_since(appended);
+        assert!(
+            after < Duration::from_millis(600),
+            "round {round}: woke {after:?} after the append, as by the fallback poll"
+        );
+    }
+}
+
+/// A claimer passes a session whose work rows another transaction holds (a
+/// claimer serving it) without waiting for it, claims from the next one,
+/// and finds the held session's work once it is released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimer_passes_a_session_another_claimer_holds() {
+    let Some(factory) = PgFactory::from_env("work") else {
+        return;
+    };
+    let schema = factory.schema();
+    let clock = ManualClock::new(T0);
+    let store = store_on(&factory, &schema, clock.clone()).await;
+    for session in ["a", "b"] {
+        store
+            .append(session, vec![targeted("agent")], AppendOptions::default())
+            .await
+            .expect("append");
+        clock.advance(1);
+    }
+    // Held as a claimer in the middle of serving `a` holds them.
+    let mut client = support::raw_client(factory.url()).await;
+    let holder = client.transaction().await.expect("begin");
+    let sql = format!("SELECT consumer FROM \"{schema}\".work WHERE session_id = $1 FOR UPDATE");
+    let held = holder.query(&sql, &[&"a"]).await.expect("lock a's rows");
+    assert_eq!(held.len(), 1);
+    let started = Instant::now();
+    let claimed = store.claim_work(work("w", 1_000)).await.expect("claim");
+    assert_eq!(only(&claimed).0, "b", "a is held: b is served");
+    let mut only_a = work("w", 1_000);
+    only_a.sessions = Some(vec!["a".into()]);
+    let passed = store.claim_work(only_a.clone()).await.expect("claim");
+    assert!(
+        !matches!(passed, ClaimWorkResult::Claimed { .. }),
+        "a held session is passed: {passed:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "no claim waited for the held rows: {:?}",
+        started.elapsed()
+    );
+    holder.rollback().await.expect("release");
+    let claimed = store.claim_work(only_a).await.expect("claim");
+    assert_eq!(only(&claimed).0, "a");
+}
+
+/// Claimers (claim, then complete) and appenders race over a few sessions:
+/// no call fails (no deadlock surfaces as `Busy`), and every appended head
+/// is completed exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 8)]
+async fn claimers_and_writers_race_without_deadlock_or_sharing() {
+    let Some(factory) = PgFactory::from_env("work") else {
+        return;
+    };
+    const SESSIONS: usize = 6;
+    const APPENDS: usize = 40;
+    let schema = factory.schema();
+    let open = || async {
+        factory
+            .store_on(&schema, Arc::new(SystemClock), Arc::new(RandomIds))
+            .await
+            .expect("connect")
+    };
+    let (one, two) = (open().await, open().await);
+    let mut writers = Vec::new();
+    for writer in 0..2 {
+        let store = if writer == 0 {
+            one.clone()
+        } else {
+            two.clone()
+        };
+        writers.push(tokio::spawn(async move {
+            for n in 0..APPENDS {
+                let session = format!("s{}", (n + writer) % SESSIONS);
+                let events = vec![targeted("agent"), targeted("agent")];
+                store
+                    .append(&session, events, AppendOptions::default())
+                    .await
+                    .expect("append");
+            }
+        }));
+    }
+    let mut claimers = Vec::new();
+    for claimer in 0..6 {
+        let store = if claimer % 2 == 0 {
+            one.clone()
+        } else {
+            two.clone()
+        };
+        claimers.push(tokio::spawn(async move {
+            let mut done = Vec::new();
+            loop {
+                let mut request = work(&format!("c{claimer}"), 60_000)
+                    .with_limit(3)
+                    .with_wait_ms(1_500);
+                request.per_session_limit = Some(2);
+                let result = store.claim_work(request).await.expect("claim_work");
+                let ClaimWorkResult::Claimed { sessions } = result else {
+                    return done;
+                };
+                for session in sessions {
+                    for head in session.heads {
+                        store
+                            .complete_attempt(complete(&session.session_id, &head))
+                            .await
+                            .expect("complete");
+                        done.push((session.session_id.clone(), head.event.index));
+                    }
+                }
+            }
+        }));
+    }
+    for writer in writers {
+        writer.await.expect("writer");
+    }
+    let mut completed = Vec::new();
+    for claimer in claimers {
+        completed.extend(claimer.await.expect("claimer"));
+    }
+    let distinct: BTreeSet<&(String, u64)> = completed.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        completed.len(),
+        "a head was handed out twice"
+    );
+    assert_eq!(completed.len(), 2 * APPENDS * 2, "every head was completed");
+}
+
+/// Work rows a plan node and its children read: rows returned plus rows
+/// removed by a filter, over every loop, with the index of each scan.
+fn work_rows_read(node: &Value, scans: &mut Vec<String>) -> f64 {
+    let mut read = 0.0;
+    if node["Relation Name"] == "work" {
+        let loops = node["Actual Loops"].as_f64().unwrap_or(1.0);
+        let rows = node["Actual Rows"].as_f64().unwrap_or(0.0);
+        let removed = node["Rows Removed by Filter"].as_f64().unwrap_or(0.0);
+        read += (rows + removed) * loops;
+        let how = node["Index Name"]
+            .as_str()
+            .unwrap_or_else(|| node["Node Type"].as_str().unwrap_or("?"));
+        scans.push(how.to_owned());
+    }
+    for child in node["Plans"].as_array().into_iter().flatten() {
+        read += work_rows_read(child, scans);
+    }
+    read
+}
+
+/// Finding ready sessions among 100,000 sessions with rows, 1% of them
+/// ready, and 100,000 rows of another consumer all ready, reads about as
+/// many work rows as it returns, through `work_ready`, both with the plan
+/// for the values bound and with a generic plan (as a cached statement
+/// may run). The earliest-ready probe reads one row per consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_ready_sessions_reads_only_the_rows_returned() {
+    let Some(factory) = PgFactory::from_env("work") else {
+        return;
+    };
+    let schema = factory.schema();
+    let _store = store_on(&factory, &schema, ManualClock::new(T0)).await;
+    let mut client = support::raw_client(factory.url()).await;
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\"; \
+             INSERT INTO work (session_id, consumer, ready_at) \
+               SELECT 's' || n, 'agent', CASE WHEN n % 100 = 0 THEN n ELSE 1000000 + n END \
+               FROM generate_series(1, 100000) AS n; \
+             INSERT INTO work (session_id, consumer, ready_at) \
+               SELECT 's' || n, 'other', n FROM generate_series(1, 100000) AS n; \
+             ANALYZE work;"
+        ))
+        .await
+        .expect("fill the work table");
+    let limit: i64 = 9;
+    let skip: Vec<String> = vec!["s100".into()];
+    let consumers = vec!["agent".to_owned()];
+    let now: i64 = 500_000;
+    for plan in ["custom", "generic"] {
+        let tx = client.transaction().await.expect("begin");
+        tx.batch_execute(&format!("SET LOCAL search_path TO \"{schema}\""))
+            .await
+            .expect("search path");
+        let (ready, earliest) = if plan == "custom" {
+            let ready = tx
+                .query_one(
+                    &format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", work_sql::READY),
+                    &[&consumers, &now, &skip, &limit],
+                )
+                .await
+                .expect("explain");
+            let earliest = tx
+                .query_one(
+                    &format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", work_sql::EARLIEST),
+                    &[&consumers],
+                )
+                .await
+                .expect("explain");
+            (ready, earliest)
+        } else {
+            tx.batch_execute(&format!(
+                "SET LOCAL plan_cache_mode = force_generic_plan; \
+                 PREPARE ready (text[], bigint, text[], bigint) AS {}; \
+                 PREPARE earliest (text[]) AS {}",
+                work_sql::READY,
+                work_sql::EARLIEST
+            ))
+            .await
+            .expect("prepare");
+            let ready = tx
+                .query_one(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) \
+                     EXECUTE ready ('{agent}', 500000, '{s100}', 9)",
+                    &[],
+                )
+                .await
+                .expect("explain");
+            let earliest = tx
+                .query_one(
+                    "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE earliest ('{agent}')",
+                    &[],
+                )
+                .await
+                .expect("explain");
+            (ready, earliest)
+        };
+        tx.rollback().await.expect("rollback");
+        if plan == "generic" {
+            client
+                .batch_execute("DEALLOCATE ready; DEALLOCATE earliest")
+                .await
+                .expect("deallocate");
+        }
+        for (what, row, most) in [("ready", ready, 12.0), ("earliest", earliest, 1.0)] {
+            let json: Value = row.get(0);
+            let mut scans = Vec::new();
+            let read = work_rows_read(&json[0]["Plan"], &mut scans);
+            assert!(
+                read <= most,
+                "{plan} {what}: read {read} work rows through {scans:?}"
+            );
+            assert_eq!(scans, vec!["work_ready"], "{plan} {what}");
+        }
+    }
+}
