@@ -4,7 +4,8 @@
 //! for each session's first message, per backend.
 //!
 //! `cargo bench -p a2-worker --bench paced` runs memory and a SQLite file
-//! (normal and full synchronous). `A2_WORKER_PACED_SECONDS` (default 5), `A2_WORKER_PACED_RATE`
+//! (normal and full synchronous); `A2_POSTGRES_URL` adds PostgreSQL in a
+//! fresh schema, dropped afterwards. `A2_WORKER_PACED_SECONDS` (default 5), `A2_WORKER_PACED_RATE`
 //! (messages per second, default 200) and `A2_WORKER_PACED_SESSIONS`
 //! (default 200) size it; with `--test` (as CI runs benches) each backend
 //! runs for a fifth of a second.
@@ -12,6 +13,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use a2_store::postgres::{fresh_schema_name, ScratchSchemas};
 use a2_store::{ConsumerDeclaration, NewEvent, OpenOptions, Store, Target};
 use a2_worker::{handler_fn, Job, Worker, WorkerHandle};
 use serde_json::json;
@@ -138,7 +140,7 @@ fn main() {
         .build()
         .expect("runtime");
     let dir = tempfile::tempdir().expect("temporary directory");
-    let targets = vec![
+    let mut targets = vec![
         ("memory".to_owned(), "memory:".to_owned()),
         (
             "sqlite-normal".to_owned(),
@@ -152,7 +154,24 @@ fn main() {
             ),
         ),
     ];
+    let mut scratch = None;
+    if let Ok(server) = std::env::var("A2_POSTGRES_URL") {
+        let schema = fresh_schema_name("a2w_").expect("schema name");
+        let schemas = ScratchSchemas::new(server.clone(), "a2w_");
+        schemas.adopt(&schema).expect("adopt the schema");
+        let joiner = if server.contains('?') { '&' } else { '?' };
+        targets.push((
+            "postgres".to_owned(),
+            format!("{server}{joiner}schema={schema}"),
+        ));
+        scratch = Some(schemas);
+    }
     for (name, url) in &targets {
         runtime.block_on(run(name, url, seconds, rate, sessions));
+    }
+    if let Some(schemas) = scratch {
+        runtime
+            .block_on(schemas.drop_all())
+            .expect("drop the schema");
     }
 }
