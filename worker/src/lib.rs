@@ -68,7 +68,9 @@
 //!   Sessions are served fairly (longest-waiting first). Heads of one lane
 //!   are never processed together, by construction: the store hands out one
 //!   head per lane at a time.
-//! - **Runs** each attempt in a task of its own (or in the worker's task,
+//! - **Runs** each attempt's handler: one that finishes at its first poll
+//!   is completed from the worker's own task, one that waits moves to a
+//!   task of its own (or stays in the worker's task,
 //!   [`spawn_handlers`](WorkerBuilder::spawn_handlers)). A handler that
 //!   panics is a failed attempt, retried like an error; the worker goes on.
 //! - **Renews** the lease every [`RENEW_FRACTION`] (a third) of the ttl while
@@ -115,7 +117,7 @@
 //! | max failures | 10 | with the backoff above, a head rides out about 9 minutes of outage before it is dead-lettered |
 //! | handler timeout | 10 min | a hung handler (whose lease the worker keeps renewed) cannot hold its head forever, while long model calls still fit |
 //! | shutdown grace | 30 s | most running handlers finish; the rest are given back before an orchestrator's kill (often 30 s after its stop signal) |
-//! | attempts in their own task | yes | parallel on a multi-threaded runtime; a handler that blocks its thread delays only itself |
+//! | spawn handlers | yes | a handler that waits runs in parallel on a multi-threaded runtime, and one that blocks its thread delays only itself; one that finishes at once costs no task |
 //!
 //! ## Observability
 //!

@@ -18,7 +18,7 @@ use futures::future::BoxFuture;
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use crate::handler::{Handler, HandlerError, HandlerResult};
@@ -42,7 +42,7 @@ const TARGET: &str = "a2_worker";
 
 /// How many times the claim loop yields, while handlers run and fewer than
 /// half the slots are free, before it claims for the free ones.
-const BATCH_YIELDS: usize = 8;
+const BATCH_YIELDS: usize = 16;
 
 /// What a worker has done so far; every count starts at 0 when it starts.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -303,14 +303,16 @@ impl WorkerBuilder {
         self
     }
 
-    /// Whether each attempt runs in a Tokio task of its own (default
-    /// `true`): attempts then run in parallel on a multi-threaded runtime,
-    /// and a handler that blocks its thread delays only itself. `false`
-    /// runs every attempt as a future of the worker's own task: no task per
-    /// attempt and no wake-ups across threads (cheapest for handlers that
-    /// mostly wait on I/O), but attempts share one thread at a time, so a
-    /// handler must never block (use `tokio::task::spawn_blocking` for CPU
-    /// work) or it delays every attempt and their lease renewals.
+    /// Whether an attempt whose handler waits (is still running after its
+    /// first poll) moves to a Tokio task of its own (default `true`): such
+    /// attempts run in parallel on a multi-threaded runtime, and one whose
+    /// handler blocks its thread delays only itself. A handler that
+    /// finishes at its first poll is completed from the worker's task,
+    /// which costs no task. `false` keeps every attempt in the worker's
+    /// task: no task per attempt and no wake-ups across threads, but the
+    /// attempts share one thread at a time, so a handler must never block
+    /// (use `tokio::task::spawn_blocking` for CPU work) or it delays every
+    /// attempt and their lease renewals.
     pub fn spawn_handlers(mut self, spawn: bool) -> Self {
         self.config.spawn_handlers = spawn;
         self
@@ -535,36 +537,13 @@ fn is_fatal(code: ErrorCode) -> bool {
     )
 }
 
-/// The attempts a worker is running: tasks of their own, or futures the
-/// worker's task drives (see [`WorkerBuilder::spawn_handlers`]).
-enum Jobs {
-    Spawned(JoinSet<()>),
-    Local(FuturesUnordered<BoxFuture<'static, ()>>),
-}
+/// The attempts the worker's task drives: every attempt until its handler
+/// first waits, and all of it when handlers are not spawned.
+struct Jobs(FuturesUnordered<BoxFuture<'static, ()>>);
 
 impl Jobs {
     fn push(&mut self, job: impl Future<Output = ()> + Send + 'static) {
-        match self {
-            Self::Spawned(set) => {
-                set.spawn(job);
-            }
-            Self::Local(set) => set.push(Box::pin(job)),
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Self::Spawned(set) => set.len(),
-            Self::Local(set) => set.len(),
-        }
-    }
-
-    /// Drives the attempts until one ends; `false` when none is left.
-    async fn next(&mut self) -> bool {
-        match self {
-            Self::Spawned(set) => set.join_next().await.is_some(),
-            Self::Local(set) => set.next().await.is_some(),
-        }
+        self.0.push(Box::pin(job));
     }
 
     /// Drives the attempts while `work` runs, then returns its output.
@@ -574,9 +553,7 @@ impl Jobs {
             tokio::select! {
                 biased;
                 done = &mut work => return done,
-                more = self.next(), if self.len() > 0 => {
-                    let _ = more;
-                }
+                Some(()) = self.0.next(), if !self.0.is_empty() => {}
             }
         }
     }
@@ -585,11 +562,7 @@ impl Jobs {
 async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSummary {
     let (abandon, abandoned) = watch::channel(false);
     let slots = Arc::new(Semaphore::new(shared.config.max_in_flight));
-    let mut jobs = if shared.config.spawn_handlers {
-        Jobs::Spawned(JoinSet::new())
-    } else {
-        Jobs::Local(FuturesUnordered::new())
-    };
+    let mut jobs = Jobs(FuturesUnordered::new());
     let mut error = None;
     let mut pause = CLAIM_ERROR_PAUSE;
     tracing::info!(target: TARGET, holder = %shared.config.holder, "worker started");
@@ -645,9 +618,16 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
                         );
                     }
                     for head in session.heads {
-                        let permit = first
-                            .take()
-                            .or_else(|| Arc::clone(&slots).try_acquire_owned().ok());
+                        // A claim asks for no more heads than there are free
+                        // slots, and only this loop takes slots.
+                        let permit = match first.take() {
+                            Some(permit) => Ok(permit),
+                            None => Arc::clone(&slots).try_acquire_owned(),
+                        };
+                        let Ok(permit) = permit else {
+                            tracing::error!(target: TARGET, "the store handed out more heads than asked for; the extra waits for its lease to end");
+                            continue;
+                        };
                         jobs.push(supervise(
                             Arc::clone(&shared),
                             session.session_id.clone(),
@@ -684,19 +664,24 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
             }
         }
     }
-    tracing::info!(target: TARGET, holder = %shared.config.holder, in_flight = jobs.len(), "worker stopping: no more claims");
-    let grace = tokio::time::sleep(shared.config.shutdown_grace);
-    tokio::pin!(grace);
-    loop {
-        tokio::select! {
-            more = jobs.next() => if !more { break },
-            () = &mut grace => {
-                tracing::warn!(target: TARGET, remaining = jobs.len(), "grace period over: giving the remaining heads back");
-                abandon.send_replace(true);
-                while jobs.next().await {}
-                break;
-            }
-        }
+    let in_flight = shared.counters.in_flight.load(Ordering::Relaxed);
+    tracing::info!(target: TARGET, holder = %shared.config.holder, in_flight, "worker stopping: no more claims");
+    // Every attempt holds a slot until it ends, in this task or its own.
+    let all_slots = u32::try_from(shared.config.max_in_flight).unwrap_or(u32::MAX);
+    let all_done = Arc::clone(&slots).acquire_many_owned(all_slots);
+    tokio::pin!(all_done);
+    let finished = jobs
+        .alongside(tokio::time::timeout(
+            shared.config.shutdown_grace,
+            &mut all_done,
+        ))
+        .await
+        .is_ok();
+    if !finished {
+        let remaining = shared.counters.in_flight.load(Ordering::Relaxed);
+        tracing::warn!(target: TARGET, remaining, "grace period over: giving the remaining heads back");
+        abandon.send_replace(true);
+        let _ = jobs.alongside(&mut all_done).await;
     }
     let stats = shared.counters.snapshot();
     tracing::info!(target: TARGET, holder = %shared.config.holder, ?stats, "worker stopped");
@@ -720,11 +705,15 @@ enum FailMode {
     Release,
 }
 
+/// One claimed head, from its claim to its completion or failure. Runs in
+/// the worker's task; a handler still running after its first poll moves,
+/// with the rest of the attempt, to a task of its own when the worker
+/// spawns handlers.
 async fn supervise(
     shared: Arc<Shared>,
     session_id: String,
     head: Head,
-    permit: Option<OwnedSemaphorePermit>,
+    permit: OwnedSemaphorePermit,
     abandoned: watch::Receiver<bool>,
 ) {
     let span = tracing::info_span!(
@@ -746,27 +735,34 @@ async fn supervise(
         Arc::clone(&shared.consumers),
         LeaseToken::new(),
     );
-    Attempt {
-        shared: &shared,
+    let attempt = Attempt {
+        shared,
         job,
-    }
-    .run(abandoned)
-    .instrument(span)
-    .await;
-    counters.in_flight.fetch_sub(1, Ordering::Relaxed);
-    drop(permit);
+        _permit: permit,
+    };
+    attempt.run(abandoned, span.clone()).instrument(span).await;
 }
 
-struct Attempt<'a> {
-    shared: &'a Arc<Shared>,
+/// An attempt in progress; holds its in-flight slot until dropped.
+struct Attempt {
+    shared: Arc<Shared>,
     job: Job,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        self.shared
+            .counters
+            .in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The running handler of an attempt: its future, panics caught.
-type Running<'a> =
-    futures::future::CatchUnwind<AssertUnwindSafe<futures::future::BoxFuture<'a, HandlerResult>>>;
+type Running = futures::future::CatchUnwind<AssertUnwindSafe<BoxFuture<'static, HandlerResult>>>;
 
-impl Attempt<'_> {
+impl Attempt {
     fn head(&self) -> &Head {
         self.job.head()
     }
@@ -779,30 +775,43 @@ impl Attempt<'_> {
         self.job.attempt()
     }
 
-    async fn run(self, abandoned: watch::Receiver<bool>) {
-        let shared = self.shared;
+    async fn run(self, abandoned: watch::Receiver<bool>, span: tracing::Span) {
+        let shared = &self.shared;
         tracing::info!(target: TARGET, failures = self.head().dispatch.failure_count, "claimed");
-        let Some(handler) = shared.handlers.get(&self.head().consumer) else {
+        let Some(handler) = shared.handlers.get(&self.head().consumer).cloned() else {
             // The store handed out a consumer this worker does not serve.
             let message = format!("no handler for consumer '{}'", self.head().consumer);
             tracing::error!(target: TARGET, "{message}");
             self.fail(FailMode::Release, message).await;
             return;
         };
-        // The handler runs inside this task; a panic is caught here and is
-        // a failed attempt. Stopping it (timeout, shutdown) drops it.
-        let mut task: Running = AssertUnwindSafe(handler.handle(self.job.clone())).catch_unwind();
-        // A handler that finishes at once needs no renewal or timer.
-        let ended = match futures::poll!(&mut task) {
-            std::task::Poll::Ready(joined) => Ended::Joined(joined),
-            std::task::Poll::Pending => Box::pin(self.watch(task, abandoned)).await,
+        // The handler runs inside the attempt's task; a panic is caught
+        // there and is a failed attempt. Stopping it (timeout, shutdown)
+        // drops it.
+        let job = self.job.clone();
+        let handling: BoxFuture<'static, HandlerResult> =
+            Box::pin(async move { handler.handle(job).await });
+        let mut task: Running = AssertUnwindSafe(handling).catch_unwind();
+        // A handler that finishes at once needs no task, renewal or timer.
+        if let std::task::Poll::Ready(joined) = futures::poll!(&mut task) {
+            self.settle(Ended::Joined(joined)).await;
+            return;
+        }
+        let spawn = self.shared.config.spawn_handlers;
+        let rest = async move {
+            let ended = self.watch(task, abandoned).await;
+            self.settle(ended).await;
         };
-        self.settle(ended).await;
+        if spawn {
+            tokio::spawn(rest.instrument(span));
+        } else {
+            Box::pin(rest).await;
+        }
     }
 
     /// Waits for a running handler while renewing its lease, until it
     /// returns, reaches the handler timeout or shutdown abandons it.
-    async fn watch(&self, mut task: Running<'_>, mut abandoned: watch::Receiver<bool>) -> Ended {
+    async fn watch(&self, mut task: Running, mut abandoned: watch::Receiver<bool>) -> Ended {
         let renew = self.renew_until_lost(self.job.lease());
         tokio::pin!(renew);
         let timeout = self.shared.config.handler_timeout;
@@ -828,7 +837,7 @@ impl Attempt<'_> {
     /// Renews the lease every [`RENEW_FRACTION`] of the ttl; returns once
     /// it is lost, after marking `lease` lost.
     async fn renew_until_lost(&self, lease: &LeaseToken) {
-        let shared = self.shared;
+        let shared = &self.shared;
         let every = shared.renew_every();
         let held = HeldClaim {
             cursor: self.head().cursor_ref(),
@@ -904,7 +913,7 @@ impl Attempt<'_> {
     }
 
     async fn complete(&self, mut events: Vec<NewEvent>) {
-        let shared = self.shared;
+        let shared = &self.shared;
         let counters = &shared.counters;
         let job = &self.job;
         assign_ids(
@@ -962,7 +971,7 @@ impl Attempt<'_> {
     }
 
     async fn fail(&self, mode: FailMode, message: String) {
-        let shared = self.shared;
+        let shared = &self.shared;
         let counters = &shared.counters;
         let (max_failures, retry_after, releasing) = match mode {
             FailMode::Retry(delay) => (
