@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use a2_conformance::bench::BenchSettings;
+use a2_conformance::bench::{BenchSettings, WorkSettings};
 use criterion::Criterion;
 use tokio::runtime::Runtime;
 
@@ -24,6 +24,15 @@ pub const RESAMPLES: usize = 10_000;
 /// criterion's `--test` mode (every body once), unless
 /// `A2_BENCH_MAX_EVENTS` is set lower.
 pub const TEST_MODE_MAX_EVENTS: u64 = 1_000;
+
+/// The most sessions the `work` target's scaling fixture holds in `--test`
+/// mode, unless `A2_BENCH_MAX_SESSIONS` is set lower (so only its smallest
+/// size, 100 sessions, runs).
+pub const TEST_MODE_MAX_SESSIONS: u64 = 1_000;
+
+/// The fairness backlog of the `work` target in `--test` mode, unless
+/// `A2_BENCH_BACKLOG` is set lower.
+pub const TEST_MODE_BACKLOG: u64 = 1_000;
 
 /// The default largest session of the PostgreSQL scaling series: pre-filling
 /// a million-event session over the network takes minutes per fixture.
@@ -52,6 +61,18 @@ pub fn bench_settings() -> BenchSettings {
     let mut settings = BenchSettings::from_env();
     if test_mode() {
         settings.max_events = settings.max_events.min(TEST_MODE_MAX_EVENTS);
+    }
+    settings
+}
+
+/// The `work` target's settings: `A2_BENCH_MAX_SESSIONS` (default 100,000)
+/// and `A2_BENCH_BACKLOG` (default 10,000), capped at
+/// [`TEST_MODE_MAX_SESSIONS`] and [`TEST_MODE_BACKLOG`] in `--test` mode.
+pub fn work_settings() -> WorkSettings {
+    let mut settings = WorkSettings::from_env();
+    if test_mode() {
+        settings.max_sessions = settings.max_sessions.min(TEST_MODE_MAX_SESSIONS);
+        settings.backlog = settings.backlog.min(TEST_MODE_BACKLOG);
     }
     settings
 }

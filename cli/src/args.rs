@@ -1,6 +1,8 @@
 //! The command line, as clap parses it.
 
-use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// Benchmark, check, inspect and repair a2 session stores.
 ///
@@ -28,9 +30,9 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the fixed workload mix against each store and compare them side by side.
+    /// Benchmark stores: the fixed workload mix side by side, or a cross-session worker workload.
     ///
-    /// Workload (per session, repeated until time is up): append a batch of 4
+    /// Workload `mix` (the default), per session, repeated until time is up: append a batch of 4
     /// `msg` events targeted at the FIFO lanes `agent/lane-0` and
     /// `agent/lane-1` plus one `ping` targeted at the event cursor of
     /// `notifier`; then claim and work until the session settles: lane heads
@@ -43,7 +45,44 @@ pub enum Command {
     /// With no URL, runs `memory:` and a SQLite file in a temporary directory
     /// (removed afterwards). A URL you give is written to: sessions named
     /// `a2-bench-*` are created there, so point it at a scratch database.
+    ///
+    /// The worker workloads run workers looping on `claim_work` (waiting up
+    /// to --wait-ms) that complete every head they claim, serving the FIFO
+    /// lanes of consumer `agent`. Against SQLite and PostgreSQL each worker
+    /// is a process of its own (this binary, started by the bench); against
+    /// `memory:` workers are tasks of this process. Latencies are append to
+    /// claim: the producer stamps each message with the wall-clock time
+    /// before its append, the worker subtracts it from the time its claim
+    /// returned.
+    ///
+    /// `--workload runtime`: --sessions sessions (200) exist; a producer
+    /// appends --rate messages a second (200) for --seconds (10), round
+    /// robin over the sessions and --lanes lanes (2), and every
+    /// --new-every-th message (10th) to a brand new session; --workers
+    /// workers (3) claim. Reports append→claim p50/p99 of every message and
+    /// of new sessions' first messages.
+    ///
+    /// `--workload idle`: --sessions sessions (2,000) whose work is all
+    /// done; --workers workers (3) wait for --seconds (10). Reports each
+    /// worker's CPU as % of one core (from /proc; n/a elsewhere or for
+    /// in-process workers) and its store calls per second.
+    ///
+    /// `--workload fairness`: --sessions small sessions (199) receive one
+    /// message each at --rate (200/s), once beside a session holding a
+    /// --backlog (10,000) event backlog on one lane and once without it.
+    /// Reports the small sessions' append→claim p99 of both runs and their
+    /// ratio.
+    ///
+    /// Worker workloads never touch the data of a URL you give: like
+    /// `check`, each run gets a scratch database of that backend (SQLite: a
+    /// new file in a temporary directory beside PATH, same options;
+    /// PostgreSQL: a new schema `a2_bench_*`, dropped afterwards). With no
+    /// URL they run `memory:` and SQLite files in a temporary directory,
+    /// with normal and with full durability.
     Bench(BenchArgs),
+    /// Internal: one worker process of a `bench` worker workload.
+    #[command(name = "bench-worker", hide = true)]
+    BenchWorker(BenchWorkerArgs),
     /// Run the conformance suite against the backend a URL names, on a fresh scratch database.
     ///
     /// For `sqlite:PATH` the scratch files are created in a temporary directory
@@ -70,21 +109,87 @@ pub enum Command {
 /// Arguments of `bench`.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Stores to compare (default: `memory:` and a SQLite file in a temporary directory).
+    /// Stores to compare (default: `memory:` and a SQLite file in a temporary
+    /// directory; for worker workloads two, with normal and full durability).
     #[arg(value_name = "URL")]
     pub urls: Vec<String>,
-    /// How long to run the workload against each store, in seconds.
-    #[arg(long, default_value_t = 3.0, value_parser = parse_seconds)]
-    pub seconds: f64,
-    /// How many sessions run the workload concurrently.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
-    pub sessions: u32,
+    /// What to run.
+    #[arg(long, value_enum, default_value_t = Workload::Mix)]
+    pub workload: Workload,
+    /// How long to run against each store, in seconds [default: 3 for mix,
+    /// 10 for runtime and idle; fairness runs until every message is claimed].
+    #[arg(long, value_parser = parse_seconds)]
+    pub seconds: Option<f64>,
+    /// How many sessions [default: mix 8 running concurrently; runtime 200;
+    /// idle 2000; fairness 199 small ones].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub sessions: Option<u32>,
+    /// Worker processes (tasks against `memory:`) claiming work [worker workloads].
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub workers: u32,
+    /// Messages the producer appends per second [runtime, fairness].
+    #[arg(long, default_value_t = 200.0, value_parser = parse_rate)]
+    pub rate: f64,
+    /// Every Nth message goes to a brand new session; 0: never [runtime].
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub new_every: u32,
+    /// FIFO lanes of consumer `agent` per session, used in turn [runtime].
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub lanes: u32,
+    /// How long one `claim_work` call waits for work, ms [worker workloads].
+    #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(i64).range(1..=300_000))]
+    pub wait_ms: i64,
+    /// Heads one `claim_work` call claims at most [worker workloads].
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub claim_limit: u32,
+    /// Events waiting in the one big session [fairness].
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub backlog: u32,
+    /// After producing, how long to wait at most for the workers to claim
+    /// every message, in seconds [runtime, fairness].
+    #[arg(long, default_value_t = 60.0, value_parser = parse_seconds)]
+    pub drain_seconds: f64,
     /// Print the results as JSON on stdout instead of the table.
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
-    /// Print the results as CSV on stdout instead of the table (one row per backend and operation).
+    /// Print the results as CSV on stdout instead of the table (one row per backend and operation) [mix].
     #[arg(long)]
     pub csv: bool,
+}
+
+/// The workloads of `bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// The fixed per-session mix of every operation, stores side by side.
+    Mix,
+    /// Paced producer, worker processes on `claim_work`: append→claim latency.
+    Runtime,
+    /// Waiting workers with nothing to do: CPU and store calls.
+    Idle,
+    /// Small sessions beside one big backlog: append→claim p99 with and without it.
+    Fairness,
+}
+
+/// Arguments of the hidden `bench-worker` (started by `bench`, which passes
+/// the store URL in the environment variable `A2_BENCH_WORKER_URL`, so a
+/// password never shows in the process list).
+#[derive(Debug, Args)]
+pub struct BenchWorkerArgs {
+    /// This worker's number (its holder is `a2-bench-worker-N`).
+    #[arg(long)]
+    pub worker: u32,
+    /// How long one `claim_work` call waits, ms.
+    #[arg(long, value_parser = clap::value_parser!(i64).range(1..=300_000))]
+    pub wait_ms: i64,
+    /// Heads one `claim_work` call claims at most.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub claim_limit: u32,
+    /// Open this SQLite file instead of the URL's path.
+    #[arg(long, conflicts_with = "schema")]
+    pub sqlite_file: Option<PathBuf>,
+    /// Open this PostgreSQL schema instead of the URL's.
+    #[arg(long)]
+    pub schema: Option<String>,
 }
 
 /// Arguments of `check`.
@@ -212,6 +317,15 @@ pub struct ReclaimArgs {
     pub json: bool,
 }
 
+fn parse_rate(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(rate) if rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0 => Ok(rate),
+        _ => Err(format!(
+            "'{text}' is not a rate: give messages per second between 0 and 1000000, e.g. --rate 200"
+        )),
+    }
+}
+
 fn parse_seconds(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 => Ok(seconds),
@@ -238,5 +352,12 @@ mod tests {
         assert!(parse_seconds("-1").is_err());
         assert!(parse_seconds("NaN").is_err());
         assert!(parse_seconds("soon").is_err());
+    }
+
+    #[test]
+    fn rates_must_be_positive() {
+        assert_eq!(parse_rate("200"), Ok(200.0));
+        assert!(parse_rate("0").is_err());
+        assert!(parse_rate("inf").is_err());
     }
 }

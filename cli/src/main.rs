@@ -165,6 +165,7 @@ fn fail(failure: &Failure) -> ExitCode {
 async fn run(command: Command) -> Result<u8, Failure> {
     match command {
         Command::Bench(args) => bench::run(&args).await.map(|()| 0),
+        Command::BenchWorker(args) => bench::run_worker(&args).await.map(|()| 0),
         Command::Check(args) => check::run(&args).await,
         Command::Inspect(args) => inspect::run(&args).await.map(|()| 0),
         Command::Redrive(args) => repair::redrive(&args).await.map(|()| 0),

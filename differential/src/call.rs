@@ -3,11 +3,11 @@
 use std::collections::BTreeMap;
 
 use a2_store_api::{
-    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClearRequest, ClearResult,
-    CompleteRequest, CompleteResult, ConsumerDeclaration, ErrorCode, FailRequest, FailResult,
-    ManualClock, NewEvent, PresenceMeta, PresenceResult, ReadOptions, ReadStateOptions,
-    ReclaimResult, RedriveRequest, RedriveResult, RenewRequest, RenewResult, StateRead, StateWrite,
-    Store, StoredEvent, WakeLogResult,
+    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult,
+    ClearRequest, ClearResult, CompleteRequest, CompleteResult, ConsumerDeclaration, ErrorCode,
+    FailRequest, FailResult, ListWork, ManualClock, NewEvent, PresenceMeta, PresenceResult,
+    ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
+    RenewResult, SessionWork, StateRead, StateWrite, Store, StoredEvent, WakeLogResult,
 };
 use serde_json::Value;
 
@@ -47,12 +47,17 @@ pub enum Call {
     ReadState(String, String, ReadStateOptions),
     /// `set_presence(session, participant, values, meta)`.
     SetPresence(String, String, BTreeMap<String, Value>, PresenceMeta),
+    /// `claim_work`, with logical session names in its list.
+    ClaimWork(ClaimWorkRequest),
+    /// `list_work`, with a logical session name as `after`.
+    ListWork(ListWork),
     /// Advance every store's manual clock by this many ms.
     Advance(i64),
 }
 
 impl Call {
-    /// The logical session the call touches, if any.
+    /// The logical session the call touches, if it touches exactly one
+    /// (`claim_work` may touch any, `list_work` reads across sessions).
     pub fn session(&self) -> Option<&str> {
         match self {
             Self::Append { session, .. } => Some(session),
@@ -68,7 +73,7 @@ impl Call {
             | Self::WriteState(s, _, _)
             | Self::ReadState(s, _, _)
             | Self::SetPresence(s, _, _, _) => Some(s),
-            Self::Advance(_) => None,
+            Self::ClaimWork(_) | Self::ListWork(_) | Self::Advance(_) => None,
         }
     }
 }
@@ -102,6 +107,10 @@ pub enum Outcome {
     ReadState(StateRead),
     /// Of `set_presence`.
     Presence(PresenceResult),
+    /// Of `claim_work`, with logical session ids in its session claims.
+    ClaimWork(ClaimWorkResult),
+    /// Of `list_work`, with logical session ids.
+    ListWork(Vec<SessionWork>),
     /// The clock now reads this.
     Advanced(i64),
 }
@@ -112,6 +121,31 @@ pub type Projection = Result<Outcome, ErrorCode>;
 /// Renames a logical session to the physical one of this run.
 pub fn physical(prefix: &str, session: &str) -> String {
     format!("{prefix}{session}")
+}
+
+/// The logical name of a physical session id (`None`: not this run's).
+pub fn logical<'a>(prefix: &str, session: &'a str) -> Option<&'a str> {
+    session.strip_prefix(prefix)
+}
+
+/// `list_work` restricted to this run's sessions, with the prefix removed:
+/// the page starts after `prefix` + `request.after` (this run's ids sort
+/// together) and ends at the first id of another run, so it is what a
+/// store holding only this run's sessions returns.
+pub async fn list_work(
+    store: &dyn Store,
+    prefix: &str,
+    mut request: ListWork,
+) -> a2_store_api::Result<Vec<SessionWork>> {
+    request.after = Some(physical(prefix, request.after.as_deref().unwrap_or("")));
+    let page = store.list_work(request).await?;
+    Ok(page
+        .into_iter()
+        .map_while(|mut work| {
+            work.session_id = logical(prefix, &work.session_id)?.to_owned();
+            Some(work)
+        })
+        .collect())
 }
 
 /// Runs `call` on `store` (sessions prefixed with `prefix`), advancing `clock` for [`Call::Advance`].
@@ -178,6 +212,24 @@ pub async fn execute(
             .set_presence(&physical(prefix, &session), &participant, values, meta)
             .await
             .map(Outcome::Presence),
+        Call::ClaimWork(mut r) => {
+            if let Some(sessions) = r.sessions.as_mut() {
+                for session in sessions.iter_mut() {
+                    *session = physical(prefix, session);
+                }
+            }
+            store.claim_work(r).await.map(|mut result| {
+                if let ClaimWorkResult::Claimed { sessions } = &mut result {
+                    for claim in sessions.iter_mut() {
+                        if let Some(name) = logical(prefix, &claim.session_id) {
+                            claim.session_id = name.to_owned();
+                        }
+                    }
+                }
+                Outcome::ClaimWork(result)
+            })
+        }
+        Call::ListWork(r) => list_work(store, prefix, r).await.map(Outcome::ListWork),
         Call::Advance(ms) => Ok(Outcome::Advanced(clock.advance(ms))),
     };
     result.map_err(|error| error.code())

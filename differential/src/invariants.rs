@@ -3,12 +3,16 @@
 
 use std::collections::BTreeSet;
 
-use a2_store_api::{log, ClaimResult, CursorKind, CLEAR_EVENT_TYPE};
+use a2_store_api::work::WorkSummary;
+use a2_store_api::{
+    log, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult, CursorKind, Head,
+    CLEAR_EVENT_TYPE,
+};
 
 use crate::call::{Call, Outcome, Projection};
 use crate::model::Model;
-use crate::snapshot::StoreState;
-use crate::vocab::SESSIONS;
+use crate::snapshot::{SessionState, StoreState};
+use crate::vocab::{SESSIONS, WORK_CONSUMERS};
 
 /// Checks the invariants on one store's states around `call`.
 ///
@@ -30,11 +34,200 @@ pub fn check(
         log_heads_take_their_types(name, state, model)?;
         nothing_below_clear(name, state)?;
     }
-    claims_respect_leases(call, outcome, before, after, now)
+    work_listing_matches_heads(after)?;
+    claims_respect_leases(call, outcome, before, after, now)?;
+    work_claims_keep_their_word(call, outcome, after, now)
+}
+
+/// What the unfinished heads of `consumers` in one session add up to at `now`.
+fn summary(state: &SessionState, consumers: &[String], now: i64) -> WorkSummary {
+    let mut summary = WorkSummary::default();
+    for cursor in state.cursors() {
+        if cursor.head.is_some()
+            && !cursor.dispatch.is_dead_lettered()
+            && consumers.contains(&cursor.consumer)
+        {
+            summary.add(&cursor.dispatch, now);
+        }
+    }
+    summary.dead_lettered = state
+        .dead_letters()
+        .iter()
+        .filter(|letter| consumers.contains(&letter.consumer))
+        .count() as u64;
+    summary
+}
+
+/// `list_work` of every consumer lists exactly the sessions with an
+/// unfinished head, in id order, with the counts and earliest expiry of
+/// their heads, and a `ready_since` (not in the future) exactly while
+/// something is claimable.
+fn work_listing_matches_heads(after: &StoreState) -> Result<(), String> {
+    let Ok(listed) = &after.work else {
+        return Ok(());
+    };
+    let now = after.captured_at;
+    let consumers: Vec<String> = WORK_CONSUMERS.iter().map(|c| (*c).to_owned()).collect();
+    let mut expected = Vec::new();
+    for (index, state) in after.sessions.iter().enumerate() {
+        let work = summary(state, &consumers, now);
+        if work.has_work() {
+            let name = SESSIONS.get(index).copied().unwrap_or("?");
+            expected.push(work.session_work(name, None));
+        }
+    }
+    let got: Vec<_> = listed
+        .iter()
+        .map(|work| a2_store_api::SessionWork {
+            ready_since: None,
+            ..work.clone()
+        })
+        .collect();
+    if got != expected {
+        return Err(format!(
+            "list_work of every consumer returned {listed:#?}\nbut the sessions' heads at {now} add up to {expected:#?}"
+        ));
+    }
+    for work in listed {
+        let claimable = work.claimable > 0;
+        if work.ready_since.is_some() != claimable
+            || work.ready_since.is_some_and(|since| since > now)
+        {
+            return Err(format!(
+                "list_work lists {work:?} at {now}: ready_since must be given, and not after now, exactly while something is claimable"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The logical sessions a cross-session claim serves.
+fn served_sessions(request: &ClaimWorkRequest) -> Vec<usize> {
+    (0..SESSIONS.len())
+        .filter(|index| {
+            SESSIONS
+                .get(*index)
+                .is_some_and(|name| request.serves_session(name))
+        })
+        .collect()
+}
+
+/// A cross-session claim claims only in the sessions and for the
+/// consumers it serves, within its limits, each session once with its
+/// heads in `(index, consumer, lane)` order; `Busy` leaves nothing served
+/// claimable and names a time no later than the first busy head's
+/// expiry; `Settled` leaves no served head claimable or busy.
+fn work_claims_keep_their_word(
+    call: &Call,
+    outcome: &Projection,
+    after: &StoreState,
+    now: i64,
+) -> Result<(), String> {
+    let (Call::ClaimWork(request), Ok(Outcome::ClaimWork(result))) = (call, outcome) else {
+        return Ok(());
+    };
+    let names = request.consumer_names();
+    match result {
+        ClaimWorkResult::Claimed { sessions } => {
+            let heads: usize = sessions.iter().map(|s| s.heads.len()).sum();
+            if heads > request.head_limit() || sessions.len() > request.session_limit() {
+                return Err(format!(
+                    "claim_work claimed {heads} heads in {} sessions, beyond limit {:?} / session_limit {:?}",
+                    sessions.len(),
+                    request.limit,
+                    request.session_limit
+                ));
+            }
+            let mut seen: Vec<&str> = Vec::new();
+            for claim in sessions {
+                let id = claim.session_id.as_str();
+                if seen.contains(&id) || !request.serves_session(id) {
+                    return Err(format!(
+                        "claim_work served {id} again or without being asked (sessions {:?})",
+                        request.sessions
+                    ));
+                }
+                seen.push(id);
+                if claim.heads.is_empty() && claim.dead_lettered.is_empty() {
+                    return Err(format!("claim_work lists {id} with nothing claimed"));
+                }
+                if claim.heads.len() > request.per_session_limit() {
+                    return Err(format!(
+                        "claim_work claimed {} heads in {id}, beyond per_session_limit {:?}",
+                        claim.heads.len(),
+                        request.per_session_limit
+                    ));
+                }
+                let order: Vec<_> = claim
+                    .heads
+                    .iter()
+                    .map(|h| (h.event.index, h.consumer.clone(), h.lane.clone()))
+                    .collect();
+                if order.windows(2).any(|pair| pair[0] >= pair[1]) {
+                    return Err(format!(
+                        "claim_work's heads in {id} are not in (index, consumer, lane) order: {order:?}"
+                    ));
+                }
+                if let Some(head) = claim
+                    .heads
+                    .iter()
+                    .chain(&claim.dead_lettered)
+                    .find(|h| !names.contains(&h.consumer))
+                {
+                    return Err(format!(
+                        "claim_work handed out {:?} in {id}, of a consumer it does not serve ({names:?})",
+                        head.cursor_ref()
+                    ));
+                }
+            }
+        }
+        ClaimWorkResult::Busy { retry_at } => {
+            let mut earliest: Option<i64> = None;
+            for index in served_sessions(request) {
+                let Some(state) = after.session(index) else {
+                    continue;
+                };
+                let work = summary(state, &names, now);
+                if work.claimable > 0 {
+                    return Err(format!(
+                        "claim_work answered Busy {{ retry_at: {retry_at} }} at {now}, but {} has {} claimable heads of {names:?}",
+                        SESSIONS[index], work.claimable
+                    ));
+                }
+                earliest = match (earliest, work.next_expiry) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            }
+            match earliest {
+                Some(expiry) if *retry_at <= expiry => {}
+                _ => {
+                    return Err(format!(
+                        "claim_work answered Busy {{ retry_at: {retry_at} }} at {now}, but the first served busy head is claimable at {earliest:?}"
+                    ))
+                }
+            }
+        }
+        ClaimWorkResult::Settled => {
+            for index in served_sessions(request) {
+                let Some(state) = after.session(index) else {
+                    continue;
+                };
+                let work = summary(state, &names, now);
+                if work.claimable + work.busy > 0 {
+                    return Err(format!(
+                        "claim_work answered Settled at {now}, but {} has {} claimable and {} busy heads of {names:?}",
+                        SESSIONS[index], work.claimable, work.busy
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Read returns exactly the rows `reclaimed_through + 1 ..= head`.
-fn contiguous(name: &str, state: &crate::snapshot::SessionState) -> Result<(), String> {
+fn contiguous(name: &str, state: &SessionState) -> Result<(), String> {
     let (from, head) = match &state.info {
         Some(info) => (info.reclaimed_through + 1, info.head),
         None => (1, 0),
@@ -50,7 +243,7 @@ fn contiguous(name: &str, state: &crate::snapshot::SessionState) -> Result<(), S
 }
 
 /// No two cursors hold the same head ref, and a lane or log cursor is listed once.
-fn unique_holders(name: &str, state: &crate::snapshot::SessionState) -> Result<(), String> {
+fn unique_holders(name: &str, state: &SessionState) -> Result<(), String> {
     let mut refs = BTreeSet::new();
     let mut lanes = BTreeSet::new();
     for cursor in state.cursors() {
@@ -77,7 +270,7 @@ fn unique_holders(name: &str, state: &crate::snapshot::SessionState) -> Result<(
 fn lanes_follow_model(
     name: &str,
     session: usize,
-    state: &crate::snapshot::SessionState,
+    state: &SessionState,
     model: &Model,
 ) -> Result<(), String> {
     if state.cursors.is_err() {
@@ -124,7 +317,7 @@ fn lanes_follow_model(
 /// and, when its types never changed, it skipped no event it takes.
 fn log_heads_take_their_types(
     name: &str,
-    state: &crate::snapshot::SessionState,
+    state: &SessionState,
     model: &Model,
 ) -> Result<(), String> {
     for cursor in state.cursors() {
@@ -175,7 +368,7 @@ fn log_heads_take_their_types(
 }
 
 /// Every head (cursors and dead letters) is above the clear.
-fn nothing_below_clear(name: &str, state: &crate::snapshot::SessionState) -> Result<(), String> {
+fn nothing_below_clear(name: &str, state: &SessionState) -> Result<(), String> {
     let clear = state.clear_index();
     if clear == 0 {
         return Ok(());
@@ -200,7 +393,8 @@ fn nothing_below_clear(name: &str, state: &crate::snapshot::SessionState) -> Res
 }
 
 /// A claim hands out no head whose lease is still held, none at or below the
-/// clear, and every claimed head is then held by the claimer.
+/// clear, and every claimed head is then held by the claimer (claims of one
+/// session and claims across sessions alike).
 fn claims_respect_leases(
     call: &Call,
     outcome: &Projection,
@@ -208,15 +402,43 @@ fn claims_respect_leases(
     after: &StoreState,
     now: i64,
 ) -> Result<(), String> {
-    let (Call::Claim(request), Ok(Outcome::Claim(ClaimResult::Claimed { heads, .. }))) =
-        (call, outcome)
-    else {
-        return Ok(());
-    };
-    let index = SESSIONS
-        .iter()
-        .position(|s| *s == request.session_id)
-        .unwrap_or(0);
+    match (call, outcome) {
+        (
+            Call::Claim(ClaimRequest {
+                session_id, holder, ..
+            }),
+            Ok(Outcome::Claim(ClaimResult::Claimed { heads, .. })),
+        ) => session_claim_respects_leases(session_id, holder, heads, before, after, now),
+        (
+            Call::ClaimWork(request),
+            Ok(Outcome::ClaimWork(ClaimWorkResult::Claimed { sessions })),
+        ) => {
+            for claim in sessions {
+                session_claim_respects_leases(
+                    &claim.session_id,
+                    &request.holder,
+                    &claim.heads,
+                    before,
+                    after,
+                    now,
+                )?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// [`claims_respect_leases`] for the heads claimed in one session.
+fn session_claim_respects_leases(
+    session_id: &str,
+    holder: &str,
+    heads: &[Head],
+    before: &StoreState,
+    after: &StoreState,
+    now: i64,
+) -> Result<(), String> {
+    let index = SESSIONS.iter().position(|s| *s == session_id).unwrap_or(0);
     let (Some(was), Some(is)) = (before.session(index), after.session(index)) else {
         return Ok(());
     };
@@ -224,7 +446,7 @@ fn claims_respect_leases(
         let cursor_ref = head.cursor_ref();
         if head.event.index <= is.clear_index() {
             return Err(format!(
-                "claimed {cursor_ref:?} at or below the clear {}",
+                "claimed {cursor_ref:?} in {session_id} at or below the clear {}",
                 is.clear_index()
             ));
         }
@@ -235,8 +457,8 @@ fn claims_respect_leases(
         });
         if let Some(cursor) = held {
             return Err(format!(
-                "claimed {cursor_ref:?} for {} while {:?} held it until {:?} (now {now})",
-                request.holder, cursor.dispatch.claim_holder, cursor.dispatch.claim_expires_at
+                "claimed {cursor_ref:?} in {session_id} for {holder} while {:?} held it until {:?} (now {now})",
+                cursor.dispatch.claim_holder, cursor.dispatch.claim_expires_at
             ));
         }
         let holder_now = is
@@ -244,10 +466,9 @@ fn claims_respect_leases(
             .iter()
             .find(|c| c.head_ref().as_ref() == Some(&cursor_ref))
             .and_then(|c| c.dispatch.claim_holder.clone());
-        if holder_now.as_deref() != Some(request.holder.as_str()) {
+        if holder_now.as_deref() != Some(holder) {
             return Err(format!(
-                "claimed {cursor_ref:?} for {} but the cursor's holder is {holder_now:?}",
-                request.holder
+                "claimed {cursor_ref:?} in {session_id} for {holder} but the cursor's holder is {holder_now:?}"
             ));
         }
     }
@@ -262,7 +483,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::snapshot::SessionState;
 
     fn row(index: u64, event_type: &str) -> StoredEvent {
         StoredEvent {
@@ -312,8 +532,10 @@ mod tests {
             info: None,
         };
         StoreState {
-            sessions: vec![session, empty],
+            sessions: vec![session, empty.clone(), empty],
             listing: Ok(Vec::new()),
+            work: Err(a2_store_api::ErrorCode::Backend),
+            captured_at: 0,
         }
     }
 

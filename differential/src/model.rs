@@ -9,9 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use a2_store_api::{
-    AppendOptions, Cause, ClaimRequest, ClaimResult, ClearRequest, ClearResult, CompleteRequest,
-    CompleteResult, ConsumerDeclaration, CursorRef, FailRequest, HeldClaim, NewEvent, PresenceMeta,
-    ReadOptions, ReadStateOptions, RedriveAction, RedriveRequest, RenewRequest, StateWrite, Target,
+    AppendOptions, Cause, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult,
+    ClearRequest, ClearResult, CompleteRequest, CompleteResult, ConsumerDeclaration, CursorRef,
+    FailRequest, HeldClaim, ListWork, NewEvent, PresenceMeta, ReadOptions, ReadStateOptions,
+    RedriveAction, RedriveRequest, RenewRequest, StateWrite, Target,
 };
 use serde_json::{json, Value};
 
@@ -19,8 +20,8 @@ use crate::call::{Call, Outcome, Projection};
 use crate::op::{EventSpec, IfLast, LeaseSpec, Op};
 use crate::snapshot::StoreState;
 use crate::vocab::{
-    declarations, pick, Avoid, EVENT_IDS, FIELDS, HOLDERS, LANES, PARTICIPANTS, REDUCERS,
-    REPLY_IDS, SESSIONS, TARGET_CONSUMERS, TYPES,
+    declaration_list, declarations, pick, Avoid, EVENT_IDS, FIELDS, HOLDERS, LANES, PARTICIPANTS,
+    REDUCERS, REPLY_IDS, SESSIONS, TARGET_CONSUMERS, TYPES, WORK_CONSUMERS,
 };
 
 /// How many recently claimed heads ops can pick from.
@@ -378,6 +379,55 @@ impl Model {
                     },
                 )
             }
+            Op::ClaimWork {
+                holder,
+                lease: spec,
+                consumers,
+                sessions,
+                max_failures,
+                limit,
+                session_limit,
+                per_session_limit,
+                wait_ms,
+            } => {
+                let (ttl_ms, expires_at_ms) = lease(*spec, now);
+                let sessions = match sessions {
+                    Some(list) => Some(list.iter().map(|n| session_name(*n)).collect()),
+                    None if self.avoid.unlisted_work_claims => {
+                        Some(SESSIONS.iter().map(|s| (*s).to_owned()).collect())
+                    }
+                    None => None,
+                };
+                Call::ClaimWork(ClaimWorkRequest {
+                    holder: pick(&HOLDERS, *holder).to_owned(),
+                    ttl_ms,
+                    expires_at_ms,
+                    consumers: declaration_list(consumers, self.avoid),
+                    sessions,
+                    max_failures: max_failures.map(u32::from),
+                    limit: limit.map(usize::from),
+                    session_limit: session_limit.map(usize::from),
+                    per_session_limit: per_session_limit.map(usize::from),
+                    wait_ms: wait_ms.map(i64::from),
+                })
+            }
+            Op::ListWork {
+                consumers,
+                after,
+                limit,
+            } => {
+                let mut names: Vec<String> = Vec::new();
+                for name in consumers.iter().map(|n| pick(&WORK_CONSUMERS, *n)) {
+                    if !names.iter().any(|known| known == name) {
+                        names.push(name.to_owned());
+                    }
+                }
+                Call::ListWork(ListWork {
+                    consumers: names,
+                    after: after.map(session_name),
+                    limit: limit.map(usize::from),
+                })
+            }
             Op::Advance { ms } => Call::Advance(*ms),
         }
     }
@@ -419,6 +469,7 @@ impl Model {
         let declared: Vec<ConsumerDeclaration> = match call {
             Call::Append { options, .. } => options.consumers.clone().unwrap_or_default(),
             Call::Claim(r) => r.consumers.clone().unwrap_or_default(),
+            Call::ClaimWork(r) => r.consumers.clone(),
             Call::Complete(r) => r.consumers.clone().unwrap_or_default(),
             Call::Redrive(r) => r.consumers.clone().unwrap_or_default(),
             Call::WakeLog(_, consumer) => vec![consumer.clone()],
@@ -446,6 +497,16 @@ impl Model {
         before: &StoreState,
         after: &StoreState,
     ) {
+        match (call, outcome) {
+            (Call::ClaimWork(_), Ok(Outcome::ClaimWork(ClaimWorkResult::Claimed { sessions }))) => {
+                for claim in sessions {
+                    let session = session_index(&claim.session_id);
+                    self.remember(session, &claim.heads);
+                }
+                return;
+            }
+            _ => {}
+        }
         let Some(session_name) = call.session() else {
             return;
         };
@@ -453,18 +514,7 @@ impl Model {
         let head_before = before.session(session).map_or(0, |s| s.head());
         match (call, outcome) {
             (Call::Claim(_), Ok(Outcome::Claim(ClaimResult::Claimed { heads, .. }))) => {
-                for head in heads {
-                    let known = KnownHead {
-                        session,
-                        cursor: head.cursor_ref(),
-                        attempt: head.dispatch.attempt_count,
-                    };
-                    self.known
-                        .retain(|k| !(k.session == session && k.cursor == known.cursor));
-                    self.known.push(known);
-                }
-                let excess = self.known.len().saturating_sub(KNOWN_HEADS);
-                self.known.drain(..excess);
+                self.remember(session, heads);
             }
             (Call::Append { events, .. }, Ok(Outcome::Append(result))) => {
                 self.queue(session, head_before, events, &result.events);
@@ -516,6 +566,22 @@ impl Model {
             }
             _ => {}
         }
+    }
+
+    /// Remembers heads claimed in `session` as the most recent ones.
+    fn remember(&mut self, session: usize, heads: &[a2_store_api::Head]) {
+        for head in heads {
+            let known = KnownHead {
+                session,
+                cursor: head.cursor_ref(),
+                attempt: head.dispatch.attempt_count,
+            };
+            self.known
+                .retain(|k| !(k.session == session && k.cursor == known.cursor));
+            self.known.push(known);
+        }
+        let excess = self.known.len().saturating_sub(KNOWN_HEADS);
+        self.known.drain(..excess);
     }
 
     /// Queues the lane targets of the newly stored rows among `stored`.

@@ -192,6 +192,37 @@ pub enum Op {
         /// `ttl_ms` (0 is invalid input).
         ttl: u16,
     },
+    /// `claim_work` across sessions.
+    ClaimWork {
+        /// Holder index.
+        holder: u8,
+        /// The lease.
+        lease: LeaseSpec,
+        /// Declarations served (empty: invalid input).
+        consumers: Vec<DeclSpec>,
+        /// The session list by index (`None`: every session; empty: invalid input).
+        sessions: Option<Vec<u8>>,
+        /// `max_failures`.
+        max_failures: Option<u8>,
+        /// `limit` (0: invalid input).
+        limit: Option<u8>,
+        /// `session_limit`.
+        session_limit: Option<u8>,
+        /// `per_session_limit`.
+        per_session_limit: Option<u8>,
+        /// `wait_ms`: tiny (nothing changes while a case waits, so the
+        /// answer is the one without a wait), or 0 (invalid input).
+        wait_ms: Option<u8>,
+    },
+    /// `list_work`.
+    ListWork {
+        /// Consumers listed, by index into [`WORK_CONSUMERS`](crate::vocab::WORK_CONSUMERS) (empty: invalid input).
+        consumers: Vec<u8>,
+        /// `after`, by session index.
+        after: Option<u8>,
+        /// `limit` (0: invalid input).
+        limit: Option<u8>,
+    },
     /// Advances every store's manual clock.
     Advance {
         /// How far, ms.
@@ -200,7 +231,7 @@ pub enum Op {
 }
 
 fn session() -> impl Strategy<Value = u8> {
-    prop_oneof![4 => Just(0u8), 1 => Just(1u8)]
+    prop_oneof![8 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8)]
 }
 
 fn small(max: u8) -> impl Strategy<Value = u8> {
@@ -360,6 +391,61 @@ fn misc() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// A claim across sessions: mostly valid, mostly without a wait.
+fn claim_work() -> impl Strategy<Value = Op> {
+    (
+        (small(1), lease()),
+        prop_oneof![40 => vec(decl(), 1..=3), 1 => Just(Vec::new())],
+        option::weighted(
+            0.3,
+            prop_oneof![20 => vec(small(2), 1..=2), 1 => Just(Vec::new())],
+        ),
+        option::weighted(0.4, 1u8..=3),
+        option::weighted(0.7, prop_oneof![40 => 1u8..=4, 1 => Just(0u8)]),
+        option::weighted(0.2, 1u8..=2),
+        option::weighted(0.5, 1u8..=3),
+        option::weighted(
+            0.08,
+            prop_oneof![6 => Just(1u8), 2 => Just(3u8), 1 => Just(0u8)],
+        ),
+    )
+        .prop_map(
+            |(
+                (holder, lease),
+                consumers,
+                sessions,
+                max_failures,
+                limit,
+                session_limit,
+                per_session_limit,
+                wait_ms,
+            )| Op::ClaimWork {
+                holder,
+                lease,
+                consumers,
+                sessions,
+                max_failures,
+                limit,
+                session_limit,
+                per_session_limit,
+                wait_ms,
+            },
+        )
+}
+
+fn list_work() -> impl Strategy<Value = Op> {
+    (
+        prop_oneof![20 => vec(small(3), 1..=3), 1 => Just(Vec::new())],
+        option::weighted(0.3, small(2)),
+        option::weighted(0.3, prop_oneof![10 => 1u8..=2, 1 => Just(0u8)]),
+    )
+        .prop_map(|(consumers, after, limit)| Op::ListWork {
+            consumers,
+            after,
+            limit,
+        })
+}
+
 fn advance() -> impl Strategy<Value = Op> {
     prop_oneof![Just(1i64), Just(400), Just(1000), Just(3500)].prop_map(|ms| Op::Advance { ms })
 }
@@ -379,7 +465,9 @@ fn renew() -> impl Strategy<Value = Op> {
 pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         6 => append(),
-        7 => claim(),
+        5 => claim(),
+        4 => claim_work(),
+        1 => list_work(),
         7 => complete(),
         3 => fail(),
         2 => renew(),

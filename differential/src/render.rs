@@ -23,6 +23,16 @@ fn opt_owned(value: &Option<String>) -> String {
     }
 }
 
+fn strings(value: &Option<Vec<String>>) -> String {
+    match value {
+        Some(list) => format!(
+            "Some(vec![{}])",
+            list.iter().map(|s| owned(s)).collect::<Vec<_>>().join(", ")
+        ),
+        None => "None".to_owned(),
+    }
+}
+
 fn opt<T: std::fmt::Debug>(value: &Option<T>) -> String {
     match value {
         Some(value) => format!("Some({value:?})"),
@@ -256,6 +266,25 @@ pub fn rust(call: &Call) -> String {
             meta.at,
             opt(&meta.seen),
             meta.ttl_ms
+        ),
+        Call::ClaimWork(r) => format!(
+            "store.claim_work(ClaimWorkRequest {{ holder: {}, ttl_ms: {}, expires_at_ms: {}, consumers: vec![{}], sessions: {}, max_failures: {}, limit: {}, session_limit: {}, per_session_limit: {}, wait_ms: {} }}).await",
+            owned(&r.holder),
+            opt(&r.ttl_ms),
+            opt(&r.expires_at_ms),
+            r.consumers.iter().map(declaration).collect::<Vec<_>>().join(", "),
+            strings(&r.sessions),
+            opt(&r.max_failures),
+            opt(&r.limit),
+            opt(&r.session_limit),
+            opt(&r.per_session_limit),
+            opt(&r.wait_ms)
+        ),
+        Call::ListWork(r) => format!(
+            "store.list_work(ListWork {{ consumers: vec![{}], after: {}, limit: {} }}).await",
+            r.consumers.iter().map(|c| owned(c)).collect::<Vec<_>>().join(", "),
+            opt_owned(&r.after),
+            opt(&r.limit)
         ),
         Call::Advance(ms) => format!("clock.advance({ms})"),
     }

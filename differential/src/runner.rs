@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use a2_conformance::StoreFactory;
 use a2_store_api::{
-    ClaimResult, Clock, CompleteResult, CounterIds, FailOutcome, ManualClock, Store,
+    ClaimResult, ClaimWorkResult, Clock, CompleteResult, CounterIds, FailOutcome, ManualClock,
+    Store,
 };
 use a2_store_memory::{MemoryOptions, MemoryStore};
 use proptest::strategy::{Strategy, ValueTree};
@@ -323,6 +324,8 @@ fn outcome_name(call: &Call, outcome: &Projection) -> String {
         Call::WriteState(..) => "write_state",
         Call::ReadState(..) => "read_state",
         Call::SetPresence(..) => "set_presence",
+        Call::ClaimWork(_) => "claim_work",
+        Call::ListWork(_) => "list_work",
         Call::Advance(_) => "advance",
     };
     let result = match outcome {
@@ -335,6 +338,19 @@ fn outcome_name(call: &Call, outcome: &Projection) -> String {
         Ok(Outcome::Claim(ClaimResult::Claimed { .. })) => "Claimed".to_owned(),
         Ok(Outcome::Claim(ClaimResult::Busy { .. })) => "Busy".to_owned(),
         Ok(Outcome::Claim(ClaimResult::Settled)) => "Settled".to_owned(),
+        Ok(Outcome::ClaimWork(ClaimWorkResult::Claimed { sessions })) => {
+            let heads: usize = sessions.iter().map(|s| s.heads.len()).sum();
+            let dead = sessions.iter().any(|s| !s.dead_lettered.is_empty());
+            format!(
+                "Claimed(sessions={},heads>1={}{})",
+                sessions.len(),
+                heads > 1,
+                if dead { ",dead_lettered" } else { "" }
+            )
+        }
+        Ok(Outcome::ClaimWork(ClaimWorkResult::Busy { .. })) => "Busy".to_owned(),
+        Ok(Outcome::ClaimWork(ClaimWorkResult::Settled)) => "Settled".to_owned(),
+        Ok(Outcome::ListWork(page)) => format!("listed={}", page.len()),
         Ok(Outcome::Complete(CompleteResult::Completed { events })) if !events.is_empty() => {
             "Completed+events".to_owned()
         }
@@ -387,8 +403,8 @@ async fn run_case(
         .await
         .map_err(|error| (DivergenceKind::Setup(error.to_string()), Vec::new()))?;
     let mut model = Model::new(avoid);
-    let mut reference_state = capture(&reference, &prefix).await;
-    let mut candidate_state = capture(store.as_ref(), &prefix).await;
+    let mut reference_state = capture(&reference, &prefix, reference_clock.now_ms()).await;
+    let mut candidate_state = capture(store.as_ref(), &prefix, candidate_clock.now_ms()).await;
     let mut calls = Vec::with_capacity(ops.len());
     for op in ops {
         let reference_now = reference_clock.now_ms();
@@ -412,8 +428,8 @@ async fn run_case(
             };
             return Err((kind, calls));
         }
-        let reference_after = capture(&reference, &prefix).await;
-        let candidate_after = capture(store.as_ref(), &prefix).await;
+        let reference_after = capture(&reference, &prefix, reference_clock.now_ms()).await;
+        let candidate_after = capture(store.as_ref(), &prefix, candidate_clock.now_ms()).await;
         if let Some((read, a, b)) = reference_after.difference(&candidate_after) {
             let kind = DivergenceKind::State {
                 read,

@@ -2,12 +2,12 @@
 //! compared between the reference and the candidate.
 
 use a2_store_api::{
-    Cursor, ErrorCode, Head, ListSessions, PresenceRow, ReadOptions, ReadStateOptions, SessionInfo,
-    StateRead, Store, StoredEvent,
+    Cursor, ErrorCode, Head, ListSessions, ListWork, PresenceRow, ReadOptions, ReadStateOptions,
+    SessionInfo, SessionWork, StateRead, Store, StoredEvent,
 };
 
-use crate::call::physical;
-use crate::vocab::{REDUCERS, SESSIONS};
+use crate::call::{list_work, physical};
+use crate::vocab::{REDUCERS, SESSIONS, WORK_CONSUMERS};
 
 /// A read's result with the error projected to its code.
 pub type Read<T> = Result<T, ErrorCode>;
@@ -63,6 +63,10 @@ pub struct StoreState {
     pub sessions: Vec<SessionState>,
     /// `sessions()` restricted to this run's prefix, with the prefix removed.
     pub listing: Read<Vec<SessionInfo>>,
+    /// `list_work` of every consumer name, restricted the same way.
+    pub work: Read<Vec<SessionWork>>,
+    /// The store's clock when this was captured, ms (not compared).
+    pub captured_at: i64,
 }
 
 impl StoreState {
@@ -78,6 +82,13 @@ impl StoreState {
                 "sessions()".to_owned(),
                 format!("{:#?}", self.listing),
                 format!("{:#?}", other.listing),
+            ));
+        }
+        if self.work != other.work {
+            return Some((
+                "list_work(every consumer)".to_owned(),
+                format!("{:#?}", self.work),
+                format!("{:#?}", other.work),
             ));
         }
         for (index, (mine, theirs)) in self.sessions.iter().zip(&other.sessions).enumerate() {
@@ -130,9 +141,20 @@ impl StoreState {
     }
 }
 
-/// Reads the whole state of the logical sessions of this run.
-pub async fn capture(store: &dyn Store, prefix: &str) -> StoreState {
+/// Reads the whole state of the logical sessions of this run, on a store
+/// whose clock reads `now`.
+pub async fn capture(store: &dyn Store, prefix: &str, now: i64) -> StoreState {
     let listing = list_sessions(store, prefix).await;
+    let work = list_work(
+        store,
+        prefix,
+        ListWork {
+            consumers: WORK_CONSUMERS.iter().map(|c| (*c).to_owned()).collect(),
+            ..ListWork::default()
+        },
+    )
+    .await
+    .map_err(|e| e.code());
     let mut sessions = Vec::with_capacity(SESSIONS.len());
     for name in SESSIONS {
         let id = physical(prefix, name);
@@ -166,7 +188,12 @@ pub async fn capture(store: &dyn Store, prefix: &str) -> StoreState {
             info,
         });
     }
-    StoreState { sessions, listing }
+    StoreState {
+        sessions,
+        listing,
+        work,
+        captured_at: now,
+    }
 }
 
 async fn list_sessions(store: &dyn Store, prefix: &str) -> Read<Vec<SessionInfo>> {

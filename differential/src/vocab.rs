@@ -7,7 +7,7 @@
 use a2_store_api::ConsumerDeclaration;
 
 /// Logical session names (the runner prefixes them per case).
-pub const SESSIONS: [&str; 2] = ["s0", "s1"];
+pub const SESSIONS: [&str; 3] = ["s0", "s1", "s2"];
 /// Claim holders.
 pub const HOLDERS: [&str; 2] = ["w0", "w1"];
 /// Consumers targets name; `audit` is also a log consumer, so lane conflicts happen.
@@ -22,6 +22,8 @@ pub const EVENT_IDS: [&str; 4] = ["e0", "e1", "e2", "e3"];
 pub const REPLY_IDS: [&str; 3] = ["r0", "r1", "r2"];
 /// Log consumer names.
 pub const LOG_CONSUMERS: [&str; 2] = ["audit", "tap"];
+/// Every consumer name (targeted and log), as `list_work` and the state capture name them.
+pub const WORK_CONSUMERS: [&str; 4] = ["agent", "worker", "audit", "tap"];
 /// Log consumer lanes (`L1` collides with target lanes).
 pub const LOG_LANES: [&str; 2] = ["log", "L1"];
 /// Reducer names.
@@ -54,7 +56,9 @@ pub fn log_types(n: u8) -> Option<Vec<String>> {
 
 /// Input patterns the generator leaves out, so a run can go on finding new
 /// divergences while a known backend bug is open (each known bug also has
-/// a test of its own that fails until it is fixed). All `false` by default.
+/// a test of its own that fails until it is fixed), or because the
+/// factory's stores share one database (`unlisted_work_claims`). All
+/// `false` by default.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Avoid {
     /// Declare each log consumer with one fixed type list, so no call ever
@@ -66,6 +70,10 @@ pub struct Avoid {
     /// Never redrive a `(consumer, index)` that names two dead letters (on
     /// two lanes, or a lane and an event cursor).
     pub ambiguous_redrives: bool,
+    /// Name the case's sessions in every `claim_work` (no claim of "every
+    /// session"): needed when the factory's stores share one database,
+    /// where such a claim would take other cases' work.
+    pub unlisted_work_claims: bool,
 }
 
 /// A consumer declaration in symbolic form.
@@ -111,6 +119,12 @@ impl DeclSpec {
             ),
         }
     }
+}
+
+/// Concrete declarations of a non-empty symbolic list, as [`declarations`]
+/// makes them (an empty list stays empty).
+pub fn declaration_list(specs: &[DeclSpec], avoid: Avoid) -> Vec<ConsumerDeclaration> {
+    declarations(&Some(specs.to_vec()), avoid).unwrap_or_default()
 }
 
 /// Concrete declarations of a symbolic list (`None` stays `None`: serve

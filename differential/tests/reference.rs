@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use a2_conformance::StoreFactory;
-use a2_differential::{run_differential, Config, DivergenceKind};
+use a2_differential::{run_differential, Avoid, Config, DivergenceKind};
 use a2_store_api::*;
 use a2_store_memory::{MemoryOptions, MemoryStore};
 use serde_json::Value;
@@ -31,34 +31,67 @@ impl StoreFactory for Memory {
     }
 }
 
+/// Nothing open in the shared store-api rules.
+const OPEN: Avoid = Avoid {
+    log_type_changes: false,
+    target_lane_conflicts: false,
+    ambiguous_redrives: false,
+    unlisted_work_claims: false,
+};
+
 #[tokio::test]
 async fn memory_agrees_with_itself() {
-    let config = Config::from_env(128, 40);
+    let config = Config {
+        avoid: OPEN,
+        ..Config::from_env(128, 40)
+    };
     let summary = run_differential(&Memory, config)
         .await
         .unwrap_or_else(|divergence| panic!("{divergence}"));
     println!("{summary}");
     assert_eq!(summary.cases, config.cases);
+    for exercised in [
+        "complete:Completed+events",
+        "claim_work:Busy",
+        "claim_work:Settled",
+        "claim_work:INVALID_INPUT",
+        "list_work:listed=1",
+    ] {
+        assert!(
+            summary.outcomes.get(exercised).copied().unwrap_or(0) > 0,
+            "{exercised} never happened: {summary}"
+        );
+    }
     assert!(
         summary
             .outcomes
-            .get("complete:Completed+events")
-            .copied()
-            .unwrap_or(0)
-            > 0
+            .keys()
+            .any(|outcome| outcome.starts_with("claim_work:Claimed(sessions=2")),
+        "no claim_work served two sessions: {summary}"
     );
 }
 
-/// The memory store, except that claims ignore `limit`.
-struct IgnoresLimit(MemoryStore);
+/// A bug planted in the memory store.
+#[derive(Clone, Copy)]
+enum Bug {
+    /// `claim_available` ignores `limit`.
+    ClaimLimit,
+    /// `claim_work` ignores its session list and serves every session.
+    WorkSessionList,
+}
+
+/// The memory store with one bug.
+struct Bugged(MemoryStore, Bug);
 
 #[async_trait::async_trait]
-impl Store for IgnoresLimit {
+impl Store for Bugged {
     async fn append(&self, s: &str, e: Vec<NewEvent>, o: AppendOptions) -> Result<AppendResult> {
         self.0.append(s, e, o).await
     }
     async fn claim_available(&self, mut request: ClaimRequest) -> Result<ClaimResult> {
-        request.limit = None;
+        if matches!(self.1, Bug::ClaimLimit) {
+            request.limit = None;
+        }
         self.0.claim_available(request).await
     }
     async fn renew_claims(&self, r: RenewRequest) -> Result<RenewResult> {
@@ -116,27 +149,27 @@ impl Store for IgnoresLimit {
         self.0.sessions(o).await
     }
 
-    async fn claim_work(
-        &self,
-        request: a2_store_api::ClaimWorkRequest,
-    ) -> Result<a2_store_api::ClaimWorkResult> {
+    async fn claim_work(&self, mut request: ClaimWorkRequest) -> Result<ClaimWorkResult> {
+        if matches!(self.1, Bug::WorkSessionList) && request.sessions.is_some() {
+            request.sessions = None;
+        }
         self.0.claim_work(request).await
     }
 
-    async fn list_work(
-        &self,
-        request: a2_store_api::ListWork,
-    ) -> Result<Vec<a2_store_api::SessionWork>> {
+    async fn list_work(&self, request: ListWork) -> Result<Vec<SessionWork>> {
         self.0.list_work(request).await
     }
 }
 
-struct Broken;
+struct Broken(Bug);
 
 #[async_trait::async_trait]
 impl StoreFactory for Broken {
     fn name(&self) -> &str {
-        "memory-ignoring-limit"
+        match self.0 {
+            Bug::ClaimLimit => "memory-ignoring-limit",
+            Bug::WorkSessionList => "memory-ignoring-work-sessions",
+        }
     }
 
     async fn create(
@@ -144,15 +177,16 @@ impl StoreFactory for Broken {
         clock: Arc<dyn Clock>,
         ids: Arc<dyn IdGenerator>,
     ) -> Result<Arc<dyn Store>> {
-        Ok(Arc::new(IgnoresLimit(MemoryStore::with_options(
-            MemoryOptions { clock, ids },
-        ))))
+        Ok(Arc::new(Bugged(
+            MemoryStore::with_options(MemoryOptions { clock, ids }),
+            self.0,
+        )))
     }
 }
 
 #[tokio::test]
 async fn a_broken_backend_is_caught_and_shrunk_to_a_short_rust_reproduction() {
-    let divergence = run_differential(&Broken, Config::from_env(256, 40))
+    let divergence = run_differential(&Broken(Bug::ClaimLimit), Config::from_env(256, 40))
         .await
         .expect_err("ignoring the claim limit must be caught");
     let program = divergence.program();
@@ -172,4 +206,31 @@ async fn a_broken_backend_is_caught_and_shrunk_to_a_short_rust_reproduction() {
         "{program}"
     );
     assert!(program.contains("ManualClock::new(") && program.contains("CounterIds::new(\"id-\")"));
+}
+
+#[tokio::test]
+async fn a_work_claim_outside_its_sessions_is_caught_and_shrunk() {
+    let config = Config {
+        avoid: OPEN,
+        ..Config::from_env(256, 40)
+    };
+    let divergence = run_differential(&Broken(Bug::WorkSessionList), config)
+        .await
+        .expect_err("claiming outside the session list must be caught");
+    let program = divergence.program();
+    println!("{divergence}");
+    assert!(
+        matches!(divergence.kind, DivergenceKind::Result { .. }),
+        "{divergence}"
+    );
+    // Minimal: one append of targeted work, one claim naming another session.
+    assert!(divergence.calls.len() <= 3, "not shrunk: {divergence}");
+    let last = program
+        .lines()
+        .find(|line| line.starts_with("let result = "))
+        .unwrap_or_default();
+    assert!(
+        last.contains("claim_work(") && last.contains("sessions: Some(vec!["),
+        "{program}"
+    );
 }

@@ -285,3 +285,180 @@ async fn postgres_refused_batch_draws_no_ids() {
     };
     refused_batch_draws_no_ids(&factory).await;
 }
+
+/// Divergence 5 (fixed in the store-api rules every backend shares, the
+/// reference included): a renewal that shortened a lease left the work
+/// row at the old expiry, so once the new lease ended `claim_work` answered
+/// `Busy` with the old expiry while the head was claimable, and `list_work`
+/// reported `ready_since` in the future. Renewals now rewrite their
+/// consumers' rows.
+async fn shortened_renewal_makes_work_claimable_at_the_new_expiry(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(1_000_000);
+    let store = factory
+        .create(Arc::new(clock.clone()), Arc::new(CounterIds::new("id-")))
+        .await
+        .unwrap();
+    let agent = || vec![ConsumerDeclaration::targeted("agent")];
+    store
+        .append(
+            "s0",
+            vec![NewEvent::new("msg", json!(0)).with_target(Target::event("agent"))],
+            AppendOptions::default(),
+        )
+        .await
+        .unwrap();
+    let claimed = store
+        .claim_work(ClaimWorkRequest::new("w0", agent(), 3_000))
+        .await
+        .unwrap();
+    assert_eq!(claimed.heads().count(), 1, "{claimed:?}");
+    let renewed = store
+        .renew_claims(RenewRequest {
+            session_id: "s0".into(),
+            holder: "w0".into(),
+            claims: vec![HeldClaim {
+                cursor: CursorRef::new("agent", None, 1),
+                attempt: 1,
+            }],
+            ttl_ms: Some(500),
+            expires_at_ms: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(renewed.renewed.len(), 1, "{renewed:?}");
+    let busy = store
+        .claim_work(ClaimWorkRequest::new("w1", agent(), 3_000))
+        .await
+        .unwrap();
+    assert!(
+        matches!(busy, ClaimWorkResult::Busy { retry_at } if retry_at <= 1_000_500),
+        "{}: after renewing the lease to end at 1000500, claim_work must answer Busy no later than then, got {busy:?}",
+        factory.name()
+    );
+    clock.advance(600);
+    let again = store
+        .claim_work(ClaimWorkRequest::new("w1", agent(), 3_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        again.heads().count(),
+        1,
+        "{}: the renewed lease ended at 1000500; at 1000600 claim_work must claim the head again, got {again:?}",
+        factory.name()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_shortened_renewal_makes_work_claimable_at_the_new_expiry() {
+    shortened_renewal_makes_work_claimable_at_the_new_expiry(&support::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_shortened_renewal_makes_work_claimable_at_the_new_expiry() {
+    shortened_renewal_makes_work_claimable_at_the_new_expiry(&support::SqliteMemory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_shortened_renewal_makes_work_claimable_at_the_new_expiry() {
+    let Some(factory) = support::Postgres::from_env(
+        "postgres_shortened_renewal_makes_work_claimable_at_the_new_expiry",
+    ) else {
+        return;
+    };
+    shortened_renewal_makes_work_claimable_at_the_new_expiry(&factory).await;
+}
+
+/// Divergence 6 (fixed with divergence 5): after a renewal extended a
+/// lease the work row was early, and since the reference rewrites every
+/// row of a session on a failure while SQLite and PostgreSQL rewrite only
+/// the failed consumer's, `list_work` then reported `ready_since` 1000500
+/// (the old lease end) there and 1001000 (when the work became claimable)
+/// in the reference. Renewals rewriting their consumers' rows make every
+/// backend exact.
+async fn renewal_then_other_work_keeps_ready_since(factory: &dyn StoreFactory) {
+    let clock = ManualClock::new(1_000_000);
+    let store = factory
+        .create(Arc::new(clock.clone()), Arc::new(CounterIds::new("id-")))
+        .await
+        .unwrap();
+    store
+        .append(
+            "s0",
+            vec![
+                NewEvent::new("msg", json!(0)).with_target(Target::event("agent")),
+                NewEvent::new("msg", json!(0)).with_target(Target::event("worker")),
+            ],
+            AppendOptions::default(),
+        )
+        .await
+        .unwrap();
+    store
+        .claim_available(ClaimRequest {
+            session_id: "s0".into(),
+            holder: "w0".into(),
+            ttl_ms: Some(500),
+            ..ClaimRequest::default()
+        })
+        .await
+        .unwrap();
+    store
+        .renew_claims(RenewRequest {
+            session_id: "s0".into(),
+            holder: "w0".into(),
+            claims: vec![HeldClaim {
+                cursor: CursorRef::new("agent", None, 1),
+                attempt: 1,
+            }],
+            ttl_ms: Some(1000),
+            expires_at_ms: None,
+        })
+        .await
+        .unwrap();
+    store
+        .fail_attempt(FailRequest {
+            session_id: "s0".into(),
+            consumer: "worker".into(),
+            lane: None,
+            index: 2,
+            attempt: 1,
+            error: "handler failed".into(),
+            max_failures: Some(1),
+            retry_after_ms: None,
+        })
+        .await
+        .unwrap();
+    clock.advance(1000);
+    let listed = store
+        .list_work(ListWork {
+            consumers: vec!["agent".into()],
+            ..ListWork::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.first().and_then(|work| work.ready_since),
+        Some(1_001_000),
+        "{}: agent's renewed lease ended at 1001000, when its work became claimable; the reference lists ready_since 1001000, got {listed:?}",
+        factory.name()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_renewal_then_other_work_keeps_ready_since() {
+    renewal_then_other_work_keeps_ready_since(&support::Memory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_renewal_then_other_work_keeps_ready_since() {
+    renewal_then_other_work_keeps_ready_since(&support::SqliteMemory).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_renewal_then_other_work_keeps_ready_since() {
+    let Some(factory) =
+        support::Postgres::from_env("postgres_renewal_then_other_work_keeps_ready_since")
+    else {
+        return;
+    };
+    renewal_then_other_work_keeps_ready_since(&factory).await;
+}

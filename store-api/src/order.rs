@@ -35,6 +35,13 @@ pub fn compare_cursors(a: &Cursor, b: &Cursor) -> Ordering {
         })
 }
 
+/// The fairness order of work rows (see [`crate::work`]): the one ready
+/// longest first (`ready_at`), then session id, then consumer. A
+/// cross-session claim serves sessions by their earliest row in this order.
+pub fn compare_work(a: (i64, &str, &str), b: (i64, &str, &str)) -> Ordering {
+    a.cmp(&b)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -58,11 +65,4 @@ mod tests {
             ]
         );
     }
-}
-
-/// The fairness order of work rows (see [`crate::work`]): the one ready
-/// longest first (`ready_at`), then session id, then consumer. A
-/// cross-session claim serves sessions by their earliest row in this order.
-pub fn compare_work(a: (i64, &str, &str), b: (i64, &str, &str)) -> Ordering {
-    a.cmp(&b)
 }

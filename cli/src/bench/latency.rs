@@ -56,7 +56,7 @@ impl Recorder {
 }
 
 /// Nearest-rank percentile of sorted samples; 0 when there are none.
-fn percentile(sorted: &[u64], percent: u64) -> u64 {
+pub(super) fn percentile(sorted: &[u64], percent: u64) -> u64 {
     if sorted.is_empty() {
         return 0;
     }

@@ -1,9 +1,19 @@
-//! `a2-store bench`: the workload mix against each store, then the comparison.
+//! `a2-store bench`: the workload mix against each store, then the
+//! comparison; or one of the worker workloads (`runtime`, `idle`,
+//! `fairness`) on scratch stores of each URL's backend.
 
+mod cpu;
+mod fleet;
+mod home;
 mod latency;
 mod operation;
 mod report;
+mod work_report;
+mod worker;
 mod workload;
+mod workloads;
+
+pub use fleet::run_worker;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -12,7 +22,7 @@ use std::time::{Duration, Instant};
 use a2_store::{IdGenerator, RandomIds, SqliteLocation, SqliteUrlOptions, StoreUrl};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::args::BenchArgs;
+use crate::args::{BenchArgs, Workload};
 use crate::failure::Failure;
 use crate::output::{print, print_json};
 use crate::target;
@@ -20,8 +30,27 @@ use latency::Recorder;
 use report::{BackendReport, BenchReport};
 use workload::Shared;
 
+/// Sessions of the mix when --sessions is not given.
+const MIX_SESSIONS: u32 = 8;
+/// The most sessions the mix runs (one task each).
+const MIX_MAX_SESSIONS: u32 = 10_000;
+/// Run length of the mix when --seconds is not given, s.
+const MIX_SECONDS: f64 = 3.0;
+/// Run length of `runtime` and `idle` when --seconds is not given, s.
+const WORK_SECONDS: f64 = 10.0;
+
 /// Runs `bench`.
 pub async fn run(args: &BenchArgs) -> Result<(), Failure> {
+    if args.workload != Workload::Mix {
+        return run_work(args).await;
+    }
+    let seconds = args.seconds.unwrap_or(MIX_SECONDS);
+    let sessions = args.sessions.unwrap_or(MIX_SESSIONS);
+    if sessions > MIX_MAX_SESSIONS {
+        return Err(Failure::new(format!(
+            "--sessions {sessions} is too many for the mix: give at most {MIX_MAX_SESSIONS}"
+        )));
+    }
     // Parse every URL before running anything, so a typo fails fast.
     let mut targets = Vec::new();
     for url in &args.urls {
@@ -49,13 +78,13 @@ pub async fn run(args: &BenchArgs) -> Result<(), Failure> {
     } else {
         None
     };
-    let length = Duration::from_secs_f64(args.seconds);
+    let length = Duration::from_secs_f64(seconds);
     let mut backends = Vec::new();
     for (url, parsed) in &targets {
-        backends.push(run_one(url, parsed, length, args.sessions).await?);
+        backends.push(run_one(url, parsed, length, sessions).await?);
     }
     drop(scratch);
-    let report = BenchReport::new(args.seconds, args.sessions, backends);
+    let report = BenchReport::new(seconds, sessions, backends);
     if args.json {
         print_json(&report)
     } else if args.csv {
@@ -155,4 +184,96 @@ fn progress_bar(url: &str, length: Duration) -> ProgressBar {
     bar.set_style(style);
     bar.set_prefix(a2_store::StoreUrl::redact(url));
     bar
+}
+
+/// Runs a worker workload against every target, then prints its report.
+async fn run_work(args: &BenchArgs) -> Result<(), Failure> {
+    if args.csv {
+        return Err(Failure::new(
+            "--csv is for --workload mix: use --json for the worker workloads",
+        ));
+    }
+    if args.workload == Workload::Fairness && args.seconds.is_some() {
+        return Err(Failure::new(
+            "--seconds does not apply to --workload fairness (it runs until every message is claimed): use --rate and --sessions",
+        ));
+    }
+    let targets = home::targets(&args.urls).await?;
+    let seconds = args.seconds.unwrap_or(WORK_SECONDS);
+    let drain = Duration::from_secs_f64(args.drain_seconds);
+    match args.workload {
+        Workload::Mix => Ok(()),
+        Workload::Runtime => {
+            let settings = work_report::RuntimeSettings {
+                sessions: args.sessions.unwrap_or(200),
+                workers: args.workers,
+                rate: args.rate,
+                seconds,
+                new_every: args.new_every,
+                lanes: args.lanes,
+                wait_ms: args.wait_ms,
+                claim_limit: args.claim_limit,
+            };
+            let mut backends = Vec::new();
+            for target in &targets {
+                backends.push(workloads::runtime(target, &settings, drain).await?);
+            }
+            let report = work_report::WorkReport {
+                workload: "runtime",
+                settings,
+                backends,
+            };
+            show(args, &report, || report.table())
+        }
+        Workload::Idle => {
+            let settings = work_report::IdleSettings {
+                sessions: args.sessions.unwrap_or(2_000),
+                workers: args.workers,
+                seconds,
+                wait_ms: args.wait_ms,
+            };
+            let mut backends = Vec::new();
+            for target in &targets {
+                backends.push(workloads::idle(target, &settings).await?);
+            }
+            let report = work_report::WorkReport {
+                workload: "idle",
+                settings,
+                backends,
+            };
+            show(args, &report, || report.table())
+        }
+        Workload::Fairness => {
+            let settings = work_report::FairnessSettings {
+                sessions: args.sessions.unwrap_or(199),
+                backlog: args.backlog,
+                workers: args.workers,
+                rate: args.rate,
+                wait_ms: args.wait_ms,
+                claim_limit: args.claim_limit,
+            };
+            let mut backends = Vec::new();
+            for target in &targets {
+                backends.push(workloads::fairness(target, &settings, drain).await?);
+            }
+            let report = work_report::WorkReport {
+                workload: "fairness",
+                settings,
+                backends,
+            };
+            show(args, &report, || report.table())
+        }
+    }
+}
+
+fn show<T: serde::Serialize>(
+    args: &BenchArgs,
+    report: &T,
+    table: impl FnOnce() -> String,
+) -> Result<(), Failure> {
+    if args.json {
+        print_json(report)
+    } else {
+        print(&table())
+    }
 }

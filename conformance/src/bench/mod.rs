@@ -36,6 +36,7 @@ mod fixture;
 mod reads;
 mod scaling;
 mod session_state;
+mod work;
 mod writes;
 
 pub use concurrency::concurrent_claim_complete;
@@ -44,4 +45,8 @@ pub use fixture::{payload, work_events, BenchSettings, LEASE_MS, PAYLOAD_BYTES, 
 pub use reads::{read_rows, subscribe_latency};
 pub use scaling::{ScalingOp, ScalingSeries, ScalingShape};
 pub use session_state::{presence, state_with_pins};
+pub use work::{
+    work_fairness, WorkScaling, WorkScalingOp, WorkSettings, FAIRNESS_HANDLING,
+    FAIRNESS_SMALL_SESSIONS, FAIRNESS_WORKERS,
+};
 pub use writes::{append_batch, append_with_targets, clear_reclaim, TargetKind};

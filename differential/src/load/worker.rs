@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use a2_store_api::{
-    AppendOptions, ClaimRequest, ClaimResult, Clock, CompleteRequest, CompleteResult, ErrorCode,
-    FailOutcome, FailRequest, Head, HeldClaim, NewEvent, RenewRequest, Store, StoreError,
-    SystemClock,
+    AppendOptions, ClaimWorkRequest, ClaimWorkResult, Clock, CompleteRequest, CompleteResult,
+    ErrorCode, FailOutcome, FailRequest, Head, HeldClaim, NewEvent, RenewRequest, Store,
+    StoreError, SystemClock,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -17,6 +17,12 @@ use super::plan::{Action, LoadPlan, DONE, MAX_FAILURES};
 const BATCH: u64 = 10;
 /// How often a call refused with `Busy` is retried before the run fails.
 const BUSY_RETRIES: u32 = 200;
+/// How long a worker's claim waits for work when nothing is claimable, ms.
+pub const CLAIM_WAIT_MS: i64 = 200;
+/// Heads one claim takes in all.
+pub const CLAIM_LIMIT: usize = 4;
+/// Heads one claim takes from one session.
+pub const CLAIM_PER_SESSION: usize = 1;
 
 /// What the workers of one process did.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -35,6 +41,10 @@ pub struct WorkerReport {
     pub unexpected: Vec<String>,
     /// Calls retried after `Busy`.
     pub busy_retries: u64,
+    /// `claim_work` calls made.
+    pub claim_calls: u64,
+    /// `claim_work` calls that claimed nothing (their wait ended with `Busy` or `Settled`).
+    pub empty_claims: u64,
     /// Every claim handed out: `(session, consumer, lane, index, attempt)`.
     pub claims: Vec<(String, String, Option<String>, u64, u32)>,
     /// Per worker, its accepted lane completions in the order it made them:
@@ -52,6 +62,8 @@ impl WorkerReport {
         self.stalls_superseded.extend(other.stalls_superseded);
         self.unexpected.extend(other.unexpected);
         self.busy_retries += other.busy_retries;
+        self.claim_calls += other.claim_calls;
+        self.empty_claims += other.empty_claims;
         self.claims.extend(other.claims);
         self.lane_orders.extend(other.lane_orders);
     }
@@ -103,8 +115,8 @@ pub async fn produce(store: &dyn Store, plan: &LoadPlan) -> Result<(), StoreErro
     Ok(())
 }
 
-/// Runs `plan.workers_per_process` worker tasks on `store` until every
-/// session is settled, and sums what they did.
+/// Runs `plan.workers_per_process` worker tasks on `store` until no
+/// session has work left, and sums what they did.
 pub async fn drain(
     store: Arc<dyn Store>,
     plan: LoadPlan,
@@ -115,9 +127,8 @@ pub async fn drain(
     for worker in 0..plan.workers_per_process {
         let store = Arc::clone(&store);
         let holder = format!("p{process}-w{worker}");
-        let start = (process * plan.workers_per_process + worker) as u64 * 13;
         tasks.push(tokio::spawn(async move {
-            work(store.as_ref(), &plan, &holder, start).await
+            work(store.as_ref(), &plan, &holder).await
         }));
     }
     let mut report = WorkerReport::default();
@@ -130,66 +141,68 @@ pub async fn drain(
     Ok(report)
 }
 
-/// One worker: sweeps the sessions claiming and handling heads until a
-/// whole sweep finds every session settled.
+/// The cross-session claim every worker makes: up to [`CLAIM_LIMIT`]
+/// heads, [`CLAIM_PER_SESSION`] per session, waiting up to
+/// [`CLAIM_WAIT_MS`] for work.
+pub fn claim_request(plan: &LoadPlan, holder: &str) -> ClaimWorkRequest {
+    ClaimWorkRequest {
+        holder: holder.to_owned(),
+        ttl_ms: Some(plan.ttl_ms),
+        consumers: LoadPlan::consumers(),
+        max_failures: Some(MAX_FAILURES),
+        limit: Some(CLAIM_LIMIT),
+        per_session_limit: Some(CLAIM_PER_SESSION),
+        wait_ms: Some(CLAIM_WAIT_MS),
+        ..ClaimWorkRequest::default()
+    }
+}
+
+/// One worker: claims across every session and handles what it got, until
+/// a claim answers `Settled` (no session has a claimable or busy head:
+/// every head is finished or dead-lettered, and nobody holds one).
 async fn work(
     store: &dyn Store,
     plan: &LoadPlan,
     holder: &str,
-    start: u64,
 ) -> Result<WorkerReport, StoreError> {
     let mut report = WorkerReport {
         lane_orders: vec![Vec::new()],
         ..WorkerReport::default()
     };
+    let request = claim_request(plan, holder);
     loop {
-        let mut settled = true;
-        for offset in 0..plan.sessions {
-            let session = plan.session_id(plan.session_of(start + offset));
-            let claim = patient(&mut report.busy_retries, || {
-                store.claim_available(ClaimRequest {
-                    session_id: session.clone(),
-                    holder: holder.to_owned(),
-                    ttl_ms: Some(plan.ttl_ms),
-                    consumers: Some(LoadPlan::consumers()),
-                    max_failures: Some(MAX_FAILURES),
-                    limit: Some(4),
-                    ..ClaimRequest::default()
-                })
-            })
-            .await?;
-            match claim {
-                ClaimResult::Settled => {}
-                ClaimResult::Busy { .. } => settled = false,
-                ClaimResult::Claimed {
-                    heads,
-                    dead_lettered,
-                    ..
-                } => {
-                    settled = false;
-                    for head in dead_lettered {
-                        report.unexpected.push(format!(
-                            "{session}: {:?} dead-lettered by an expired claim",
-                            head.cursor_ref()
-                        ));
-                    }
-                    for head in heads {
-                        report.claims.push((
-                            session.clone(),
-                            head.consumer.clone(),
-                            head.lane.clone(),
-                            head.event.index,
-                            head.dispatch.attempt_count,
-                        ));
-                        handle(store, plan, holder, &session, &head, &mut report).await?;
-                    }
-                }
+        report.claim_calls += 1;
+        let claim = patient(&mut report.busy_retries, || {
+            store.claim_work(request.clone())
+        })
+        .await?;
+        let sessions = match claim {
+            ClaimWorkResult::Settled => return Ok(report),
+            ClaimWorkResult::Busy { .. } => {
+                report.empty_claims += 1;
+                continue;
+            }
+            ClaimWorkResult::Claimed { sessions } => sessions,
+        };
+        for claimed in sessions {
+            let session = claimed.session_id;
+            for head in claimed.dead_lettered {
+                report.unexpected.push(format!(
+                    "{session}: {:?} dead-lettered by an expired claim",
+                    head.cursor_ref()
+                ));
+            }
+            for head in claimed.heads {
+                report.claims.push((
+                    session.clone(),
+                    head.consumer.clone(),
+                    head.lane.clone(),
+                    head.event.index,
+                    head.dispatch.attempt_count,
+                ));
+                handle(store, plan, holder, &session, &head, &mut report).await?;
             }
         }
-        if settled {
-            return Ok(report);
-        }
-        tokio::task::yield_now().await;
     }
 }
 

@@ -2,14 +2,17 @@
 //! load, re-executes the test binary as worker processes that each drain
 //! with their workers and write a report, then verifies the merged reports
 //! against the log and prints throughput.
+#![allow(dead_code)] // each load test uses part of it
 
 use std::future::Future;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use a2_differential::load::{drain, produce, verify, LoadPlan, WorkerReport};
+use a2_differential::load::{
+    drain, produce, verify, LoadPlan, WorkerReport, CLAIM_LIMIT, CLAIM_PER_SESSION, CLAIM_WAIT_MS,
+};
 use a2_store_api::Store;
 
 /// Set in a worker process; the value names the database (file or schema).
@@ -90,10 +93,26 @@ where
 
     rt.block_on(verify(store.as_ref(), &plan, &report))
         .unwrap_or_else(|problem| panic!("{problem}\nworkers: {report:?}"));
+    let processes = format!("{processes} processes");
+    print_run(backend, &plan, &processes, produced, drained, &report);
+}
+
+/// Prints a verified run's throughput and what the workers did;
+/// `processes` says how the workers were grouped (e.g. "2 processes").
+pub fn print_run(
+    backend: &str,
+    plan: &LoadPlan,
+    processes: &str,
+    produced: Duration,
+    drained: Duration,
+    report: &WorkerReport,
+) {
     let expected = plan.expected();
     println!(
-        "{backend} load: {} events over {} sessions, {} processes x {} workers: produced in {:.2?}, drained in {:.2?} \
-         ({:.0} events/s, {:.0} completions/s); {} failures, {} dead letters, {} stalls ({} fenced), {} busy retries",
+        "{backend} load: {} events over {} sessions, {} x {} workers claiming across sessions \
+         (limit {CLAIM_LIMIT}, {CLAIM_PER_SESSION} per session, wait {CLAIM_WAIT_MS} ms): produced in {:.2?}, drained in {:.2?} \
+         ({:.0} events/s, {:.0} completions/s); {} claim_work calls ({:.2} heads each, {} empty), \
+         {} failures, {} dead letters, {} stalls ({} fenced), {} busy retries",
         plan.events,
         plan.sessions,
         processes,
@@ -102,6 +121,9 @@ where
         drained,
         plan.events as f64 / drained.as_secs_f64(),
         expected.completions as f64 / drained.as_secs_f64(),
+        report.claim_calls,
+        report.claims.len() as f64 / report.claim_calls.max(1) as f64,
+        report.empty_claims,
         report.failed,
         report.dead_lettered,
         expected.stalls,
