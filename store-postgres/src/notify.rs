@@ -113,8 +113,14 @@ async fn listen_once(
     };
     let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
     // The channels are built from the validated schema name (an identifier).
-    let listen_sql = format!("LISTEN \"{channel}\"; LISTEN \"{work_channel}\"");
-    let listen = client.batch_execute(&listen_sql);
+    // Two statements, the subscriptions' last, so the connection shows as
+    // listening on it (`pg_stat_activity.query`).
+    let listen_work = format!("LISTEN \"{work_channel}\"");
+    let listen_sessions = format!("LISTEN \"{channel}\"");
+    let listen = async {
+        client.batch_execute(&listen_work).await?;
+        client.batch_execute(&listen_sessions).await
+    };
     tokio::pin!(listen);
     let mut listening = false;
     loop {

@@ -194,9 +194,11 @@ impl Store for PostgresStore {
         validate::renew_claims(&request)?;
         let now = self.inner.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
-        transact!(self.inner, "renewing claims", |tx| {
+        let channel = self.inner.work_channel.as_str();
+        let (result, work) = transact!(self.inner, "renewing claims", |tx| {
             ops::renew::renew(
                 &tx,
+                channel,
                 &request.session_id,
                 &request.holder,
                 &request.claims,
@@ -204,7 +206,15 @@ impl Store for PostgresStore {
                 expires_at,
             )
             .await?
-        })
+        })?;
+        self.inner.committed(
+            &request.session_id,
+            Wrote {
+                events: false,
+                work,
+            },
+        );
+        Ok(result)
     }
 
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {

@@ -17,9 +17,9 @@ use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, CURSOR_WIDT
 
 /// The body of [`Store::fail_attempt`](a2_store_api::Store::fail_attempt)
 /// for a validated request. Takes no session lock: it locks the cursor row,
-/// then reads the clear. The head's work row becomes ready at once or when
-/// its retry delay ends (a dead letter's row is kept); returns whether a
-/// row was made ready (`NOTIFY` on `channel` sent).
+/// then reads the clear. The consumer's work row is rewritten from its
+/// heads (ready at once, or when the retry delay ends; a dead letter's row
+/// is kept); returns whether a row was made ready (`NOTIFY` on `channel` sent).
 pub(crate) async fn fail(
     tx: &Tx<'_>,
     channel: &str,
@@ -42,7 +42,7 @@ pub(crate) async fn fail(
     }
     put(tx, session_id, &cursor).await?;
     let mut touched = Touched::new(now);
-    touched.cursor(&cursor);
+    touched.rewrite(&cursor);
     let ready = touched.flush(tx, channel, session_id).await?;
     Ok((result, ready))
 }
@@ -112,7 +112,7 @@ pub(crate) async fn redrive(
         }
     }
     let mut touched = Touched::new(now);
-    touched.cursor(&cursor);
+    touched.rewrite(&cursor);
     let ready = touched.flush(tx, channel, session_id).await?;
     let result = RedriveResult {
         redriven: true,

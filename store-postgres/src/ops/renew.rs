@@ -11,18 +11,23 @@ use a2_store_api::{HeldClaim, RenewResult, RenewVerdict};
 use crate::cursor_table::{load_many, put_all};
 use crate::db::{read_session, Tx};
 use crate::error::TxResult;
+use crate::ops::work::Touched;
 use crate::rows::{index_of, key_of, CursorKey, CursorRow};
 
 /// The body of [`Store::renew_claims`](a2_store_api::Store::renew_claims)
-/// for a validated request, with `now` and the new `expires_at`.
+/// for a validated request, with `now` and the new `expires_at`; the
+/// renewed consumers' work rows are rewritten from their heads (a lease
+/// ended sooner is found when it ends). Also returns whether a work row was
+/// made ready (`NOTIFY` on `channel` sent).
 pub(crate) async fn renew(
     tx: &Tx<'_>,
+    channel: &str,
     session_id: &str,
     holder: &str,
     claims: &[HeldClaim],
     now: i64,
     expires_at: i64,
-) -> TxResult<RenewResult> {
+) -> TxResult<(RenewResult, bool)> {
     let mut ordered: Vec<&HeldClaim> = claims.iter().collect();
     ordered.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
     let key = |claim: &HeldClaim| {
@@ -73,5 +78,11 @@ pub(crate) async fn renew(
         renewed.iter().filter_map(|key| cursors.get(key)),
     )
     .await?;
-    Ok(result)
+    // A lease renewed shorter or longer moves its consumer's row with it.
+    let mut touched = Touched::new(now);
+    for cursor in renewed.iter().filter_map(|key| cursors.get(key)) {
+        touched.rewrite(cursor);
+    }
+    let ready = touched.flush(tx, channel, session_id).await?;
+    Ok((result, ready))
 }

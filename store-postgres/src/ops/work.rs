@@ -56,7 +56,15 @@ impl Touched {
         }
     }
 
-    /// Notes the cursor just written.
+    /// Notes a cursor whose bookkeeping changed in a way that may make its
+    /// consumer's work later (a failure, a renewal, a redrive): its row is
+    /// rewritten from the consumer's heads, whatever the cursor's state.
+    pub(crate) fn rewrite(&mut self, cursor: &CursorRow) {
+        self.recheck.insert(cursor.consumer.clone());
+    }
+
+    /// Notes the cursor just written, which may only make its consumer's
+    /// work sooner unless it lost its head or had it dead-lettered.
     pub(crate) fn cursor(&mut self, cursor: &CursorRow) {
         if cursor.head.is_none() || cursor.dispatch.is_dead_lettered() {
             self.recheck.insert(cursor.consumer.clone());
@@ -452,9 +460,8 @@ pub(crate) async fn list_work(
 ) -> TxResult<Vec<SessionWork>> {
     let page = request.page_size();
     let fetch = i64::try_from(page).unwrap_or(i64::MAX);
-    let mut consumers: Vec<&str> = request.consumers.iter().map(String::as_str).collect();
-    consumers.sort_unstable();
-    consumers.dedup();
+    let names = request.consumer_names();
+    let consumers: Vec<&str> = names.iter().map(String::as_str).collect();
     let mut after = request.after.clone();
     let mut listed = Vec::with_capacity(page);
     while listed.len() < page {
