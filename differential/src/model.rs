@@ -497,15 +497,14 @@ impl Model {
         before: &StoreState,
         after: &StoreState,
     ) {
-        match (call, outcome) {
-            (Call::ClaimWork(_), Ok(Outcome::ClaimWork(ClaimWorkResult::Claimed { sessions }))) => {
-                for claim in sessions {
-                    let session = session_index(&claim.session_id);
-                    self.remember(session, &claim.heads);
-                }
-                return;
+        if let (Call::ClaimWork(_), Ok(Outcome::ClaimWork(ClaimWorkResult::Claimed { sessions }))) =
+            (call, outcome)
+        {
+            for claim in sessions {
+                let session = session_index(&claim.session_id);
+                self.remember(session, &claim.heads);
             }
-            _ => {}
+            return;
         }
         let Some(session_name) = call.session() else {
             return;
