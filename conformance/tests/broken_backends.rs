@@ -384,7 +384,7 @@ async fn missing_capabilities_skip_cases_and_count_them_as_skipped() {
     };
     let report = run(&factory).await;
     assert!(report.is_success(), "{report}");
-    assert_eq!(report.skipped(), 6, "{report}");
+    assert_eq!(report.skipped(), 8, "{report}");
     assert_eq!(
         report.passed() + report.failed() + report.skipped(),
         report.cases.len()
