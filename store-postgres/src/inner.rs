@@ -20,6 +20,9 @@ pub(crate) struct Inner {
     pub(crate) channel: String,
     /// The `NOTIFY` channel of this schema's work wake-ups.
     pub(crate) work_channel: String,
+    /// Asks the work notifier to send `NOTIFY` on `work_channel` (see
+    /// [`crate::notify::work_notifier`]).
+    pub(crate) work_notices: tokio::sync::watch::Sender<u64>,
     /// Wakes this store's waiting `claim_work` calls (shared by clones).
     pub(crate) signal: WorkSignal,
     pub(crate) schema: String,
@@ -58,14 +61,17 @@ impl Inner {
     }
 
     /// After a commit: wakes the streams of `session_id` when rows were
-    /// appended, and this store's waiting claimers when work was made ready
-    /// (other processes learn of both through `NOTIFY`).
+    /// appended, and this store's waiting claimers when work was made ready;
+    /// other processes learn of the first through `NOTIFY` in the commit,
+    /// of the second through the work notifier's `NOTIFY` after it.
     pub(crate) fn committed(&self, session_id: &str, wrote: Wrote) {
         if wrote.events {
             self.wake(session_id);
         }
         if wrote.work {
             self.signal.notify();
+            self.work_notices
+                .send_modify(|count| *count = count.wrapping_add(1));
         }
     }
 }

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use a2_store_api::work::WorkSignal;
+use deadpool_postgres::Pool;
 use futures::StreamExt;
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio_postgres::AsyncMessage;
 
@@ -145,4 +146,45 @@ async fn listen_once(
             }
         }
     }
+}
+
+/// Starts the task that tells other processes work was made ready: after
+/// each commit that made a work row ready the store bumps the returned
+/// sender, and the task sends `NOTIFY` on `channel` in a transaction of its
+/// own with `synchronous_commit = off`.
+///
+/// Why not in the writer's transaction: PostgreSQL holds one cluster-wide
+/// lock from a notifying transaction's pre-commit to its end, WAL flush
+/// included, so every notifying write would wait for the others' fsyncs
+/// (measured: append→claim p99 of 90 ms at 200 appends/s, commits waiting
+/// on `Lock:object` and `WALSync`). Here writers never take that lock, and
+/// bursts coalesce into one `NOTIFY` per round trip. A `NOTIFY` lost to a
+/// crash between commit and notice, or to a failed connection, only delays
+/// waiters elsewhere until their fallback poll. The task ends when the
+/// store (the sender) is dropped.
+pub(crate) fn work_notifier(pool: Pool, channel: String) -> watch::Sender<u64> {
+    let (notices, mut pending) = watch::channel(0u64);
+    tokio::spawn(async move {
+        while pending.changed().await.is_ok() {
+            pending.borrow_and_update();
+            // Best effort: an error only delays other processes' waiters.
+            let _ = send_work_notice(&pool, &channel).await;
+        }
+    });
+    notices
+}
+
+/// One `NOTIFY` on `channel`, in a transaction that does not wait for its
+/// WAL flush (a notice need not survive a crash).
+async fn send_work_notice(
+    pool: &Pool,
+    channel: &str,
+) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    let mut client = pool.get().await?;
+    let tx = client.transaction().await?;
+    tx.batch_execute("SET LOCAL synchronous_commit = off")
+        .await?;
+    tx.execute("SELECT pg_notify($1, '')", &[&channel]).await?;
+    tx.commit().await?;
+    Ok(())
 }

@@ -125,13 +125,16 @@ impl PostgresStore {
         );
         let pool = crate::pool::build(manager, &options)?;
         let (wakes, _) = broadcast::channel(1024);
+        let work_channel = work_channel(&schema);
+        let work_notices = crate::notify::work_notifier(pool.clone(), work_channel.clone());
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
                 clock: options.clock,
                 ids: options.ids,
                 channel: notify_channel(&schema),
-                work_channel: work_channel(&schema),
+                work_channel,
+                work_notices,
                 signal: WorkSignal::new(),
                 schema,
                 config,
@@ -194,11 +197,9 @@ impl Store for PostgresStore {
         validate::renew_claims(&request)?;
         let now = self.inner.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
-        let channel = self.inner.work_channel.as_str();
         let (result, work) = transact!(self.inner, "renewing claims", |tx| {
             ops::renew::renew(
                 &tx,
-                channel,
                 &request.session_id,
                 &request.holder,
                 &request.claims,
@@ -229,9 +230,8 @@ impl Store for PostgresStore {
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
         validate::fail_attempt(&request)?;
         let now = self.inner.clock.now_ms();
-        let channel = self.inner.work_channel.as_str();
         let (result, work) = transact!(self.inner, "failing an attempt", |tx| {
-            ops::fail::fail(&tx, channel, &request, now).await?
+            ops::fail::fail(&tx, &request, now).await?
         })?;
         self.inner.committed(
             &request.session_id,
@@ -253,9 +253,8 @@ impl Store for PostgresStore {
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
         validate::redrive(&request)?;
         let now = self.inner.clock.now_ms();
-        let channel = self.inner.work_channel.as_str();
         let (result, work) = transact!(self.inner, "redriving a dead letter", |tx| {
-            ops::fail::redrive(&tx, channel, &request, now).await?
+            ops::fail::redrive(&tx, &request, now).await?
         })?;
         self.inner.committed(
             &request.session_id,
@@ -298,9 +297,8 @@ impl Store for PostgresStore {
     ) -> Result<WakeLogResult> {
         let log = validate::wake_log(session_id, consumer)?;
         let now = self.inner.clock.now_ms();
-        let channel = self.inner.work_channel.as_str();
         let (result, work) = transact!(self.inner, "waking a log consumer", |tx| {
-            ops::cursors::wake_log(&tx, channel, session_id, consumer, log, now).await?
+            ops::cursors::wake_log(&tx, session_id, consumer, log, now).await?
         })?;
         self.inner.committed(
             session_id,

@@ -58,7 +58,7 @@ pub(crate) async fn append(
     };
     let mut touched = Touched::new(inner.clock.now_ms());
     let stored = write(tx, inner, &mut state, &batch, &mut touched).await?;
-    let work = touched.flush(tx, &inner.work_channel, session_id).await?;
+    let work = touched.flush(tx, session_id).await?;
     let has_pending = has_pending(tx, session_id, consumers).await?;
     Ok((
         AppendResult {

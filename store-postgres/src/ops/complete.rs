@@ -99,7 +99,7 @@ pub(crate) async fn complete(
     // Independent statements on rows this transaction holds: pipelined.
     futures::try_join!(record, advance(tx, session_id, &mut cursor))?;
     touched.cursor(&cursor);
-    let work = touched.flush(tx, &inner.work_channel, session_id).await?;
+    let work = touched.flush(tx, session_id).await?;
     let events = !stored.is_empty();
     Ok((
         CompleteResult::Completed { events: stored },

@@ -30,10 +30,9 @@ pub(crate) async fn cursors(tx: &Tx<'_>, session_id: &str) -> TxResult<Vec<Curso
 
 /// The body of [`Store::wake_log`](a2_store_api::Store::wake_log) for a
 /// validated log declaration at `now`; also returns whether a work row was
-/// made ready (`NOTIFY` on `channel` sent).
+/// made ready.
 pub(crate) async fn wake_log(
     tx: &Tx<'_>,
-    channel: &str,
     session_id: &str,
     consumer: &ConsumerDeclaration,
     log: &LogDeclaration,
@@ -85,7 +84,7 @@ pub(crate) async fn wake_log(
     };
     let mut touched = Touched::new(now);
     touched.cursor(&cursor);
-    let ready = touched.flush(tx, channel, session_id).await?;
+    let ready = touched.flush(tx, session_id).await?;
     let result = WakeLogResult {
         cursor: cursor.to_cursor()?,
         head,

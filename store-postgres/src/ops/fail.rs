@@ -19,10 +19,9 @@ use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, CURSOR_WIDT
 /// for a validated request. Takes no session lock: it locks the cursor row,
 /// then reads the clear. The consumer's work row is rewritten from its
 /// heads (ready at once, or when the retry delay ends; a dead letter's row
-/// is kept); returns whether a row was made ready (`NOTIFY` on `channel` sent).
+/// is kept); returns whether a row was made ready.
 pub(crate) async fn fail(
     tx: &Tx<'_>,
-    channel: &str,
     request: &FailRequest,
     now: i64,
 ) -> TxResult<(FailResult, bool)> {
@@ -43,7 +42,7 @@ pub(crate) async fn fail(
     put(tx, session_id, &cursor).await?;
     let mut touched = Touched::new(now);
     touched.rewrite(&cursor);
-    let ready = touched.flush(tx, channel, session_id).await?;
+    let ready = touched.flush(tx, session_id).await?;
     Ok((result, ready))
 }
 
@@ -70,10 +69,9 @@ pub(crate) async fn dead_letters(tx: &Tx<'_>, session_id: &str) -> TxResult<Vec<
 
 /// The body of [`Store::redrive`](a2_store_api::Store::redrive) for a
 /// validated request at `now`; also returns whether a work row was made
-/// ready (`NOTIFY` on `channel` sent).
+/// ready.
 pub(crate) async fn redrive(
     tx: &Tx<'_>,
-    channel: &str,
     request: &RedriveRequest,
     now: i64,
 ) -> TxResult<(RedriveResult, bool)> {
@@ -113,7 +111,7 @@ pub(crate) async fn redrive(
     }
     let mut touched = Touched::new(now);
     touched.rewrite(&cursor);
-    let ready = touched.flush(tx, channel, session_id).await?;
+    let ready = touched.flush(tx, session_id).await?;
     let result = RedriveResult {
         redriven: true,
         has_pending: has_pending(tx, session_id, consumers).await?,

@@ -18,10 +18,9 @@ use crate::rows::{index_of, key_of, CursorKey, CursorRow};
 /// for a validated request, with `now` and the new `expires_at`; the
 /// renewed consumers' work rows are rewritten from their heads (a lease
 /// ended sooner is found when it ends). Also returns whether a work row was
-/// made ready (`NOTIFY` on `channel` sent).
+/// made ready.
 pub(crate) async fn renew(
     tx: &Tx<'_>,
-    channel: &str,
     session_id: &str,
     holder: &str,
     claims: &[HeldClaim],
@@ -83,6 +82,6 @@ pub(crate) async fn renew(
     for cursor in renewed.iter().filter_map(|key| cursors.get(key)) {
         touched.rewrite(cursor);
     }
-    let ready = touched.flush(tx, channel, session_id).await?;
+    let ready = touched.flush(tx, session_id).await?;
     Ok((result, ready))
 }

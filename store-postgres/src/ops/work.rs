@@ -83,16 +83,11 @@ impl Touched {
     /// `LEAST` skips `NULL`s, so a missing or dead-letters-only row becomes
     /// `at`, and an earlier one stays. The rechecked rows are locked, then
     /// rewritten from the cursors. When a row was made ready (inserted or
-    /// moved earlier with a time), sends `NOTIFY` on `channel` in the same
-    /// transaction, so waiters elsewhere learn of it on commit. Returns
-    /// whether it did (the caller then wakes this process's waiters after
-    /// the commit).
-    pub(crate) async fn flush(
-        self,
-        tx: &Tx<'_>,
-        channel: &str,
-        session_id: &str,
-    ) -> TxResult<bool> {
+    /// moved earlier with a time), returns `true`: after the commit the
+    /// store wakes this process's waiters and, through its work notifier,
+    /// other processes' (`NOTIFY` outside this transaction, see
+    /// [`crate::inner::Inner::committed`]).
+    pub(crate) async fn flush(self, tx: &Tx<'_>, session_id: &str) -> TxResult<bool> {
         let mut ready = false;
         let consumers: Vec<&str> = self
             .sooner
@@ -117,8 +112,8 @@ impl Touched {
                    SET ready_at = LEAST(w.ready_at, EXCLUDED.ready_at) \
                    WHERE w.ready_at IS DISTINCT FROM LEAST(w.ready_at, EXCLUDED.ready_at) \
                    RETURNING w.ready_at) \
-                 SELECT pg_notify($4, '') IS NULL FROM up WHERE up.ready_at IS NOT NULL LIMIT 1",
-                &[&session_id, &consumers, &at, &channel],
+                 SELECT true FROM up WHERE up.ready_at IS NOT NULL LIMIT 1",
+                &[&session_id, &consumers, &at],
             )
             .await?;
             ready = row.is_some();
@@ -127,10 +122,7 @@ impl Touched {
             let names: Vec<String> = self.recheck.into_iter().collect();
             let sooner =
                 lock_and_rewrite(tx, session_id, Some(&names), self.now, Rule::Touched).await?;
-            if sooner && !ready {
-                execute(tx, "SELECT pg_notify($1, '')", &[&channel]).await?;
-                ready = true;
-            }
+            ready |= sooner;
         }
         Ok(ready)
     }
