@@ -73,6 +73,13 @@ pub enum Command {
     /// Reports the small sessions' append→claim p99 of both runs and their
     /// ratio.
     ///
+    /// `--workload worker`: the producer and sessions of `runtime`, but each
+    /// worker runs the `a2-worker` runtime (`a2_store::worker::Worker`, up
+    /// to --max-in-flight heads at once, claim wait --wait-ms) with a
+    /// handler that records when it starts and completes with no events.
+    /// Reports messages handled per second and append→handler start
+    /// p50/p99 of every message and of new sessions' first messages.
+    ///
     /// Worker workloads never touch the data of a URL you give: like
     /// `check`, each run gets a scratch database of that backend (SQLite: a
     /// new file in a temporary directory beside PATH, same options;
@@ -117,36 +124,39 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = Workload::Mix)]
     pub workload: Workload,
     /// How long to run against each store, in seconds [default: 3 for mix,
-    /// 10 for runtime and idle; fairness runs until every message is claimed].
+    /// 10 for runtime, worker and idle; fairness runs until every message is claimed].
     #[arg(long, value_parser = parse_seconds)]
     pub seconds: Option<f64>,
-    /// How many sessions [default: mix 8 running concurrently; runtime 200;
+    /// How many sessions [default: mix 8 running concurrently; runtime and worker 200;
     /// idle 2000; fairness 199 small ones].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub sessions: Option<u32>,
     /// Worker processes (tasks against `memory:`) claiming work [worker workloads].
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub workers: u32,
-    /// Messages the producer appends per second [runtime, fairness].
+    /// Messages the producer appends per second [runtime, worker, fairness].
     #[arg(long, default_value_t = 200.0, value_parser = parse_rate)]
     pub rate: f64,
-    /// Every Nth message goes to a brand new session; 0: never [runtime].
+    /// Every Nth message goes to a brand new session; 0: never [runtime, worker].
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub new_every: u32,
-    /// FIFO lanes of consumer `agent` per session, used in turn [runtime].
+    /// FIFO lanes of consumer `agent` per session, used in turn [runtime, worker].
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub lanes: u32,
     /// How long one `claim_work` call waits for work, ms [worker workloads].
     #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(i64).range(1..=300_000))]
     pub wait_ms: i64,
-    /// Heads one `claim_work` call claims at most [worker workloads].
+    /// Heads one `claim_work` call claims at most [runtime, idle, fairness].
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub claim_limit: u32,
+    /// Heads each worker processes at once (the `a2-worker` default) [worker].
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub max_in_flight: u32,
     /// Events waiting in the one big session [fairness].
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub backlog: u32,
     /// After producing, how long to wait at most for the workers to claim
-    /// every message, in seconds [runtime, fairness].
+    /// every message, in seconds [runtime, worker, fairness].
     #[arg(long, default_value_t = 60.0, value_parser = parse_seconds)]
     pub drain_seconds: f64,
     /// Print the results as JSON on stdout instead of the table.
@@ -168,6 +178,28 @@ pub enum Workload {
     Idle,
     /// Small sessions beside one big backlog: append→claim p99 with and without it.
     Fairness,
+    /// Runtime's paced producer, workers running `a2-worker`: append→handler start.
+    Worker,
+}
+
+/// What a bench worker runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum Runner {
+    /// A loop on `claim_work` completing every head it claims.
+    #[default]
+    Loop,
+    /// The `a2-worker` runtime with a handler that records its start.
+    A2Worker,
+}
+
+impl Runner {
+    /// Its name on the command line.
+    pub fn as_arg(self) -> &'static str {
+        match self {
+            Self::Loop => "loop",
+            Self::A2Worker => "a2-worker",
+        }
+    }
 }
 
 /// Arguments of the hidden `bench-worker` (started by `bench`, which passes
@@ -181,9 +213,15 @@ pub struct BenchWorkerArgs {
     /// How long one `claim_work` call waits, ms.
     #[arg(long, value_parser = clap::value_parser!(i64).range(1..=300_000))]
     pub wait_ms: i64,
-    /// Heads one `claim_work` call claims at most.
+    /// Heads one `claim_work` call claims at most [loop].
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub claim_limit: u32,
+    /// What the worker runs.
+    #[arg(long, value_enum, default_value_t = Runner::Loop)]
+    pub runner: Runner,
+    /// Heads processed at once [a2-worker].
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..=1_000))]
+    pub max_in_flight: u32,
     /// Open this SQLite file instead of the URL's path.
     #[arg(long, conflicts_with = "schema")]
     pub sqlite_file: Option<PathBuf>,

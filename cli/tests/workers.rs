@@ -1,4 +1,4 @@
-//! The worker workloads of `a2-store bench` (runtime, idle, fairness) in
+//! The worker workloads of `a2-store bench` (runtime, worker, idle, fairness) in
 //! CI-sized forms: they complete and report numbers. Behaviour, not speed.
 
 use std::process::{Command, Output};
@@ -67,6 +67,7 @@ fn assert_runtime(backend: &Value, processes: bool) {
     assert_eq!(workers.len(), 2, "{backend}");
     let claimed: u64 = workers.iter().map(|w| w["claimed"].as_u64().unwrap()).sum();
     assert_eq!(claimed, sent, "{backend}");
+    assert!(number(&backend["handled_per_s"]) > 0.0, "{backend}");
 }
 
 const RUNTIME: &[&str] = &[
@@ -107,6 +108,44 @@ fn runtime_on_sqlite_uses_worker_processes_and_a_scratch_file() {
     assert_eq!(out["backends"][0]["url"], url.as_str());
     // The given path is never opened and the scratch directory is gone.
     assert!(!path.exists());
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// `RUNTIME` with the workers running `a2-worker`.
+fn worker_args() -> Vec<&'static str> {
+    let mut args = RUNTIME.to_vec();
+    args[2] = "worker";
+    args.extend(["--max-in-flight", "4"]);
+    args
+}
+
+#[test]
+fn worker_on_memory_handles_every_message_once() {
+    let mut args = worker_args();
+    args.push("memory:");
+    let out = report(&args);
+    assert_eq!(out["workload"], "worker");
+    assert_eq!(out["settings"]["max_in_flight"], 4);
+    // Every message handled exactly once: a start recorded per message.
+    assert_runtime(&out["backends"][0], false);
+    let table = String::from_utf8_lossy(&a2(&args).stdout).into_owned();
+    assert!(
+        table.contains("a→s p99") && table.contains("handled/s"),
+        "{table}"
+    );
+}
+
+#[test]
+fn worker_on_sqlite_runs_a2_worker_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("worker.db").display());
+    let mut args = worker_args();
+    args.push(&url);
+    let out = report(&args);
+    assert_runtime(&out["backends"][0], true);
+    for worker in out["backends"][0]["workers"].as_array().unwrap() {
+        assert!(number(&worker["claim_calls_per_s"]) > 0.0, "{out}");
+    }
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
@@ -274,8 +313,8 @@ fn postgres_url(test: &str) -> Option<String> {
 }
 
 #[test]
-fn runtime_on_postgres_uses_a_scratch_schema_and_drops_it() {
-    let Some(url) = postgres_url("runtime_on_postgres") else {
+fn runtime_and_worker_on_postgres_use_a_scratch_schema_and_drop_it() {
+    let Some(url) = postgres_url("runtime_and_worker_on_postgres") else {
         return;
     };
     let schemas = || {
@@ -287,9 +326,10 @@ fn runtime_on_postgres_uses_a_scratch_schema_and_drops_it() {
             .unwrap()
     };
     let before = schemas();
-    let mut args = RUNTIME.to_vec();
-    args.push(&url);
-    let out = report(&args);
-    assert_runtime(&out["backends"][0], true);
-    assert_eq!(schemas(), before, "scratch schemas left behind");
+    for mut args in [RUNTIME.to_vec(), worker_args()] {
+        args.push(&url);
+        let out = report(&args);
+        assert_runtime(&out["backends"][0], true);
+        assert_eq!(schemas(), before, "scratch schemas left behind: {args:?}");
+    }
 }

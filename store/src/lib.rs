@@ -127,6 +127,18 @@
 //! The layer's names and labels are listed in the `layer` module docs; `examples/prometheus.rs`
 //! serves them to Prometheus.
 //!
+//! # Running workers
+//!
+//! Feature `worker` re-exports the `a2-worker` crate as `a2_store::worker`: a
+//! runtime that runs handlers for declared consumers over any store, with
+//! leases renewed while a handler runs, retries with backoff and dead
+//! letters, ids derived from the attempt (so a retried completion is a
+//! replay, never a duplicate) and graceful shutdown. Its docs hold the guide.
+//!
+//! ```toml
+//! a2-store = { version = "0.1", features = ["sqlite", "worker"] }
+//! ```
+//!
 //! Everything `a2-store-api` defines (the trait, its types, errors, clocks,
 //! id generators and the shared rules) is re-exported here, so an app depends on this
 //! crate alone.
@@ -143,6 +155,11 @@ pub mod postgres;
 mod url;
 
 pub use a2_store_api::*;
+/// The worker runtime (the `a2-worker` crate, feature `worker`): run handlers
+/// for declared consumers over any `Arc<dyn Store>`, with leases renewed,
+/// retries with backoff, dead letters, idempotent outputs and graceful shutdown.
+#[cfg(feature = "worker")]
+pub use a2_worker as worker;
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 pub use layer::{ObservedStore, Operation};
 pub use open::{open, open_url};

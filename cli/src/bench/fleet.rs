@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 use super::cpu;
 use super::home::{worker_url, Place};
 use super::worker::{work, WorkerConfig, WorkerReport};
-use crate::args::BenchWorkerArgs;
+use crate::args::{BenchWorkerArgs, Runner};
 use crate::failure::Failure;
 
 /// The variable a worker process reads its base store URL from.
@@ -36,8 +36,25 @@ pub struct FleetConfig {
     pub workers: u32,
     /// How long one `claim_work` call waits, ms.
     pub wait_ms: i64,
-    /// Heads one call claims at most.
+    /// Heads one call claims at most (the loop).
     pub claim_limit: u32,
+    /// What each worker runs.
+    pub runner: Runner,
+    /// Heads processed at once (`a2-worker`).
+    pub max_in_flight: u32,
+}
+
+impl FleetConfig {
+    /// The config of worker number `worker`.
+    fn worker(&self, worker: u32) -> WorkerConfig {
+        WorkerConfig {
+            worker,
+            wait_ms: self.wait_ms,
+            claim_limit: self.claim_limit,
+            runner: self.runner,
+            max_in_flight: self.max_in_flight,
+        }
+    }
 }
 
 /// Running workers.
@@ -92,12 +109,8 @@ impl Fleet {
                 .map(|worker| {
                     let store = Arc::clone(store);
                     let receiver = receiver.clone();
-                    let config = WorkerConfig {
-                        worker,
-                        wait_ms: config.wait_ms,
-                        claim_limit: config.claim_limit,
-                    };
-                    tokio::spawn(async move { work(store.as_ref(), config, receiver, false).await })
+                    let config = config.worker(worker);
+                    tokio::spawn(async move { work(&store, config, receiver, false).await })
                 })
                 .collect();
             return Ok(Self {
@@ -120,6 +133,10 @@ impl Fleet {
                 .arg(config.wait_ms.to_string())
                 .arg("--claim-limit")
                 .arg(config.claim_limit.to_string())
+                .arg("--runner")
+                .arg(config.runner.as_arg())
+                .arg("--max-in-flight")
+                .arg(config.max_in_flight.to_string())
                 .env(WORKER_URL_VAR, base_url)
                 .env_remove(crate::URL_VAR)
                 .stdin(Stdio::piped())
@@ -361,8 +378,10 @@ pub async fn run_worker(args: &BenchWorkerArgs) -> Result<(), Failure> {
         worker: args.worker,
         wait_ms: args.wait_ms,
         claim_limit: args.claim_limit,
+        runner: args.runner,
+        max_in_flight: args.max_in_flight,
     };
-    let report = work(store.as_ref(), config, receiver, true).await?;
+    let report = work(&store, config, receiver, true).await?;
     let line = serde_json::to_string(&report)
         .map_err(|e| Failure::new(format!("encoding the worker report: {e}")))?;
     crate::output::print(&format!("{line}\n"))

@@ -1,5 +1,5 @@
 //! `a2-store bench`: the workload mix against each store, then the
-//! comparison; or one of the worker workloads (`runtime`, `idle`,
+//! comparison; or one of the worker workloads (`runtime`, `worker`, `idle`,
 //! `fairness`) on scratch stores of each URL's backend.
 
 mod cpu;
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use a2_store::{IdGenerator, RandomIds, SqliteLocation, SqliteUrlOptions, StoreUrl};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::args::{BenchArgs, Workload};
+use crate::args::{BenchArgs, Runner, Workload};
 use crate::failure::Failure;
 use crate::output::{print, print_json};
 use crate::target;
@@ -36,7 +36,7 @@ const MIX_SESSIONS: u32 = 8;
 const MIX_MAX_SESSIONS: u32 = 10_000;
 /// Run length of the mix when --seconds is not given, s.
 const MIX_SECONDS: f64 = 3.0;
-/// Run length of `runtime` and `idle` when --seconds is not given, s.
+/// Run length of `runtime`, `worker` and `idle` when --seconds is not given, s.
 const WORK_SECONDS: f64 = 10.0;
 
 /// Runs `bench`.
@@ -203,7 +203,12 @@ async fn run_work(args: &BenchArgs) -> Result<(), Failure> {
     let drain = Duration::from_secs_f64(args.drain_seconds);
     match args.workload {
         Workload::Mix => Ok(()),
-        Workload::Runtime => {
+        Workload::Runtime | Workload::Worker => {
+            let (workload, runner, max_in_flight) = if args.workload == Workload::Worker {
+                ("worker", Runner::A2Worker, Some(args.max_in_flight))
+            } else {
+                ("runtime", Runner::Loop, None)
+            };
             let settings = work_report::RuntimeSettings {
                 sessions: args.sessions.unwrap_or(200),
                 workers: args.workers,
@@ -213,13 +218,14 @@ async fn run_work(args: &BenchArgs) -> Result<(), Failure> {
                 lanes: args.lanes,
                 wait_ms: args.wait_ms,
                 claim_limit: args.claim_limit,
+                max_in_flight,
             };
             let mut backends = Vec::new();
             for target in &targets {
-                backends.push(workloads::runtime(target, &settings, drain).await?);
+                backends.push(workloads::runtime(target, &settings, drain, runner).await?);
             }
             let report = work_report::WorkReport {
-                workload: "runtime",
+                workload,
                 settings,
                 backends,
             };

@@ -76,7 +76,7 @@ pub fn worker_lines(fleet: &FleetReport) -> Vec<WorkerLine> {
 /// A worker workload's whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct WorkReport<S, B> {
-    /// `runtime`, `idle` or `fairness`.
+    /// `runtime`, `worker`, `idle` or `fairness`.
     pub workload: &'static str,
     /// The settings it ran with.
     pub settings: S,
@@ -101,11 +101,15 @@ pub struct RuntimeSettings {
     pub lanes: u32,
     /// `claim_work` wait, ms.
     pub wait_ms: i64,
-    /// Heads per `claim_work` call.
+    /// Heads per `claim_work` call (the claim loops of `runtime`).
     pub claim_limit: u32,
+    /// Heads each worker processes at once (`worker`: its workers run `a2-worker`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<u32>,
 }
 
-/// `runtime` against one store.
+/// `runtime` (or `worker`) against one store. For `worker`, "claimed" means
+/// handled: a handler started, and latencies run from append to that start.
 #[derive(Debug, Clone, Serialize)]
 pub struct RuntimeBackend {
     /// The store.
@@ -122,6 +126,9 @@ pub struct RuntimeBackend {
     pub drained: bool,
     /// Messages per second the producer achieved.
     pub achieved_rate: f64,
+    /// Messages claimed (handled) per second, from the producer's start
+    /// until every message was (or the drain time ended).
+    pub handled_per_s: f64,
     /// The producer's append calls.
     pub append: Latency,
     /// Append→claim of every message.
@@ -225,24 +232,31 @@ fn footer(labels: impl Iterator<Item = String>) -> String {
 }
 
 impl WorkReport<RuntimeSettings, RuntimeBackend> {
-    /// The table: one row per store.
+    /// The table of `runtime` or `worker`: one row per store.
     pub fn table(&self) -> String {
         let s = &self.settings;
+        let handler = self.workload == "worker";
+        let (done, stage) = if handler {
+            ("handled", "a→s")
+        } else {
+            ("claimed", "a→c")
+        };
         let mut table = Table::new([
-            "store",
-            "sent",
-            "new",
-            "claimed",
-            "a→c p50",
-            "a→c p99",
-            "a→c max",
-            "new p50",
-            "new p99",
-            "append p99",
-            "msg/s",
-            "claims/s per worker",
+            "store".to_owned(),
+            "sent".to_owned(),
+            "new".to_owned(),
+            done.to_owned(),
+            format!("{stage} p50"),
+            format!("{stage} p99"),
+            format!("{stage} max"),
+            "new p50".to_owned(),
+            "new p99".to_owned(),
+            "append p99".to_owned(),
+            "msg/s".to_owned(),
+            format!("{done}/s"),
+            "claims/s per worker".to_owned(),
         ])
-        .right_align(1..12);
+        .right_align(1..13);
         for (n, b) in self.backends.iter().enumerate() {
             table.row([
                 format!(
@@ -264,11 +278,17 @@ impl WorkReport<RuntimeSettings, RuntimeBackend> {
                 ms(b.new_session_first.p99_ms),
                 ms(b.append.p99_ms),
                 rate(b.achieved_rate),
+                rate(b.handled_per_s),
                 per_worker(&b.workers, |w| rate(w.claim_calls_per_s)),
             ]);
         }
+        let per_worker = match s.max_in_flight {
+            Some(in_flight) if handler => format!("a2-worker with {in_flight} in flight"),
+            _ => format!("claim limit {}", s.claim_limit),
+        };
         let mut out = format!(
-            "a2-store bench --workload runtime: {} sessions, {} workers, {} msg/s for {} s, every {} to a new session, {} lanes, wait {} ms, claim limit {}\n\n",
+            "a2-store bench --workload {}: {} sessions, {} workers, {} msg/s for {} s, every {} to a new session, {} lanes, wait {} ms, {per_worker}\n\n",
+            self.workload,
             s.sessions,
             s.workers,
             s.rate,
@@ -276,12 +296,15 @@ impl WorkReport<RuntimeSettings, RuntimeBackend> {
             if s.new_every == 0 { "none".to_owned() } else { format!("{}th", s.new_every) },
             s.lanes,
             s.wait_ms,
-            s.claim_limit
         );
         out.push_str(&table.render());
         out.push('\n');
         out.push_str(&footer(self.backends.iter().map(|b| b.url.clone())));
-        out.push_str("a→c: append→claim of every message; new: of new sessions' first messages; msg/s: the producer's achieved rate\n");
+        out.push_str(if handler {
+            "a→s: append→handler start of every message; new: of new sessions' first messages; msg/s: the producer's achieved rate; handled/s: messages handled per second until all were\n"
+        } else {
+            "a→c: append→claim of every message; new: of new sessions' first messages; msg/s: the producer's achieved rate; claimed/s: messages claimed per second until all were\n"
+        });
         out
     }
 }

@@ -1,4 +1,5 @@
-//! The worker workloads of `bench`: `runtime`, `idle` and `fairness`.
+//! The worker workloads of `bench`: `runtime` (and `worker`, the same run
+//! with workers running `a2-worker`), `idle` and `fairness`.
 //!
 //! Each run gets a fresh scratch store ([`Home`]); a producer in this
 //! process appends at a fixed rate while a [`Fleet`] of workers claims with
@@ -26,6 +27,7 @@ use super::work_report::{
     RuntimeBackend, RuntimeSettings,
 };
 use super::worker::{consumers, message, CONSUMER, POLL};
+use crate::args::Runner;
 use crate::failure::Failure;
 
 /// Appends in flight at most, producer and setup alike.
@@ -268,22 +270,28 @@ fn status(message: String) -> ProgressBar {
     bar
 }
 
+/// A fleet of claim loops.
 fn fleet_config(workers: u32, wait_ms: i64, claim_limit: u32) -> FleetConfig {
     FleetConfig {
         workers,
         wait_ms,
         claim_limit,
+        runner: Runner::Loop,
+        max_in_flight: 1,
     }
 }
 
-/// `runtime` against one target.
+/// `runtime` against one target, its workers running `runner` (`Loop`:
+/// the `runtime` workload; `A2Worker`: the `worker` workload, each running
+/// `settings.max_in_flight` heads at once).
 pub async fn runtime(
     target: &BenchTarget,
     settings: &RuntimeSettings,
     drain: Duration,
+    runner: Runner,
 ) -> Result<RuntimeBackend, Failure> {
     let mut home = Home::new(target)?;
-    let result = runtime_in(&mut home, target, settings, drain).await;
+    let result = runtime_in(&mut home, target, settings, drain, runner).await;
     finish(&home, result).await
 }
 
@@ -292,10 +300,15 @@ async fn runtime_in(
     target: &BenchTarget,
     s: &RuntimeSettings,
     drain: Duration,
+    runner: Runner,
 ) -> Result<RuntimeBackend, Failure> {
     let label = target.label.as_str();
+    let workload = match runner {
+        Runner::Loop => "runtime",
+        Runner::A2Worker => "worker",
+    };
     let progress = status(format!(
-        "runtime on {label}: setting up {} sessions",
+        "{workload} on {label}: setting up {} sessions",
         s.sessions
     ));
     let (store, place) = home.fresh(label).await?;
@@ -307,17 +320,17 @@ async fn runtime_in(
     })
     .await?;
     progress.set_message(format!(
-        "runtime on {label}: starting {} workers",
+        "{workload} on {label}: starting {} workers",
         s.workers
     ));
-    let mut fleet = Fleet::start(
-        &store,
-        &target.base_url,
-        &place,
-        fleet_config(s.workers, s.wait_ms, s.claim_limit),
-    )
-    .await?;
-    progress.set_message(format!("runtime on {label}: producing {} msg/s", s.rate));
+    let config = FleetConfig {
+        runner,
+        max_in_flight: s.max_in_flight.unwrap_or(1),
+        ..fleet_config(s.workers, s.wait_ms, s.claim_limit)
+    };
+    let mut fleet = Fleet::start(&store, &target.base_url, &place, config).await?;
+    progress.set_message(format!("{workload} on {label}: producing {} msg/s", s.rate));
+    let began = Instant::now();
     let count = (s.rate * s.seconds).ceil().max(1.0) as u64;
     let sessions = u64::from(s.sessions);
     let lanes = u64::from(s.lanes);
@@ -348,9 +361,10 @@ async fn runtime_in(
         }
     };
     progress.set_message(format!(
-        "runtime on {label}: waiting for the workers to claim everything"
+        "{workload} on {label}: waiting for the workers to claim everything"
     ));
     let drained = wait_drained(&store, label, &mut fleet, None, drain).await?;
+    let busy_s = began.elapsed().as_secs_f64();
     let report = fleet.stop().await?;
     progress.finish_and_clear();
     let mut all = samples(&report, "existing");
@@ -367,6 +381,11 @@ async fn runtime_in(
         drained,
         achieved_rate: if produced.elapsed_s > 0.0 {
             sent as f64 / produced.elapsed_s
+        } else {
+            0.0
+        },
+        handled_per_s: if busy_s > 0.0 {
+            all.len() as f64 / busy_s
         } else {
             0.0
         },
