@@ -204,8 +204,10 @@ pub fn unruly_worker(
         .holder(holder)
         .consumer(ConsumerDeclaration::targeted(CONSUMER), handler)
         // Hangs outlast the lease (kept renewed) until the timeout stops them.
-        .lease_ttl(Duration::from_millis(1_000))
-        .handler_timeout(Some(Duration::from_millis(1_300)))
+        // The lease leaves a loaded machine 2 s for each renewal (sent every
+        // 2/3 s) to land.
+        .lease_ttl(Duration::from_millis(2_000))
+        .handler_timeout(Some(Duration::from_millis(2_300)))
         .retry(RetryPolicy::fixed(Duration::from_millis(10), 5))
         .claim_wait(Duration::from_millis(500))
         .max_in_flight(8)
@@ -248,6 +250,7 @@ pub async fn three_unruly_workers(store: Arc<dyn Store>, prefix: &str, spawn_han
         total.timed_out += stats.timed_out;
         total.dead_lettered += stats.dead_lettered;
         total.released += stats.released;
+        total.superseded += stats.superseded;
         assert_eq!(stats.in_flight, 0);
     }
     assert_exactly_once_in_order(store.as_ref(), &sessions, 20).await;
@@ -257,9 +260,15 @@ pub async fn three_unruly_workers(store: Arc<dyn Store>, prefix: &str, spawn_han
     assert_eq!(total.completed, expected as u64);
     assert_eq!(total.panicked, troubled(Trouble::Panic));
     assert_eq!(total.timed_out, troubled(Trouble::Hang));
-    assert_eq!(
-        total.failed,
-        troubled(Trouble::Fail) + troubled(Trouble::Panic) + troubled(Trouble::Hang)
+    // Every troubled first attempt is recorded as a failure, unless its
+    // lease ran out first (a renewal late on a loaded machine): then the
+    // store counted the expiry, another attempt ran, and the late failure
+    // was superseded, never applied.
+    let troubled_attempts =
+        troubled(Trouble::Fail) + troubled(Trouble::Panic) + troubled(Trouble::Hang);
+    assert!(
+        total.failed <= troubled_attempts && total.failed + total.superseded >= troubled_attempts,
+        "{troubled_attempts} troubled attempts, but {total:?}"
     );
     assert_eq!(total.dead_lettered, 0);
     assert_eq!(total.released, 0);
