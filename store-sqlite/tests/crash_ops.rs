@@ -155,6 +155,13 @@ fn parse_run(written: &str, acked: &mut Acked) -> RunEnd {
     end
 }
 
+/// Lines the child has logged so far (0 before it opened its log).
+fn logged_lines(log: &Path) -> usize {
+    std::fs::read(log)
+        .map(|bytes| bytes.iter().filter(|byte| **byte == b'\n').count())
+        .unwrap_or(0)
+}
+
 #[test]
 fn every_acknowledged_write_survives_sigkill() {
     if let Ok(db) = std::env::var(CHILD_DB) {
@@ -181,7 +188,19 @@ fn every_acknowledged_write_survives_sigkill() {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("spawn the child");
-        std::thread::sleep(Duration::from_millis(60 + random_below(240)));
+        // Kill after a random amount of progress rather than of wall time,
+        // so a loaded machine (a slow start, slow calls) still kills at
+        // every point of the call mix, clears and reclaims included: wait
+        // for 20-200 logged lines (about 3 per call), then 0-20 ms more.
+        let progress = 20 + random_below(180) as usize;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while logged_lines(&log) < progress && Instant::now() < deadline {
+            if process.try_wait().unwrap().is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(random_below(20)));
         if let Some(status) = process.try_wait().unwrap() {
             panic!("the child stopped on its own ({status}): it must run until killed");
         }
