@@ -1,0 +1,766 @@
+//! The cross-session views (`inspect work`, store-wide `inspect
+//! dead-letters`, `inspect blocked`) and `redrive --all`, through the real
+//! binary, against SQLite files, PostgreSQL (a fresh schema per test, when
+//! `A2_POSTGRES_URL` is set) and memory.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use a2_store::{
+    AppendOptions, ClaimRequest, ClaimResult, Clock, ConsumerDeclaration, FailOutcome, FailRequest,
+    ManualClock, NewEvent, OpenOptions, Store, SystemClock, Target,
+};
+use serde_json::{json, Value};
+
+const MINUTE: i64 = 60_000;
+
+/// A dead letter as `(session, consumer, lane, index)`.
+type Key = (String, String, Option<String>, u64);
+
+fn a2(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_a2-store"))
+        .args(args)
+        .env_remove("A2_STORE_URL")
+        .output()
+        .expect("run a2-store")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Asserts success and returns stdout and stderr.
+fn ok_with_stderr(args: &[&str]) -> (String, String) {
+    let output = a2(args);
+    let (out, err) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{args:?}\nstdout: {out}\nstderr: {err}"
+    );
+    (out, err)
+}
+
+fn ok(args: &[&str]) -> String {
+    ok_with_stderr(args).0
+}
+
+fn json_ok(args: &[&str]) -> Value {
+    let out = ok(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}):\n{out}"))
+}
+
+/// Asserts status 2 with one line on stderr containing `needle`; returns
+/// stdout and that line.
+fn fails(args: &[&str], needle: &str) -> (String, String) {
+    let output = a2(args);
+    let (out, err) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(output.status.code(), Some(2), "{args:?}\nstderr: {err}");
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "{args:?}: one line expected:\n{err}"
+    );
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(
+        err.contains(needle),
+        "{args:?}: '{needle}' missing in {err}"
+    );
+    (out, err)
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn lane_msg(n: u32, lane: &str) -> NewEvent {
+    NewEvent::new("msg", json!({"n": n})).with_target(Target::lane("agent", lane))
+}
+
+fn audit() -> ConsumerDeclaration {
+    ConsumerDeclaration::log("audit", "audit-log", Some(vec!["msg".into()]), true)
+}
+
+async fn claim(store: &dyn Store, session: &str, consumers: Vec<ConsumerDeclaration>, ttl_ms: i64) {
+    let claimed = store
+        .claim_available(ClaimRequest {
+            session_id: session.into(),
+            holder: "w".into(),
+            ttl_ms: Some(ttl_ms),
+            consumers: Some(consumers),
+            ..ClaimRequest::default()
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(claimed, ClaimResult::Claimed { .. }),
+        "{session}: {claimed:?}"
+    );
+}
+
+async fn dead_letter(
+    store: &dyn Store,
+    session: &str,
+    consumer: &str,
+    lane: Option<&str>,
+    index: u64,
+) {
+    let failed = store
+        .fail_attempt(FailRequest {
+            session_id: session.into(),
+            consumer: consumer.into(),
+            lane: lane.map(str::to_owned),
+            index,
+            attempt: 1,
+            error: format!("{consumer} failed"),
+            max_failures: Some(1),
+            retry_after_ms: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        failed.outcome,
+        FailOutcome::DeadLettered,
+        "{session} {consumer}"
+    );
+}
+
+/// A small store written on a clock that starts two hours ago (`t0`):
+///
+/// - `s0` (t0+60m): `agent/L1` message 1 dead-lettered at t0+61m;
+/// - `s1` (t0): messages 1–3 on `agent/L1`, followed by the log consumer
+///   `audit` (type `msg`), then a `note` nobody takes; `agent/L1` and
+///   `audit` dead-lettered at index 1 at t0+1m (2 messages wait behind
+///   each; 3 events follow them);
+/// - `s2` (t0+30m): a message on `agent/L1` (claimable since t0+30m) and a
+///   `ping` for the event cursor of `notifier` at index 2, dead-lettered at
+///   t0+31m;
+/// - `s3` (t0+90m): one message on each of `agent/L1` (claimable) and
+///   `agent/L2` (claimed for a day at t0+90m);
+/// - `s4` (t0+100m): one message on `agent/L1`, claimed for a day.
+async fn seed_store(store: &dyn Store, clock: &ManualClock, t0: i64) {
+    let agent = || ConsumerDeclaration::targeted("agent");
+    clock.set(t0);
+    let batch = vec![
+        lane_msg(1, "L1"),
+        lane_msg(2, "L1"),
+        lane_msg(3, "L1"),
+        NewEvent::new("note", json!(null)),
+    ];
+    let declare = AppendOptions {
+        consumers: Some(vec![audit()]),
+        ..AppendOptions::default()
+    };
+    store.append("s1", batch, declare).await.unwrap();
+    clock.set(t0 + MINUTE);
+    claim(store, "s1", vec![agent(), audit()], MINUTE).await;
+    dead_letter(store, "s1", "agent", Some("L1"), 1).await;
+    dead_letter(store, "s1", "audit", Some("audit-log"), 1).await;
+
+    clock.set(t0 + 30 * MINUTE);
+    let batch = vec![
+        lane_msg(1, "L1"),
+        NewEvent::new("ping", json!(null)).with_target(Target::event("notifier")),
+    ];
+    store.append("s2", batch, Default::default()).await.unwrap();
+    clock.set(t0 + 31 * MINUTE);
+    claim(
+        store,
+        "s2",
+        vec![ConsumerDeclaration::targeted("notifier")],
+        MINUTE,
+    )
+    .await;
+    dead_letter(store, "s2", "notifier", None, 2).await;
+
+    clock.set(t0 + 60 * MINUTE);
+    store
+        .append("s0", vec![lane_msg(1, "L1")], Default::default())
+        .await
+        .unwrap();
+    clock.set(t0 + 61 * MINUTE);
+    claim(store, "s0", vec![agent()], MINUTE).await;
+    dead_letter(store, "s0", "agent", Some("L1"), 1).await;
+
+    clock.set(t0 + 90 * MINUTE);
+    store
+        .append("s3", vec![lane_msg(1, "L2")], Default::default())
+        .await
+        .unwrap();
+    claim(store, "s3", vec![agent()], 24 * 60 * MINUTE).await;
+    store
+        .append("s3", vec![lane_msg(2, "L1")], Default::default())
+        .await
+        .unwrap();
+
+    clock.set(t0 + 100 * MINUTE);
+    store
+        .append("s4", vec![lane_msg(1, "L1")], Default::default())
+        .await
+        .unwrap();
+    claim(store, "s4", vec![agent()], 24 * 60 * MINUTE).await;
+}
+
+/// Seeds the store at `url`; returns `t0`.
+fn seed(url: &str) -> i64 {
+    let t0 = SystemClock.now_ms() - 120 * MINUTE;
+    runtime().block_on(async {
+        let clock = Arc::new(ManualClock::new(t0));
+        let options = OpenOptions::default().with_shared_clock(clock.clone());
+        let store = a2_store::open(url, options).await.unwrap();
+        seed_store(store.as_ref(), &clock, t0).await;
+    });
+    t0
+}
+
+fn seeded_file(dir: &Path, name: &str) -> (String, i64) {
+    let url = format!("sqlite:{}", dir.join(name).display());
+    let t0 = seed(&url);
+    (url, t0)
+}
+
+/// `(session, consumer, lane, index)` of each dead letter of a view's JSON.
+fn keys(view: &Value, list: &str) -> Vec<Key> {
+    view[list]
+        .as_array()
+        .unwrap_or_else(|| panic!("no '{list}' in {view}"))
+        .iter()
+        .map(|item| {
+            let head = if item.get("head").is_some_and(Value::is_object) {
+                &item["head"]
+            } else {
+                item
+            };
+            (
+                item["session_id"].as_str().unwrap().to_owned(),
+                head["consumer"].as_str().unwrap().to_owned(),
+                head["lane"].as_str().map(str::to_owned),
+                head["event"]["index"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn key(session: &str, consumer: &str, lane: Option<&str>, index: u64) -> Key {
+    (
+        session.to_owned(),
+        consumer.to_owned(),
+        lane.map(str::to_owned),
+        index,
+    )
+}
+
+fn all_dead() -> Vec<Key> {
+    vec![
+        key("s0", "agent", Some("L1"), 1),
+        key("s1", "agent", Some("L1"), 1),
+        key("s1", "audit", Some("audit-log"), 1),
+        key("s2", "notifier", None, 2),
+    ]
+}
+
+/// The store-wide dead letters as `(session, consumer, lane, index)`, one
+/// page of at most `limit` sessions at a time.
+fn dead_keys_paged(url: &str, limit: &str, extra: &[&str]) -> (Vec<Key>, usize) {
+    let mut seen = Vec::new();
+    let mut after: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let mut args = vec!["inspect", url, "dead-letters", "--json", "--limit", limit];
+        args.extend(extra);
+        if let Some(after) = &after {
+            args.extend(["--after", after.as_str()]);
+        }
+        let page = json_ok(&args);
+        pages += 1;
+        seen.extend(keys(&page, "dead_letters"));
+        match page["next_after"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => return (seen, pages),
+        }
+        assert!(pages < 20, "paging does not end");
+    }
+}
+
+/// The work view's rows as `(session, consumer, claimable, busy, dead)`.
+fn work_rows(view: &Value) -> Vec<(String, String, u64, u64, u64)> {
+    view["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["session_id"].as_str().unwrap().to_owned(),
+                r["consumer"].as_str().unwrap().to_owned(),
+                r["claimable"].as_u64().unwrap(),
+                r["busy"].as_u64().unwrap(),
+                r["dead_lettered"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn row(
+    session: &str,
+    consumer: &str,
+    claimable: u64,
+    busy: u64,
+    dead: u64,
+) -> (String, String, u64, u64, u64) {
+    (session.into(), consumer.into(), claimable, busy, dead)
+}
+
+/// The views on a seeded store at `url` list the right rows in the right order.
+fn views_list_the_seeded_store(url: &str, t0: i64) {
+    // Work: claimable longest waiting first, then busy, then dead letters only.
+    let (out, err) = ok_with_stderr(&["inspect", url, "work", "--json"]);
+    let work: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(work["version"], 1, "{work}");
+    assert_eq!(work["view"], "work");
+    assert_eq!(work["consumers"], json!(["agent", "audit", "notifier"]));
+    assert_eq!(work["consumers_found_by_scan"], true);
+    assert!(
+        err.contains("no --consumer given") && err.contains("5 session(s)"),
+        "{err}"
+    );
+    let expected = vec![
+        row("s2", "agent", 1, 0, 0),
+        row("s3", "agent", 1, 1, 0),
+        row("s4", "agent", 0, 1, 0),
+        row("s0", "agent", 0, 0, 1),
+        row("s1", "agent", 0, 0, 1),
+        row("s1", "audit", 0, 0, 1),
+        row("s2", "notifier", 0, 0, 1),
+    ];
+    assert_eq!(work_rows(&work), expected, "{work}");
+    assert_eq!(work["total"], 7);
+    assert_eq!(work["rows"][0]["ready_since"], t0 + 30 * MINUTE);
+    assert_eq!(work["rows"][1]["ready_since"], t0 + 90 * MINUTE);
+    assert_eq!(
+        work["rows"][1]["next_expiry"],
+        t0 + 90 * MINUTE + 24 * 60 * MINUTE
+    );
+    assert_eq!(work["rows"][2]["ready_since"], Value::Null);
+    assert_eq!(
+        work["rows"][2]["next_expiry"],
+        t0 + 100 * MINUTE + 24 * 60 * MINUTE
+    );
+
+    let (out, err) = ok_with_stderr(&[
+        "inspect",
+        url,
+        "work",
+        "--consumer",
+        "notifier",
+        "--consumer",
+        "agent",
+        "--limit",
+        "2",
+        "--json",
+    ]);
+    assert!(err.is_empty(), "no scan, no note: {err}");
+    let work: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(work["consumers_found_by_scan"], false);
+    assert_eq!(work_rows(&work), expected[..2].to_vec());
+    assert_eq!(work["total"], 6, "audit is not asked for");
+    let table = ok(&["inspect", url, "work", "--consumer", "agent"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].starts_with("session") && lines[0].contains("ready since"),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with("s2") && lines[2].contains("1h 30m"),
+        "waited 90 minutes: {table}"
+    );
+    assert_eq!(lines.len(), 2 + 5, "{table}");
+    let table = ok(&[
+        "inspect",
+        url,
+        "work",
+        "--consumer",
+        "agent",
+        "--limit",
+        "1",
+    ]);
+    assert!(table.contains("(4 more row(s) not shown"), "{table}");
+
+    // Every dead letter of the store, by session, with what waits behind.
+    let dead = json_ok(&["inspect", url, "dead-letters", "--json"]);
+    assert_eq!(dead["version"], 1);
+    assert_eq!(dead["view"], "dead-letters");
+    assert_eq!(keys(&dead, "dead_letters"), all_dead(), "{dead}");
+    assert_eq!(dead["next_after"], Value::Null);
+    let items = dead["dead_letters"].as_array().unwrap();
+    let shape: Vec<(Value, Value, Value)> = items
+        .iter()
+        .map(|i| {
+            (
+                i["kind"].clone(),
+                i["waiting_behind"].clone(),
+                i["later_events"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            (json!("lane"), Value::Null, json!(0)),
+            (json!("lane"), Value::Null, json!(3)),
+            (json!("log"), json!(2), json!(3)),
+            (json!("event"), json!(0), Value::Null),
+        ],
+        "{dead}"
+    );
+    assert_eq!(items[1]["head"]["dispatch"]["last_error"], "agent failed");
+    assert_eq!(items[1]["head"]["dispatch"]["failed_at"], t0 + MINUTE);
+
+    // Paging, one and two sessions a page: no gap, no repeat.
+    for limit in ["1", "2"] {
+        let (seen, pages) = dead_keys_paged(url, limit, &[]);
+        assert_eq!(seen, all_dead(), "--limit {limit}");
+        assert_eq!(pages, if limit == "1" { 3 } else { 2 }, "--limit {limit}");
+    }
+    let (seen, pages) = dead_keys_paged(url, "1", &["--consumer", "agent"]);
+    assert_eq!(seen, all_dead()[..2].to_vec());
+    assert_eq!(pages, 2);
+    let page = json_ok(&["inspect", url, "dead-letters", "--json", "--after", "s1"]);
+    assert_eq!(keys(&page, "dead_letters"), all_dead()[3..].to_vec());
+
+    let table = ok(&["inspect", url, "dead-letters"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert!(
+        lines[0].contains("waiting") && lines[0].contains("kind"),
+        "{table}"
+    );
+    assert_eq!(lines.len(), 2 + 4, "{table}");
+    assert!(
+        lines[3].starts_with("s1") && lines[3].contains("<=3"),
+        "{table}"
+    );
+    assert!(
+        lines[4].contains("audit") && lines[4].contains(" 2 "),
+        "{table}"
+    );
+    let table = ok(&["inspect", url, "dead-letters", "--limit", "1"]);
+    assert!(table.contains("continue with --after 's0'"), "{table}");
+    let table = ok(&["inspect", url, "dead-letters", "--after", "s2"]);
+    assert!(table.contains("no more dead letters"), "{table}");
+
+    // The per-session form is as before.
+    let one: Value =
+        serde_json::from_str(&ok(&["inspect", url, "dead-letters", "s1", "--json"])).unwrap();
+    assert_eq!(one.as_array().unwrap().len(), 2, "{one}");
+    assert!(ok(&["inspect", url, "dead-letters", "s2"]).contains("notifier"));
+
+    // Blocked lanes: the lane and log heads, not the event cursor's.
+    let blocked = json_ok(&["inspect", url, "blocked", "--json"]);
+    assert_eq!(blocked["view"], "blocked");
+    assert_eq!(keys(&blocked, "dead_letters"), all_dead()[..3].to_vec());
+    let blocked = json_ok(&["inspect", url, "blocked", "--json", "--consumer", "audit"]);
+    assert_eq!(keys(&blocked, "dead_letters"), all_dead()[2..3].to_vec());
+    assert_eq!(blocked["consumers"], json!(["audit"]));
+    let table = ok(&["inspect", url, "blocked"]);
+    assert!(table.lines().next().unwrap().contains("waiting"), "{table}");
+    assert_eq!(table.lines().count(), 2 + 3, "{table}");
+}
+
+/// `redrive --all` on a seeded store at `url` (consumed: it redrives).
+fn bulk_redrive_acts_on_the_filtered_set(url: &str) {
+    // --older-than: only s1's two heads died more than 100 minutes ago.
+    let done = json_ok(&[
+        "redrive",
+        url,
+        "--all",
+        "--older-than",
+        "100m",
+        "--retry",
+        "--yes",
+        "--json",
+    ]);
+    assert_eq!(done["mode"], "applied");
+    assert_eq!(done["action"], "retry");
+    assert_eq!(done["redriven"], 2);
+    assert_eq!(keys(&done, "items"), all_dead()[1..3].to_vec(), "{done}");
+    assert!(done["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|i| i["outcome"] == "retried"));
+    let dead = json_ok(&["inspect", url, "dead-letters", "--json"]);
+    assert_eq!(
+        keys(&dead, "dead_letters"),
+        vec![all_dead()[0].clone(), all_dead()[3].clone()]
+    );
+    // The retried lane is claimable again.
+    let work = json_ok(&["inspect", url, "work", "--consumer", "agent", "--json"]);
+    assert!(
+        work_rows(&work).contains(&row("s1", "agent", 1, 0, 0)),
+        "{work}"
+    );
+
+    // --consumer, --session, --limit, --skip: the first agent dead letter of
+    // the given sessions only.
+    let out = ok(&[
+        "redrive",
+        url,
+        "--all",
+        "--consumer",
+        "agent",
+        "--consumer",
+        "notifier",
+        "--session",
+        "s2",
+        "--session",
+        "s0",
+        "--limit",
+        "1",
+        "--skip",
+        "--yes",
+    ]);
+    assert!(
+        out.contains("skipped 1 of 1 dead letter(s) in 1 session(s)"),
+        "{out}"
+    );
+    assert!(out.lines().nth(2).unwrap().starts_with("s0"), "{out}");
+    let dead = json_ok(&["inspect", url, "dead-letters", "--json"]);
+    assert_eq!(keys(&dead, "dead_letters"), vec![all_dead()[3].clone()]);
+
+    // Nothing left that matches: nothing to do, no --yes needed.
+    let out = ok(&["redrive", url, "--all", "--consumer", "agent", "--retry"]);
+    assert!(out.contains("nothing to redrive"), "{out}");
+    let done = json_ok(&["redrive", url, "--all", "--retry", "--yes", "--json"]);
+    assert_eq!(keys(&done, "items"), vec![all_dead()[3].clone()]);
+    assert!(ok(&["inspect", url, "dead-letters"]).contains("no dead letters in the store"));
+}
+
+#[test]
+fn cross_session_views_on_a_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, t0) = seeded_file(dir.path(), "views.db");
+    views_list_the_seeded_store(&url, t0);
+}
+
+#[test]
+fn bulk_redrive_preview_changes_nothing_on_a_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = seeded_file(dir.path(), "preview.db");
+    let path = dir.path().join("preview.db");
+    let before = std::fs::read(&path).unwrap();
+    let (out, err) = fails(&["redrive", &url, "--all", "--retry"], "--yes");
+    assert!(
+        err.contains("--dry-run") && err.contains("nothing changed"),
+        "{err}"
+    );
+    assert!(err.contains("retry the 4 dead letter(s)"), "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("session") && lines[0].contains("last error"),
+        "{out}"
+    );
+    assert_eq!(lines.len(), 2 + 4 + 1, "{out}");
+    assert!(
+        out.contains("would retry these 4 dead letter(s) in 3 session(s)"),
+        "{out}"
+    );
+    let out = ok(&[
+        "redrive",
+        &url,
+        "--all",
+        "--skip",
+        "--dry-run",
+        "--older-than",
+        "80m",
+    ]);
+    assert!(
+        out.contains("would skip these 3 dead letter(s) in 2 session(s) (dry run"),
+        "{out}"
+    );
+    let preview = json_ok(&[
+        "redrive",
+        &url,
+        "--all",
+        "--skip",
+        "--dry-run",
+        "--json",
+        "--consumer",
+        "agent",
+    ]);
+    assert_eq!(preview["version"], 1);
+    assert_eq!(preview["mode"], "dry_run");
+    assert_eq!(preview["redriven"], Value::Null);
+    assert_eq!(preview["filters"]["consumers"], json!(["agent"]));
+    assert_eq!(keys(&preview, "items"), all_dead()[..2].to_vec());
+    assert!(preview["items"][0]["outcome"].is_null());
+    let (out, _) = fails(&["redrive", &url, "--all", "--retry", "--json"], "--yes");
+    let preview: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(preview["mode"], "preview");
+    assert_eq!(keys(&preview, "items"), all_dead());
+    assert_eq!(std::fs::read(&path).unwrap(), before, "byte-identical");
+    // The previewed store still holds every dead letter.
+    let dead = json_ok(&["inspect", &url, "dead-letters", "--json"]);
+    assert_eq!(keys(&dead, "dead_letters"), all_dead());
+}
+
+#[test]
+fn bulk_redrive_on_a_sqlite_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = seeded_file(dir.path(), "bulk.db");
+    bulk_redrive_acts_on_the_filtered_set(&url);
+}
+
+#[test]
+fn single_redrive_and_bulk_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = seeded_file(dir.path(), "args.db");
+    // The single-item form works as before.
+    let out = ok(&["redrive", &url, "s2", "notifier", "2", "--retry"]);
+    assert!(out.contains("redrove notifier at index 2"), "{out}");
+    for args in [
+        vec!["redrive", url.as_str(), "--all", "s1", "--retry"],
+        vec![
+            "redrive",
+            url.as_str(),
+            "s1",
+            "agent",
+            "1",
+            "--retry",
+            "--yes",
+        ],
+        vec![
+            "redrive",
+            url.as_str(),
+            "s1",
+            "agent",
+            "1",
+            "--retry",
+            "--older-than",
+            "1h",
+        ],
+        vec![
+            "redrive",
+            url.as_str(),
+            "s1",
+            "agent",
+            "1",
+            "--retry",
+            "--consumer",
+            "agent",
+        ],
+        vec![
+            "redrive",
+            url.as_str(),
+            "--all",
+            "--retry",
+            "--yes",
+            "--dry-run",
+        ],
+        vec!["redrive", url.as_str(), "--all", "--yes"],
+        vec![
+            "redrive",
+            url.as_str(),
+            "--all",
+            "--retry",
+            "--older-than",
+            "soon",
+        ],
+        vec!["redrive", url.as_str(), "--all", "--retry", "--limit", "0"],
+        vec![
+            "inspect",
+            url.as_str(),
+            "dead-letters",
+            "s1",
+            "--after",
+            "s0",
+        ],
+        vec!["inspect", url.as_str(), "dead-letters", "--limit", "0"],
+        vec!["inspect", url.as_str(), "work", "--limit", "x"],
+    ] {
+        let output = a2(&args);
+        let err = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+    }
+    fails(
+        &["inspect", &url, "work", "--consumer", ""],
+        "invalid input",
+    );
+    fails(
+        &["redrive", &url, "s1", "agent", "1", "--skip", "--yes"],
+        "--yes goes with --all",
+    );
+}
+
+#[test]
+fn cross_session_views_on_memory() {
+    let (out, err) = ok_with_stderr(&["inspect", "memory:", "work"]);
+    assert!(out.contains("no work"), "{out}");
+    assert!(
+        err.contains("0 session(s)") && err.contains("found no consumer"),
+        "{err}"
+    );
+    let work = json_ok(&[
+        "inspect",
+        "memory:",
+        "work",
+        "--consumer",
+        "agent",
+        "--json",
+    ]);
+    assert_eq!(work["rows"], json!([]));
+    assert!(ok(&["inspect", "memory:", "dead-letters"]).contains("no dead letters in the store"));
+    assert!(ok(&["inspect", "memory:", "blocked"]).contains("no lane is held"));
+    let dead = json_ok(&[
+        "inspect",
+        "memory:",
+        "dead-letters",
+        "--json",
+        "--consumer",
+        "agent",
+    ]);
+    assert_eq!(dead["dead_letters"], json!([]));
+    assert_eq!(dead["next_after"], Value::Null);
+    assert!(ok(&["redrive", "memory:", "--all", "--retry"]).contains("nothing to redrive"));
+}
+
+/// A fresh schema on the server of `A2_POSTGRES_URL` (dropped with the
+/// returned guard), or `None` when it is not set.
+fn postgres_store(test: &str) -> Option<(a2_store::postgres::ScratchSchemas, String)> {
+    let url = match std::env::var("A2_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            eprintln!(
+                "{test}: NOT run: set A2_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run it"
+            );
+            return None;
+        }
+    };
+    let scratch = a2_store::postgres::ScratchSchemas::new(url.clone(), "a2_clitest_");
+    let schema = scratch.fresh_schema().unwrap();
+    let join = if url.contains('?') { '&' } else { '?' };
+    Some((scratch, format!("{url}{join}schema={schema}&pool_size=2")))
+}
+
+#[test]
+fn cross_session_views_and_bulk_redrive_on_postgres() {
+    let Some((_scratch, url)) = postgres_store("cross_session_views_and_bulk_redrive_on_postgres")
+    else {
+        return;
+    };
+    let t0 = seed(&url);
+    views_list_the_seeded_store(&url, t0);
+    let (_, err) = fails(&["redrive", &url, "--all", "--skip"], "--yes");
+    assert!(err.contains("skip the 4 dead letter(s)"), "{err}");
+    let dead = json_ok(&["inspect", &url, "dead-letters", "--json"]);
+    assert_eq!(
+        keys(&dead, "dead_letters"),
+        all_dead(),
+        "the preview changed nothing"
+    );
+    bulk_redrive_acts_on_the_filtered_set(&url);
+}
