@@ -317,3 +317,105 @@ fn show(context: &Context<'_>, mode: &str, items: &[Item]) -> Result<(), Failure
     print(&table.render())?;
     print(&summary)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use a2_store::{ClaimRequest, FailRequest, NewEvent, OpenOptions, Target};
+
+    async fn two_dead_letters_at_one_index() -> (std::sync::Arc<dyn Store>, Vec<Head>) {
+        let store = a2_store::open("memory:", OpenOptions::default())
+            .await
+            .unwrap();
+        let event = NewEvent::new("msg", serde_json::json!(1))
+            .with_target(Target::event("c"))
+            .with_target(Target::lane("c", "L"));
+        store
+            .append("s", vec![event], Default::default())
+            .await
+            .unwrap();
+        store
+            .claim_available(ClaimRequest {
+                session_id: "s".into(),
+                holder: "w".into(),
+                ttl_ms: Some(60_000),
+                ..ClaimRequest::default()
+            })
+            .await
+            .unwrap();
+        for lane in [None, Some("L".to_owned())] {
+            store
+                .fail_attempt(FailRequest {
+                    session_id: "s".into(),
+                    consumer: "c".into(),
+                    lane,
+                    index: 1,
+                    attempt: 1,
+                    error: "boom".into(),
+                    max_failures: Some(1),
+                    retry_after_ms: None,
+                })
+                .await
+                .unwrap();
+        }
+        let heads = store.dead_letters("s").await.unwrap();
+        assert_eq!(heads.len(), 2, "{heads:?}");
+        (store, heads)
+    }
+
+    fn item(head: &Head) -> Item {
+        Item {
+            session_id: "s".into(),
+            head: head.clone(),
+            outcome: None,
+        }
+    }
+
+    #[test]
+    fn a_head_is_redriven_only_as_listed_and_when_redrive_would_take_it() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let (store, heads) = two_dead_letters_at_one_index().await;
+            let store = store.as_ref();
+            let (event, lane) = (&heads[0], &heads[1]);
+            assert_eq!(
+                (event.lane.as_deref(), lane.lane.as_deref()),
+                (None, Some("L"))
+            );
+            let retry = RedriveAction::Retry;
+            // `redrive` would take the event cursor's head first.
+            let outcome = redrive_one(store, "memory:", &item(lane), retry)
+                .await
+                .unwrap();
+            assert_eq!(outcome, Outcome::NotFirst);
+            // Listed with other bookkeeping than it has now: left alone.
+            let mut stale = item(event);
+            stale.head.dispatch.failure_count += 1;
+            let outcome = redrive_one(store, "memory:", &stale, retry).await.unwrap();
+            assert_eq!(outcome, Outcome::Changed);
+            assert_eq!(
+                store.dead_letters("s").await.unwrap(),
+                heads,
+                "nothing changed"
+            );
+
+            let outcome = redrive_one(store, "memory:", &item(event), retry)
+                .await
+                .unwrap();
+            assert_eq!(outcome, Outcome::Retried);
+            let outcome = redrive_one(store, "memory:", &item(event), retry)
+                .await
+                .unwrap();
+            assert_eq!(outcome, Outcome::Gone, "already redriven");
+            let skip = RedriveAction::Skip;
+            let outcome = redrive_one(store, "memory:", &item(lane), skip)
+                .await
+                .unwrap();
+            assert_eq!(outcome, Outcome::Skipped);
+            assert!(store.dead_letters("s").await.unwrap().is_empty());
+        });
+    }
+}
