@@ -334,8 +334,9 @@ pub struct Blocking {
     pub kind: Option<CursorKind>,
     /// Events on its lane after it, not yet handled: exact for a log
     /// cursor (the later events of a type it takes), 0 for an event cursor
-    /// (it holds only its own event); `None` for a FIFO lane cursor, whose
-    /// queue the store API does not expose (see `later_events`).
+    /// (it holds only its own event); `None` for a FIFO lane cursor with
+    /// later events, whose queue the store API does not expose (see
+    /// `later_events`).
     pub waiting_behind: Option<u64>,
     /// For a lane or log cursor, the events after it in the session's log,
     /// whatever they target: an upper bound of what waits behind a FIFO
@@ -456,7 +457,12 @@ pub async fn blocking(
     for blocking in out.iter_mut() {
         let index = blocking.head.event.index;
         if blocking.head.lane.is_some() {
-            blocking.later_events = Some(last.saturating_sub(index));
+            let later = last.saturating_sub(index);
+            blocking.later_events = Some(later);
+            if later == 0 {
+                // Nothing follows it in the log: nothing can wait behind it.
+                blocking.waiting_behind = Some(0);
+            }
         }
     }
     Ok(out)

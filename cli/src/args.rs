@@ -321,12 +321,13 @@ pub enum InspectCommand {
     /// With SESSION: that session's dead letters. Without: every dead
     /// letter in the store, by session id, at most --limit sessions a page
     /// (each with all its dead letters); a page that is not the last says
-    /// which --after continues it. For each head, `waiting` says how many
+    /// which --after continues it. For each head, `behind` says how many
     /// events wait behind it on its lane: exact for a log consumer (the
     /// later events of a type it takes), `-` for an event cursor (it holds
     /// only its own event); for a FIFO lane the store does not expose the
     /// queue, so it shows `<=N`, the events after the head in the session's
-    /// log, whatever they target.
+    /// log, whatever they target (JSON: `waiting_behind` null,
+    /// `later_events` N).
     ///
     /// With --consumer only those consumers' dead letters are listed, and only
     /// the sessions the store's work index reports with dead letters are read;
@@ -348,7 +349,7 @@ pub enum InspectCommand {
     ///
     /// The dead-lettered heads of FIFO lane and log cursors across the
     /// store, by session id and paged like `dead-letters`: nothing on such a
-    /// lane is handed out until its head is retried or skipped. `waiting`
+    /// lane is handed out until its head is retried or skipped. `behind`
     /// counts as in `dead-letters`.
     Blocked {
         /// Only this consumer's lanes (repeat for several).

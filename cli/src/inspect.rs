@@ -128,7 +128,7 @@ async fn work(
         "busy",
         "dead",
         "ready since",
-        "waiting",
+        "waited",
         "next expiry",
     ])
     .right_align([2, 3, 4, 6]);
@@ -249,7 +249,7 @@ async fn stuck(
                 "type",
                 "failures",
                 "dead-lettered",
-                "waiting",
+                "behind",
                 "last error",
             ])
             .right_align([1, 6, 8]);
@@ -278,7 +278,7 @@ async fn stuck(
                 "kind",
                 "head",
                 "dead-lettered",
-                "waiting",
+                "behind",
                 "last error",
             ])
             .right_align([4, 6]);
@@ -314,7 +314,7 @@ async fn stuck(
     Ok(())
 }
 
-/// The `waiting` cell: events behind a head on its lane (`<=N` when only a
+/// The `behind` cell: events waiting behind a head on its lane (`<=N` when only a
 /// bound is known, `-` for an event cursor, `?` for a cursor gone meanwhile).
 fn waiting(item: &Blocking) -> String {
     match (item.kind, item.waiting_behind, item.later_events) {

@@ -7,13 +7,13 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
 
-use a2_store::{
-    AppendOptions, ClaimRequest, ClaimResult, Clock, ConsumerDeclaration, FailOutcome, FailRequest,
-    ManualClock, NewEvent, OpenOptions, Store, SystemClock, Target,
-};
+use a2_store::{Clock, ManualClock, OpenOptions, SystemClock};
 use serde_json::{json, Value};
 
-const MINUTE: i64 = 60_000;
+#[path = "fixture/seed.rs"]
+mod seed;
+
+use seed::{seed_store, MINUTE};
 
 /// A dead letter as `(session, consumer, lane, index)`.
 type Key = (String, String, Option<String>, u64);
@@ -76,134 +76,6 @@ fn runtime() -> tokio::runtime::Runtime {
         .enable_all()
         .build()
         .unwrap()
-}
-
-fn lane_msg(n: u32, lane: &str) -> NewEvent {
-    NewEvent::new("msg", json!({"n": n})).with_target(Target::lane("agent", lane))
-}
-
-fn audit() -> ConsumerDeclaration {
-    ConsumerDeclaration::log("audit", "audit-log", Some(vec!["msg".into()]), true)
-}
-
-async fn claim(store: &dyn Store, session: &str, consumers: Vec<ConsumerDeclaration>, ttl_ms: i64) {
-    let claimed = store
-        .claim_available(ClaimRequest {
-            session_id: session.into(),
-            holder: "w".into(),
-            ttl_ms: Some(ttl_ms),
-            consumers: Some(consumers),
-            ..ClaimRequest::default()
-        })
-        .await
-        .unwrap();
-    assert!(
-        matches!(claimed, ClaimResult::Claimed { .. }),
-        "{session}: {claimed:?}"
-    );
-}
-
-async fn dead_letter(
-    store: &dyn Store,
-    session: &str,
-    consumer: &str,
-    lane: Option<&str>,
-    index: u64,
-) {
-    let failed = store
-        .fail_attempt(FailRequest {
-            session_id: session.into(),
-            consumer: consumer.into(),
-            lane: lane.map(str::to_owned),
-            index,
-            attempt: 1,
-            error: format!("{consumer} failed"),
-            max_failures: Some(1),
-            retry_after_ms: None,
-        })
-        .await
-        .unwrap();
-    assert_eq!(
-        failed.outcome,
-        FailOutcome::DeadLettered,
-        "{session} {consumer}"
-    );
-}
-
-/// A small store written on a clock that starts two hours ago (`t0`):
-///
-/// - `s0` (t0+60m): `agent/L1` message 1 dead-lettered at t0+61m;
-/// - `s1` (t0): messages 1–3 on `agent/L1`, followed by the log consumer
-///   `audit` (type `msg`), then a `note` nobody takes; `agent/L1` and
-///   `audit` dead-lettered at index 1 at t0+1m (2 messages wait behind
-///   each; 3 events follow them);
-/// - `s2` (t0+30m): a message on `agent/L1` (claimable since t0+30m) and a
-///   `ping` for the event cursor of `notifier` at index 2, dead-lettered at
-///   t0+31m;
-/// - `s3` (t0+90m): one message on each of `agent/L1` (claimable) and
-///   `agent/L2` (claimed for a day at t0+90m);
-/// - `s4` (t0+100m): one message on `agent/L1`, claimed for a day.
-async fn seed_store(store: &dyn Store, clock: &ManualClock, t0: i64) {
-    let agent = || ConsumerDeclaration::targeted("agent");
-    clock.set(t0);
-    let batch = vec![
-        lane_msg(1, "L1"),
-        lane_msg(2, "L1"),
-        lane_msg(3, "L1"),
-        NewEvent::new("note", json!(null)),
-    ];
-    let declare = AppendOptions {
-        consumers: Some(vec![audit()]),
-        ..AppendOptions::default()
-    };
-    store.append("s1", batch, declare).await.unwrap();
-    clock.set(t0 + MINUTE);
-    claim(store, "s1", vec![agent(), audit()], MINUTE).await;
-    dead_letter(store, "s1", "agent", Some("L1"), 1).await;
-    dead_letter(store, "s1", "audit", Some("audit-log"), 1).await;
-
-    clock.set(t0 + 30 * MINUTE);
-    let batch = vec![
-        lane_msg(1, "L1"),
-        NewEvent::new("ping", json!(null)).with_target(Target::event("notifier")),
-    ];
-    store.append("s2", batch, Default::default()).await.unwrap();
-    clock.set(t0 + 31 * MINUTE);
-    claim(
-        store,
-        "s2",
-        vec![ConsumerDeclaration::targeted("notifier")],
-        MINUTE,
-    )
-    .await;
-    dead_letter(store, "s2", "notifier", None, 2).await;
-
-    clock.set(t0 + 60 * MINUTE);
-    store
-        .append("s0", vec![lane_msg(1, "L1")], Default::default())
-        .await
-        .unwrap();
-    clock.set(t0 + 61 * MINUTE);
-    claim(store, "s0", vec![agent()], MINUTE).await;
-    dead_letter(store, "s0", "agent", Some("L1"), 1).await;
-
-    clock.set(t0 + 90 * MINUTE);
-    store
-        .append("s3", vec![lane_msg(1, "L2")], Default::default())
-        .await
-        .unwrap();
-    claim(store, "s3", vec![agent()], 24 * 60 * MINUTE).await;
-    store
-        .append("s3", vec![lane_msg(2, "L1")], Default::default())
-        .await
-        .unwrap();
-
-    clock.set(t0 + 100 * MINUTE);
-    store
-        .append("s4", vec![lane_msg(1, "L1")], Default::default())
-        .await
-        .unwrap();
-    claim(store, "s4", vec![agent()], 24 * 60 * MINUTE).await;
 }
 
 /// Seeds the store at `url`; returns `t0`.
@@ -410,7 +282,7 @@ fn views_list_the_seeded_store(url: &str, t0: i64) {
     assert_eq!(
         shape,
         [
-            (json!("lane"), Value::Null, json!(0)),
+            (json!("lane"), json!(0), json!(0)),
             (json!("lane"), Value::Null, json!(3)),
             (json!("log"), json!(2), json!(3)),
             (json!("event"), json!(0), Value::Null),
@@ -435,7 +307,11 @@ fn views_list_the_seeded_store(url: &str, t0: i64) {
     let table = ok(&["inspect", url, "dead-letters"]);
     let lines: Vec<&str> = table.lines().collect();
     assert!(
-        lines[0].contains("waiting") && lines[0].contains("kind"),
+        lines[0].contains("behind") && lines[0].contains("kind"),
+        "{table}"
+    );
+    assert!(
+        lines[2].starts_with("s0") && lines[2].contains("  0  "),
         "{table}"
     );
     assert_eq!(lines.len(), 2 + 4, "{table}");
@@ -466,7 +342,7 @@ fn views_list_the_seeded_store(url: &str, t0: i64) {
     assert_eq!(keys(&blocked, "dead_letters"), all_dead()[2..3].to_vec());
     assert_eq!(blocked["consumers"], json!(["audit"]));
     let table = ok(&["inspect", url, "blocked"]);
-    assert!(table.lines().next().unwrap().contains("waiting"), "{table}");
+    assert!(table.lines().next().unwrap().contains("behind"), "{table}");
     assert_eq!(table.lines().count(), 2 + 3, "{table}");
 }
 
