@@ -640,3 +640,63 @@ fn cross_session_views_and_bulk_redrive_on_postgres() {
     );
     bulk_redrive_acts_on_the_filtered_set(&url);
 }
+
+#[test]
+fn views_and_previews_leave_a_read_only_file_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = seeded_file(dir.path(), "ro.db");
+    let path = dir.path().join("ro.db");
+    let mut permissions = std::fs::metadata(&path).unwrap().permissions();
+    permissions.set_readonly(true);
+    std::fs::set_permissions(&path, permissions).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    for args in [
+        vec!["inspect", url.as_str(), "work"],
+        vec!["inspect", url.as_str(), "work", "--consumer", "agent"],
+        vec!["inspect", url.as_str(), "dead-letters"],
+        vec![
+            "inspect",
+            url.as_str(),
+            "dead-letters",
+            "--consumer",
+            "agent",
+        ],
+        vec!["inspect", url.as_str(), "blocked"],
+        vec!["redrive", url.as_str(), "--all", "--retry", "--dry-run"],
+    ] {
+        ok(&args);
+    }
+    fails(&["redrive", &url, "--all", "--skip"], "--yes");
+    assert_eq!(std::fs::read(&path).unwrap(), before, "byte-identical");
+    // Acting writes: a read-only file is refused, and nothing changes.
+    fails(&["redrive", &url, "--all", "--skip", "--yes"], "read-only");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn the_url_of_the_new_commands_comes_from_a2_store_url() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, _) = seeded_file(dir.path(), "env.db");
+    let run = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_a2-store"))
+            .args(args)
+            .env("A2_STORE_URL", &url)
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            text(&output.stderr)
+        );
+        serde_json::from_str::<Value>(&text(&output.stdout)).unwrap()
+    };
+    let work = run(&["inspect", "work", "--consumer", "agent", "--json"]);
+    assert_eq!(work["rows"][0]["session_id"], "s2");
+    let dead = run(&["inspect", "dead-letters", "--json"]);
+    assert_eq!(keys(&dead, "dead_letters"), all_dead());
+    let blocked = run(&["inspect", "blocked", "--json", "--limit", "1"]);
+    assert_eq!(blocked["next_after"], "s0");
+    let preview = run(&["redrive", "--all", "--retry", "--dry-run", "--json"]);
+    assert_eq!(keys(&preview, "items"), all_dead());
+}
