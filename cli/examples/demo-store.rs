@@ -36,7 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )
     .await?;
     seed::seed_store(store.as_ref(), &clock, t0).await;
-    seed::seed_quiet(store.as_ref(), &clock, quiet).await;
+    seed::seed_quiet(store.as_ref(), &clock, quiet, false).await;
     println!("wrote the demo store sqlite:{path}");
     Ok(())
 }

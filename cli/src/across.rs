@@ -8,7 +8,7 @@
 //! only store-wide way the trait allows. Given consumers, a view costs what
 //! `list_work` returns, not the number of sessions.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use a2_store::{
     log, CursorKind, Head, ListSessions, ListWork, ReadOptions, SessionWork, Store, MAX_WORK_LIMIT,
@@ -135,7 +135,7 @@ enum Source {
 struct SessionWalk {
     source: Source,
     after: Option<String>,
-    buffered: std::collections::VecDeque<String>,
+    buffered: VecDeque<String>,
     done: bool,
 }
 
@@ -148,7 +148,7 @@ impl SessionWalk {
         let mut walk = Self {
             source,
             after,
-            buffered: std::collections::VecDeque::new(),
+            buffered: VecDeque::new(),
             done: false,
         };
         if let Source::Given(sessions) = &walk.source {
@@ -166,7 +166,9 @@ impl SessionWalk {
     async fn next(&mut self, store: &dyn Store, url: &str) -> Result<Option<String>, Failure> {
         while self.buffered.is_empty() && !self.done {
             let after = self.after.take();
-            let (ids, full) = match &self.source {
+            // The ids kept from one page, and the page's last id (where the
+            // next page starts) when the page was full.
+            let (ids, next) = match &self.source {
                 Source::All => {
                     let page = store
                         .sessions(ListSessions {
@@ -175,29 +177,30 @@ impl SessionWalk {
                         })
                         .await
                         .map_err(|e| Failure::store(url, "listing sessions", &e))?;
-                    let full = page.len() >= PAGE;
-                    (page.into_iter().map(|s| s.session_id).collect(), full)
+                    let next = page
+                        .last()
+                        .filter(|_| page.len() >= PAGE)
+                        .map(|s| s.session_id.clone());
+                    (page.into_iter().map(|s| s.session_id).collect(), next)
                 }
                 Source::DeadLettersOf(consumers) => {
                     let page = list_work(store, url, consumers.clone(), after).await?;
-                    let full = page.len() >= PAGE;
-                    let last = page.last().map(|w| w.session_id.clone());
+                    let next = page
+                        .last()
+                        .filter(|_| page.len() >= PAGE)
+                        .map(|w| w.session_id.clone());
+                    // A full page may hold no dead letter: the next is read.
                     let ids: Vec<String> = page
                         .into_iter()
                         .filter(|w| w.dead_lettered > 0)
                         .map(|w| w.session_id)
                         .collect();
-                    // A page may hold no dead letter yet more pages follow.
-                    self.after = last.clone();
-                    self.done = !full || last.is_none();
-                    self.buffered.extend(ids);
-                    continue;
+                    (ids, next)
                 }
-                Source::Given(_) => (Vec::new(), false),
+                Source::Given(_) => (Vec::new(), None),
             };
-            let ids: Vec<String> = ids;
-            self.after = ids.last().cloned();
-            self.done = !full || ids.is_empty();
+            self.done = next.is_none();
+            self.after = next;
             self.buffered.extend(ids);
         }
         Ok(self.buffered.pop_front())

@@ -700,3 +700,62 @@ fn the_url_of_the_new_commands_comes_from_a2_store_url() {
     let preview = run(&["redrive", "--all", "--retry", "--dry-run", "--json"]);
     assert_eq!(keys(&preview, "items"), all_dead());
 }
+
+#[test]
+fn views_read_past_the_first_page_of_sessions_and_of_work() {
+    // More sessions, and more with work, than one `sessions()` or
+    // `list_work` page holds (1,000).
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!(
+        "sqlite:{}?durability=normal",
+        dir.path().join("big.db").display()
+    );
+    let t0 = SystemClock.now_ms() - 120 * MINUTE;
+    runtime().block_on(async {
+        let clock = Arc::new(ManualClock::new(t0));
+        let options = OpenOptions::default().with_shared_clock(clock.clone());
+        let store = a2_store::open(&url, options).await.unwrap();
+        seed_store(store.as_ref(), &clock, t0).await;
+        seed::seed_quiet(store.as_ref(), &clock, 1_050, true).await;
+    });
+    let mut expected: Vec<Key> = (0..1_050)
+        .step_by(100)
+        .map(|n| key(&format!("q-{n:06}"), "agent", Some("L1"), 1))
+        .collect();
+    expected.extend(all_dead());
+    let (scanned, _) = dead_keys_paged(&url, "1000", &[]);
+    assert_eq!(scanned, expected);
+    let (listed, pages) = dead_keys_paged(
+        &url,
+        "4",
+        &[
+            "--consumer",
+            "agent",
+            "--consumer",
+            "audit",
+            "--consumer",
+            "notifier",
+        ],
+    );
+    assert_eq!(listed, expected);
+    assert_eq!(pages, 4, "14 sessions, 4 a page");
+    let work = json_ok(&["inspect", &url, "work", "--json", "--consumer", "agent"]);
+    assert_eq!(work["total"], 1_050 + 5, "{work}");
+    let rows = work_rows(&work);
+    // Claimable in the order their work arrived: s2 (t0+30m), s3 (t0+90m),
+    // then the q- sessions (t0+100m on), then s4 (busy) and the dead letters.
+    assert_eq!(rows[0], row("s2", "agent", 1, 0, 0));
+    assert_eq!(rows[1], row("s3", "agent", 1, 1, 0));
+    assert_eq!(rows[2], row("q-000001", "agent", 1, 0, 0));
+    let preview = json_ok(&[
+        "redrive",
+        &url,
+        "--all",
+        "--retry",
+        "--dry-run",
+        "--json",
+        "--consumer",
+        "agent",
+    ]);
+    assert_eq!(preview["items"].as_array().unwrap().len(), 11 + 2);
+}
