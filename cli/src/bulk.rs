@@ -145,7 +145,7 @@ pub async fn redrive_all(args: &RedriveArgs) -> Result<(), Failure> {
         .count();
     if left > 0 {
         return Err(Failure::new(format!(
-            "{left} of {total} dead letter(s) were not redriven because they changed since they were listed (see the table): look again with `a2-store inspect {url} dead-letters`"
+            "{left} of {total} dead letter(s) were left alone, as the table says (changed since they were listed, or behind another dead letter of the consumer at the same index): look again with `a2-store inspect {url} dead-letters`"
         )));
     }
     Ok(())

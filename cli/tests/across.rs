@@ -759,3 +759,75 @@ fn views_read_past_the_first_page_of_sessions_and_of_work() {
     ]);
     assert_eq!(preview["items"].as_array().unwrap().len(), 11 + 2);
 }
+
+#[test]
+fn bulk_redrive_leaves_a_head_it_cannot_reach_and_exits_2() {
+    // Consumer `c` has two dead letters at index 1: its event cursor's
+    // (recent) and its lane's (old). `redrive` takes the event cursor's
+    // first, so a filter keeping only the lane's cannot redrive it.
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite:{}", dir.path().join("two.db").display());
+    let t0 = SystemClock.now_ms() - 120 * MINUTE;
+    runtime().block_on(async {
+        let clock = Arc::new(ManualClock::new(t0));
+        let options = OpenOptions::default().with_shared_clock(clock.clone());
+        let store = a2_store::open(&url, options).await.unwrap();
+        let event = a2_store::NewEvent::new("msg", json!(1))
+            .with_target(a2_store::Target::event("c"))
+            .with_target(a2_store::Target::lane("c", "L"));
+        store
+            .append("s", vec![event], Default::default())
+            .await
+            .unwrap();
+        store
+            .claim_available(a2_store::ClaimRequest {
+                session_id: "s".into(),
+                holder: "w".into(),
+                ttl_ms: Some(MINUTE),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        for (lane, at) in [(Some("L"), t0 + MINUTE), (None, t0 + 100 * MINUTE)] {
+            clock.set(at);
+            store
+                .fail_attempt(a2_store::FailRequest {
+                    session_id: "s".into(),
+                    consumer: "c".into(),
+                    lane: lane.map(str::to_owned),
+                    index: 1,
+                    attempt: 1,
+                    error: "boom".into(),
+                    max_failures: Some(1),
+                    retry_after_ms: None,
+                })
+                .await
+                .unwrap();
+        }
+    });
+    let args = [
+        "redrive",
+        &url,
+        "--all",
+        "--older-than",
+        "1h",
+        "--retry",
+        "--yes",
+    ];
+    let (out, err) = fails(&args, "1 of 1 dead letter(s) were left alone");
+    assert!(
+        out.contains("another dead letter at this index comes first"),
+        "{out}"
+    );
+    assert!(out.contains("retried 0 of 1"), "{out}");
+    assert!(err.contains("inspect"), "{err}");
+    let dead = json_ok(&["inspect", &url, "dead-letters", "s", "--json"]);
+    assert_eq!(
+        dead.as_array().unwrap().len(),
+        2,
+        "both are still dead letters"
+    );
+    // Without the filter both are redriven, the event cursor's first.
+    let done = json_ok(&["redrive", &url, "--all", "--retry", "--yes", "--json"]);
+    assert_eq!(done["redriven"], 2, "{done}");
+}
