@@ -280,10 +280,10 @@ pub async fn dead_letters(
     let mut walk = SessionWalk::new(source, bounds.after.clone());
     let mut page = DeadLetterPage::default();
     let mut heads_left = bounds.heads;
-    while let Some(session) = walk.next(store, url).await? {
-        if heads_left == Some(0) {
+    while heads_left != Some(0) {
+        let Some(session) = walk.next(store, url).await? else {
             break;
-        }
+        };
         let mut heads: Vec<Head> = session_dead_letters(store, url, &session)
             .await?
             .into_iter()
