@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use a2_store_api::{Clock, IdGenerator, StoreError};
 use rusqlite::Connection;
 use tokio::runtime::RuntimeFlavor;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
 use crate::connection::{open_connection, Location};
 use crate::errors::{is_busy, SqlContext};
@@ -59,6 +59,9 @@ pub(crate) struct Pool {
     /// busy handler; other processes still meet the busy timeout.
     write_lock: Arc<Mutex<()>>,
     ctx: Ctx,
+    /// Dropped with the pool: its receivers (subscriptions) learn that the
+    /// store is gone without polling.
+    closed: watch::Sender<()>,
 }
 
 impl Pool {
@@ -94,6 +97,7 @@ impl Pool {
             write_lock: Arc::default(),
             options,
             ctx,
+            closed: watch::Sender::new(()),
         })
     }
 
@@ -103,9 +107,10 @@ impl Pool {
         self
     }
 
-    /// The poll interval subscribers use for other processes' appends.
-    pub(crate) fn poll_interval(&self) -> Duration {
-        self.options.poll_interval.max(Duration::from_millis(1))
+    /// A receiver whose `changed()` fails once the pool (its store and
+    /// every clone) is dropped.
+    pub(crate) fn closed(&self) -> watch::Receiver<()> {
+        self.closed.subscribe()
     }
 
     /// `Ok` unless the store was opened read-only: then the error every

@@ -246,6 +246,7 @@ impl Store for SqliteStore {
         Ok(subscribe::follow(
             &self.pool,
             self.notifier.subscribe(),
+            self.notifier.work(),
             session_id,
             after,
         ))
