@@ -47,6 +47,7 @@ mod subscribe;
 mod values;
 mod wake;
 mod work;
+mod writer;
 
 pub use moved::DatabaseMoved;
 pub use options::{Durability, SqliteOptions};
