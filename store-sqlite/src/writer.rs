@@ -23,6 +23,7 @@
 //! closes), after answering what was queued.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
@@ -212,6 +213,9 @@ pub(crate) struct Writer {
     core: Arc<Core>,
     /// `None` only while dropping.
     queue: Option<mpsc::Sender<Box<dyn Job>>>,
+    /// How many write calls of the process on the file are under way
+    /// (from their start until they are answered or dropped).
+    callers: Arc<AtomicUsize>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -268,6 +272,7 @@ impl Writer {
         Ok(Self {
             core,
             queue: Some(queue),
+            callers: Arc::default(),
             thread: Some(thread),
         })
     }
@@ -288,6 +293,7 @@ impl Writer {
     {
         // A task calling in a loop still yields now and then.
         tokio::task::coop::consume_budget().await;
+        let _caller = Caller::count(&self.callers);
         let (reply, answered) = oneshot::channel();
         let job: Box<dyn Job> = Box::new(Call {
             body,
@@ -303,10 +309,16 @@ impl Writer {
         answered.await.unwrap_or_else(|_| Err(stopped()))
     }
 
-    /// Runs `job` in this thread, a batch of one, if nothing is queued and
-    /// the connection is free (on a multi-threaded runtime through
+    /// Runs `job` in this thread, a batch of one, if it is the only write
+    /// under way (nothing queued, no other caller waiting for an answer,
+    /// the connection free; on a multi-threaded runtime through
     /// `block_in_place`, with no runtime inline); else gives it back.
+    /// With other callers about, it queues: the writer thread then commits
+    /// them together instead of one by one.
     fn try_inline(&self, job: Box<dyn Job>) -> Result<(), Box<dyn Job>> {
+        if self.callers.load(Ordering::SeqCst) > 1 {
+            return Err(job);
+        }
         let flavor = tokio::runtime::Handle::try_current()
             .ok()
             .map(|handle| handle.runtime_flavor());
@@ -327,6 +339,22 @@ impl Writer {
             None => run(),
         }
         Ok(())
+    }
+}
+
+/// One write call under way, counted until it is answered or dropped.
+struct Caller(Arc<AtomicUsize>);
+
+impl Caller {
+    fn count(callers: &Arc<AtomicUsize>) -> Self {
+        callers.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(callers))
+    }
+}
+
+impl Drop for Caller {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -589,8 +617,6 @@ fn run_calls(conn: &Connection, jobs: &mut Vec<Box<dyn Job>>) -> Result<Fire, At
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use super::*;
     use crate::schema::migrate;
 
