@@ -28,13 +28,14 @@ use crate::{
 
 /// The SQLite backend of the session store.
 ///
-/// Guarantees: every call is one SQLite transaction (writers take the write
-/// lock up front with `BEGIN IMMEDIATE`), so a failed or interrupted call
-/// changes nothing; calls never block the async runtime (`block_in_place`
-/// on a multi-threaded runtime, `spawn_blocking` on a current-thread one);
-/// several stores (in this or other processes) may share one file
-/// safely, waiting up to the busy timeout for each other. Cheap to clone:
-/// clones share the connections.
+/// Guarantees: every call is all or nothing: a read is one SQLite
+/// transaction, a write runs on the file's one writer of the process,
+/// alone or with other queued calls in one transaction, inside a savepoint
+/// of its own, and is answered once committed; so a failed or interrupted
+/// call changes nothing. Calls never block the async runtime; several
+/// stores (in this or other processes) may share one file safely, waiting
+/// up to the busy timeout for other processes. Cheap to clone: clones
+/// share the connections.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: Arc<Pool>,
