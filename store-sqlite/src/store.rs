@@ -366,9 +366,53 @@ impl Store for SqliteStore {
 mod tests {
     use std::time::Duration;
 
-    use a2_store_api::{ClaimWorkRequest, ConsumerDeclaration, Store};
+    use a2_store_api::{ClaimWorkRequest, ConsumerDeclaration, NewEvent, ReadOptions, Store};
 
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writer_ends_and_closes_the_file_when_the_last_store_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let first = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let second = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let writer = first.writer.as_ref().map(Arc::downgrade).unwrap();
+        assert!(
+            Arc::ptr_eq(&writer.upgrade().unwrap(), second.writer.as_ref().unwrap()),
+            "two stores of one process on one file share its writer"
+        );
+        first
+            .append(
+                "s",
+                vec![NewEvent::new("m", serde_json::json!(1))],
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        drop(first);
+        assert!(writer.upgrade().is_some(), "the second store still writes");
+        second
+            .append(
+                "s",
+                vec![NewEvent::new("m", serde_json::json!(2))],
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        drop(second);
+        assert!(writer.upgrade().is_none(), "the last store took the writer");
+        // Its thread ended and its connection closed within the drop: the
+        // last connection to close checkpoints and removes the WAL file.
+        let mut wal = path.clone().into_os_string();
+        wal.push("-wal");
+        assert!(
+            !std::path::Path::new(&wal).exists(),
+            "the file was closed when the last store was dropped"
+        );
+        let reopened = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let rows = reopened.read("s", ReadOptions::default()).await.unwrap();
+        assert_eq!(rows.len(), 2);
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_wait_leaves_no_waiter_and_no_watcher() {
