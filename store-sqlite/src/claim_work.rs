@@ -22,6 +22,8 @@ use crate::errors::SqlContext;
 use crate::pool::{Access, Pool};
 use crate::values::{Json, SqlLimit};
 use crate::wake::{WorkWake, FALLBACK_POLL};
+use crate::writer::Fire;
+use crate::SqliteStore;
 
 /// A served consumer's rows ready at `?2`, not in the JSON list `?3`, in
 /// fairness order, at most `?4`: a range of `work_ready`.
@@ -52,6 +54,8 @@ const EARLIEST_LISTED: &str = "SELECT MIN(w.ready_at) \
 
 /// One store's work index and claims, as the shared loop uses them.
 pub(crate) struct Work<'a> {
+    /// The store (its writes).
+    pub store: &'a SqliteStore,
     /// The store's connections.
     pub pool: &'a Arc<Pool>,
     /// The database's wake-up in this process.
@@ -94,10 +98,8 @@ impl WorkSource for Work<'_> {
     }
 
     async fn claim_session(&self, request: ClaimRequest) -> Result<ClaimResult, StoreError> {
-        self.pool
-            .run(Access::Write, move |tx, ctx| {
-                claims::claim(tx, ctx, &request)
-            })
+        self.store
+            .write(move |tx, ctx| Ok((claims::claim(tx, ctx, &request)?, Fire::NONE)))
             .await
     }
 

@@ -2,11 +2,12 @@
 //!
 //! [`SqliteStore`] implements [`a2_store_api::Store`] on one SQLite database
 //! (a WAL-journaled file, or private memory) with rusqlite's bundled SQLite.
-//! Every call is one transaction that never blocks the async runtime
-//! (`block_in_place` on a multi-threaded runtime, `spawn_blocking` on a
-//! current-thread one); several
-//! stores, in one process or many, may share a file. The crate README
-//! documents the schema, its indexes and the concurrency model.
+//! Every call is all or nothing and never blocks the async runtime. Writes
+//! to a file go through one writer per file per process, which commits the
+//! calls queued together in one transaction (each in its own savepoint);
+//! reads run on a pool of their own. Several stores, in one process or
+//! many, may share a file. The crate README documents the schema, its
+//! indexes and the concurrency model.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), a2_store_api::StoreError> {
@@ -47,6 +48,7 @@ mod subscribe;
 mod values;
 mod wake;
 mod work;
+mod writer;
 
 pub use moved::DatabaseMoved;
 pub use options::{Durability, SqliteOptions};

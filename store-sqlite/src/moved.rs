@@ -100,6 +100,11 @@ impl FileIdentity {
         })
     }
 
+    /// Whether both name the same file (device and inode).
+    pub(crate) fn same_file(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+
     /// `Ok` while the path still names the file that was opened; one
     /// `stat` of the path.
     pub(crate) fn check(&self) -> Result<(), StoreError> {

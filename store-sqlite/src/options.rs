@@ -55,8 +55,8 @@ impl SqliteOptions {
 /// [`SqliteStore::open_in_memory`](crate::SqliteStore::open_in_memory).
 ///
 /// The default runs on the system clock with time-ordered random ids,
-/// [`Durability::Full`], a 5 s busy timeout, 4 connections and a 50 ms poll
-/// interval for appends made by other processes, and no cap on the database size.
+/// [`Durability::Full`], a 5 s busy timeout, 4 connections and a 5 ms poll
+/// interval for commits made by other processes, and no cap on the database size.
 #[derive(Debug, Clone)]
 pub struct SqliteOptions {
     /// The only source of time the store reads (claims, leases, presence, `created_at`).
@@ -71,8 +71,12 @@ pub struct SqliteOptions {
     /// Connections kept open (at least 1; an in-memory store always uses 1).
     /// Reads run in parallel on them; writes are serialized by SQLite.
     pub pool_size: usize,
-    /// How often a subscriber checks for appends made by other processes on
-    /// the same file. Appends through stores of this process arrive at once.
+    /// How often the file's watcher checks `PRAGMA data_version` for
+    /// commits of other processes while a subscriber or a `claim_work`
+    /// waits: one cheap check per file, not per session, and none while
+    /// nobody waits. Appends through stores of this process arrive at
+    /// once. The first store of the process on a file sets it for the
+    /// file; values below 1 ms are raised to 1 ms.
     pub poll_interval: Duration,
     /// Caps the database file at this many pages (`PRAGMA max_page_count`,
     /// set on every connection; pages are 4096 bytes unless the file was
@@ -108,7 +112,7 @@ impl Default for SqliteOptions {
             durability: Durability::Full,
             busy_timeout: Duration::from_secs(5),
             pool_size: 4,
-            poll_interval: Duration::from_millis(50),
+            poll_interval: Duration::from_millis(5),
             max_page_count: None,
             read_only: false,
         }

@@ -1,5 +1,7 @@
-//! The connection pool: every call runs as one SQLite transaction on a
-//! blocking thread, never on the async runtime.
+//! The connection pool: every read (and every write of an in-memory
+//! store) runs as one SQLite transaction on a blocking thread, never on
+//! the async runtime. Writes to a file go through its writer
+//! ([`crate::writer`]).
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -8,7 +10,7 @@ use std::time::{Duration, Instant};
 use a2_store_api::{Clock, IdGenerator, StoreError};
 use rusqlite::Connection;
 use tokio::runtime::RuntimeFlavor;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 
 use crate::connection::{open_connection, Location};
 use crate::errors::{is_busy, SqlContext};
@@ -46,19 +48,18 @@ pub(crate) enum Access {
 pub(crate) struct Pool {
     location: Location,
     options: SqliteOptions,
-    /// The file the pool opened, checked by every write before it commits
-    /// (`None`: in memory, or read-only, which never writes).
+    /// The file the pool opened (`None`: in memory), checked by every
+    /// write through the pool before it commits.
     opened: Option<FileIdentity>,
     idle: Mutex<Vec<Connection>>,
     /// How many more calls may hold a connection now (`pool_size` at most).
     free: Mutex<usize>,
     /// Wakes every caller waiting for a connection when one is released.
     freed: Notify,
-    /// Serializes this process's writers on the database (every store on the
-    /// file shares it) so they queue here instead of sleeping in SQLite's
-    /// busy handler; other processes still meet the busy timeout.
-    write_lock: Arc<Mutex<()>>,
     ctx: Ctx,
+    /// Dropped with the pool: its receivers (subscriptions) learn that the
+    /// store is gone without polling.
+    closed: watch::Sender<()>,
 }
 
 impl Pool {
@@ -74,7 +75,7 @@ impl Pool {
             migrate(&mut first, &location.display())?;
         }
         let opened = match &location {
-            Location::File(path) if !options.read_only => Some(FileIdentity::of(path)?),
+            Location::File(path) => Some(FileIdentity::of(path)?),
             _ => None,
         };
         let mut idle = vec![first];
@@ -91,21 +92,31 @@ impl Pool {
             idle: Mutex::new(idle),
             free: Mutex::new(size),
             freed: Notify::new(),
-            write_lock: Arc::default(),
             options,
             ctx,
+            closed: watch::Sender::new(()),
         })
     }
 
-    /// The same pool, its writers queued on `write_lock` (shared in process).
-    pub(crate) fn with_write_lock(mut self, write_lock: Arc<Mutex<()>>) -> Self {
-        self.write_lock = write_lock;
-        self
+    /// Where the database is.
+    pub(crate) fn location(&self) -> &Location {
+        &self.location
     }
 
-    /// The poll interval subscribers use for other processes' appends.
-    pub(crate) fn poll_interval(&self) -> Duration {
-        self.options.poll_interval.max(Duration::from_millis(1))
+    /// The options the store was opened with.
+    pub(crate) fn options(&self) -> &SqliteOptions {
+        &self.options
+    }
+
+    /// The file the pool opened (`None`: in memory).
+    pub(crate) fn identity(&self) -> Option<&FileIdentity> {
+        self.opened.as_ref()
+    }
+
+    /// A receiver whose `changed()` fails once the pool (its store and
+    /// every clone) is dropped.
+    pub(crate) fn closed(&self) -> watch::Receiver<()> {
+        self.closed.subscribe()
     }
 
     /// `Ok` unless the store was opened read-only: then the error every
@@ -241,7 +252,7 @@ impl Pool {
     }
 
     /// Names the database in a failure of the database itself.
-    fn with_path(&self, error: StoreError) -> StoreError {
+    pub(crate) fn with_path(&self, error: StoreError) -> StoreError {
         let shown = self.location.display();
         let prefix = |message: String| {
             if message.contains(&shown) {
@@ -278,14 +289,6 @@ impl Pool {
     where
         F: Fn(&Connection, &Ctx) -> Result<T, StoreError>,
     {
-        let _writer = match access {
-            Access::Write => Some(
-                self.write_lock
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner),
-            ),
-            Access::Read => None,
-        };
         let begin = match access {
             Access::Write => "BEGIN IMMEDIATE",
             Access::Read => "BEGIN DEFERRED",

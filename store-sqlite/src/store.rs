@@ -20,6 +20,7 @@ use crate::notify::{notifier_for, Notifier};
 use crate::options::SqliteOptions;
 use crate::pool::{Access, Pool};
 use crate::work::Wake;
+use crate::writer::{Body, Fire, Settings, Writer};
 use crate::{
     append, claim_work, claims, clear, complete, cursors, fail, list_work, presence, read, renew,
     snapshots, subscribe,
@@ -27,17 +28,23 @@ use crate::{
 
 /// The SQLite backend of the session store.
 ///
-/// Guarantees: every call is one SQLite transaction (writers take the write
-/// lock up front with `BEGIN IMMEDIATE`), so a failed or interrupted call
-/// changes nothing; calls never block the async runtime (`block_in_place`
-/// on a multi-threaded runtime, `spawn_blocking` on a current-thread one);
-/// several stores (in this or other processes) may share one file
-/// safely, waiting up to the busy timeout for each other. Cheap to clone:
-/// clones share the connections.
+/// Guarantees: every call is all or nothing: a read is one SQLite
+/// transaction, a write runs on the file's one writer of the process,
+/// alone or with other queued calls in one transaction, inside a savepoint
+/// of its own, and is answered once committed; so a failed or interrupted
+/// call changes nothing. Calls never block the async runtime; several
+/// stores (in this or other processes) may share one file safely, waiting
+/// up to the busy timeout for other processes. Cheap to clone: clones
+/// share the connections.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     pool: Arc<Pool>,
     notifier: Arc<Notifier>,
+    /// The file's writer (`None`: in memory or read-only, whose writes, if
+    /// any, go through the pool).
+    writer: Option<Arc<Writer>>,
+    /// What this store's writes need of the writer's connection.
+    settings: Settings,
 }
 
 impl SqliteStore {
@@ -58,30 +65,69 @@ impl SqliteStore {
     }
 
     fn open_at(location: Location, options: SqliteOptions) -> Result<Self, StoreError> {
+        let settings = Settings::of(&options)?;
         let pool = Pool::open(location.clone(), options.clone())?;
-        // The file exists now, so its canonical path names it in the registry.
-        let notifier = notifier_for(&location, &options);
-        let pool = pool.with_write_lock(notifier.writers());
+        // The file exists now, so its canonical path and inode name it in
+        // the registry.
+        let notifier = notifier_for(&location, &options, pool.identity());
+        let writer = match location {
+            Location::File(_) if !options.read_only => {
+                Some(notifier.writer(pool.location(), pool.options())?)
+            }
+            _ => None,
+        };
         Ok(Self {
             notifier,
             pool: Arc::new(pool),
+            writer,
+            settings,
         })
     }
 
-    /// Wakes claimers waiting for work when a committed change moved a
-    /// work row earlier.
-    fn woke(&self, wake: Wake) {
-        if wake.woke() {
-            self.notifier.work().signal().notify();
-        }
+    /// Runs `body` as one write: on a file through its writer (committed
+    /// with whatever else is queued, answered once durable), in memory on
+    /// the pool; then announces what the body asks (the writer does so once
+    /// per batch).
+    pub(crate) async fn write<T, F>(&self, body: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Body<T>,
+    {
+        self.pool.check_writable()?;
+        let written = match &self.writer {
+            Some(writer) => {
+                writer
+                    .write(self.settings, self.pool.ctx().clone(), body)
+                    .await
+            }
+            None => self
+                .pool
+                .run(Access::Write, body)
+                .await
+                .map(|(value, fire)| {
+                    self.notifier.fire(fire);
+                    value
+                }),
+        };
+        written.map_err(|error| self.pool.with_path(error))
     }
 
     /// The work index and claims as the shared claim loop uses them.
     fn work_source(&self) -> claim_work::Work<'_> {
         claim_work::Work {
+            store: self,
             pool: &self.pool,
             wake: self.notifier.work(),
         }
+    }
+}
+
+/// What a committed write announces: `commits` when it wrote rows
+/// subscribers read, the work signal when it moved a work row earlier.
+fn fired(commits: bool, wake: Wake) -> Fire {
+    Fire {
+        commits,
+        work: wake.woke(),
     }
 }
 
@@ -95,38 +141,27 @@ impl Store for SqliteStore {
     ) -> Result<AppendResult, StoreError> {
         validate::append(session_id, &events, &options)?;
         let session_id = session_id.to_owned();
-        let appended = self
-            .pool
-            .run(Access::Write, move |tx, ctx| {
-                append::append(tx, ctx, &session_id, &events, &options)
-            })
-            .await?;
-        if appended.wrote {
-            self.notifier.notify();
-        }
-        self.woke(appended.wake);
-        Ok(appended.result)
+        self.write(move |tx, ctx| {
+            let appended = append::append(tx, ctx, &session_id, &events, &options)?;
+            let fire = fired(appended.wrote, appended.wake);
+            Ok((appended.result, fire))
+        })
+        .await
     }
 
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult, StoreError> {
         validate::claim_available(&request)?;
-        self.pool
-            .run(Access::Write, move |tx, ctx| {
-                claims::claim(tx, ctx, &request)
-            })
+        self.write(move |tx, ctx| Ok((claims::claim(tx, ctx, &request)?, Fire::NONE)))
             .await
     }
 
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult, StoreError> {
         validate::renew_claims(&request)?;
-        let (result, wake) = self
-            .pool
-            .run(Access::Write, move |tx, ctx| {
-                renew::renew(tx, ctx, &request)
-            })
-            .await?;
-        self.woke(wake);
-        Ok(result)
+        self.write(move |tx, ctx| {
+            let (result, wake) = renew::renew(tx, ctx, &request)?;
+            Ok((result, fired(false, wake)))
+        })
+        .await
     }
 
     async fn complete_attempt(
@@ -134,27 +169,21 @@ impl Store for SqliteStore {
         request: CompleteRequest,
     ) -> Result<CompleteResult, StoreError> {
         validate::complete_attempt(&request)?;
-        let completed = self
-            .pool
-            .run(Access::Write, move |tx, ctx| {
-                complete::complete(tx, ctx, &request)
-            })
-            .await?;
-        if completed.wrote {
-            self.notifier.notify();
-        }
-        self.woke(completed.wake);
-        Ok(completed.result)
+        self.write(move |tx, ctx| {
+            let completed = complete::complete(tx, ctx, &request)?;
+            let fire = fired(completed.wrote, completed.wake);
+            Ok((completed.result, fire))
+        })
+        .await
     }
 
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult, StoreError> {
         validate::fail_attempt(&request)?;
-        let (result, wake) = self
-            .pool
-            .run(Access::Write, move |tx, ctx| fail::fail(tx, ctx, &request))
-            .await?;
-        self.woke(wake);
-        Ok(result)
+        self.write(move |tx, ctx| {
+            let (result, wake) = fail::fail(tx, ctx, &request)?;
+            Ok((result, fired(false, wake)))
+        })
+        .await
     }
 
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>, StoreError> {
@@ -169,35 +198,27 @@ impl Store for SqliteStore {
 
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult, StoreError> {
         validate::redrive(&request)?;
-        let (result, wake) = self
-            .pool
-            .run(Access::Write, move |tx, ctx| {
-                fail::redrive(tx, ctx, &request)
-            })
-            .await?;
-        self.woke(wake);
-        Ok(result)
+        self.write(move |tx, ctx| {
+            let (result, wake) = fail::redrive(tx, ctx, &request)?;
+            Ok((result, fired(false, wake)))
+        })
+        .await
     }
 
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult, StoreError> {
         validate::clear(&request)?;
-        let result = self
-            .pool
-            .run(Access::Write, move |tx, ctx| {
-                clear::clear(tx, ctx, &request)
-            })
-            .await?;
-        if let ClearResult::Cleared { .. } = result {
-            self.notifier.notify();
-        }
-        Ok(result)
+        self.write(move |tx, ctx| {
+            let result = clear::clear(tx, ctx, &request)?;
+            let wrote = matches!(result, ClearResult::Cleared { .. });
+            Ok((result, fired(wrote, Wake::default())))
+        })
+        .await
     }
 
     async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult, StoreError> {
         validate::reclaim(session_id)?;
         let session_id = session_id.to_owned();
-        self.pool
-            .run(Access::Write, move |tx, _| clear::reclaim(tx, &session_id))
+        self.write(move |tx, _| Ok((clear::reclaim(tx, &session_id)?, Fire::NONE)))
             .await
     }
 
@@ -223,14 +244,11 @@ impl Store for SqliteStore {
         let log = validate::wake_log(session_id, consumer)?.clone();
         let session_id = session_id.to_owned();
         let consumer = consumer.clone();
-        let (result, wake) = self
-            .pool
-            .run(Access::Write, move |tx, ctx| {
-                cursors::wake_log(tx, ctx, &session_id, &consumer, &log)
-            })
-            .await?;
-        self.woke(wake);
-        Ok(result)
+        self.write(move |tx, ctx| {
+            let (result, wake) = cursors::wake_log(tx, ctx, &session_id, &consumer, &log)?;
+            Ok((result, fired(false, wake)))
+        })
+        .await
     }
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
@@ -246,6 +264,7 @@ impl Store for SqliteStore {
         Ok(subscribe::follow(
             &self.pool,
             self.notifier.subscribe(),
+            self.notifier.work(),
             session_id,
             after,
         ))
@@ -260,11 +279,11 @@ impl Store for SqliteStore {
         validate::write_state(session_id, reducer, &writes)?;
         let session_id = session_id.to_owned();
         let reducer = reducer.to_owned();
-        self.pool
-            .run(Access::Write, move |tx, _| {
-                snapshots::write_state(tx, &session_id, &reducer, writes.clone())
-            })
-            .await
+        self.write(move |tx, _| {
+            snapshots::write_state(tx, &session_id, &reducer, writes.clone())?;
+            Ok(((), Fire::NONE))
+        })
+        .await
     }
 
     async fn read_state(
@@ -293,12 +312,12 @@ impl Store for SqliteStore {
         validate::set_presence(session_id, participant, &values, &meta)?;
         let session_id = session_id.to_owned();
         let participant = participant.to_owned();
-        self.pool
-            .run(Access::Write, move |tx, ctx| {
-                let now = ctx.clock.now_ms();
-                presence::set_presence(tx, &session_id, &participant, &values, meta, now)
-            })
-            .await
+        self.write(move |tx, ctx| {
+            let now = ctx.clock.now_ms();
+            let result = presence::set_presence(tx, &session_id, &participant, &values, meta, now)?;
+            Ok((result, Fire::NONE))
+        })
+        .await
     }
 
     async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>, StoreError> {
@@ -347,9 +366,53 @@ impl Store for SqliteStore {
 mod tests {
     use std::time::Duration;
 
-    use a2_store_api::{ClaimWorkRequest, ConsumerDeclaration, Store};
+    use a2_store_api::{ClaimWorkRequest, ConsumerDeclaration, NewEvent, ReadOptions, Store};
 
     use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_writer_ends_and_closes_the_file_when_the_last_store_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let first = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let second = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let writer = first.writer.as_ref().map(Arc::downgrade).unwrap();
+        assert!(
+            Arc::ptr_eq(&writer.upgrade().unwrap(), second.writer.as_ref().unwrap()),
+            "two stores of one process on one file share its writer"
+        );
+        first
+            .append(
+                "s",
+                vec![NewEvent::new("m", serde_json::json!(1))],
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        drop(first);
+        assert!(writer.upgrade().is_some(), "the second store still writes");
+        second
+            .append(
+                "s",
+                vec![NewEvent::new("m", serde_json::json!(2))],
+                Default::default(),
+            )
+            .await
+            .unwrap();
+        drop(second);
+        assert!(writer.upgrade().is_none(), "the last store took the writer");
+        // Its thread ended and its connection closed within the drop: the
+        // last connection to close checkpoints and removes the WAL file.
+        let mut wal = path.clone().into_os_string();
+        wal.push("-wal");
+        assert!(
+            !std::path::Path::new(&wal).exists(),
+            "the file was closed when the last store was dropped"
+        );
+        let reopened = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        let rows = reopened.read("s", ReadOptions::default()).await.unwrap();
+        assert_eq!(rows.len(), 2);
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_dropped_wait_leaves_no_waiter_and_no_watcher() {

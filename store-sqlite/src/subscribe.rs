@@ -3,7 +3,6 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 use a2_store_api::{EventStream, StoreError, StoredEvent};
 use futures::stream;
@@ -12,6 +11,7 @@ use tokio::sync::watch;
 use crate::events::read_range;
 use crate::pool::{Access, Pool};
 use crate::session;
+use crate::wake::{WorkWake, FALLBACK_POLL};
 
 /// How many rows one read of a subscription fetches.
 const CHUNK: usize = 256;
@@ -21,18 +21,25 @@ struct Follow {
     session_id: String,
     last: u64,
     buffer: VecDeque<StoredEvent>,
+    /// Commits of this process on the file.
     commits: watch::Receiver<u64>,
-    poll: Duration,
+    /// Fails once the stream's store is dropped.
+    closed: watch::Receiver<()>,
+    /// The file's watcher of other processes' commits.
+    wake: Arc<WorkWake>,
     failed: bool,
 }
 
 /// A stream of the session's rows after `after`: it reads the database in
-/// chunks, and when caught up waits for a commit of this process or the poll
-/// interval (appends of other processes). Ends when the store is dropped;
+/// chunks, and when caught up waits for a commit of this process, or for
+/// the file's watcher to see another connection's commit (`PRAGMA
+/// data_version`, one check per file while anyone waits, see
+/// [`crate::wake`]); no per-session polling. Ends when the store is dropped;
 /// yields one error and ends if the database can no longer be read.
 pub(crate) fn follow(
     pool: &Arc<Pool>,
     commits: watch::Receiver<u64>,
+    wake: &Arc<WorkWake>,
     session_id: &str,
     after: u64,
 ) -> EventStream {
@@ -42,7 +49,8 @@ pub(crate) fn follow(
         last: after,
         buffer: VecDeque::new(),
         commits,
-        poll: pool.poll_interval(),
+        closed: pool.closed(),
+        wake: Arc::clone(wake),
         failed: false,
     };
     Box::pin(stream::unfold(state, |mut state| async move {
@@ -53,8 +61,18 @@ pub(crate) fn follow(
             if state.failed {
                 return None;
             }
-            // Mark commits seen before reading, so none is missed while reading.
+            // Mark commits seen before reading, so none is missed while
+            // reading; the receiver of other connections' commits is taken
+            // before the read for the same reason, and held (counted as a
+            // waiter, so the watcher runs) until the wait ends.
             state.commits.borrow_and_update();
+            let mut elsewhere = state
+                .wake
+                .shared()
+                .then(|| state.wake.elsewhere().subscribe());
+            if elsewhere.is_some() {
+                state.wake.watch_other_processes();
+            }
             let pool = state.pool.upgrade()?;
             let read = fetch(&pool, &state.session_id, state.last).await;
             drop(pool);
@@ -70,13 +88,30 @@ pub(crate) fn follow(
                     state.buffer.extend(rows);
                 }
                 Ok(_) => {
+                    // Another process's commit: the watcher's signal; if
+                    // the watcher could not start, a slow re-read instead.
+                    let other = async {
+                        match elsewhere.as_mut() {
+                            Some(receiver) if state.wake.is_watching() => {
+                                // Only a dropped notifier ends it, and the
+                                // commit signal reports that first.
+                                if receiver.changed().await.is_err() {
+                                    std::future::pending::<()>().await;
+                                }
+                            }
+                            Some(_) => tokio::time::sleep(FALLBACK_POLL).await,
+                            None => std::future::pending::<()>().await,
+                        }
+                    };
                     tokio::select! {
                         changed = state.commits.changed() => {
                             if changed.is_err() {
                                 return None;
                             }
                         }
-                        () = tokio::time::sleep(state.poll) => {}
+                        // Only ever fails: the store was dropped.
+                        _ = state.closed.changed() => return None,
+                        () = other => {}
                     }
                 }
             }

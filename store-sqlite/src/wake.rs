@@ -1,12 +1,16 @@
-//! Waking claimers waiting for work (`claim_work` with `wait_ms`).
+//! Waking claimers waiting for work (`claim_work` with `wait_ms`) and
+//! subscribers waiting for appends.
 //!
 //! In process, every store on a file shares one [`WorkSignal`] (through
-//! the file's notifier), fired after a commit that moved a work row earlier.
-//! Changes made by other processes are noticed by polling `PRAGMA
-//! data_version` on one dedicated connection every [`WORK_POLL`], from one
-//! thread per file that runs only while someone waits: it is started by the
-//! first waiter and ends once nobody waits or the store is dropped, keeping
-//! its connection for the next waiter.
+//! the file's notifier), fired after a commit that moved a work row earlier,
+//! and subscribers are woken by the notifier's commit signal. Changes made
+//! by other processes are noticed by polling `PRAGMA data_version` on one
+//! dedicated connection every `poll_interval` (one check for the whole
+//! file, however many sessions are followed), from one thread per file
+//! that runs only while someone waits: it is started by the first waiter
+//! (a claimer or a subscriber) and ends once nobody waits or the store is
+//! dropped, keeping its connection for the next waiter. When the version
+//! moves it fires both the work signal and [`WorkWake::elsewhere`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -18,9 +22,9 @@ use rusqlite::Connection;
 use crate::connection::{open_connection, Location};
 use crate::options::SqliteOptions;
 
-/// How often the watcher looks for commits of other processes while
-/// someone waits for work.
-pub(crate) const WORK_POLL: Duration = Duration::from_millis(5);
+/// The shortest interval the watcher accepts (`poll_interval` below it,
+/// zero included, is raised to it).
+pub(crate) const MIN_POLL: Duration = Duration::from_millis(1);
 
 /// How often a waiter claims again with no wake-up at all (the watcher
 /// could not start or lost its connection): a lost wake-up only delays.
@@ -30,6 +34,10 @@ pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(crate) struct WorkWake {
     signal: WorkSignal,
+    /// Fired when another connection committed (subscribers wait on it).
+    elsewhere: WorkSignal,
+    /// How often the watcher checks the data version.
+    interval: Duration,
     /// Where the watcher connects (`None`: a private in-memory database,
     /// which no other process can change).
     target: Option<(Location, SqliteOptions)>,
@@ -48,6 +56,8 @@ impl WorkWake {
         };
         Self {
             signal: WorkSignal::new(),
+            elsewhere: WorkSignal::new(),
+            interval: options.poll_interval.max(MIN_POLL),
             target,
             watching: AtomicBool::new(false),
             parked: Mutex::new(None),
@@ -57,6 +67,24 @@ impl WorkWake {
     /// The signal waiting claimers subscribe to.
     pub(crate) fn signal(&self) -> &WorkSignal {
         &self.signal
+    }
+
+    /// The signal subscribers waiting for other processes' appends hold a
+    /// receiver of while they wait (a receiver counts as a waiter, keeping
+    /// the watcher running): fired when another connection committed.
+    pub(crate) fn elsewhere(&self) -> &WorkSignal {
+        &self.elsewhere
+    }
+
+    /// How many claimers and subscribers wait now.
+    fn waiters(&self) -> usize {
+        self.signal.waiters() + self.elsewhere.waiters()
+    }
+
+    /// Fires both signals: something may have changed.
+    fn fire(&self) {
+        self.signal.notify();
+        self.elsewhere.notify();
     }
 
     /// Whether other processes may change the database (so a waiter also
@@ -83,7 +111,6 @@ impl WorkWake {
     }
 
     /// Whether a watcher thread runs now.
-    #[cfg(test)]
     pub(crate) fn is_watching(&self) -> bool {
         self.watching.load(Ordering::SeqCst)
     }
@@ -92,11 +119,11 @@ impl WorkWake {
     /// `true` when it must stop. A waiter arriving meanwhile either finds
     /// it running or starts a new one, never neither.
     fn retire(&self, conn: &mut Option<Connection>) -> bool {
-        if self.signal.waiters() > 0 {
+        if self.waiters() > 0 {
             return false;
         }
         self.watching.store(false, Ordering::SeqCst);
-        if self.signal.waiters() > 0 && !self.watching.swap(true, Ordering::SeqCst) {
+        if self.waiters() > 0 && !self.watching.swap(true, Ordering::SeqCst) {
             // A waiter came in between and found no watcher: keep on.
             return false;
         }
@@ -130,19 +157,19 @@ fn data_version(conn: &Connection) -> Option<i64> {
 /// The watcher thread: fires the signal whenever the database's data
 /// version moves, until nobody waits or the store is gone.
 fn watch(wake: &Weak<WorkWake>) {
-    let (mut conn, mut seen) = match wake.upgrade() {
+    let (mut conn, mut seen, interval) = match wake.upgrade() {
         Some(wake) => {
             let conn = wake.connection();
             let seen = conn.as_ref().and_then(data_version);
-            // A commit between the first waiter's claim and this baseline
-            // would go unnoticed: claim once more.
-            wake.signal.notify();
-            (conn, seen)
+            // A commit between the first waiter's claim (or read) and this
+            // baseline would go unnoticed: look once more.
+            wake.fire();
+            (conn, seen, wake.interval)
         }
         None => return,
     };
     loop {
-        std::thread::sleep(WORK_POLL);
+        std::thread::sleep(interval);
         let Some(wake) = wake.upgrade() else {
             return;
         };
@@ -154,7 +181,7 @@ fn watch(wake: &Weak<WorkWake>) {
             // Lost (or never opened) its connection: another one, and a
             // claim now if one was lost, as something may have changed.
             if conn.take().is_some() {
-                wake.signal.notify();
+                wake.fire();
             }
             conn = wake.connection();
             seen = conn.as_ref().and_then(data_version);
@@ -162,7 +189,7 @@ fn watch(wake: &Weak<WorkWake>) {
         }
         if version != seen {
             seen = version;
-            wake.signal.notify();
+            wake.fire();
         }
     }
 }
@@ -170,6 +197,8 @@ fn watch(wake: &Weak<WorkWake>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const WORK_POLL: Duration = Duration::from_millis(5);
 
     /// Waits up to a second for the watcher to be in `state`.
     fn settles(wake: &WorkWake, state: bool) -> bool {
@@ -230,6 +259,40 @@ mod tests {
         drop(wake);
         drop(waiter);
         // The store gone, the thread holds nothing but a dead weak reference.
+    }
+
+    #[test]
+    fn a_waiting_subscriber_alone_runs_the_watcher_and_is_woken() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let options = SqliteOptions::default();
+        let location = Location::File(path.clone());
+        let mut writer = open_connection(&location, &options).unwrap();
+        crate::schema::migrate(&mut writer, "w.db").unwrap();
+        let wake = Arc::new(WorkWake::new(&location, &options));
+        let mut subscriber = wake.elsewhere().subscribe();
+        wake.watch_other_processes();
+        assert!(wake.is_watching());
+        std::thread::sleep(WORK_POLL * 10);
+        assert!(
+            wake.is_watching(),
+            "a waiting subscriber keeps the watcher on"
+        );
+        subscriber.borrow_and_update();
+        writer
+            .execute_batch("INSERT INTO sessions (name) VALUES ('s')")
+            .unwrap();
+        let mut woken = false;
+        for _ in 0..200 {
+            if subscriber.has_changed().unwrap() {
+                woken = true;
+                break;
+            }
+            std::thread::sleep(WORK_POLL);
+        }
+        assert!(woken, "another connection's commit wakes the subscriber");
+        drop(subscriber);
+        assert!(settles(&wake, false), "nobody waits: the watcher ends");
     }
 
     #[test]

@@ -159,6 +159,81 @@ async fn a_locked_database_is_busy_after_the_timeout_and_changes_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_grouped_behind_a_lock_held_elsewhere_all_fail_busy_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("locked-batch.db");
+    let store = SqliteStore::open(
+        &path,
+        SqliteOptions {
+            busy_timeout: Duration::from_millis(150),
+            ..SqliteOptions::default()
+        },
+    )
+    .unwrap();
+    store
+        .append(
+            "s0",
+            vec![NewEvent::new("msg", json!(0))],
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    let blocker = rusqlite::Connection::open(&path).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    // Eight calls at once: one runs in its caller's thread or on the
+    // writer thread, the others queue and are committed together, so whole
+    // batches meet the lock held by "another process".
+    let calls: Vec<_> = (0..8)
+        .map(|n| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .append(
+                        &format!("s{n}"),
+                        vec![NewEvent::new("msg", json!(n + 1))],
+                        Default::default(),
+                    )
+                    .await
+            })
+        })
+        .collect();
+    for call in calls {
+        let error = call
+            .await
+            .unwrap()
+            .expect_err("the write lock is held elsewhere");
+        assert_eq!(error.code(), ErrorCode::Busy, "{error}");
+    }
+    blocker.execute_batch("ROLLBACK").unwrap();
+    for n in 0..8 {
+        let rows = store
+            .read(&format!("s{n}"), ReadOptions::default())
+            .await
+            .unwrap();
+        let expected = if n == 0 { vec![json!(0)] } else { Vec::new() };
+        let payloads: Vec<_> = rows.iter().map(|row| row.payload.clone()).collect();
+        assert_eq!(payloads, expected, "a failed batch changed nothing");
+    }
+    // The writer goes on once the lock is free.
+    store
+        .append(
+            "s1",
+            vec![NewEvent::new("msg", json!("after"))],
+            Default::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .read("s1", ReadOptions::default())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_waiting_within_the_timeout_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("wait.db");

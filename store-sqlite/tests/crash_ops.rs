@@ -714,14 +714,14 @@ fn child(db: &Path) {
             journal.note(format!("PRES {field} {k}"));
             journal.settled(&store).await;
 
-            if k % 5 == 2 {
+            if k % 5 == 1 {
                 journal.begin(&store, "wake".into()).await;
                 store.wake_log(SESSION, &follower()).await.unwrap();
                 journal.note("WAKE".into());
                 journal.settled(&store).await;
             }
 
-            if k % 4 == 3 {
+            if k % 4 == 1 {
                 journal.begin(&store, "clear".into()).await;
                 let cleared = store
                     .clear(ClearRequest {
