@@ -149,8 +149,9 @@ pub struct SqliteUrlOptions {
     pub busy_timeout_ms: Option<u64>,
     /// `pool_size=N`: connections kept open (at least 1).
     pub pool_size: Option<usize>,
-    /// `poll_interval_ms=N`: how often subscribers look for appends made by
-    /// other processes (at least 1).
+    /// `poll_interval_ms=N`: how often the file's one watcher checks for
+    /// commits of other processes while a subscriber or `claim_work` waits
+    /// (at least 1; one check per file, never per session).
     pub poll_interval_ms: Option<u64>,
 }
 
