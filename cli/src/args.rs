@@ -98,9 +98,18 @@ pub enum Command {
     /// schema `a2_check_*` of that server, dropped afterwards. Prints each case
     /// as ok, FAILED or skipped and exits with status 1 when any case fails.
     Check(CheckArgs),
-    /// Look inside a store: sessions, a session's log, cursors, dead letters, presence.
+    /// Look inside a store: sessions, a log, cursors, presence, and work, dead letters and blocked lanes across sessions.
     Inspect(InspectArgs),
-    /// Retry or skip a dead-lettered head.
+    /// Retry or skip a dead-lettered head, or with --all every dead letter a filter keeps.
+    ///
+    /// `redrive URL SESSION CONSUMER INDEX --retry|--skip` redrives one head.
+    /// `redrive URL --all [--consumer C] [--session S] [--older-than D]
+    /// [--limit N] --retry|--skip` first lists the dead letters it would
+    /// change; it changes them only with --yes (--dry-run: list only; with
+    /// neither it lists them and exits with status 2 saying which to pass).
+    /// With --yes each head is looked up again just before it is redriven:
+    /// one that changed since it was listed (redriven, failed again, gone)
+    /// is reported and left alone, and the exit status is then 2.
     Redrive(RedriveArgs),
     /// Clear a session: append the `a2.cleared` marker, dropping its pending work.
     ///
@@ -286,10 +295,72 @@ pub enum InspectCommand {
         /// The session.
         session: String,
     },
-    /// A session's dead-lettered heads (fix them with `redrive`).
+    /// Sessions with work, per consumer, the one waiting longest first.
+    ///
+    /// One row per session and consumer with claimable, busy or
+    /// dead-lettered heads: how many of each, since when the claimable work
+    /// has waited (`ready since`), and when the first busy lease or retry
+    /// delay ends. Rows with claimable work come first, longest waiting
+    /// first; then busy ones by their next expiry; then those holding only
+    /// dead letters. Reads every session with work of the consumers.
+    ///
+    /// Without --consumer, the consumers are found by reading the cursors of
+    /// every session (a store keeps no list of consumers; a note on stderr
+    /// says so): name them to skip that scan.
+    Work {
+        /// Look at this consumer's work (repeat for several; default: every
+        /// consumer with a cursor, found by a scan).
+        #[arg(long = "consumer", value_name = "C")]
+        consumers: Vec<String>,
+        /// Show at most N rows (the longest waiting).
+        #[arg(long, value_name = "N", value_parser = parse_limit)]
+        limit: Option<usize>,
+    },
+    /// Dead-lettered heads: of one session, or of the whole store, paged by session.
+    ///
+    /// With SESSION: that session's dead letters. Without: every dead
+    /// letter in the store, by session id, at most --limit sessions a page
+    /// (each with all its dead letters); a page that is not the last says
+    /// which --after continues it. For each head, `behind` says how many
+    /// events wait behind it on its lane: exact for a log consumer (the
+    /// later events of a type it takes), `-` for an event cursor (it holds
+    /// only its own event); for a FIFO lane the store does not expose the
+    /// queue, so it shows `<=N`, the events after the head in the session's
+    /// log, whatever they target (JSON: `waiting_behind` null,
+    /// `later_events` N).
+    ///
+    /// With --consumer only those consumers' dead letters are listed, and only
+    /// the sessions the store's work index reports with dead letters are read;
+    /// without, every session is read.
     DeadLetters {
-        /// The session.
-        session: String,
+        /// The session (omit to list the whole store).
+        session: Option<String>,
+        /// Only this consumer's dead letters (repeat for several) [whole store].
+        #[arg(long = "consumer", value_name = "C", conflicts_with = "session")]
+        consumers: Vec<String>,
+        /// Only sessions whose id sorts after this one: where the previous page ended [whole store].
+        #[arg(long, value_name = "SESSION", conflicts_with = "session")]
+        after: Option<String>,
+        /// At most N sessions in the page [whole store; default 100].
+        #[arg(long, value_name = "N", value_parser = parse_limit, conflicts_with = "session")]
+        limit: Option<usize>,
+    },
+    /// Lanes held by a dead letter: what waits behind each (fix them with `redrive`).
+    ///
+    /// The dead-lettered heads of FIFO lane and log cursors across the
+    /// store, by session id and paged like `dead-letters`: nothing on such a
+    /// lane is handed out until its head is retried or skipped. `behind`
+    /// counts as in `dead-letters`.
+    Blocked {
+        /// Only this consumer's lanes (repeat for several).
+        #[arg(long = "consumer", value_name = "C")]
+        consumers: Vec<String>,
+        /// Only sessions whose id sorts after this one: where the previous page ended.
+        #[arg(long, value_name = "SESSION")]
+        after: Option<String>,
+        /// At most N sessions in the page [default 100].
+        #[arg(long, value_name = "N", value_parser = parse_limit)]
+        limit: Option<usize>,
     },
     /// A session's live presence fields.
     Presence {
@@ -306,18 +377,43 @@ pub struct RedriveArgs {
     #[arg(value_name = "URL")]
     pub url: String,
     /// The session.
-    pub session: String,
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub session: Option<String>,
     /// The consumer whose head was dead-lettered.
-    pub consumer: String,
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub consumer: Option<String>,
     /// The dead-lettered head's index.
-    pub index: u64,
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub index: Option<u64>,
     /// Make the head claimable again (failures reset, attempts kept).
     #[arg(long)]
     pub retry: bool,
     /// Move the cursor past the head as if it had been processed.
     #[arg(long)]
     pub skip: bool,
-    /// Print what changed as JSON.
+    /// Redrive every dead letter the filters keep (instead of SESSION
+    /// CONSUMER INDEX): prints them, and acts only with --yes.
+    #[arg(long)]
+    pub all: bool,
+    /// With --all: only this consumer's dead letters (repeat for several).
+    #[arg(long = "consumer", value_name = "C")]
+    pub consumers: Vec<String>,
+    /// With --all: only in this session (repeat for several).
+    #[arg(long = "session", value_name = "SESSION")]
+    pub sessions: Vec<String>,
+    /// With --all: only heads dead-lettered at least this long ago (e.g. `30m`, `2h`, `1day`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub older_than: Option<std::time::Duration>,
+    /// With --all: at most N dead letters (the first by session id, then index).
+    #[arg(long, value_name = "N", value_parser = parse_limit)]
+    pub limit: Option<usize>,
+    /// With --all: redrive what the preview lists.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub yes: bool,
+    /// With --all: only print what would be redriven.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print what changed (or would change) as JSON.
     #[arg(long)]
     pub json: bool,
 }
@@ -355,6 +451,20 @@ pub struct ReclaimArgs {
     pub json: bool,
 }
 
+fn parse_limit(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(limit) if limit > 0 => Ok(limit),
+        _ => Err(format!(
+            "'{text}' is not a limit: give a whole number of at least 1, e.g. --limit 50"
+        )),
+    }
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(text)
+        .map_err(|e| format!("'{text}' is not a duration ({e}): give e.g. 90s, 30m, 2h or 1day"))
+}
+
 fn parse_rate(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(rate) if rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0 => Ok(rate),
@@ -390,6 +500,18 @@ mod tests {
         assert!(parse_seconds("-1").is_err());
         assert!(parse_seconds("NaN").is_err());
         assert!(parse_seconds("soon").is_err());
+    }
+
+    #[test]
+    fn limits_and_durations_parse() {
+        assert_eq!(parse_limit("5"), Ok(5));
+        assert!(parse_limit("0").is_err());
+        assert!(parse_limit("-1").is_err());
+        assert_eq!(
+            parse_duration("2h"),
+            Ok(std::time::Duration::from_secs(7200))
+        );
+        assert!(parse_duration("soon").is_err());
     }
 
     #[test]

@@ -6,8 +6,10 @@
 
 #![forbid(unsafe_code)]
 
+mod across;
 mod args;
 mod bench;
+mod bulk;
 mod check;
 mod failure;
 mod inspect;

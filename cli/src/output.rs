@@ -6,6 +6,11 @@ use serde::Serialize;
 
 use crate::failure::Failure;
 
+/// Version of the JSON shape of the cross-session views and bulk repairs
+/// (`"version"` in their output); bumped when a field changes meaning or
+/// goes away (new fields may appear without a bump).
+pub const JSON_VERSION: u32 = 1;
+
 /// Writes `text` to stdout. A reader that went away (`| head`) is not an
 /// error; any other write failure is.
 pub fn print(text: &str) -> Result<(), Failure> {
@@ -70,6 +75,13 @@ pub fn timestamp(ms: i64) -> String {
     humantime::format_rfc3339_millis(time).to_string()
 }
 
+/// A duration in ms as whole seconds, minutes, hours and days (`1h 2m 5s`);
+/// `0s` below a second or when negative.
+pub fn age(ms: i64) -> String {
+    let secs = u64::try_from(ms / 1_000).unwrap_or(0);
+    humantime::format_duration(std::time::Duration::from_secs(secs)).to_string()
+}
+
 /// A JSON value on one line, cut to `max` characters with `…`.
 pub fn compact_json(value: &serde_json::Value, max: usize) -> String {
     let text = value.to_string();
@@ -92,6 +104,13 @@ mod tests {
         assert_eq!(timestamp(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
         assert_eq!(timestamp(-5), "-5");
         assert_eq!(timestamp(i64::MAX), i64::MAX.to_string());
+    }
+
+    #[test]
+    fn ages_are_whole_seconds() {
+        assert_eq!(age(999), "0s");
+        assert_eq!(age(-5_000), "0s");
+        assert_eq!(age(3_723_456), "1h 2m 3s");
     }
 
     #[test]

@@ -8,17 +8,32 @@ use crate::failure::Failure;
 use crate::output::{escape, print, print_json};
 use crate::target;
 
-/// Runs `redrive`.
+/// Runs `redrive`: one head, or with `--all` every dead letter the filters keep.
 pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
+    let (Some(session), Some(consumer), Some(index)) = (
+        args.session.as_deref(),
+        args.consumer.as_deref(),
+        args.index,
+    ) else {
+        return crate::bulk::redrive_all(args).await;
+    };
+    let bulk_only = [
+        (args.yes, "--yes"),
+        (args.dry_run, "--dry-run"),
+        (!args.consumers.is_empty(), "--consumer"),
+        (!args.sessions.is_empty(), "--session"),
+        (args.older_than.is_some(), "--older-than"),
+        (args.limit.is_some(), "--limit"),
+    ];
+    if let Some((_, flag)) = bulk_only.iter().find(|(given, _)| *given) {
+        return Err(Failure::new(format!(
+            "{flag} goes with --all (redrive every dead letter the filters keep); to redrive one head pass only SESSION CONSUMER INDEX and --retry or --skip"
+        )));
+    }
     let store = target::open_existing(&args.url).await?;
-    let session = args.session.as_str();
     let shown = escape(session);
     let url = args.url.as_str();
-    let action = if args.skip {
-        RedriveAction::Skip
-    } else {
-        RedriveAction::Retry
-    };
+    let action = action(args);
     let dead = store.dead_letters(session).await.map_err(|e| {
         Failure::store(
             url,
@@ -28,12 +43,12 @@ pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
     })?;
     let head = dead
         .iter()
-        .find(|h| h.consumer == args.consumer && h.event.index == args.index);
+        .find(|h| h.consumer == consumer && h.event.index == index);
     let result = store
         .redrive(RedriveRequest {
             session_id: session.to_owned(),
-            consumer: args.consumer.clone(),
-            index: args.index,
+            consumer: consumer.to_owned(),
+            index,
             action,
             consumers: None,
         })
@@ -42,14 +57,14 @@ pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
     if !result.redriven {
         return Err(Failure::new(format!(
             "nothing changed: consumer '{}' has no dead-lettered head at index {} in session '{shown}' — list them with `a2-store inspect {url} dead-letters {shown}`",
-            escape(&args.consumer), args.index
+            escape(consumer), index
         )));
     }
     if args.json {
         return print_json(&json!({
             "session_id": session,
-            "consumer": args.consumer,
-            "index": args.index,
+            "consumer": consumer,
+            "index": index,
             "action": action,
             "redriven": result.redriven,
             "has_pending": result.has_pending,
@@ -77,10 +92,18 @@ pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
         "the session has no pending work"
     };
     print(&format!(
-        "redrove {} at index {}{what} in session '{shown}': {done}; {pending}\n",
-        escape(&args.consumer),
-        args.index
+        "redrove {} at index {index}{what} in session '{shown}': {done}; {pending}\n",
+        escape(consumer),
     ))
+}
+
+/// The action `--retry` or `--skip` asks for.
+pub fn action(args: &RedriveArgs) -> RedriveAction {
+    if args.skip {
+        RedriveAction::Skip
+    } else {
+        RedriveAction::Retry
+    }
 }
 
 /// Runs `clear`.
