@@ -31,6 +31,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod builders;
 mod clock;
 pub mod dispatch;
 mod error;
@@ -46,6 +47,7 @@ mod types;
 pub mod validate;
 pub mod work;
 
+pub use builders::duration_ms;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dispatch::{ClaimStep, CompleteVerdict, RenewVerdict};
 pub use error::{BoxError, ErrorCode, Result, StoreError};
