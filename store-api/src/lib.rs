@@ -1,5 +1,9 @@
 //! The session-store contract for durable agent sessions.
 //!
+//! **Start with the [`guide`]**: the concepts (sessions, cursors, heads,
+//! attempts, leases), the lifecycle of a head, what every answer means, a
+//! glossary and a worked example you can run.
+//!
 //! An agent runtime keeps each session as an append-only event log and
 //! processes events through cursors under leases. This crate holds the
 //! object-safe async [`Store`] trait every backend implements, its request
@@ -35,6 +39,8 @@ mod builders;
 mod clock;
 pub mod dispatch;
 mod error;
+#[doc = include_str!("../docs/guide.md")]
+pub mod guide {}
 mod ids;
 pub mod log;
 pub mod order;

@@ -23,7 +23,7 @@ use crate::types::{
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<StoredEvent>> + Send + 'static>>;
 
 /// A durable store of agent sessions: append-only logs dispatched through
-/// cursors under leases. See the crate docs and the SPEC for the contract;
+/// cursors under leases. See the [guide](crate::guide) for the contract;
 /// the `a2-conformance` suite proves a backend implements it.
 ///
 /// Every method is one atomic step: an `Err` means nothing changed. Object

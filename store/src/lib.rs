@@ -1,6 +1,10 @@
 //! Durable agent session stores behind one facade: pick a backend with a
 //! Cargo feature and a URL, then use the [`Store`] trait.
 //!
+//! New to the store? The [`guide`] explains the concepts, the lifecycle of
+//! a head (claim, renew, complete or fail, dead letter, redrive), what every
+//! answer means, and walks through a worked example.
+//!
 //! ```toml
 //! [dependencies]
 //! a2-store = { version = "0.1", features = ["sqlite"] }  # `memory` is on by default
@@ -156,6 +160,9 @@ mod options;
 pub mod postgres;
 mod url;
 
+/// The contract in the project's own words: concepts, the lifecycle of a
+/// head, a glossary and the worked example (the `a2-store-api` guide).
+pub use a2_store_api::guide;
 pub use a2_store_api::{
     duration_ms, AppendOptions, AppendResult, BoxError, Cause, ClaimRequest, ClaimResult,
     ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, Clock, CompleteRequest,
