@@ -232,6 +232,19 @@ pub mod backend {
     };
 }
 
+/// The top-level README's Rust snippets, compiled (and the runnable ones
+/// run) as doctests, so the README an app developer copies from keeps
+/// working. Needs the features the snippets use; `.ci/run` enables them.
+#[cfg(all(
+    doctest,
+    feature = "memory",
+    feature = "worker",
+    feature = "tracing",
+    feature = "metrics"
+))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 // The rule modules stay reachable at their old paths for code written
 // against them, off the front page.
 #[doc(hidden)]
