@@ -11,7 +11,15 @@ const CONTRACT: &str = include_str!("../../store-api/CONTRACT.md");
 
 /// Sections whose every rule (each bullet, or each paragraph when the
 /// section has no bullets) must cite a case.
-const CITING_SECTIONS: &[&str] = &["Redrive", "Work across sessions"];
+const CITING_SECTIONS: &[&str] = &[
+    "Redrive",
+    "Snapshots",
+    "Declarations",
+    "Subscriptions",
+    "Presence",
+    "Sessions",
+    "Work across sessions",
+];
 
 /// A rule proven outside the shared suite says so with these words.
 const OWN_TESTS: &str = "each backend's own tests";
