@@ -85,7 +85,7 @@ fn rules(body: &str) -> Vec<String> {
 
 #[test]
 fn every_cited_case_exists() {
-    let cases: BTreeSet<&str> = a2_conformance::case_names().into_iter().collect();
+    let cases: BTreeSet<&str> = a2_conformance::case_names().collect();
     let cited: BTreeSet<&str> = backticked(CONTRACT)
         .into_iter()
         .filter(|span| looks_like_case(span))
@@ -107,7 +107,7 @@ fn every_cited_case_exists() {
 
 #[test]
 fn every_rule_of_the_citing_sections_cites_a_case() {
-    let cases: BTreeSet<&str> = a2_conformance::case_names().into_iter().collect();
+    let cases: BTreeSet<&str> = a2_conformance::case_names().collect();
     let all = sections(CONTRACT);
     for title in CITING_SECTIONS {
         let (_, body) = all
