@@ -1,7 +1,8 @@
 //! The conformance suite every a2 store backend runs.
 //!
-//! Every behaviour of the session-store contract (the SPEC and the team's
-//! CONTRACT decisions) is a named *case*. A backend proves it implements
+//! Every behaviour of the session-store contract (the guide of
+//! `a2-store-api`, [`a2_store_api::guide`], and the decisions of its
+//! CONTRACT.md) is a named *case*. A backend proves it implements
 //! [`Store`](a2_store_api::Store) by passing them all.
 //!
 //! # Using it from a backend's tests

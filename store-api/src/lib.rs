@@ -1,5 +1,9 @@
 //! The session-store contract for durable agent sessions.
 //!
+//! **Start with the [`guide`]**: the concepts (sessions, cursors, heads,
+//! attempts, leases), the lifecycle of a head, what every answer means, a
+//! glossary and a worked example you can run.
+//!
 //! An agent runtime keeps each session as an append-only event log and
 //! processes events through cursors under leases. This crate holds the
 //! object-safe async [`Store`] trait every backend implements, its request
@@ -31,9 +35,12 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod builders;
 mod clock;
 pub mod dispatch;
 mod error;
+#[doc = include_str!("../docs/guide.md")]
+pub mod guide {}
 mod ids;
 pub mod log;
 pub mod order;
@@ -46,6 +53,7 @@ mod types;
 pub mod validate;
 pub mod work;
 
+pub use builders::duration_ms;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dispatch::{ClaimStep, CompleteVerdict, RenewVerdict};
 pub use error::{BoxError, ErrorCode, Result, StoreError};

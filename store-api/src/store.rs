@@ -23,7 +23,7 @@ use crate::types::{
 pub type EventStream = Pin<Box<dyn Stream<Item = Result<StoredEvent>> + Send + 'static>>;
 
 /// A durable store of agent sessions: append-only logs dispatched through
-/// cursors under leases. See the crate docs and the SPEC for the contract;
+/// cursors under leases. See the [guide](crate::guide) for the contract;
 /// the `a2-conformance` suite proves a backend implements it.
 ///
 /// Every method is one atomic step: an `Err` means nothing changed. Object
@@ -33,6 +33,24 @@ pub trait Store: Send + Sync {
     /// Appends a batch atomically (or replays it idempotently when every id
     /// is already stored), creating cursors for its targets and declared log
     /// consumers, and notifying subscribers.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let event = NewEvent::new("msg", json!({"text": "hi"}))
+    ///     .with_id("m1")
+    ///     .with_target(Target::lane("agent", "main"));
+    /// let first = store.append("chat-1", vec![event.clone()], AppendOptions::default()).await?;
+    /// assert_eq!(first.events[0].index, 1);
+    /// assert!(first.has_pending); // the agent has work
+    /// // Every id already stored: a replay, nothing is written.
+    /// let again = store.append("chat-1", vec![event], AppendOptions::default()).await?;
+    /// assert_eq!(again.events, first.events);
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn append(
         &self,
         session_id: &str,
@@ -42,38 +60,222 @@ pub trait Store: Send + Sync {
 
     /// Claims every claimable head of the served cursors (up to `limit`),
     /// counting expired claims as failures first.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// let request = ClaimRequest::new("chat-1", "worker-1", Duration::from_secs(30))
+    ///     .with_consumers(vec![ConsumerDeclaration::targeted("agent")]);
+    /// let ClaimResult::Claimed { heads, .. } = store.claim_available(request.clone()).await? else {
+    ///     panic!("nothing claimed");
+    /// };
+    /// assert_eq!((heads[0].event.index, heads[0].dispatch.attempt_count), (1, 1));
+    /// // Claimed heads are busy until their lease ends.
+    /// assert!(matches!(store.claim_available(request).await?, ClaimResult::Busy { .. }));
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult>;
 
     /// Extends leases still held by `holder`; reports claims that can never complete.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// let lease = Duration::from_secs(30);
+    /// let head = store.claim_available(ClaimRequest::new("chat-1", "worker-1", lease)).await?.into_heads().remove(0);
+    /// let renewed = store.renew_claims(RenewRequest::for_head(&head, Duration::from_secs(60))).await?;
+    /// assert_eq!(renewed.renewed, vec![head.cursor_ref()]);
+    /// assert!(renewed.superseded.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult>;
 
     /// Completes a claimed head: appends the returned events with the attempt
     /// as cause, records the completion and advances the cursor, atomically.
     /// Repeating a completion replays it.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// let lease = Duration::from_secs(30);
+    /// let head = store.claim_available(ClaimRequest::new("chat-1", "worker-1", lease)).await?.into_heads().remove(0);
+    /// let reply = NewEvent::new("reply", json!("hello")).with_id("reply-1");
+    /// let done = store.complete_attempt(CompleteRequest::for_head(&head, vec![reply.clone()])).await?;
+    /// let CompleteResult::Completed { events } = &done else { panic!("superseded") };
+    /// assert_eq!(events[0].cause, Some(head.cause())); // appended as the attempt's output
+    /// // Asking again (say, after a timeout) replays the same answer.
+    /// assert_eq!(store.complete_attempt(CompleteRequest::for_head(&head, vec![reply])).await?, done);
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult>;
 
     /// Records a failed attempt (with optional retry delay), dead-lettering at
     /// `max_failures`. Repeating the same failure is idempotent.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// let lease = Duration::from_secs(30);
+    /// let head = store.claim_available(ClaimRequest::new("chat-1", "worker-1", lease)).await?.into_heads().remove(0);
+    /// let request = FailRequest::for_head(&head, "model timed out", 3)
+    ///     .with_retry_after(Duration::from_secs(5));
+    /// let failed = store.fail_attempt(request).await?;
+    /// assert_eq!((failed.outcome, failed.failure_count), (FailOutcome::Failed, 1));
+    /// // The retry delay keeps the head busy.
+    /// assert!(matches!(
+    ///     store.claim_available(ClaimRequest::new("chat-1", "worker-2", lease)).await?,
+    ///     ClaimResult::Busy { .. }
+    /// ));
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult>;
 
     /// Dead-lettered heads above the clear, by `(index, consumer, lane)`.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// let lease = Duration::from_secs(30);
+    /// let head = store.claim_available(ClaimRequest::new("chat-1", "worker-1", lease)).await?.into_heads().remove(0);
+    /// store.fail_attempt(FailRequest::for_head(&head, "bad input", 1)).await?;
+    /// let dead = store.dead_letters("chat-1").await?;
+    /// assert_eq!(dead.len(), 1);
+    /// assert_eq!(dead[0].dispatch.last_error.as_deref(), Some("bad input"));
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>>;
 
     /// Retries or skips a consumer's dead-lettered head.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// store.append("chat-1", vec![msg(2)], AppendOptions::default()).await?;
+    /// let lease = Duration::from_secs(30);
+    /// let head = store.claim_available(ClaimRequest::new("chat-1", "worker-1", lease)).await?.into_heads().remove(0);
+    /// store.fail_attempt(FailRequest::for_head(&head, "bad input", 1)).await?;
+    /// // Skip the poisoned message: the lane moves on to index 2.
+    /// let dead = store.dead_letters("chat-1").await?.remove(0);
+    /// let redriven = store.redrive(RedriveRequest::for_head(&dead, RedriveAction::Skip)).await?;
+    /// assert!(redriven.redriven && redriven.has_pending);
+    /// let next = store.claim_available(ClaimRequest::new("chat-1", "worker-1", lease)).await?;
+    /// assert_eq!(next.heads()[0].event.index, 2);
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult>;
 
     /// Appends the `a2.cleared` marker: drops event and lane cursors, parks log
     /// cursors at the marker and releases every pin.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// store.append("chat-1", vec![msg(2)], AppendOptions::default()).await?;
+    /// // Only if nothing was appended since index 1 was seen: refused.
+    /// let refused = store.clear(ClearRequest::new("chat-1").with_if_last_index(1)).await?;
+    /// assert_eq!(refused, ClearResult::NotCleared { head: 2 });
+    /// let ClearResult::Cleared { marker } = store.clear(ClearRequest::new("chat-1")).await? else {
+    ///     panic!("not cleared");
+    /// };
+    /// assert_eq!((marker.index, marker.event_type.as_str()), (3, a2_store::CLEAR_EVENT_TYPE));
+    /// assert!(store.cursors("chat-1").await?.is_empty()); // the pending work is dropped
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult>;
 
     /// Deletes up to [`RECLAIM_BATCH`](crate::RECLAIM_BATCH) rows below the clear marker.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// store.append("chat-1", vec![msg(2)], AppendOptions::default()).await?;
+    /// store.clear(ClearRequest::new("chat-1")).await?;
+    /// let reclaimed = store.reclaim("chat-1").await?;
+    /// assert_eq!((reclaimed.reclaimed, reclaimed.done), (2, true));
+    /// assert_eq!(store.read("chat-1", ReadOptions::default()).await?.len(), 1); // the marker
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult>;
 
     /// Stored rows with `after < index <= through`, in order.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// store.append("chat-1", vec![msg(2), msg(3)], AppendOptions::default()).await?;
+    /// let page = store.read("chat-1", ReadOptions::new().with_after(1).with_limit(1)).await?;
+    /// assert_eq!(page.len(), 1);
+    /// assert_eq!((page[0].index, page[0].payload.as_value()), (2, &json!(2)));
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>>;
 
     /// Makes sure a declared log consumer's cursor exists and points at its
     /// next taken event.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// // Events appended before anyone declared the audit log consumer.
+    /// let note = |n: u64| NewEvent::new("note", json!(n));
+    /// store.append("chat-1", vec![note(1), note(2)], AppendOptions::default()).await?;
+    /// // Backfill from the start: its cursor is created with head 1.
+    /// let audit = ConsumerDeclaration::log("audit", "audit-log", None, true);
+    /// let woken = store.wake_log("chat-1", &audit).await?;
+    /// assert_eq!((woken.cursor.head, woken.head), (Some(1), 2));
+    /// let claim = ClaimRequest::new("chat-1", "auditor", Duration::from_secs(30))
+    ///     .with_consumers(vec![audit]);
+    /// assert_eq!(store.claim_available(claim).await?.heads()[0].consumer, "audit");
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn wake_log(
         &self,
         session_id: &str,
@@ -81,12 +283,58 @@ pub trait Store: Send + Sync {
     ) -> Result<WakeLogResult>;
 
     /// Every unfinished cursor, by consumer then lane (laneless last by head).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// let cursors = store.cursors("chat-1").await?;
+    /// assert_eq!(cursors.len(), 1);
+    /// assert_eq!((cursors[0].kind, cursors[0].lane.as_deref()), (a2_store::CursorKind::Lane, Some("main")));
+    /// assert_eq!((cursors[0].position, cursors[0].head), (0, Some(1)));
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>>;
 
     /// The stored events after `after`, then live appends.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// let mut events = store.subscribe("chat-1", 0).await?;
+    /// assert_eq!(events.next().await.transpose()?.map(|e| e.index), Some(1)); // the backlog
+    /// store.append("chat-1", vec![msg(2)], AppendOptions::default()).await?;
+    /// assert_eq!(events.next().await.transpose()?.map(|e| e.index), Some(2)); // then live
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream>;
 
     /// Caches reducer snapshots; each write is a checkpoint kept while a pin holds.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// store.append("chat-1", vec![msg(2)], AppendOptions::default()).await?;
+    /// let write = a2_store::StateWrite::new(2, json!({"messages": 2}));
+    /// store.write_state("chat-1", "counter", vec![write]).await?;
+    /// let read = store.read_state("chat-1", "counter", Default::default()).await?;
+    /// assert_eq!(read.snapshot.map(|s| (s.index, s.state)), Some((2, json!({"messages": 2}))));
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn write_state(
         &self,
         session_id: &str,
@@ -95,6 +343,24 @@ pub trait Store: Send + Sync {
     ) -> Result<()>;
 
     /// The best cached snapshot at or below `at` and above the clear.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg(1)], AppendOptions::default()).await?;
+    /// store.append("chat-1", vec![msg(2)], AppendOptions::default()).await?;
+    /// store.write_state("chat-1", "counter", vec![a2_store::StateWrite::new(2, json!(2))]).await?;
+    /// // Nothing cached at or below index 1 (the head snapshot is at 2).
+    /// let early = store.read_state("chat-1", "counter", a2_store::ReadStateOptions::at(1)).await?;
+    /// assert_eq!((early.snapshot, early.clear_index), (None, 0));
+    /// let now = store.read_state("chat-1", "counter", Default::default()).await?;
+    /// assert_eq!(now.snapshot.map(|s| s.index), Some(2));
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn read_state(
         &self,
         session_id: &str,
@@ -104,6 +370,24 @@ pub trait Store: Send + Sync {
 
     /// Writes presence fields, last writer wins per field by `meta.at`; a
     /// `null` value is a tombstone.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// use a2_store::PresenceMeta;
+    /// let fields = [("typing".to_owned(), json!(true))].into_iter().collect();
+    /// let meta = PresenceMeta::new(1_000, Duration::from_secs(10)).with_seen(4);
+    /// let written = store.set_presence("chat-1", "alice", fields, meta).await?;
+    /// assert_eq!(written.applied_count, 1);
+    /// // An older write of the same field loses.
+    /// let stale = [("typing".to_owned(), json!(false))].into_iter().collect();
+    /// let older = PresenceMeta::new(999, Duration::from_secs(10));
+    /// assert_eq!(store.set_presence("chat-1", "alice", stale, older).await?.applied_count, 0);
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn set_presence(
         &self,
         session_id: &str,
@@ -113,9 +397,39 @@ pub trait Store: Send + Sync {
     ) -> Result<PresenceResult>;
 
     /// Live (unexpired, non-tombstone) presence fields by participant, then field.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let fields = [("typing".to_owned(), json!(true))].into_iter().collect();
+    /// let meta = a2_store::PresenceMeta::new(1_000, Duration::from_secs(10));
+    /// store.set_presence("chat-1", "alice", fields, meta).await?;
+    /// let rows = store.read_presence("chat-1").await?;
+    /// assert_eq!((rows[0].participant.as_str(), rows[0].field.as_str()), ("alice", "typing"));
+    /// assert_eq!(rows[0].value, json!(true));
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>>;
 
     /// Sessions with at least one appended event, by id.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// for session in ["chat-2", "chat-1", "chat-3"] {
+    ///     store.append(session, vec![NewEvent::new("msg", json!(1))], AppendOptions::default()).await?;
+    /// }
+    /// let page = store.sessions(a2_store::ListSessions::new().with_after("chat-1").with_limit(10)).await?;
+    /// let ids: Vec<_> = page.iter().map(|s| s.session_id.as_str()).collect();
+    /// assert_eq!(ids, ["chat-2", "chat-3"]);
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>>;
 
     /// Claims heads of the served consumers across every session (or the
@@ -130,10 +444,51 @@ pub trait Store: Send + Sync {
     /// expiring leases or retry delays, in any session, new ones included)
     /// or the wait ends, then answers `Busy` or `Settled` as without a
     /// wait. Dropping the future ends the wait.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// for session in ["chat-1", "chat-2"] {
+    ///     let event = NewEvent::new("msg", json!("hi")).with_target(Target::lane("agent", "main"));
+    ///     store.append(session, vec![event], AppendOptions::default()).await?;
+    /// }
+    /// let request = ClaimWorkRequest::for_consumers(
+    ///     "worker-1",
+    ///     vec![ConsumerDeclaration::targeted("agent")],
+    ///     Duration::from_secs(30),
+    /// )
+    /// .with_limit(8)
+    /// .with_wait(Duration::from_millis(100));
+    /// let heads = store.claim_work(request.clone()).await?.into_heads();
+    /// assert_eq!(heads.len(), 2); // one from each session
+    /// for head in &heads {
+    ///     store.complete_attempt(CompleteRequest::for_head(head, vec![])).await?;
+    /// }
+    /// // Nothing left: the wait ends and the answer is `Settled`.
+    /// assert_eq!(store.claim_work(request).await?, ClaimWorkResult::Settled);
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn claim_work(&self, request: ClaimWorkRequest) -> Result<ClaimWorkResult>;
 
     /// A page, by session id, of the sessions with claimable, busy or
     /// dead-lettered heads of the given consumers, with their counts. Costs
     /// what it returns, not the number of sessions.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let event = NewEvent::new("msg", json!("hi")).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![event], AppendOptions::default()).await?;
+    /// let page = store.list_work(a2_store::ListWork::new(["agent"])).await?;
+    /// assert_eq!(page.len(), 1);
+    /// assert_eq!((page[0].session_id.as_str(), page[0].claimable, page[0].busy), ("chat-1", 1, 0));
+    /// # Ok(())
+    /// # }
+    /// ```
     async fn list_work(&self, request: ListWork) -> Result<Vec<SessionWork>>;
 }

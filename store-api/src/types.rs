@@ -82,7 +82,8 @@ pub struct NewEvent {
     /// Any JSON value (`Payload::from(value)`, or pass a `Value` to [`NewEvent::new`]).
     #[serde(default)]
     pub payload: Payload,
-    /// The attempt that produced it; fences the append (see SPEC, Fencing).
+    /// The attempt that produced it; fences the append (see the
+    /// [guide](crate::guide), Idempotency and fencing).
     #[serde(default)]
     pub cause: Option<Cause>,
     /// Consumers that must process it.

@@ -1,7 +1,7 @@
 //! The in-memory reference backend of the a2 session store.
 //!
-//! [`MemoryStore`] implements [`a2_store_api::Store`] exactly as the SPEC
-//! and the team's CONTRACT say; every other backend must be
+//! [`MemoryStore`] implements [`a2_store_api::Store`] exactly as the
+//! [guide](a2_store_api::guide) and the team's CONTRACT say; every other backend must be
 //! indistinguishable from it. State lives in memory only, one lock per
 //! session. Claims, completions, failures, renewals and `has_pending` cost
 //! O(log n) in the session's events and cursors (plus the heads returned):

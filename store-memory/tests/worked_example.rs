@@ -1,4 +1,5 @@
-//! The SPEC's worked example, step by step, against the memory store.
+//! The guide's worked example (`a2_store_api::guide`), step by step,
+//! against the memory store.
 
 use std::sync::Arc;
 

@@ -1,6 +1,10 @@
 //! Durable agent session stores behind one facade: pick a backend with a
 //! Cargo feature and a URL, then use the [`Store`] trait.
 //!
+//! New to the store? The [`guide`] explains the concepts, the lifecycle of
+//! a head (claim, renew, complete or fail, dead letter, redrive), what every
+//! answer means, and walks through a worked example.
+//!
 //! ```toml
 //! [dependencies]
 //! a2-store = { version = "0.1", features = ["sqlite"] }  # `memory` is on by default
@@ -139,9 +143,11 @@
 //! a2-store = { version = "0.1", features = ["sqlite", "worker"] }
 //! ```
 //!
-//! Everything `a2-store-api` defines (the trait, its types, errors, clocks,
-//! id generators and the shared rules) is re-exported here, so an app depends on this
-//! crate alone.
+//! Everything `a2-store-api` defines for apps (the trait, its types, errors,
+//! clocks and id generators) is re-exported here, with [`json!`]/[`Value`]
+//! and [`StreamExt`], so an app depends on this crate alone; [`prelude`]
+//! imports the everyday names at once. The shared rules backends call are in
+//! [`backend`].
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -154,7 +160,98 @@ mod options;
 pub mod postgres;
 mod url;
 
-pub use a2_store_api::*;
+/// The contract in the project's own words: concepts, the lifecycle of a
+/// head, a glossary and the worked example (the `a2-store-api` guide).
+pub use a2_store_api::guide;
+pub use a2_store_api::{
+    duration_ms, AppendOptions, AppendResult, BoxError, Cause, ClaimRequest, ClaimResult,
+    ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, Clock, CompleteRequest,
+    CompleteResult, ConsumerDeclaration, CounterIds, Cursor, CursorKind, CursorRef, Dispatch,
+    ErrorCode, EventStream, FailOutcome, FailRequest, FailResult, Head, HeldClaim, IdGenerator,
+    ListSessions, ListWork, LogDeclaration, ManualClock, NewEvent, Payload, PresenceMeta,
+    PresenceResult, PresenceRow, RandomIds, ReadOptions, ReadStateOptions, ReclaimResult,
+    RedriveAction, RedriveRequest, RedriveResult, RenewRequest, RenewResult, Result, SessionClaim,
+    SessionInfo, SessionWork, Snapshot, StateRead, StateWrite, Store, StoreError, StoredEvent,
+    SystemClock, Target, WakeLogResult, CLEAR_EVENT_TYPE, MAX_WAIT_MS, MAX_WORK_LIMIT,
+    RECLAIM_BATCH,
+};
+
+/// Payloads, states and presence values are JSON: `serde_json`'s
+/// [`Value`] and its [`json!`] macro, re-exported so an app needs no
+/// `serde_json` dependency of its own to call the store.
+pub use serde_json::{json, Value};
+
+/// [`Store::subscribe`] returns an [`EventStream`], a `futures` [`Stream`];
+/// [`StreamExt`] gives it `next().await`.
+pub use futures::stream::{Stream, StreamExt};
+
+/// The everyday names in one import: `use a2_store::prelude::*;`.
+///
+/// The [`Store`] trait (so its methods can be called on an
+/// `Arc<dyn Store>`), [`open`] and [`OpenOptions`], the events and targets
+/// to append, the requests of the work loop with their results, the error
+/// type, and [`json!`]/[`Value`] and [`StreamExt`] for payloads and
+/// subscriptions. `Result` is left out so it never shadows the standard one:
+/// write [`a2_store::Result`](crate::Result).
+///
+/// ```
+/// use a2_store::prelude::*;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> a2_store::Result<()> {
+/// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+/// let event = NewEvent::new("msg", json!({"text": "hi"})).with_target(Target::lane("agent", "main"));
+/// store.append("chat-1", vec![event], AppendOptions::default()).await?;
+/// let claim = ClaimRequest::new("chat-1", "worker-1", Duration::from_secs(30));
+/// for head in store.claim_available(claim).await?.into_heads() {
+///     store.complete_attempt(CompleteRequest::for_head(&head, vec![])).await?;
+/// }
+/// # Ok(())
+/// # }
+/// ```
+pub mod prelude {
+    pub use crate::{
+        open, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest,
+        ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
+        ConsumerDeclaration, ErrorCode, FailOutcome, FailRequest, FailResult, Head, NewEvent,
+        OpenOptions, ReadOptions, RedriveAction, RedriveRequest, RenewRequest, Store, StoreError,
+        StoredEvent, Target,
+    };
+    pub use futures::stream::StreamExt;
+    pub use serde_json::{json, Value};
+    pub use std::time::Duration;
+}
+
+/// For backend authors and tools: the shared rules every backend calls
+/// (re-exported from `a2-store-api`). An app never needs them; they change
+/// with the backends, not with the [`Store`] contract.
+pub mod backend {
+    pub use a2_store_api::{
+        dispatch, log, order, presence, replay, sql, validate, work, ClaimStep, CompleteVerdict,
+        RenewVerdict, WorkRow, WorkSignal, WorkSource, WorkSummary,
+    };
+}
+
+/// The top-level README's Rust snippets, compiled (and the runnable ones
+/// run) as doctests, so the README an app developer copies from keeps
+/// working. Needs the features the snippets use; `.ci/run` enables them.
+#[cfg(all(
+    doctest,
+    feature = "memory",
+    feature = "worker",
+    feature = "tracing",
+    feature = "metrics"
+))]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
+// The rule modules stay reachable at their old paths for code written
+// against them, off the front page.
+#[doc(hidden)]
+pub use a2_store_api::{
+    dispatch, log, order, presence, replay, sql, validate, work, ClaimStep, CompleteVerdict,
+    RenewVerdict, WorkRow, WorkSignal, WorkSource, WorkSummary,
+};
 /// The worker runtime (the `a2-worker` crate, feature `worker`): run handlers
 /// for declared consumers over any `Arc<dyn Store>`, with leases renewed,
 /// retries with backoff, dead letters, idempotent outputs and graceful shutdown.

@@ -1,9 +1,9 @@
 //! A complete worker program on any store URL.
 //!
 //! ```sh
-//! cargo run -p a2-worker --example worker -- sqlite:data/app.db
+//! cargo run -p a2-worker --example worker -- sqlite:app.db
 //! cargo run -p a2-worker --example worker -- postgres://postgres@127.0.0.1:5432/test
-//! cargo run -p a2-worker --example worker -- sqlite:data/app.db --demo 100
+//! cargo run -p a2-worker --example worker -- sqlite:app.db --demo 100
 //! ```
 //!
 //! It serves the consumer `agent`: every `msg` event targeted at it (on any

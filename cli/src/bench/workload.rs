@@ -126,7 +126,7 @@ impl Session<'_> {
     async fn round(&mut self, round: u64) -> Result<(), Failure> {
         self.append(round).await?;
         self.drain().await?;
-        if round % ROUNDS_PER_CLEAR == 0 {
+        if round.is_multiple_of(ROUNDS_PER_CLEAR) {
             self.clear_and_reclaim().await?;
         }
         Ok(())
@@ -204,7 +204,7 @@ impl Session<'_> {
     async fn work(&mut self, head: &Head) -> Result<(), Failure> {
         let index = head.event.index;
         let attempt = head.dispatch.attempt_count;
-        if index % FAIL_EVERY == 0 && attempt == 1 {
+        if index.is_multiple_of(FAIL_EVERY) && attempt == 1 {
             let request = FailRequest {
                 session_id: self.session_id.to_owned(),
                 consumer: head.consumer.clone(),

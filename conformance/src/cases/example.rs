@@ -1,4 +1,4 @@
-//! The SPEC's worked example, step by step.
+//! The guide's worked example (`a2_store_api::guide`), step by step.
 
 use a2_store_api::{Cause, CompleteResult, ErrorCode, NewEvent, Target};
 use serde_json::json;

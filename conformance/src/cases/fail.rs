@@ -444,6 +444,89 @@ pub(crate) async fn redrive_without_dead_head_is_not_redriven(cx: Cx) -> CaseRes
     Ok(())
 }
 
+/// A consumer with several dead letters at one index (its event cursor and
+/// two lanes) is redriven one at a time, the first in `(index, consumer,
+/// lane)` order each time: the event cursor (`lane: None`) first, then the
+/// lanes by name, whatever order the targets were given in.
+pub(crate) async fn redrive_takes_the_first_dead_letter_at_an_index(cx: Cx) -> CaseResult {
+    let s = cx.session_id("s");
+    let event = msg("a")
+        .with_target(a2_store_api::Target::lane("agent", "L2"))
+        .with_target(a2_store_api::Target::event("agent"))
+        .with_target(a2_store_api::Target::lane("agent", "L1"));
+    cx.append(&s, vec![event]).await?;
+    let heads = cx.claim_heads(&s, "w1").await?;
+    let all = strs(&["1 agent/- #1", "1 agent/L1 #1", "1 agent/L2 #1"]);
+    ensure_eq!(head_summaries(&heads), all);
+    for head in &heads {
+        ensure_eq!(
+            cx.fail(&s, head, Some(1)).await?,
+            failed(FailOutcome::DeadLettered, 1)
+        );
+    }
+    ensure_eq!(head_summaries(&cx.store.dead_letters(&s).await?), all);
+
+    // The event cursor first: skipping it finishes it.
+    ensure_eq!(
+        cx.store
+            .redrive(redrive(&s, "agent", 1, RedriveAction::Skip))
+            .await?,
+        RedriveResult {
+            redriven: true,
+            has_pending: false
+        }
+    );
+    ensure_eq!(
+        head_summaries(&cx.store.dead_letters(&s).await?),
+        strs(&["1 agent/L1 #1", "1 agent/L2 #1"])
+    );
+
+    // Then lane L1: retried, it is claimable again.
+    ensure_eq!(
+        cx.store
+            .redrive(redrive(&s, "agent", 1, RedriveAction::Retry))
+            .await?,
+        RedriveResult {
+            redriven: true,
+            has_pending: true
+        }
+    );
+    ensure_eq!(
+        head_summaries(&cx.store.dead_letters(&s).await?),
+        strs(&["1 agent/L2 #1"])
+    );
+    ensure_eq!(
+        head_summaries(&cx.claim_heads(&s, "w1").await?),
+        strs(&["1 agent/L1 #2"])
+    );
+
+    // Then lane L2, the last one.
+    ensure_eq!(
+        cx.store
+            .redrive(redrive(&s, "agent", 1, RedriveAction::Skip))
+            .await?,
+        RedriveResult {
+            redriven: true,
+            has_pending: true
+        }
+    );
+    ensure_eq!(cx.store.dead_letters(&s).await?, vec![]);
+    ensure_eq!(
+        cursor_summaries(&cx.cursors(&s).await?),
+        strs(&["agent/L1 lane pos=0 head=1", "agent/L2 lane pos=1 head=-"])
+    );
+    ensure_eq!(
+        cx.store
+            .redrive(redrive(&s, "agent", 1, RedriveAction::Skip))
+            .await?,
+        RedriveResult {
+            redriven: false,
+            has_pending: true
+        }
+    );
+    Ok(())
+}
+
 /// A redrive's `has_pending` counts only the declared consumers.
 pub(crate) async fn redrive_has_pending_respects_consumers(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");

@@ -225,6 +225,7 @@ macro_rules! __a2_cases {
                 fail::redrive_skip_finishes_event_cursor,
                 fail::redrive_without_dead_head_is_not_redriven,
                 fail::redrive_has_pending_respects_consumers,
+                fail::redrive_takes_the_first_dead_letter_at_an_index,
                 fail::fail_after_unreclaimed_expiry_counts,
                 fail::dead_letters_carry_clear_index_after_clear,
                 fail::redriven_head_completes_and_lane_advances,

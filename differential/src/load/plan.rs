@@ -97,7 +97,7 @@ impl LoadPlan {
 
     /// Whether event `n` also targets the notifier's event cursor.
     pub fn notifies(n: u64) -> bool {
-        n % 2 == 0
+        n.is_multiple_of(2)
     }
 
     /// Event `n` as appended.
