@@ -237,7 +237,7 @@ fn child(db: &Path) {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let durability = if run % 2 == 0 {
+        let durability = if run.is_multiple_of(2) {
             Durability::Full
         } else {
             Durability::Normal

@@ -519,7 +519,7 @@ fn child(db: &Path) {
         .open(log_path)
         .unwrap();
     on_runtime(|| async {
-        let durability = if run % 2 == 0 {
+        let durability = if run.is_multiple_of(2) {
             Durability::Full
         } else {
             Durability::Normal
