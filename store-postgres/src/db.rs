@@ -284,7 +284,8 @@ pub(crate) struct SessionState {
     pub reclaimed: i64,
 }
 
-fn decode_state(row: &Row) -> TxResult<SessionState> {
+/// Decodes a row of [`READ_SESSION`] (or the lock's).
+pub(crate) fn decode_state(row: &Row) -> TxResult<SessionState> {
     Ok(SessionState {
         head: row.try_get(0)?,
         clear: row.try_get(1)?,
@@ -314,14 +315,13 @@ pub(crate) async fn lock_session(tx: &Tx<'_>, session_id: &str) -> TxResult<Sess
     }
 }
 
+/// The session row's read without a lock: `$1` the session.
+pub(crate) const READ_SESSION: &str =
+    "SELECT head, clear_index, reclaimed_through FROM sessions WHERE session_id = $1";
+
 /// Reads the session row without locking it (zeros when never written).
 pub(crate) async fn read_session(tx: &Tx<'_>, session_id: &str) -> TxResult<SessionState> {
-    let row = query_opt(
-        tx,
-        "SELECT head, clear_index, reclaimed_through FROM sessions WHERE session_id = $1",
-        &[&session_id],
-    )
-    .await?;
+    let row = query_opt(tx, READ_SESSION, &[&session_id]).await?;
     Ok(row
         .as_ref()
         .map(decode_state)
