@@ -43,6 +43,7 @@ mod batch;
 mod cursor_table;
 mod db;
 mod error;
+mod health;
 mod inner;
 mod notify;
 mod ops;
@@ -55,6 +56,7 @@ mod store;
 pub mod tls;
 mod work_source;
 
+pub use health::{Health, OpenTransaction, TableHealth};
 pub use options::{validate_schema_name, PostgresOptions, MAX_SCHEMA_NAME_LEN};
 pub use schema::SCHEMA_VERSION;
 pub use scratch::ScratchSchemas;
