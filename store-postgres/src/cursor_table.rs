@@ -309,21 +309,10 @@ pub(crate) async fn put(tx: &Tx<'_>, session_id: &str, cursor: &CursorRow) -> Tx
 }
 
 /// Stores several cursors (inserting or overwriting every field) with one
-/// statement; when a key is given twice, the last one is stored. Rows are
-/// written in key order, so concurrent callers lock them in the same order.
-/// Clears each row's `expired` mark, as [`put`] does.
-pub(crate) async fn put_all<'c>(
-    tx: &Tx<'_>,
-    session_id: &'c str,
-    cursors: impl IntoIterator<Item = &'c CursorRow>,
-) -> TxResult<()> {
-    if let Some(writes) = CursorWrites::new(session_id, cursors) {
-        execute(tx, PUT_ALL, &writes.params()).await?;
-    }
-    Ok(())
-}
-
-/// The statement of [`put_all`], over the columns of [`CursorWrites`].
+/// statement, over the columns of [`CursorWrites`]: when a key is given
+/// twice, the last one is stored. Rows are written in key order, so
+/// concurrent callers lock them in the same order. Clears each row's
+/// `expired` mark, as [`put`] does.
 pub(crate) const PUT_ALL: &str = upsert_cursors!(
     "SELECT $1, r.* FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], \
        $6::bigint[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::bigint[], $11::bigint[], \
@@ -561,6 +550,14 @@ pub(crate) fn served_names(consumers: Option<&[ConsumerDeclaration]>) -> Option<
     consumers.map(|consumers| consumers.iter().map(|c| c.name.as_str()).collect())
 }
 
+/// Runs the deferred count triggers this transaction queued.
+pub(crate) const IMMEDIATE: &str = "SET CONSTRAINTS ALL IMMEDIATE";
+
+/// Whether `$1` has a live head of `$2` consumers (`NULL`: any), from the
+/// counts; after [`IMMEDIATE`].
+pub(crate) const HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM pending_counts \
+    WHERE session_id = $1 AND live > 0 AND ($2::text[] IS NULL OR consumer = ANY($2)))";
+
 /// Whether a served cursor has a head that is not dead-lettered, counting
 /// this transaction's own cursor changes.
 ///
@@ -577,13 +574,8 @@ pub(crate) async fn has_pending(
     // Pipelined: each request is sent when first polled, and `try_join`
     // polls in argument order, so the triggers run before the count is read.
     let (_, row) = futures::try_join!(
-        async { Ok(tx.batch_execute("SET CONSTRAINTS ALL IMMEDIATE").await?) },
-        query_opt(
-            tx,
-            "SELECT EXISTS (SELECT 1 FROM pending_counts WHERE session_id = $1 AND live > 0 \
-               AND ($2::text[] IS NULL OR consumer = ANY($2)))",
-            &params,
-        ),
+        async { Ok(tx.batch_execute(IMMEDIATE).await?) },
+        query_opt(tx, HAS_PENDING, &params),
     )?;
     match row {
         Some(row) => Ok(row.try_get(0)?),

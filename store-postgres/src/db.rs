@@ -293,13 +293,16 @@ pub(crate) fn decode_state(row: &Row) -> TxResult<SessionState> {
     })
 }
 
+/// The session row's lock: `$1` the session.
+pub(crate) const LOCK_SESSION: &str =
+    "SELECT head, clear_index, reclaimed_through FROM sessions WHERE session_id = $1 FOR UPDATE";
+
 /// Locks the session row exclusively (creating it when the session was never
 /// written), so writers of one session run one at a time and see each
 /// other's commits. Claimers take no session lock; writers lock every cursor
 /// row they read before writing it, so the two meet only on cursor rows.
 pub(crate) async fn lock_session(tx: &Tx<'_>, session_id: &str) -> TxResult<SessionState> {
-    const LOCK: &str = "SELECT head, clear_index, reclaimed_through FROM sessions \
-                        WHERE session_id = $1 FOR UPDATE";
+    const LOCK: &str = LOCK_SESSION;
     if let Some(row) = query_opt(tx, LOCK, &[&session_id]).await? {
         return decode_state(&row);
     }
@@ -327,17 +330,6 @@ pub(crate) async fn read_session(tx: &Tx<'_>, session_id: &str) -> TxResult<Sess
         .map(decode_state)
         .transpose()?
         .unwrap_or_default())
-}
-
-/// Sets the session's head after an insert.
-pub(crate) async fn set_head(tx: &Tx<'_>, session_id: &str, head: i64) -> TxResult<()> {
-    execute(
-        tx,
-        "UPDATE sessions SET head = $2 WHERE session_id = $1",
-        &[&session_id, &head],
-    )
-    .await?;
-    Ok(())
 }
 
 /// A `u64` index bound as `BIGINT`, saturating at `i64::MAX` (an upper bound

@@ -242,7 +242,15 @@ INSERT INTO work (session_id, consumer, ready_at)
     // `WorkSummary::served_row` (`p_served`) or `touched_row` for each. It
     // returns the summary and the row it stored, and the caller checks them
     // against those Rust rules (`debug_assert`).
+    // Also: `sessions` (its head, written by every append) and
+    // `pending_counts` (its count, by every head started or finished) are
+    // updated in place in columns no index holds, so their updates are HOT
+    // whenever the row's page has room: a fill factor of 80 leaves that room
+    // on pages filled from now on, so those updates leave no index entries
+    // and their dead versions are pruned without vacuum.
     r#"
+ALTER TABLE sessions SET (fillfactor = 80);
+ALTER TABLE pending_counts SET (fillfactor = 80);
 CREATE OR REPLACE FUNCTION rewrite_work(p_session text, p_consumers text[], p_now bigint, p_served boolean)
 RETURNS TABLE (r_consumer text, r_locked boolean, r_old_at bigint, r_claimable bigint,
     r_busy bigint, r_dead bigint, r_next_expiry bigint, r_keep boolean, r_new_at bigint)
