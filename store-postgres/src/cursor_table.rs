@@ -574,7 +574,7 @@ pub(crate) async fn has_pending(
     // Pipelined: each request is sent when first polled, and `try_join`
     // polls in argument order, so the triggers run before the count is read.
     let (_, row) = futures::try_join!(
-        async { Ok(tx.batch_execute(IMMEDIATE).await?) },
+        async { tx.batch_execute(IMMEDIATE).await },
         query_opt(tx, HAS_PENDING, &params),
     )?;
     match row {
@@ -608,11 +608,14 @@ pub(crate) fn refresh_loaded_types(
 pub(crate) const REFRESH_TYPES: &str = "UPDATE cursors SET types = $4 WHERE session_id = $1 \
     AND consumer = $2 AND lane = $3 AND slot = 0 AND kind = 2 AND types IS DISTINCT FROM $4";
 
+/// One declared log consumer's refresh: its name, lane and types.
+type LogRefresh<'c> = (&'c str, &'c str, Option<Json<&'c Vec<String>>>);
+
 /// The bound values of [`REFRESH_TYPES`], one statement per declared log
 /// consumer, so a call can send them in a pipeline.
 pub(crate) struct TypeRefresh<'c> {
     session_id: &'c str,
-    logs: Vec<(&'c str, &'c str, Option<Json<&'c Vec<String>>>)>,
+    logs: Vec<LogRefresh<'c>>,
 }
 
 impl<'c> TypeRefresh<'c> {

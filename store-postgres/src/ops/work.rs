@@ -128,6 +128,13 @@ const SOONER: &str = "WITH up AS ( \
        RETURNING w.ready_at) \
      SELECT true FROM up WHERE up.ready_at IS NOT NULL LIMIT 1";
 
+/// The parameters of a [`TouchedPlan`]'s statements: the [`SOONER`] upsert
+/// and the [`REWRITE`], each when needed.
+pub(crate) type WorkParams<'a> = (
+    Option<[&'a (dyn tokio_postgres::types::ToSql + Sync); 3]>,
+    Option<[&'a (dyn tokio_postgres::types::ToSql + Sync); 4]>,
+);
+
 /// [`Touched::flush`] as statements to send with the call's `COMMIT`: the
 /// `sooner` upsert and the rewrite of the rechecked rows ([`REWRITE`], the
 /// touched rule), each when needed.
@@ -142,13 +149,7 @@ pub(crate) struct TouchedPlan<'t> {
 
 impl<'t> TouchedPlan<'t> {
     /// The parameters of [`SOONER`] and of [`REWRITE`], each when needed.
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn params(
-        &self,
-    ) -> (
-        Option<[&(dyn tokio_postgres::types::ToSql + Sync); 3]>,
-        Option<[&(dyn tokio_postgres::types::ToSql + Sync); 4]>,
-    ) {
+    pub(crate) fn params(&self) -> WorkParams<'_> {
         let sooner = (!self.consumers.is_empty()).then(|| {
             let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
                 [&self.session_id, &self.consumers, &self.at];
@@ -164,13 +165,7 @@ impl<'t> TouchedPlan<'t> {
 
     /// Adds the statements of `params` (from [`params`](Self::params)) to
     /// `statements`, last.
-    pub(crate) fn push<'s>(
-        params: &'s (
-            Option<[&'s (dyn tokio_postgres::types::ToSql + Sync); 3]>,
-            Option<[&'s (dyn tokio_postgres::types::ToSql + Sync); 4]>,
-        ),
-        statements: &mut Vec<Stmt<'s>>,
-    ) {
+    pub(crate) fn push<'s>(params: &'s WorkParams<'s>, statements: &mut Vec<Stmt<'s>>) {
         if let Some(params) = &params.0 {
             statements.push(Stmt::new(SOONER, params));
         }
@@ -184,10 +179,7 @@ impl<'t> TouchedPlan<'t> {
     pub(crate) fn finish(
         &self,
         answers: &mut Vec<Vec<tokio_postgres::Row>>,
-        sent: &(
-            Option<[&(dyn tokio_postgres::types::ToSql + Sync); 3]>,
-            Option<[&(dyn tokio_postgres::types::ToSql + Sync); 4]>,
-        ),
+        sent: &WorkParams<'_>,
     ) -> TxResult<bool> {
         let mut ready = false;
         if sent.1.is_some() {
