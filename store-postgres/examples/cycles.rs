@@ -55,6 +55,12 @@ async fn run() -> a2_store_api::Result<()> {
     let heads: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(2000);
     let cycles: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(heads);
     let empty = args.next().as_deref() == Some("empty");
+    // `A2_CYCLES_WORKERS=N`: N workers, each on a session of its own.
+    let workers: usize = std::env::var("A2_CYCLES_WORKERS")
+        .ok()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or(1)
+        .max(1);
     let schema = fresh_schema_name("a2cycles_")?;
     let store = PostgresStore::connect(
         &url,
@@ -62,12 +68,42 @@ async fn run() -> a2_store_api::Result<()> {
             schema,
             clock: Arc::new(SystemClock),
             ids: Arc::new(RandomIds),
-            pool_size: 1,
+            pool_size: workers + 2,
             ..PostgresOptions::default()
         },
     )
     .await?;
-    let session = "cycles";
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::with_capacity(workers);
+    for worker in 0..workers {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            work(store, format!("cycles-{worker}"), heads, cycles, empty).await
+        }));
+    }
+    let mut done = 0;
+    for task in tasks {
+        done += task
+            .await
+            .map_err(|e| a2_store_api::StoreError::backend("a worker", e))??;
+    }
+    let elapsed = started.elapsed();
+    eprintln!(
+        "{done} cycles in {elapsed:?} ({:.0} per second, setup included)",
+        done as f64 / elapsed.as_secs_f64()
+    );
+    store.drop_schema().await
+}
+
+/// One worker: appends `heads`, then runs `cycles` cycles on `session`.
+async fn work(
+    store: PostgresStore,
+    session: String,
+    heads: usize,
+    cycles: usize,
+    empty: bool,
+) -> a2_store_api::Result<usize> {
+    let session = session.as_str();
     let mut left = heads;
     while left > 0 {
         let batch = left.min(100);
@@ -113,6 +149,5 @@ async fn run() -> a2_store_api::Result<()> {
             done += 1;
         }
     }
-    eprintln!("{done} cycles");
-    store.drop_schema().await
+    Ok(done)
 }
