@@ -10,11 +10,13 @@ use a2_store_api::sql::count_to_sql;
 use a2_store_api::{Cause, ConsumerDeclaration, CursorKind, NewEvent, StoreError, StoredEvent};
 use tokio_postgres::types::Json;
 
-use crate::cursor_table::{load_many, next_log_head, put_all};
-use crate::db::{execute, query, set_head, sql_index, SessionState, Tx};
+use tokio_postgres::types::ToSql;
+
+use crate::cursor_table::{load_many, next_log_head, CursorWrites, PUT_ALL};
+use crate::db::{query, sql_index, SessionState, Stmt, Tx};
 use crate::error::TxResult;
 use crate::inner::Inner;
-use crate::notify::notify;
+use crate::notify::{notification_payload, NOTIFY};
 use crate::ops::work::Touched;
 use crate::rows::{decode_event, index_of, CursorKey, CursorRow, EVENT_COLUMNS};
 
@@ -28,10 +30,6 @@ pub(crate) async fn stored_ids(
     if ids.is_empty() {
         return Ok(HashMap::new());
     }
-    // One `events_by_id` probe per id (the `LIMIT` keeps the planner from
-    // flattening it into a scan of every row above the clear, which it chose
-    // for `id = ANY($2)` whenever its statistics were stale). Ids above the
-    // clear are unique, so one row per id is all there is.
     let sql = format!(
         "SELECT {EVENT_COLUMNS} FROM unnest($2::text[]) AS k(id) \
          CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.session_id = $1 AND e.id = k.id \
@@ -44,6 +42,21 @@ pub(crate) async fn stored_ids(
         owners.insert(event.id.clone(), event);
     }
     Ok(owners)
+}
+
+/// [`stored_ids`] reading the clear index from the session row itself:
+/// `$1` session, `$2` ids; for a pipeline after the session's lock. One
+/// `events_by_id` probe per id (the `LIMIT` keeps the planner from
+/// flattening it into a scan of every row above the clear, which it chose
+/// for `id = ANY($2)` whenever its statistics were stale). Ids above the
+/// clear are unique, so one row per id is all there is.
+pub(crate) fn stored_ids_sql() -> String {
+    format!(
+        "SELECT {EVENT_COLUMNS} FROM unnest($2::text[]) AS k(id) \
+         CROSS JOIN LATERAL (SELECT * FROM events e WHERE e.session_id = $1 AND e.id = k.id \
+           AND e.idx >= (SELECT s.clear_index FROM sessions s WHERE s.session_id = $1) \
+           ORDER BY e.idx LIMIT 1) AS e"
+    )
 }
 
 /// A batch to write.
@@ -69,13 +82,188 @@ pub(crate) async fn write(
     batch: &Batch<'_>,
     touched: &mut Touched,
 ) -> TxResult<Vec<StoredEvent>> {
+    let Some(prepared) = prepare(tx, inner, state, batch, touched).await? else {
+        return Ok(Vec::new());
+    };
+    let columns = prepared.columns()?;
+    let params = columns.params(&inner.channel);
+    let mut statements = Vec::with_capacity(5);
+    Columns::push(&params, &mut statements);
+    tx.pipeline(&statements).await?;
+    Ok(prepared.stored)
+}
+
+/// [`write`] up to the writes: lane conflicts checked, ids generated and
+/// checked, the head advanced in `state`, the cursors the batch starts
+/// decided (and noted in `touched`); `None` for an empty batch. The caller
+/// sends [`Prepared::columns`]'s statements, in one pipeline with whatever
+/// follows them.
+pub(crate) async fn prepare(
+    tx: &Tx<'_>,
+    inner: &Inner,
+    state: &mut SessionState,
+    batch: &Batch<'_>,
+    touched: &mut Touched,
+) -> TxResult<Option<Prepared>> {
     let lanes = lane_cursors(tx, batch.session_id, batch.events, batch.consumers).await?;
     if batch.events.is_empty() {
-        return Ok(Vec::new());
+        return Ok(None);
     }
-    let stored = insert(tx, inner, state, batch, lanes, touched).await?;
-    notify(tx, &inner.channel, batch.session_id).await?;
-    Ok(stored)
+    insert(tx, inner, state, batch, lanes, touched)
+        .await
+        .map(Some)
+}
+
+/// A batch ready to write (see [`prepare`]).
+pub(crate) struct Prepared {
+    session_id: String,
+    /// The stored rows, in order.
+    pub stored: Vec<StoredEvent>,
+    /// The index before the first row.
+    base: i64,
+    /// The session's head after the batch.
+    head: i64,
+    /// The cursors the batch starts or extends, in key order.
+    cursors: Vec<CursorRow>,
+    /// The lane queue entries it adds.
+    queue: Vec<(String, String, i64)>,
+}
+
+/// The bound columns of a [`Prepared`] batch's statements.
+pub(crate) struct Columns<'a> {
+    session_id: &'a str,
+    created_at: i64,
+    indexes: Vec<i64>,
+    ids: Vec<&'a str>,
+    types: Vec<&'a str>,
+    payloads: Vec<Json<&'a serde_json::Value>>,
+    cause_consumers: Vec<Option<&'a str>>,
+    cause_lanes: Vec<Option<&'a str>>,
+    cause_indexes: Vec<Option<i64>>,
+    cause_attempts: Vec<Option<i64>>,
+    head: i64,
+    cursors: Option<CursorWrites<'a>>,
+    queue_consumers: Vec<&'a str>,
+    queue_lanes: Vec<&'a str>,
+    queue_indexes: Vec<i64>,
+    payload: &'a str,
+}
+
+/// The parameters of a batch's statements: the rows, the head, the cursor
+/// writes (when any), the queue (when any) and the subscribers' `NOTIFY`.
+pub(crate) type ColumnParams<'a> = (
+    [&'a (dyn ToSql + Sync); 10],
+    [&'a (dyn ToSql + Sync); 2],
+    Option<[&'a (dyn ToSql + Sync); 18]>,
+    Option<[&'a (dyn ToSql + Sync); 4]>,
+    [&'a (dyn ToSql + Sync); 3],
+);
+
+/// The rows' insert: `$1` session, `$2` created_at, `$3`.. the columns.
+const INSERT_ROWS: &str = "INSERT INTO events (session_id, idx, id, type, payload, created_at, \
+      cause_consumer, cause_lane, cause_index, cause_attempt) \
+    SELECT $1, r.idx, r.id, r.type, r.payload, $2, r.cc, r.cl, r.ci, r.ca \
+    FROM unnest($3::bigint[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[], \
+      $9::bigint[], $10::bigint[]) AS r(idx, id, type, payload, cc, cl, ci, ca)";
+
+/// The lane queue's new entries: `$1` session, `$2`..`$4` consumers, lanes, indexes.
+const ENQUEUE: &str = "INSERT INTO lane_queue (session_id, consumer, lane, idx) \
+    SELECT $1, q.consumer, q.lane, q.idx \
+    FROM unnest($2::text[], $3::text[], $4::bigint[]) AS q(consumer, lane, idx) \
+    ON CONFLICT DO NOTHING";
+
+impl Prepared {
+    /// The columns of its statements.
+    pub(crate) fn columns(&self) -> TxResult<Columns<'_>> {
+        let rows = &self.stored;
+        let mut cause_indexes: Vec<Option<i64>> = Vec::with_capacity(rows.len());
+        for row in rows {
+            cause_indexes.push(match &row.cause {
+                Some(cause) => Some(sql_index("cause index", cause.index)?),
+                None => None,
+            });
+        }
+        Ok(Columns {
+            session_id: &self.session_id,
+            created_at: rows.first().map(|row| row.created_at).unwrap_or_default(),
+            indexes: (self.base + 1..).take(rows.len()).collect(),
+            ids: rows.iter().map(|row| row.id.as_str()).collect(),
+            types: rows.iter().map(|row| row.event_type.as_str()).collect(),
+            payloads: rows
+                .iter()
+                .map(|row| Json(row.payload.as_value()))
+                .collect(),
+            cause_consumers: rows
+                .iter()
+                .map(|row| row.cause.as_ref().map(|c| c.consumer.as_str()))
+                .collect(),
+            cause_lanes: rows
+                .iter()
+                .map(|row| row.cause.as_ref().and_then(|c| c.lane.as_deref()))
+                .collect(),
+            cause_indexes,
+            cause_attempts: rows
+                .iter()
+                .map(|row| row.cause.as_ref().map(|c| count_to_sql(c.attempt)))
+                .collect(),
+            head: self.head,
+            cursors: CursorWrites::new(&self.session_id, &self.cursors),
+            queue_consumers: self.queue.iter().map(|q| q.0.as_str()).collect(),
+            queue_lanes: self.queue.iter().map(|q| q.1.as_str()).collect(),
+            queue_indexes: self.queue.iter().map(|q| q.2).collect(),
+            payload: notification_payload(&self.session_id),
+        })
+    }
+}
+
+impl<'a> Columns<'a> {
+    /// The parameters of each statement; `channel` is the subscribers'.
+    pub(crate) fn params(&'a self, channel: &'a String) -> ColumnParams<'a> {
+        (
+            [
+                &self.session_id,
+                &self.created_at,
+                &self.indexes,
+                &self.ids,
+                &self.types,
+                &self.payloads,
+                &self.cause_consumers,
+                &self.cause_lanes,
+                &self.cause_indexes,
+                &self.cause_attempts,
+            ],
+            [&self.session_id, &self.head],
+            self.cursors.as_ref().map(CursorWrites::params),
+            (!self.queue_indexes.is_empty()).then(|| {
+                let params: [&(dyn ToSql + Sync); 4] = [
+                    &self.session_id,
+                    &self.queue_consumers,
+                    &self.queue_lanes,
+                    &self.queue_indexes,
+                ];
+                params
+            }),
+            [channel, &self.payload, &self.session_id],
+        )
+    }
+
+    /// Adds the batch's statements, in order: the rows, the head, the
+    /// cursors, the queue, the `NOTIFY` (sent only when the session has a
+    /// subscriber; delivered on commit). None of their answers is needed.
+    pub(crate) fn push<'s>(params: &'s ColumnParams<'s>, statements: &mut Vec<Stmt<'s>>) {
+        statements.push(Stmt::new(INSERT_ROWS, &params.0));
+        statements.push(Stmt::new(
+            "UPDATE sessions SET head = $2 WHERE session_id = $1",
+            &params.1,
+        ));
+        if let Some(cursors) = &params.2 {
+            statements.push(Stmt::new(PUT_ALL, cursors));
+        }
+        if let Some(queue) = &params.3 {
+            statements.push(Stmt::new(ENQUEUE, queue));
+        }
+        statements.push(Stmt::new(NOTIFY, &params.4));
+    }
 }
 
 /// The lane and log cursors (slot 0) a batch's lane targets and the declared
@@ -134,7 +322,7 @@ async fn insert(
     batch: &Batch<'_>,
     mut lanes: BTreeMap<(String, String), CursorRow>,
     touched: &mut Touched,
-) -> TxResult<Vec<StoredEvent>> {
+) -> TxResult<Prepared> {
     let session_id = batch.session_id;
     let now = inner.clock.now_ms();
     let base = state.head;
@@ -167,68 +355,16 @@ async fn insert(
             return Err(StoreError::id_taken(session_id, id).into());
         }
     }
-    write_rows(tx, session_id, base, &stored).await?;
     state.head = base + i64::try_from(stored.len()).unwrap_or(i64::MAX);
-    set_head(tx, session_id, state.head).await?;
-    enqueue(tx, batch, state, base, &stored, &mut lanes, touched).await?;
-    Ok(stored)
-}
-
-async fn write_rows(
-    tx: &Tx<'_>,
-    session_id: &str,
-    base: i64,
-    rows: &[StoredEvent],
-) -> TxResult<()> {
-    let indexes: Vec<i64> = (base + 1..).take(rows.len()).collect();
-    let ids: Vec<&str> = rows.iter().map(|row| row.id.as_str()).collect();
-    let types: Vec<&str> = rows.iter().map(|row| row.event_type.as_str()).collect();
-    let payloads: Vec<Json<&serde_json::Value>> = rows
-        .iter()
-        .map(|row| Json(row.payload.as_value()))
-        .collect();
-    let cause_consumers: Vec<Option<&str>> = rows
-        .iter()
-        .map(|row| row.cause.as_ref().map(|c| c.consumer.as_str()))
-        .collect();
-    let cause_lanes: Vec<Option<&str>> = rows
-        .iter()
-        .map(|row| row.cause.as_ref().and_then(|c| c.lane.as_deref()))
-        .collect();
-    let mut cause_indexes: Vec<Option<i64>> = Vec::with_capacity(rows.len());
-    for row in rows {
-        cause_indexes.push(match &row.cause {
-            Some(cause) => Some(sql_index("cause index", cause.index)?),
-            None => None,
-        });
-    }
-    let cause_attempts: Vec<Option<i64>> = rows
-        .iter()
-        .map(|row| row.cause.as_ref().map(|c| count_to_sql(c.attempt)))
-        .collect();
-    let created_at = rows.first().map(|row| row.created_at).unwrap_or_default();
-    execute(
-        tx,
-        "INSERT INTO events (session_id, idx, id, type, payload, created_at, cause_consumer, \
-           cause_lane, cause_index, cause_attempt) \
-         SELECT $1, r.idx, r.id, r.type, r.payload, $2, r.cc, r.cl, r.ci, r.ca \
-         FROM unnest($3::bigint[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[], \
-           $9::bigint[], $10::bigint[]) AS r(idx, id, type, payload, cc, cl, ci, ca)",
-        &[
-            &session_id,
-            &created_at,
-            &indexes,
-            &ids,
-            &types,
-            &payloads,
-            &cause_consumers,
-            &cause_lanes,
-            &cause_indexes,
-            &cause_attempts,
-        ],
-    )
-    .await?;
-    Ok(())
+    let (cursors, queue) = enqueue(tx, batch, state, base, &stored, &mut lanes, touched).await?;
+    Ok(Prepared {
+        session_id: session_id.to_owned(),
+        stored,
+        base,
+        head: state.head,
+        cursors,
+        queue,
+    })
 }
 
 async fn enqueue(
@@ -239,7 +375,7 @@ async fn enqueue(
     rows: &[StoredEvent],
     lanes: &mut BTreeMap<(String, String), CursorRow>,
     touched: &mut Touched,
-) -> TxResult<()> {
+) -> TxResult<(Vec<CursorRow>, Vec<(String, String, i64)>)> {
     let session_id = batch.session_id;
     let mut changed: BTreeSet<(String, String)> = BTreeSet::new();
     let mut event_cursors: BTreeMap<(String, i64), CursorRow> = BTreeMap::new();
@@ -295,9 +431,12 @@ async fn enqueue(
                 let before = cursor.clone();
                 cursor.types = log.types.clone();
                 if first.is_some() && cursor.head.is_none() {
-                    cursor.head =
+                    // The batch's rows are not written yet: an older event
+                    // comes first, else the batch's first it takes.
+                    let stored =
                         next_log_head(tx, session_id, cursor.position, log.types.as_deref())
                             .await?;
+                    cursor.head = stored.or(first);
                 }
                 if *cursor != before {
                     changed.insert(key);
@@ -308,7 +447,9 @@ async fn enqueue(
                 let start = log.start_position(index_of(state.clear)?, index_of(base)?);
                 let position = sql_index("log cursor position", start)?;
                 let head = if log.backfill {
-                    next_log_head(tx, session_id, position, log.types.as_deref()).await?
+                    let stored =
+                        next_log_head(tx, session_id, position, log.types.as_deref()).await?;
+                    stored.or(Some(first))
                 } else {
                     Some(first)
                 };
@@ -328,28 +469,14 @@ async fn enqueue(
             }
         }
     }
-    let written: Vec<&CursorRow> = changed
+    let written: Vec<CursorRow> = changed
         .iter()
         .filter_map(|key| lanes.get(key))
         .chain(event_cursors.values())
+        .cloned()
         .collect();
-    put_all(tx, session_id, written.iter().copied()).await?;
-    for cursor in written {
+    for cursor in &written {
         touched.cursor(cursor);
     }
-    if !queue.is_empty() {
-        let consumers: Vec<&str> = queue.iter().map(|q| q.0.as_str()).collect();
-        let lanes: Vec<&str> = queue.iter().map(|q| q.1.as_str()).collect();
-        let indexes: Vec<i64> = queue.iter().map(|q| q.2).collect();
-        execute(
-            tx,
-            "INSERT INTO lane_queue (session_id, consumer, lane, idx) \
-             SELECT $1, q.consumer, q.lane, q.idx \
-             FROM unnest($2::text[], $3::text[], $4::bigint[]) AS q(consumer, lane, idx) \
-             ON CONFLICT DO NOTHING",
-            &[&session_id, &consumers, &lanes, &indexes],
-        )
-        .await?;
-    }
-    Ok(())
+    Ok((written, queue.into_iter().collect()))
 }

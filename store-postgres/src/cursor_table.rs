@@ -10,9 +10,12 @@ use a2_store_api::sql::count_to_sql;
 use a2_store_api::{
     dispatch, Cause, ConsumerDeclaration, CursorKind, StoreError, CLEAR_EVENT_TYPE,
 };
-use tokio_postgres::types::Json;
+use tokio_postgres::types::{Json, ToSql};
 
-use crate::db::{execute, lock_session, query, query_opt, read_session, SessionState, Tx};
+use crate::db::{
+    decode_state, execute, lock_session, query, query_opt, read_session, SessionState, Stmt, Tx,
+    READ_SESSION,
+};
 use crate::error::TxResult;
 use crate::rows::{index_of, kind_code, lane_key, slot_key, CursorKey, CursorRow, CURSOR_COLUMNS};
 
@@ -106,6 +109,128 @@ pub(crate) async fn attempted(
     })
 }
 
+/// [`attempted`] for a claimer (no session lock) in one round trip: the
+/// cursor's lock, the session read after it and the declared log types'
+/// `refresh` are pipelined (with `BEGIN` when nothing ran yet). Only a
+/// missing cursor costs one more (whether an event is at `index`).
+pub(crate) async fn attempted_pipelined(
+    tx: &Tx<'_>,
+    session_id: &str,
+    consumer: &str,
+    lane: Option<&str>,
+    index: u64,
+    refresh: &TypeRefresh<'_>,
+) -> TxResult<Attempted> {
+    let Ok(stored) = i64::try_from(index) else {
+        return Err(StoreError::no_such_event(session_id, index).into());
+    };
+    let slot = slot_key(lane, index)?;
+    let lane_stored = lane_key(lane);
+    let load = format!(
+        "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 \
+         AND c.consumer = $2 AND c.lane = $3 AND c.slot = $4 FOR UPDATE"
+    );
+    let load_params: [&(dyn ToSql + Sync); 4] = [&session_id, &consumer, &lane_stored, &slot];
+    let read_params: [&(dyn ToSql + Sync); 1] = [&session_id];
+    let refresh_params = refresh.params();
+    let mut statements = vec![
+        Stmt::new(&load, &load_params),
+        Stmt::new(READ_SESSION, &read_params),
+    ];
+    statements.extend(
+        refresh_params
+            .iter()
+            .map(|params| Stmt::new(REFRESH_TYPES, params)),
+    );
+    let answers = tx.pipeline(&statements).await?;
+    let cursor = answers
+        .first()
+        .and_then(|rows| rows.first())
+        .map(|row| CursorRow::decode(row, 0))
+        .transpose()?;
+    let state = answers
+        .get(1)
+        .and_then(|rows| rows.first())
+        .map(decode_state)
+        .transpose()?
+        .unwrap_or_default();
+    let cursor = match cursor {
+        _ if dispatch::cleared(index, index_of(state.clear)?) => None,
+        Some(cursor) => Some(cursor),
+        None => {
+            let exists = query_opt(
+                tx,
+                "SELECT 1 FROM events WHERE session_id = $1 AND idx = $2",
+                &[&session_id, &stored],
+            )
+            .await?;
+            dispatch::without_cursor(session_id, index, exists.is_some())?;
+            None
+        }
+    };
+    Ok(Attempted {
+        state,
+        index: stored,
+        cursor,
+    })
+}
+
+/// Moves a cursor past its head in memory as [`advance`] does, sending
+/// only the statements whose answers decide its next head (a lane's queue,
+/// a log follower's next event): none for an event cursor. The caller
+/// then sends the old head's pin release ([`RELEASE_PINS`], with the key)
+/// and the cursor's write ([`PUT_ALL`]), as [`advance`] does.
+pub(crate) async fn advance_in_memory(
+    tx: &Tx<'_>,
+    session_id: &str,
+    cursor: &mut CursorRow,
+) -> TxResult<()> {
+    let Some(done) = cursor.head else {
+        return Ok(());
+    };
+    cursor.position = done;
+    cursor.fresh_dispatch();
+    cursor.head = match cursor.kind {
+        CursorKind::Event => None,
+        CursorKind::Lane => {
+            let params: [&(dyn ToSql + Sync); 4] =
+                [&session_id, &cursor.consumer, &cursor.lane, &done];
+            let answers = tx
+                .pipeline(&[
+                    Stmt::new(
+                        "DELETE FROM lane_queue WHERE session_id = $1 AND consumer = $2 \
+                         AND lane = $3 AND idx <= $4",
+                        &params,
+                    ),
+                    Stmt::new(
+                        "SELECT min(idx) FROM lane_queue WHERE session_id = $1 AND consumer = $2 \
+                         AND lane = $3 AND idx > $4",
+                        &params,
+                    ),
+                ])
+                .await?;
+            match answers.get(1).and_then(|rows| rows.first()) {
+                Some(row) => row.try_get(0)?,
+                None => None,
+            }
+        }
+        CursorKind::Log => next_log_head(tx, session_id, done, cursor.types.as_deref()).await?,
+    };
+    Ok(())
+}
+
+/// The statement of [`load_many`]: `$1` session, `$2`..`$4` the keys'
+/// consumers, lanes and slots; `lock` locks the rows (in key order).
+pub(crate) fn load_many_sql(lock: bool) -> String {
+    let lock_clause = if lock { " FOR UPDATE OF c" } else { "" };
+    format!(
+        "SELECT {CURSOR_COLUMNS} FROM cursors c \
+         JOIN unnest($2::text[], $3::text[], $4::bigint[]) AS k(consumer, lane, slot) \
+           ON c.consumer = k.consumer AND c.lane = k.lane AND c.slot = k.slot \
+         WHERE c.session_id = $1 ORDER BY c.consumer, c.lane, c.slot{lock_clause}"
+    )
+}
+
 /// Loads the cursors with the given keys (missing ones are left out).
 pub(crate) async fn load_many(
     tx: &Tx<'_>,
@@ -119,13 +244,7 @@ pub(crate) async fn load_many(
     let consumers: Vec<&str> = keys.iter().map(|key| key.0.as_str()).collect();
     let lanes: Vec<&str> = keys.iter().map(|key| key.1.as_str()).collect();
     let slots: Vec<i64> = keys.iter().map(|key| key.2).collect();
-    let lock_clause = if lock { " FOR UPDATE OF c" } else { "" };
-    let sql = format!(
-        "SELECT {CURSOR_COLUMNS} FROM cursors c \
-         JOIN unnest($2::text[], $3::text[], $4::bigint[]) AS k(consumer, lane, slot) \
-           ON c.consumer = k.consumer AND c.lane = k.lane AND c.slot = k.slot \
-         WHERE c.session_id = $1 ORDER BY c.consumer, c.lane, c.slot{lock_clause}"
-    );
+    let sql = load_many_sql(lock);
     let rows = query(tx, &sql, &[&session_id, &consumers, &lanes, &slots]).await?;
     rows.iter().map(|row| CursorRow::decode(row, 0)).collect()
 }
@@ -190,90 +309,122 @@ pub(crate) async fn put(tx: &Tx<'_>, session_id: &str, cursor: &CursorRow) -> Tx
 }
 
 /// Stores several cursors (inserting or overwriting every field) with one
-/// statement; when a key is given twice, the last one is stored. Rows are
-/// written in key order, so concurrent callers lock them in the same order.
-/// Clears each row's `expired` mark, as [`put`] does.
-pub(crate) async fn put_all<'c>(
-    tx: &Tx<'_>,
-    session_id: &str,
-    cursors: impl IntoIterator<Item = &'c CursorRow>,
-) -> TxResult<()> {
-    let mut by_key: BTreeMap<(&str, &str, i64), &CursorRow> = BTreeMap::new();
-    for cursor in cursors {
-        by_key.insert(
-            (cursor.consumer.as_str(), cursor.lane.as_str(), cursor.slot),
-            cursor,
-        );
-    }
-    if by_key.is_empty() {
-        return Ok(());
-    }
-    let rows: Vec<&CursorRow> = by_key.into_values().collect();
-    let column = |field: fn(&CursorRow) -> Option<i64>| -> Vec<Option<i64>> {
-        rows.iter().map(|c| field(c)).collect()
-    };
-    let consumers: Vec<&str> = rows.iter().map(|c| c.consumer.as_str()).collect();
-    let lanes: Vec<&str> = rows.iter().map(|c| c.lane.as_str()).collect();
-    let slots: Vec<i64> = rows.iter().map(|c| c.slot).collect();
-    let kinds: Vec<i16> = rows.iter().map(|c| kind_code(c.kind)).collect();
-    let positions: Vec<i64> = rows.iter().map(|c| c.position).collect();
-    let heads = column(|c| c.head);
-    let types: Vec<Option<Json<&Vec<String>>>> =
-        rows.iter().map(|c| c.types.as_ref().map(Json)).collect();
-    let attempts: Vec<i64> = rows
-        .iter()
-        .map(|c| count_to_sql(c.dispatch.attempt_count))
-        .collect();
-    let first_claimed = column(|c| c.dispatch.first_claimed_at);
-    let last_claimed = column(|c| c.dispatch.last_claimed_at);
-    let holders: Vec<Option<&str>> = rows
-        .iter()
-        .map(|c| c.dispatch.claim_holder.as_deref())
-        .collect();
-    let expires = column(|c| c.dispatch.claim_expires_at);
-    let failures: Vec<i64> = rows
-        .iter()
-        .map(|c| count_to_sql(c.dispatch.failure_count))
-        .collect();
-    let last_failed = column(|c| c.dispatch.last_failed_at);
-    let failed_attempts = column(|c| c.dispatch.last_failed_attempt.map(count_to_sql));
-    let errors: Vec<Option<&str>> = rows
-        .iter()
-        .map(|c| c.dispatch.last_error.as_deref())
-        .collect();
-    let failed_at = column(|c| c.dispatch.failed_at);
-    execute(
-        tx,
-        upsert_cursors!(
-            "SELECT $1, r.* FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], \
-               $6::bigint[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::bigint[], $11::bigint[], \
-               $12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], $17::text[], \
-               $18::bigint[]) AS r"
-        ),
-        &[
-            &session_id,
-            &consumers,
-            &lanes,
-            &slots,
-            &kinds,
-            &positions,
-            &heads,
-            &types,
-            &attempts,
-            &first_claimed,
-            &last_claimed,
-            &holders,
-            &expires,
-            &failures,
-            &last_failed,
-            &failed_attempts,
-            &errors,
-            &failed_at,
-        ],
-    )
-    .await?;
-    Ok(())
+/// statement, over the columns of [`CursorWrites`]: when a key is given
+/// twice, the last one is stored. Rows are written in key order, so
+/// concurrent callers lock them in the same order. Clears each row's
+/// `expired` mark, as [`put`] does.
+pub(crate) const PUT_ALL: &str = upsert_cursors!(
+    "SELECT $1, r.* FROM unnest($2::text[], $3::text[], $4::bigint[], $5::smallint[], \
+       $6::bigint[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::bigint[], $11::bigint[], \
+       $12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], $17::text[], \
+       $18::bigint[]) AS r"
+);
+
+/// The bound columns of [`PUT_ALL`] for several cursors, in key order (the
+/// last of a repeated key), so the statement can be sent in a pipeline.
+pub(crate) struct CursorWrites<'c> {
+    session_id: &'c str,
+    consumers: Vec<&'c str>,
+    lanes: Vec<&'c str>,
+    slots: Vec<i64>,
+    kinds: Vec<i16>,
+    positions: Vec<i64>,
+    heads: Vec<Option<i64>>,
+    types: Vec<Option<Json<&'c Vec<String>>>>,
+    attempts: Vec<i64>,
+    first_claimed: Vec<Option<i64>>,
+    last_claimed: Vec<Option<i64>>,
+    holders: Vec<Option<&'c str>>,
+    expires: Vec<Option<i64>>,
+    failures: Vec<i64>,
+    last_failed: Vec<Option<i64>>,
+    failed_attempts: Vec<Option<i64>>,
+    errors: Vec<Option<&'c str>>,
+    failed_at: Vec<Option<i64>>,
 }
+
+impl<'c> CursorWrites<'c> {
+    /// The columns of `cursors`; `None` when there is none.
+    pub(crate) fn new(
+        session_id: &'c str,
+        cursors: impl IntoIterator<Item = &'c CursorRow>,
+    ) -> Option<Self> {
+        let mut by_key: BTreeMap<(&str, &str, i64), &CursorRow> = BTreeMap::new();
+        for cursor in cursors {
+            by_key.insert(
+                (cursor.consumer.as_str(), cursor.lane.as_str(), cursor.slot),
+                cursor,
+            );
+        }
+        if by_key.is_empty() {
+            return None;
+        }
+        let rows: Vec<&CursorRow> = by_key.into_values().collect();
+        let column = |field: fn(&CursorRow) -> Option<i64>| -> Vec<Option<i64>> {
+            rows.iter().map(|c| field(c)).collect()
+        };
+        Some(Self {
+            session_id,
+            consumers: rows.iter().map(|c| c.consumer.as_str()).collect(),
+            lanes: rows.iter().map(|c| c.lane.as_str()).collect(),
+            slots: rows.iter().map(|c| c.slot).collect(),
+            kinds: rows.iter().map(|c| kind_code(c.kind)).collect(),
+            positions: rows.iter().map(|c| c.position).collect(),
+            heads: column(|c| c.head),
+            types: rows.iter().map(|c| c.types.as_ref().map(Json)).collect(),
+            attempts: rows
+                .iter()
+                .map(|c| count_to_sql(c.dispatch.attempt_count))
+                .collect(),
+            first_claimed: column(|c| c.dispatch.first_claimed_at),
+            last_claimed: column(|c| c.dispatch.last_claimed_at),
+            holders: rows
+                .iter()
+                .map(|c| c.dispatch.claim_holder.as_deref())
+                .collect(),
+            expires: column(|c| c.dispatch.claim_expires_at),
+            failures: rows
+                .iter()
+                .map(|c| count_to_sql(c.dispatch.failure_count))
+                .collect(),
+            last_failed: column(|c| c.dispatch.last_failed_at),
+            failed_attempts: column(|c| c.dispatch.last_failed_attempt.map(count_to_sql)),
+            errors: rows
+                .iter()
+                .map(|c| c.dispatch.last_error.as_deref())
+                .collect(),
+            failed_at: column(|c| c.dispatch.failed_at),
+        })
+    }
+
+    /// The parameters of [`PUT_ALL`].
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 18] {
+        [
+            &self.session_id,
+            &self.consumers,
+            &self.lanes,
+            &self.slots,
+            &self.kinds,
+            &self.positions,
+            &self.heads,
+            &self.types,
+            &self.attempts,
+            &self.first_claimed,
+            &self.last_claimed,
+            &self.holders,
+            &self.expires,
+            &self.failures,
+            &self.last_failed,
+            &self.failed_attempts,
+            &self.errors,
+            &self.failed_at,
+        ]
+    }
+}
+
+/// The statement of [`release_pins`]: `$1` session, `$2`..`$4` the cursor key.
+pub(crate) const RELEASE_PINS: &str =
+    "DELETE FROM pins WHERE session_id = $1 AND consumer = $2 AND lane = $3 AND slot = $4";
 
 /// Releases every snapshot pin held by the cursor's current head.
 pub(crate) async fn release_pins(
@@ -283,7 +434,7 @@ pub(crate) async fn release_pins(
 ) -> TxResult<()> {
     execute(
         tx,
-        "DELETE FROM pins WHERE session_id = $1 AND consumer = $2 AND lane = $3 AND slot = $4",
+        RELEASE_PINS,
         &[&session_id, &cursor.consumer, &cursor.lane, &cursor.slot],
     )
     .await?;
@@ -399,6 +550,14 @@ pub(crate) fn served_names(consumers: Option<&[ConsumerDeclaration]>) -> Option<
     consumers.map(|consumers| consumers.iter().map(|c| c.name.as_str()).collect())
 }
 
+/// Runs the deferred count triggers this transaction queued.
+pub(crate) const IMMEDIATE: &str = "SET CONSTRAINTS ALL IMMEDIATE";
+
+/// Whether `$1` has a live head of `$2` consumers (`NULL`: any), from the
+/// counts; after [`IMMEDIATE`].
+pub(crate) const HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM pending_counts \
+    WHERE session_id = $1 AND live > 0 AND ($2::text[] IS NULL OR consumer = ANY($2)))";
+
 /// Whether a served cursor has a head that is not dead-lettered, counting
 /// this transaction's own cursor changes.
 ///
@@ -415,13 +574,8 @@ pub(crate) async fn has_pending(
     // Pipelined: each request is sent when first polled, and `try_join`
     // polls in argument order, so the triggers run before the count is read.
     let (_, row) = futures::try_join!(
-        async { Ok(tx.batch_execute("SET CONSTRAINTS ALL IMMEDIATE").await?) },
-        query_opt(
-            tx,
-            "SELECT EXISTS (SELECT 1 FROM pending_counts WHERE session_id = $1 AND live > 0 \
-               AND ($2::text[] IS NULL OR consumer = ANY($2)))",
-            &params,
-        ),
+        async { tx.batch_execute(IMMEDIATE).await },
+        query_opt(tx, HAS_PENDING, &params),
     )?;
     match row {
         Some(row) => Ok(row.try_get(0)?),
@@ -448,6 +602,52 @@ pub(crate) fn refresh_loaded_types(
     }
 }
 
+/// The statement of [`refresh_log_types`]: `$1` session, `$2` consumer,
+/// `$3` lane, `$4` types (`NULL`: every type). Writes (and locks) the row
+/// only when its types differ.
+pub(crate) const REFRESH_TYPES: &str = "UPDATE cursors SET types = $4 WHERE session_id = $1 \
+    AND consumer = $2 AND lane = $3 AND slot = 0 AND kind = 2 AND types IS DISTINCT FROM $4";
+
+/// One declared log consumer's refresh: its name, lane and types.
+type LogRefresh<'c> = (&'c str, &'c str, Option<Json<&'c Vec<String>>>);
+
+/// The bound values of [`REFRESH_TYPES`], one statement per declared log
+/// consumer, so a call can send them in a pipeline.
+pub(crate) struct TypeRefresh<'c> {
+    session_id: &'c str,
+    logs: Vec<LogRefresh<'c>>,
+}
+
+impl<'c> TypeRefresh<'c> {
+    /// The refreshes the declarations `consumers` ask for.
+    pub(crate) fn new(session_id: &'c str, consumers: Option<&'c [ConsumerDeclaration]>) -> Self {
+        let logs = consumers
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|consumer| {
+                let log = consumer.log.as_ref()?;
+                Some((
+                    consumer.name.as_str(),
+                    log.lane.as_str(),
+                    log.types.as_ref().map(Json),
+                ))
+            })
+            .collect();
+        Self { session_id, logs }
+    }
+
+    /// The parameters of each [`REFRESH_TYPES`] statement, in declaration order.
+    pub(crate) fn params(&self) -> Vec<[&(dyn ToSql + Sync); 4]> {
+        self.logs
+            .iter()
+            .map(|(name, lane, types)| {
+                let params: [&(dyn ToSql + Sync); 4] = [&self.session_id, name, lane, types];
+                params
+            })
+            .collect()
+    }
+}
+
 /// Refreshes the types of the existing log cursors the declarations name;
 /// the current head is kept, the new types apply from the next advance.
 pub(crate) async fn refresh_log_types(
@@ -455,16 +655,9 @@ pub(crate) async fn refresh_log_types(
     session_id: &str,
     consumers: Option<&[ConsumerDeclaration]>,
 ) -> TxResult<()> {
-    for consumer in consumers.unwrap_or_default() {
-        let Some(log) = &consumer.log else { continue };
-        let types = log.types.as_ref().map(Json);
-        execute(
-            tx,
-            "UPDATE cursors SET types = $4 WHERE session_id = $1 AND consumer = $2 \
-             AND lane = $3 AND slot = 0 AND kind = 2 AND types IS DISTINCT FROM $4",
-            &[&session_id, &consumer.name, &log.lane, &types],
-        )
-        .await?;
+    let refresh = TypeRefresh::new(session_id, consumers);
+    for params in refresh.params() {
+        execute(tx, REFRESH_TYPES, &params).await?;
     }
     Ok(())
 }

@@ -1,23 +1,264 @@
-//! Statement helpers (cached prepared statements, every value bound) and the
-//! per-session row lock that serializes writers of one session.
+//! The transaction every store call runs in ([`Tx`]: `BEGIN` sent with the
+//! first statement, `COMMIT` with the last ones, so neither costs a round
+//! trip of its own), statement helpers (cached prepared statements, every
+//! value bound) and the per-session row lock that serializes writers of one
+//! session.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::task::Poll;
 
 use a2_store_api::sql::to_sql_int;
-use deadpool_postgres::Transaction;
+use deadpool_postgres::ClientWrapper;
+use futures::future::{maybe_done, MaybeDone};
+use futures::FutureExt;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::Row;
+use tokio_postgres::{Row, Statement};
 
 use crate::error::TxResult;
-
-/// The transaction every store call runs in.
-pub(crate) type Tx<'a> = Transaction<'a>;
 
 /// Bound parameters of one statement.
 pub(crate) type Params<'a> = [&'a (dyn ToSql + Sync)];
 
+/// Nothing sent yet: no transaction open on the server.
+const IDLE: u8 = 0;
+/// `BEGIN` was sent: the transaction is open.
+const OPEN: u8 = 1;
+/// `COMMIT` was sent (or the transaction was never opened and is over).
+const DONE: u8 = 2;
+
+/// One statement of a pipeline: its text and bound parameters.
+pub(crate) struct Stmt<'s> {
+    /// The statement (prepared once per connection, then cached).
+    pub sql: &'s str,
+    /// Its parameters.
+    pub params: &'s Params<'s>,
+}
+
+impl<'s> Stmt<'s> {
+    /// The statement `sql` with `params`.
+    pub(crate) fn new(sql: &'s str, params: &'s Params<'s>) -> Self {
+        Self { sql, params }
+    }
+}
+
+/// One store call's transaction (READ COMMITTED) on a pooled connection.
+///
+/// Nothing is sent when it is made: `BEGIN` goes out in the same write as
+/// the first statement, and [`commit_with`](Self::commit_with) sends the
+/// last statements and `COMMIT` together, so a call costs as many round
+/// trips as it has dependent steps, not two more. tokio-postgres pipelines
+/// requests issued before their answers arrive, and the server runs them in
+/// order. A transaction dropped open (a failed or cancelled call) sends
+/// `ROLLBACK` without waiting for it; the connection answers it before any
+/// later request, so the next call finds no transaction open.
+pub(crate) struct Tx<'a> {
+    client: &'a ClientWrapper,
+    state: AtomicU8,
+}
+
+impl<'a> Tx<'a> {
+    /// A transaction on `client`, not begun yet.
+    pub(crate) fn new(client: &'a ClientWrapper) -> Self {
+        Self {
+            client,
+            state: AtomicU8::new(IDLE),
+        }
+    }
+
+    /// The statement `sql`, prepared on this connection once and cached.
+    pub(crate) async fn prepare_cached(&self, sql: &str) -> TxResult<Statement> {
+        Ok(self.client.prepare_cached(sql).await?)
+    }
+
+    /// Whether this statement must open the transaction (it is the first);
+    /// an error once `COMMIT` was sent, as nothing may run after it.
+    fn opens(&self) -> TxResult<bool> {
+        match self
+            .state
+            .compare_exchange(IDLE, OPEN, Ordering::AcqRel, Ordering::Acquire)
+        {
+            Ok(_) => Ok(true),
+            Err(OPEN) => Ok(false),
+            Err(_) => Err(a2_store_api::StoreError::Backend {
+                message: "internal error: a statement after the transaction's COMMIT".into(),
+                source: None,
+            }
+            .into()),
+        }
+    }
+
+    /// Runs a prepared statement, sending `BEGIN` with it when it is the
+    /// transaction's first.
+    pub(crate) async fn query_prepared(
+        &self,
+        statement: &Statement,
+        params: &Params<'_>,
+    ) -> TxResult<Vec<Row>> {
+        if self.opens()? {
+            let (_, rows) = futures::try_join!(
+                self.client.batch_execute("BEGIN"),
+                self.client.query(statement, params)
+            )?;
+            Ok(rows)
+        } else {
+            Ok(self.client.query(statement, params).await?)
+        }
+    }
+
+    /// Runs a prepared statement returning how many rows it touched,
+    /// sending `BEGIN` with it when it is the transaction's first.
+    pub(crate) async fn execute_prepared(
+        &self,
+        statement: &Statement,
+        params: &Params<'_>,
+    ) -> TxResult<u64> {
+        if self.opens()? {
+            let (_, count) = futures::try_join!(
+                self.client.batch_execute("BEGIN"),
+                self.client.execute(statement, params)
+            )?;
+            Ok(count)
+        } else {
+            Ok(self.client.execute(statement, params).await?)
+        }
+    }
+
+    /// Runs `sql` (several statements, no parameters) by the simple
+    /// protocol, opening the transaction first when needed.
+    pub(crate) async fn batch_execute(&self, sql: &str) -> TxResult<()> {
+        if self.opens()? {
+            futures::try_join!(
+                self.client.batch_execute("BEGIN"),
+                self.client.batch_execute(sql)
+            )?;
+        } else {
+            self.client.batch_execute(sql).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends `statements` in one write (after `BEGIN` when none ran yet) and
+    /// returns each one's rows: one round trip for all of them. The server
+    /// runs them in order, each with its own snapshot, so a later statement
+    /// sees what an earlier one wrote and waited for.
+    pub(crate) async fn pipeline(&self, statements: &[Stmt<'_>]) -> TxResult<Vec<Vec<Row>>> {
+        self.send(statements, false).await
+    }
+
+    /// Sends `statements` and `COMMIT` in one write (after `BEGIN` when none
+    /// ran yet) and returns each one's rows. Every statement is prepared
+    /// before anything is sent, and `COMMIT` is sent only once every
+    /// statement is: a statement that fails on the client (a value it cannot
+    /// encode) sends no `COMMIT`, and one that fails on the server aborts
+    /// the transaction, whose `COMMIT` then rolls back. Either way the call
+    /// fails having changed nothing. A transaction that ran nothing commits
+    /// without a round trip.
+    pub(crate) async fn commit_with(&self, statements: &[Stmt<'_>]) -> TxResult<Vec<Vec<Row>>> {
+        self.send(statements, true).await
+    }
+
+    /// Commits what ran (no round trip when nothing did, or when
+    /// [`commit_with`](Self::commit_with) already committed).
+    pub(crate) async fn commit(&self) -> TxResult<()> {
+        if self.state.load(Ordering::Acquire) == DONE {
+            return Ok(());
+        }
+        self.send(&[], true).await.map(drop)
+    }
+
+    async fn send(&self, statements: &[Stmt<'_>], commit: bool) -> TxResult<Vec<Vec<Row>>> {
+        // Prepared first (a cache miss costs one round trip per connection
+        // and statement, once), so everything below is sent on first poll.
+        let prepared =
+            futures::future::try_join_all(statements.iter().map(|s| self.prepare_cached(s.sql)))
+                .await?;
+        let opens = if statements.is_empty() {
+            // A bare commit: nothing to open, and nothing to end if never opened.
+            if self.state.swap(DONE, Ordering::AcqRel) != OPEN {
+                return Ok(Vec::new());
+            }
+            false
+        } else {
+            self.opens()?
+        };
+        type Pending<'f> =
+            Pin<Box<dyn Future<Output = Result<Vec<Row>, tokio_postgres::Error>> + Send + 'f>>;
+        let mut queries: Vec<MaybeDone<Pending<'_>>> = prepared
+            .iter()
+            .zip(statements)
+            .map(|(statement, s)| maybe_done(self.client.query(statement, s.params).boxed()))
+            .collect();
+        let mut begin = opens.then(|| maybe_done(self.client.batch_execute("BEGIN").boxed()));
+        // One poll of each, in order: `BEGIN` and every statement are sent.
+        futures::future::poll_fn(|cx| {
+            if let Some(begin) = begin.as_mut() {
+                let _ = Pin::new(begin).poll(cx);
+            }
+            for query in &mut queries {
+                let _ = Pin::new(query).poll(cx);
+            }
+            Poll::Ready(())
+        })
+        .await;
+        let failed_early = begin
+            .as_ref()
+            .is_some_and(|b| matches!(b, MaybeDone::Done(Err(_))))
+            || queries.iter().any(|q| matches!(q, MaybeDone::Done(Err(_))));
+        let mut end = None;
+        if commit && !failed_early {
+            self.state.store(DONE, Ordering::Release);
+            end = Some(self.client.batch_execute("COMMIT"));
+        }
+        let (begun, ended) = futures::join!(
+            async {
+                if let Some(begin) = begin.as_mut() {
+                    begin.await;
+                }
+                for query in &mut queries {
+                    query.await;
+                }
+                begin.as_mut().and_then(|b| Pin::new(b).take_output())
+            },
+            async {
+                match end {
+                    Some(end) => Some(end.await),
+                    None => None,
+                }
+            }
+        );
+        if let Some(Err(error)) = begun {
+            return Err(error.into());
+        }
+        let mut rows = Vec::with_capacity(queries.len());
+        for query in &mut queries {
+            match Pin::new(query).take_output() {
+                Some(Ok(found)) => rows.push(found),
+                Some(Err(error)) => return Err(error.into()),
+                None => rows.push(Vec::new()),
+            }
+        }
+        if let Some(Err(error)) = ended {
+            return Err(error.into());
+        }
+        Ok(rows)
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self.state.swap(DONE, Ordering::AcqRel) == OPEN {
+            // Sent on this first poll; the connection discards the answer.
+            let _ = self.client.batch_execute("ROLLBACK").now_or_never();
+        }
+    }
+}
+
 /// Runs `sql` (prepared once per connection) and returns its rows.
 pub(crate) async fn query(tx: &Tx<'_>, sql: &str, params: &Params<'_>) -> TxResult<Vec<Row>> {
     let statement = tx.prepare_cached(sql).await?;
-    Ok(tx.query(&statement, params).await?)
+    tx.query_prepared(&statement, params).await
 }
 
 /// Runs `sql` and returns its first row, if any.
@@ -26,14 +267,13 @@ pub(crate) async fn query_opt(
     sql: &str,
     params: &Params<'_>,
 ) -> TxResult<Option<Row>> {
-    let statement = tx.prepare_cached(sql).await?;
-    Ok(tx.query_opt(&statement, params).await?)
+    Ok(query(tx, sql, params).await?.into_iter().next())
 }
 
 /// Runs `sql` and returns how many rows it touched.
 pub(crate) async fn execute(tx: &Tx<'_>, sql: &str, params: &Params<'_>) -> TxResult<u64> {
     let statement = tx.prepare_cached(sql).await?;
-    Ok(tx.execute(&statement, params).await?)
+    tx.execute_prepared(&statement, params).await
 }
 
 /// A session's log head, clear index and reclaimed offset.
@@ -44,7 +284,8 @@ pub(crate) struct SessionState {
     pub reclaimed: i64,
 }
 
-fn decode_state(row: &Row) -> TxResult<SessionState> {
+/// Decodes a row of [`READ_SESSION`] (or the lock's).
+pub(crate) fn decode_state(row: &Row) -> TxResult<SessionState> {
     Ok(SessionState {
         head: row.try_get(0)?,
         clear: row.try_get(1)?,
@@ -52,13 +293,16 @@ fn decode_state(row: &Row) -> TxResult<SessionState> {
     })
 }
 
+/// The session row's lock: `$1` the session.
+pub(crate) const LOCK_SESSION: &str =
+    "SELECT head, clear_index, reclaimed_through FROM sessions WHERE session_id = $1 FOR UPDATE";
+
 /// Locks the session row exclusively (creating it when the session was never
 /// written), so writers of one session run one at a time and see each
 /// other's commits. Claimers take no session lock; writers lock every cursor
 /// row they read before writing it, so the two meet only on cursor rows.
 pub(crate) async fn lock_session(tx: &Tx<'_>, session_id: &str) -> TxResult<SessionState> {
-    const LOCK: &str = "SELECT head, clear_index, reclaimed_through FROM sessions \
-                        WHERE session_id = $1 FOR UPDATE";
+    const LOCK: &str = LOCK_SESSION;
     if let Some(row) = query_opt(tx, LOCK, &[&session_id]).await? {
         return decode_state(&row);
     }
@@ -74,30 +318,18 @@ pub(crate) async fn lock_session(tx: &Tx<'_>, session_id: &str) -> TxResult<Sess
     }
 }
 
+/// The session row's read without a lock: `$1` the session.
+pub(crate) const READ_SESSION: &str =
+    "SELECT head, clear_index, reclaimed_through FROM sessions WHERE session_id = $1";
+
 /// Reads the session row without locking it (zeros when never written).
 pub(crate) async fn read_session(tx: &Tx<'_>, session_id: &str) -> TxResult<SessionState> {
-    let row = query_opt(
-        tx,
-        "SELECT head, clear_index, reclaimed_through FROM sessions WHERE session_id = $1",
-        &[&session_id],
-    )
-    .await?;
+    let row = query_opt(tx, READ_SESSION, &[&session_id]).await?;
     Ok(row
         .as_ref()
         .map(decode_state)
         .transpose()?
         .unwrap_or_default())
-}
-
-/// Sets the session's head after an insert.
-pub(crate) async fn set_head(tx: &Tx<'_>, session_id: &str, head: i64) -> TxResult<()> {
-    execute(
-        tx,
-        "UPDATE sessions SET head = $2 WHERE session_id = $1",
-        &[&session_id, &head],
-    )
-    .await?;
-    Ok(())
 }
 
 /// A `u64` index bound as `BIGINT`, saturating at `i64::MAX` (an upper bound

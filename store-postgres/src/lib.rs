@@ -9,8 +9,13 @@
 //! rows they take (`FOR UPDATE SKIP LOCKED`), and `subscribe` follows a
 //! session across processes through `LISTEN`/`NOTIFY`. `claim_work` finds
 //! work across sessions through a work index kept in the same transactions,
-//! and waits woken by `NOTIFY` on a work channel. See the README for
-//! the schema, the statements it relies on and the concurrency model.
+//! and waits woken by `NOTIFY` on a work channel. A call sends `BEGIN`
+//! with its first statements and `COMMIT` with its last ones, so a claim,
+//! a completion, a failure or a renewal costs two round trips.
+//! [`PostgresStore::health`] reports the schema's tables (live and dead
+//! tuples, sizes) and the server's oldest open transaction. See the README
+//! for the schema, the round trips per call, bloat, the statements it
+//! relies on and the concurrency model.
 //!
 //! ```no_run
 //! use a2_store_api::{AppendOptions, NewEvent, Store, Target};
@@ -43,6 +48,7 @@ mod batch;
 mod cursor_table;
 mod db;
 mod error;
+mod health;
 mod inner;
 mod notify;
 mod ops;
@@ -55,6 +61,7 @@ mod store;
 pub mod tls;
 mod work_source;
 
+pub use health::{Health, OpenTransaction, TableHealth};
 pub use options::{validate_schema_name, PostgresOptions, MAX_SCHEMA_NAME_LEN};
 pub use schema::SCHEMA_VERSION;
 pub use scratch::ScratchSchemas;

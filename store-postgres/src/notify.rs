@@ -19,8 +19,6 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 use tokio_postgres::AsyncMessage;
 
-use crate::db::{execute, Tx};
-use crate::error::TxResult;
 use crate::options::MAX_SCHEMA_NAME_LEN;
 
 /// The `NOTIFY` channel of a schema: `a2_store_<schema>`, cut to the 63
@@ -34,17 +32,10 @@ pub(crate) fn notify_channel(schema: &str) -> String {
 
 /// Tells listeners in every process (on commit) that the session grew,
 /// when the session has a registered subscriber (the caller holds the
-/// session's writer lock, which registration also takes).
-pub(crate) async fn notify(tx: &Tx<'_>, channel: &str, session_id: &str) -> TxResult<()> {
-    execute(
-        tx,
-        "SELECT pg_notify($1, $2) \
-         WHERE EXISTS (SELECT 1 FROM subscribers WHERE session_id = $3)",
-        &[&channel, &notification_payload(session_id), &session_id],
-    )
-    .await?;
-    Ok(())
-}
+/// session's writer lock, which registration also takes): `$1` channel,
+/// `$2` payload, `$3` session.
+pub(crate) const NOTIFY: &str = "SELECT pg_notify($1, $2) \
+    WHERE EXISTS (SELECT 1 FROM subscribers WHERE session_id = $3)";
 
 /// The message that wakes every stream (after a reconnect, or for a session
 /// id too long for a `NOTIFY` payload).
@@ -54,7 +45,7 @@ pub(crate) const EVERYONE: &str = "";
 const MAX_PAYLOAD: usize = 7_000;
 
 /// The `NOTIFY` payload for a session: its id, or [`EVERYONE`] when too long.
-fn notification_payload(session_id: &str) -> &str {
+pub(crate) fn notification_payload(session_id: &str) -> &str {
     if session_id.len() > MAX_PAYLOAD {
         EVERYONE
     } else {

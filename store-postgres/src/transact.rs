@@ -13,13 +13,13 @@ macro_rules! transact {
         let what: &str = $what;
         let mut tries: u32 = 0;
         loop {
-            let mut client = inner
+            let client = inner
                 .pool
                 .get()
                 .await
                 .map_err(|e| $crate::error::pool_error(what, e))?;
             let outcome: std::result::Result<_, $crate::error::TxError> = async {
-                let $tx = client.transaction().await?;
+                let $tx = $crate::db::Tx::new(&client);
                 let value = $body;
                 $tx.commit().await?;
                 Ok(value)

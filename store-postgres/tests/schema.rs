@@ -374,3 +374,87 @@ async fn the_longest_schema_name_still_notifies_subscribers() {
     .expect("row");
     assert_eq!(event.index, 1);
 }
+
+/// A schema at version 7 (no `rewrite_work`) holding pending work (an idle
+/// head and one under a lease) opens at the current version: the idle head
+/// is claimed across sessions, then completed, and the leased one is
+/// claimed once its lease ends, each through the rewrite the upgrade
+/// installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_from_version_7_finds_pending_work() {
+    use a2_store_api::{ClaimWorkRequest, CompleteRequest, ConsumerDeclaration};
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let schema = factory.schema();
+    let clock = ManualClock::new(1_000_000);
+    let open = || async {
+        factory
+            .store_on(&schema, Arc::new(clock.clone()), Arc::new(RandomIds))
+            .await
+            .expect("connect")
+    };
+    let store = open().await;
+    for session in ["idle", "leased"] {
+        let event = NewEvent::new("e", json!({})).with_target(Target::event("agent"));
+        store
+            .append(session, vec![event], AppendOptions::default())
+            .await
+            .expect("append");
+    }
+    let leased = store
+        .claim_available(ClaimRequest {
+            session_id: "leased".into(),
+            holder: "w".into(),
+            ttl_ms: Some(1_000),
+            ..ClaimRequest::default()
+        })
+        .await
+        .expect("claim");
+    assert!(matches!(leased, ClaimResult::Claimed { .. }), "{leased:?}");
+    drop(store);
+    let client = support::raw_client(factory.url()).await;
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\"; DROP FUNCTION rewrite_work; \
+             UPDATE schema_version SET version = 7"
+        ))
+        .await
+        .expect("downgrade to version 7");
+    let upgraded = open().await;
+    let version: i32 = client
+        .query_one(
+            &format!("SELECT version FROM \"{schema}\".schema_version"),
+            &[],
+        )
+        .await
+        .expect("version")
+        .get(0);
+    assert_eq!(version, SCHEMA_VERSION);
+    let request =
+        || ClaimWorkRequest::new("w2", vec![ConsumerDeclaration::targeted("agent")], 5_000);
+    let claimed = upgraded.claim_work(request()).await.expect("claim work");
+    let heads: Vec<_> = claimed
+        .heads()
+        .map(|(s, h)| (s.to_owned(), h.clone()))
+        .collect();
+    assert_eq!(heads.len(), 1, "{claimed:?}");
+    assert_eq!(heads[0].0, "idle");
+    let head = &heads[0].1;
+    upgraded
+        .complete_attempt(CompleteRequest {
+            session_id: "idle".into(),
+            consumer: head.consumer.clone(),
+            lane: head.lane.clone(),
+            index: head.event.index,
+            attempt: head.dispatch.attempt_count,
+            events: Vec::new(),
+            consumers: None,
+        })
+        .await
+        .expect("complete");
+    clock.advance(1_000);
+    let claimed = upgraded.claim_work(request()).await.expect("claim work");
+    let sessions: Vec<&str> = claimed.heads().map(|(s, _)| s).collect();
+    assert_eq!(sessions, vec!["leased"], "the lease ran out: {claimed:?}");
+}

@@ -29,6 +29,7 @@ use std::time::Duration;
 pub use a2_store_postgres::scratch::{
     fresh_schema_name, schema_exists, schemas_with_prefix, SCRATCH_CONNECT_TIMEOUT,
 };
+pub use a2_store_postgres::{Health, OpenTransaction, TableHealth};
 pub use a2_store_postgres::{PostgresOptions, PostgresStore, ScratchSchemas};
 
 use crate::options::OpenOptions;

@@ -9,11 +9,16 @@ use a2_store_api::{
 use tokio_postgres::types::Json;
 
 use crate::batch::{stored_ids, write, Batch};
-use crate::cursor_table::{advance, attempted, refresh_loaded_types, refresh_log_types};
-use crate::db::{execute, query_opt, Tx};
+use tokio_postgres::types::ToSql;
+
+use crate::cursor_table::{
+    advance, advance_in_memory, attempted, attempted_pipelined, refresh_loaded_types,
+    refresh_log_types, CursorWrites, TypeRefresh, PUT_ALL, RELEASE_PINS,
+};
+use crate::db::{execute, query_opt, Stmt, Tx};
 use crate::error::TxResult;
 use crate::inner::{Inner, Wrote};
-use crate::ops::work::Touched;
+use crate::ops::work::{Touched, TouchedPlan};
 use crate::rows::lane_key;
 
 /// The body of [`Store::complete_attempt`](a2_store_api::Store::complete_attempt)
@@ -23,6 +28,9 @@ pub(crate) async fn complete(
     inner: &Inner,
     request: &CompleteRequest,
 ) -> TxResult<(CompleteResult, Wrote)> {
+    if request.events.is_empty() {
+        return complete_quietly(tx, inner, request).await;
+    }
     let session_id = request.session_id.as_str();
     let consumers = request.consumers.as_deref();
     let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
@@ -104,6 +112,103 @@ pub(crate) async fn complete(
     Ok((
         CompleteResult::Completed { events: stored },
         Wrote { events, work },
+    ))
+}
+
+/// The statement recording a completion for replays: `$1` session, `$2`
+/// consumer, `$3` lane, `$4` index, `$5` attempt, `$6` returned ids.
+const RECORD: &str =
+    "INSERT INTO completions (session_id, consumer, lane, idx, attempt, returned_ids) \
+    VALUES ($1, $2, $3, $4, $5, $6) \
+    ON CONFLICT (session_id, consumer, lane, idx) DO UPDATE \
+    SET attempt = EXCLUDED.attempt, returned_ids = EXCLUDED.returned_ids";
+
+/// A log cursor keeps only its latest completion: `$1` session, `$2`
+/// consumer, `$3` lane.
+const FORGET_LOG: &str =
+    "DELETE FROM completions WHERE session_id = $1 AND consumer = $2 AND lane = $3";
+
+/// A completion returning no events: it changes only its own cursor (no
+/// session lock), so completions of one session commit side by side. Two
+/// round trips for an event cursor: the cursor's lock with the session
+/// read (and the declared log types' refresh) first; then the completion
+/// record, the pin release, the cursor's write, its consumer's work row
+/// and `COMMIT` together. A lane or log cursor's next head costs one more
+/// in between (its queue or the log is read).
+async fn complete_quietly(
+    tx: &Tx<'_>,
+    inner: &Inner,
+    request: &CompleteRequest,
+) -> TxResult<(CompleteResult, Wrote)> {
+    let session_id = request.session_id.as_str();
+    let consumers = request.consumers.as_deref();
+    let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
+    let refresh = TypeRefresh::new(session_id, consumers);
+    let named =
+        attempted_pipelined(tx, session_id, consumer, lane, request.index, &refresh).await?;
+    let (mut state, index) = (named.state, named.index);
+    let Some(mut cursor) = named.cursor else {
+        return Ok((CompleteResult::Superseded, Wrote::default()));
+    };
+    refresh_loaded_types(&mut cursor, consumers);
+    let on_head = cursor.head == Some(index);
+    match cursor.dispatch.complete_verdict(on_head, request.attempt) {
+        CompleteVerdict::Apply => {}
+        CompleteVerdict::Replay => return replay(tx, state.clear, request, index).await,
+        CompleteVerdict::Superseded => return Ok((CompleteResult::Superseded, Wrote::default())),
+    }
+    let mut touched = Touched::new(inner.clock.now_ms());
+    if consumers.is_some_and(|c| c.iter().any(|c| c.log.is_some())) {
+        // The declarations are still checked for lane conflicts.
+        let cause = request.cause();
+        let batch = Batch {
+            session_id,
+            events: &request.events,
+            cause: Some(&cause),
+            consumers,
+        };
+        write(tx, inner, &mut state, &batch, &mut touched).await?;
+    }
+    // The pins of the head completed, released before the cursor moves on.
+    let (pin_consumer, pin_lane, pin_slot) = cursor.key();
+    advance_in_memory(tx, session_id, &mut cursor).await?;
+    touched.cursor(&cursor);
+    let lane_stored = lane_key(lane);
+    let returned: Vec<Option<&str>> = Vec::new();
+    let returned = Json(&returned);
+    let attempt = count_to_sql(request.attempt);
+    let forget: [&(dyn ToSql + Sync); 3] = [&session_id, &request.consumer, &lane_stored];
+    let record: [&(dyn ToSql + Sync); 6] = [
+        &session_id,
+        &request.consumer,
+        &lane_stored,
+        &index,
+        &attempt,
+        &returned,
+    ];
+    let pins: [&(dyn ToSql + Sync); 4] = [&session_id, &pin_consumer, &pin_lane, &pin_slot];
+    let writes = CursorWrites::new(session_id, [&cursor]);
+    let write_params = writes.as_ref().map(CursorWrites::params);
+    let plan = touched.plan(session_id);
+    let work = plan.params();
+    let mut statements = Vec::with_capacity(6);
+    if cursor.kind == CursorKind::Log {
+        statements.push(Stmt::new(FORGET_LOG, &forget));
+    }
+    statements.push(Stmt::new(RECORD, &record));
+    statements.push(Stmt::new(RELEASE_PINS, &pins));
+    if let Some(params) = &write_params {
+        statements.push(Stmt::new(PUT_ALL, params));
+    }
+    TouchedPlan::push(&work, &mut statements);
+    let mut answers = tx.commit_with(&statements).await?;
+    let work = plan.finish(&mut answers, &work)?;
+    Ok((
+        CompleteResult::Completed { events: Vec::new() },
+        Wrote {
+            events: false,
+            work,
+        },
     ))
 }
 

@@ -7,17 +7,21 @@ use a2_store_api::{
     FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest, RedriveResult,
 };
 
+use tokio_postgres::types::ToSql;
+
 use crate::cursor_table::{
-    advance, attempted, has_pending, put, refresh_loaded_types, refresh_log_types, release_pins,
+    advance, attempted_pipelined, has_pending, put, refresh_loaded_types, refresh_log_types,
+    CursorWrites, TypeRefresh, PUT_ALL, RELEASE_PINS,
 };
-use crate::db::{lock_session, query, query_opt, read_session, Tx};
+use crate::db::{lock_session, query, query_opt, read_session, Stmt, Tx};
 use crate::error::TxResult;
-use crate::ops::work::Touched;
+use crate::ops::work::{Touched, TouchedPlan};
 use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS};
 
 /// The body of [`Store::fail_attempt`](a2_store_api::Store::fail_attempt)
 /// for a validated request. Takes no session lock: it locks the cursor row,
-/// then reads the clear. The consumer's work row is rewritten from its
+/// then reads the clear (one round trip), then writes (one more, with
+/// `COMMIT`). The consumer's work row is rewritten from its
 /// heads (ready at once, or when the retry delay ends; a dead letter's row
 /// is kept); returns whether a row was made ready.
 pub(crate) async fn fail(
@@ -27,7 +31,9 @@ pub(crate) async fn fail(
 ) -> TxResult<(FailResult, bool)> {
     let session_id = request.session_id.as_str();
     let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
-    let named = attempted(tx, session_id, consumer, lane, request.index, false).await?;
+    let refresh = TypeRefresh::new(session_id, None);
+    let named =
+        attempted_pipelined(tx, session_id, consumer, lane, request.index, &refresh).await?;
     let Some(mut cursor) = named.cursor else {
         return Ok((FailResult::superseded(), false));
     };
@@ -36,13 +42,26 @@ pub(crate) async fn fail(
         return Ok((result, false));
     }
     let result = cursor.dispatch.record_failure(request, now);
-    if result.outcome == FailOutcome::DeadLettered {
-        release_pins(tx, session_id, &cursor).await?;
-    }
-    put(tx, session_id, &cursor).await?;
+    // One more round trip: the pins released (a dead letter's), the
+    // cursor written, its consumer's work row rewritten, and `COMMIT`.
+    let (pin_consumer, pin_lane, pin_slot) = cursor.key();
+    let pins: [&(dyn ToSql + Sync); 4] = [&session_id, &pin_consumer, &pin_lane, &pin_slot];
+    let writes = CursorWrites::new(session_id, [&cursor]);
+    let write_params = writes.as_ref().map(CursorWrites::params);
     let mut touched = Touched::new(now);
     touched.rewrite(&cursor);
-    let ready = touched.flush(tx, session_id).await?;
+    let plan = touched.plan(session_id);
+    let work = plan.params();
+    let mut statements = Vec::with_capacity(4);
+    if result.outcome == FailOutcome::DeadLettered {
+        statements.push(Stmt::new(RELEASE_PINS, &pins));
+    }
+    if let Some(params) = &write_params {
+        statements.push(Stmt::new(PUT_ALL, params));
+    }
+    TouchedPlan::push(&work, &mut statements);
+    let mut answers = tx.commit_with(&statements).await?;
+    let ready = plan.finish(&mut answers, &work)?;
     Ok((result, ready))
 }
 

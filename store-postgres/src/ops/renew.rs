@@ -8,10 +8,12 @@ use a2_store_api::dispatch::cleared;
 use a2_store_api::order::compare_refs;
 use a2_store_api::{HeldClaim, RenewResult, RenewVerdict};
 
-use crate::cursor_table::{load_many, put_all};
-use crate::db::{read_session, Tx};
+use tokio_postgres::types::ToSql;
+
+use crate::cursor_table::{load_many_sql, CursorWrites, PUT_ALL};
+use crate::db::{decode_state, Stmt, Tx, READ_SESSION};
 use crate::error::TxResult;
-use crate::ops::work::Touched;
+use crate::ops::work::{Touched, TouchedPlan};
 use crate::rows::{index_of, key_of, CursorKey, CursorRow};
 
 /// The body of [`Store::renew_claims`](a2_store_api::Store::renew_claims)
@@ -35,14 +37,33 @@ pub(crate) async fn renew(
     };
     let keys: BTreeSet<CursorKey> = ordered.iter().filter_map(|claim| key(claim)).collect();
     let keys: Vec<CursorKey> = keys.into_iter().collect();
-    let mut cursors: HashMap<CursorKey, CursorRow> = load_many(tx, session_id, &keys, true)
-        .await?
-        .into_iter()
-        .map(|cursor| (cursor.key(), cursor))
-        .collect();
-    // Read after the rows are locked: a clear that touched them has
-    // committed, none can start.
-    let clear = index_of(read_session(tx, session_id).await?.clear)?;
+    // The locks and the session read in one round trip; read after the
+    // rows are locked: a clear that touched them has committed, none can start.
+    let consumers: Vec<&str> = keys.iter().map(|key| key.0.as_str()).collect();
+    let lanes: Vec<&str> = keys.iter().map(|key| key.1.as_str()).collect();
+    let slots: Vec<i64> = keys.iter().map(|key| key.2).collect();
+    let load_params: [&(dyn ToSql + Sync); 4] = [&session_id, &consumers, &lanes, &slots];
+    let read_params: [&(dyn ToSql + Sync); 1] = [&session_id];
+    let load = load_many_sql(true);
+    let mut answers = tx
+        .pipeline(&[
+            Stmt::new(&load, &load_params),
+            Stmt::new(READ_SESSION, &read_params),
+        ])
+        .await?;
+    let state = answers
+        .pop()
+        .unwrap_or_default()
+        .first()
+        .map(decode_state)
+        .transpose()?
+        .unwrap_or_default();
+    let mut cursors: HashMap<CursorKey, CursorRow> = HashMap::new();
+    for row in answers.pop().unwrap_or_default() {
+        let cursor = CursorRow::decode(&row, 0)?;
+        cursors.insert(cursor.key(), cursor);
+    }
+    let clear = index_of(state.clear)?;
     let mut result = RenewResult::default();
     let mut renewed = BTreeSet::new();
     for claim in ordered {
@@ -71,17 +92,25 @@ pub(crate) async fn renew(
             RenewVerdict::Skip => {}
         }
     }
-    put_all(
-        tx,
+    // The writes, the work rows and `COMMIT` in one round trip. A lease
+    // renewed shorter or longer moves its consumer's row with it.
+    let writes = CursorWrites::new(
         session_id,
         renewed.iter().filter_map(|key| cursors.get(key)),
-    )
-    .await?;
-    // A lease renewed shorter or longer moves its consumer's row with it.
+    );
+    let write_params = writes.as_ref().map(CursorWrites::params);
     let mut touched = Touched::new(now);
     for cursor in renewed.iter().filter_map(|key| cursors.get(key)) {
         touched.rewrite(cursor);
     }
-    let ready = touched.flush(tx, session_id).await?;
+    let plan = touched.plan(session_id);
+    let work = plan.params();
+    let mut statements = Vec::with_capacity(2);
+    if let Some(params) = &write_params {
+        statements.push(Stmt::new(PUT_ALL, params));
+    }
+    TouchedPlan::push(&work, &mut statements);
+    let mut answers = tx.commit_with(&statements).await?;
+    let ready = plan.finish(&mut answers, &work)?;
     Ok((result, ready))
 }

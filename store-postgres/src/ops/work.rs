@@ -18,7 +18,7 @@ use a2_store_api::sql::from_sql_int;
 use a2_store_api::work::{WorkRow, WorkSummary};
 use a2_store_api::{ClaimWorkRequest, ListWork, SessionWork};
 
-use crate::db::{execute, query, query_opt, Tx};
+use crate::db::{execute, query, query_opt, Stmt, Tx};
 use crate::error::TxResult;
 use crate::rows::CursorRow;
 
@@ -101,21 +101,7 @@ impl Touched {
                 .map(|name| self.sooner.get(*name).copied().flatten())
                 .collect();
             // Rows in consumer order, so concurrent writers lock them in one order.
-            let row = query_opt(
-                tx,
-                "WITH up AS ( \
-                   INSERT INTO work AS w (session_id, consumer, ready_at) \
-                   SELECT $1, k.consumer, k.ready_at \
-                   FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS k(consumer, ready_at, n) \
-                   ORDER BY k.n \
-                   ON CONFLICT (session_id, consumer) DO UPDATE \
-                   SET ready_at = LEAST(w.ready_at, EXCLUDED.ready_at) \
-                   WHERE w.ready_at IS DISTINCT FROM LEAST(w.ready_at, EXCLUDED.ready_at) \
-                   RETURNING w.ready_at) \
-                 SELECT true FROM up WHERE up.ready_at IS NOT NULL LIMIT 1",
-                &[&session_id, &consumers, &at],
-            )
-            .await?;
+            let row = query_opt(tx, SOONER, &[&session_id, &consumers, &at]).await?;
             ready = row.is_some();
         }
         if !self.recheck.is_empty() {
@@ -125,6 +111,110 @@ impl Touched {
             ready |= sooner;
         }
         Ok(ready)
+    }
+}
+
+/// The statement of [`Touched::flush`]'s `sooner` rows: `$1` session, `$2`
+/// consumers in order, `$3` their ready times; answers a row when one was
+/// made ready.
+const SOONER: &str = "WITH up AS ( \
+       INSERT INTO work AS w (session_id, consumer, ready_at) \
+       SELECT $1, k.consumer, k.ready_at \
+       FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS k(consumer, ready_at, n) \
+       ORDER BY k.n \
+       ON CONFLICT (session_id, consumer) DO UPDATE \
+       SET ready_at = LEAST(w.ready_at, EXCLUDED.ready_at) \
+       WHERE w.ready_at IS DISTINCT FROM LEAST(w.ready_at, EXCLUDED.ready_at) \
+       RETURNING w.ready_at) \
+     SELECT true FROM up WHERE up.ready_at IS NOT NULL LIMIT 1";
+
+/// The parameters of a [`TouchedPlan`]'s statements: the [`SOONER`] upsert
+/// and the [`REWRITE`], each when needed.
+pub(crate) type WorkParams<'a> = (
+    Option<[&'a (dyn tokio_postgres::types::ToSql + Sync); 3]>,
+    Option<[&'a (dyn tokio_postgres::types::ToSql + Sync); 4]>,
+);
+
+/// [`Touched::flush`] as statements to send with the call's `COMMIT`: the
+/// `sooner` upsert and the rewrite of the rechecked rows ([`REWRITE`], the
+/// touched rule), each when needed.
+pub(crate) struct TouchedPlan<'t> {
+    session_id: &'t str,
+    consumers: Vec<&'t str>,
+    at: Vec<Option<i64>>,
+    recheck: Option<Vec<String>>,
+    now: i64,
+    served: bool,
+}
+
+impl<'t> TouchedPlan<'t> {
+    /// The parameters of [`SOONER`] and of [`REWRITE`], each when needed.
+    pub(crate) fn params(&self) -> WorkParams<'_> {
+        let sooner = (!self.consumers.is_empty()).then(|| {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
+                [&self.session_id, &self.consumers, &self.at];
+            params
+        });
+        let rewrite = self.recheck.is_some().then(|| {
+            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
+                [&self.session_id, &self.recheck, &self.now, &self.served];
+            params
+        });
+        (sooner, rewrite)
+    }
+
+    /// Adds the statements of `params` (from [`params`](Self::params)) to
+    /// `statements`, last.
+    pub(crate) fn push<'s>(params: &'s WorkParams<'s>, statements: &mut Vec<Stmt<'s>>) {
+        if let Some(params) = &params.0 {
+            statements.push(Stmt::new(SOONER, params));
+        }
+        if let Some(params) = &params.1 {
+            statements.push(Stmt::new(REWRITE, params));
+        }
+    }
+
+    /// Whether a row was made ready, from the answers of the statements
+    /// [`push`](Self::push) added (taken off the end of `answers`).
+    pub(crate) fn finish(
+        &self,
+        answers: &mut Vec<Vec<tokio_postgres::Row>>,
+        sent: &WorkParams<'_>,
+    ) -> TxResult<bool> {
+        let mut ready = false;
+        if sent.1.is_some() {
+            ready |= rewritten(&answers.pop().unwrap_or_default(), self.now, Rule::Touched)?;
+        }
+        if sent.0.is_some() {
+            ready |= !answers.pop().unwrap_or_default().is_empty();
+        }
+        Ok(ready)
+    }
+}
+
+impl Touched {
+    /// The statements of [`flush`](Self::flush), to send in the pipeline
+    /// of the call's `COMMIT` (see [`TouchedPlan`]).
+    pub(crate) fn plan<'t>(&'t self, session_id: &'t str) -> TouchedPlan<'t> {
+        let consumers: Vec<&str> = self
+            .sooner
+            .keys()
+            .map(String::as_str)
+            .filter(|name| !self.recheck.contains(*name))
+            .collect();
+        let at = consumers
+            .iter()
+            .map(|name| self.sooner.get(*name).copied().flatten())
+            .collect();
+        let recheck = (!self.recheck.is_empty()).then(|| self.recheck.iter().cloned().collect());
+        TouchedPlan {
+            session_id,
+            consumers,
+            at,
+            recheck,
+            now: self.now,
+            served: false,
+        }
     }
 }
 
@@ -294,6 +384,89 @@ pub(crate) async fn lock_and_rewrite(
     )?;
     let locked = locked.unwrap_or_default();
     apply(tx, session_id, consumers, &locked, &found, now, rule).await
+}
+
+/// [`lock_and_rewrite`] as one statement, the schema's `rewrite_work`
+/// function (version 8), so it can be sent in the pipeline of the call's
+/// `COMMIT`: `$1` session, `$2` consumers (`NULL`: the session's rows), `$3`
+/// now, `$4` whether the rule is [`Rule::Served`]. It locks the rows, then
+/// sums the heads with a snapshot taken after the lock and stores each
+/// pair's row as the rule says; each returned row is a pair with its
+/// summary, its locked row and what was stored, which [`rewritten`] checks
+/// against the Rust rule.
+pub(crate) const REWRITE: &str = "SELECT r_consumer, r_locked, r_old_at, r_claimable, r_busy, \
+    r_dead, r_next_expiry, r_keep, r_new_at FROM rewrite_work($1, $2, $3, $4)";
+
+/// The bound values of [`REWRITE`].
+pub(crate) struct RewriteArgs<'a> {
+    session_id: &'a str,
+    consumers: Option<&'a [String]>,
+    now: i64,
+    served: bool,
+}
+
+impl<'a> RewriteArgs<'a> {
+    /// The rewrite of the session's rows of `consumers` (`None`: every row).
+    pub(crate) fn new(
+        session_id: &'a str,
+        consumers: Option<&'a [String]>,
+        now: i64,
+        rule: Rule,
+    ) -> Self {
+        Self {
+            session_id,
+            consumers,
+            now,
+            served: rule == Rule::Served,
+        }
+    }
+
+    /// The parameters of [`REWRITE`].
+    pub(crate) fn params(&self) -> [&(dyn tokio_postgres::types::ToSql + Sync); 4] {
+        [&self.session_id, &self.consumers, &self.now, &self.served]
+    }
+}
+
+/// The time a rewrite runs at.
+pub(crate) fn rewrite_now(args: &RewriteArgs<'_>) -> i64 {
+    args.now
+}
+
+/// The answer of [`REWRITE`] at `now` by `rule`: whether a row was made
+/// ready sooner (inserted, or moved earlier), as [`apply`] decides it.
+/// Checks in debug builds that each stored row is what
+/// `WorkSummary::served_row` or `touched_row` gives for the summary.
+pub(crate) fn rewritten(rows: &[tokio_postgres::Row], now: i64, rule: Rule) -> TxResult<bool> {
+    let mut sooner = false;
+    for row in rows {
+        let locked: bool = row.try_get(1)?;
+        let old_at: Option<i64> = row.try_get(2)?;
+        let summary = WorkSummary {
+            claimable: from_sql_int("claimable heads", row.try_get(3)?)?,
+            busy: from_sql_int("busy heads", row.try_get(4)?)?,
+            dead_lettered: from_sql_int("dead-lettered heads", row.try_get(5)?)?,
+            next_expiry: row.try_get(6)?,
+        };
+        let keep: bool = row.try_get(7)?;
+        let new_at: Option<i64> = row.try_get(8)?;
+        let old = locked.then(|| WorkRow::from_ready_at(old_at));
+        let stored = keep.then(|| WorkRow::from_ready_at(new_at));
+        debug_assert_eq!(
+            stored,
+            match rule {
+                Rule::Served => summary.served_row(now),
+                Rule::Touched => summary.touched_row(old, now),
+            },
+            "rewrite_work stored another row than the work rule gives for {summary:?}"
+        );
+        if let Some(WorkRow::Ready(at)) = stored {
+            sooner |= match old {
+                Some(WorkRow::Ready(before)) => at < before,
+                _ => true,
+            };
+        }
+    }
+    Ok(sooner)
 }
 
 /// Writes the rows [`rewrite`] decided from the summaries `found`.
