@@ -1,4 +1,4 @@
-//! The store operations, one file per SPEC operation (named like the
+//! The store operations, one file per store operation (named like the guide's operations and the
 //! conformance modules), each holding the transaction bodies and the SQL
 //! only that operation runs.
 
