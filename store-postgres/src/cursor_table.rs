@@ -88,25 +88,7 @@ pub(crate) async fn attempted(
         Some(state) => state,
         None => read_session(tx, session_id).await?,
     };
-    let cursor = match cursor {
-        _ if dispatch::cleared(index, index_of(state.clear)?) => None,
-        Some(cursor) => Some(cursor),
-        None => {
-            let exists = query_opt(
-                tx,
-                "SELECT 1 FROM events WHERE session_id = $1 AND idx = $2",
-                &[&session_id, &stored],
-            )
-            .await?;
-            dispatch::without_cursor(session_id, index, exists.is_some())?;
-            None
-        }
-    };
-    Ok(Attempted {
-        state,
-        index: stored,
-        cursor,
-    })
+    settle_attempted(tx, session_id, index, stored, state, cursor).await
 }
 
 /// [`attempted`] for a claimer (no session lock) in one round trip: the
@@ -154,6 +136,20 @@ pub(crate) async fn attempted_pipelined(
         .map(decode_state)
         .transpose()?
         .unwrap_or_default();
+    settle_attempted(tx, session_id, index, stored, state, cursor).await
+}
+
+/// The end of [`attempted`] and [`attempted_pipelined`]: a head at or
+/// before the session's clear has no cursor; a missing cursor is
+/// `NoSuchEvent` unless an event is stored at `index` (one more query).
+async fn settle_attempted(
+    tx: &Tx<'_>,
+    session_id: &str,
+    index: u64,
+    stored: i64,
+    state: SessionState,
+    cursor: Option<CursorRow>,
+) -> TxResult<Attempted> {
     let cursor = match cursor {
         _ if dispatch::cleared(index, index_of(state.clear)?) => None,
         Some(cursor) => Some(cursor),
