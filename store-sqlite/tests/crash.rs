@@ -9,11 +9,12 @@
 //! The child is this test binary re-executed with `CHILD_DB` set; it runs the
 //! same test function, which takes the child role.
 
+mod common;
+
+use common::{kill_running, random_below, spawn_child, ChildVars};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,11 +32,11 @@ const KILLS: usize = 24;
 const BATCH: usize = 5;
 const TEST_NAME: &str = "acknowledged_work_survives_sigkill";
 
-fn random_below(bound: u64) -> u64 {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(bound);
-    hasher.finish() % bound
-}
+const CHILD: ChildVars = ChildVars {
+    db: CHILD_DB,
+    run: CHILD_RUN,
+    log: CHILD_LOG,
+};
 
 #[test]
 fn acknowledged_work_survives_sigkill() {
@@ -51,22 +52,10 @@ fn acknowledged_work_survives_sigkill() {
     let mut kills = 0;
     for run in 0..KILLS {
         let log = dir.path().join(format!("acks-{run}.log"));
-        let mut process = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads", "1"])
-            .env(CHILD_DB, &db)
-            .env(CHILD_RUN, run.to_string())
-            .env(CHILD_LOG, &log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn the child");
+        let mut process = spawn_child(TEST_NAME, &CHILD, &db, run, &log);
         std::thread::sleep(Duration::from_millis(40 + random_below(160)));
-        if let Some(status) = process.try_wait().unwrap() {
-            panic!("the child stopped on its own ({status}): it must run until killed");
-        }
-        process.kill().expect("SIGKILL the child");
+        kill_running(&mut process);
         kills += 1;
-        process.wait().unwrap();
         // Only whole lines count: a kill may cut the last one short.
         let written = std::fs::read_to_string(&log).unwrap_or_default();
         for line in written

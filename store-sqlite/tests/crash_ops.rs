@@ -19,12 +19,14 @@
 //!
 //! The child is this test binary re-executed with `CHILD_DB` set.
 
+mod common;
+
+use common::{kill_running, random_below, spawn_child, ChildVars};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use a2_store_api::{
@@ -44,11 +46,11 @@ const BATCH: usize = 4;
 const TEST_NAME: &str = "every_acknowledged_write_survives_sigkill";
 const SESSION: &str = "s";
 
-fn random_below(bound: u64) -> u64 {
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(bound);
-    hasher.finish() % bound
-}
+const CHILD: ChildVars = ChildVars {
+    db: CHILD_DB,
+    run: CHILD_RUN,
+    log: CHILD_LOG,
+};
 
 fn follower() -> ConsumerDeclaration {
     ConsumerDeclaration::log("follower", "F", Some(vec!["msg".into()]), true)
@@ -179,15 +181,7 @@ fn every_acknowledged_write_survives_sigkill() {
     let mut exact = 0;
     for run in 0..KILLS {
         let log = dir.path().join(format!("acks-{run}.log"));
-        let mut process = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", TEST_NAME, "--nocapture", "--test-threads", "1"])
-            .env(CHILD_DB, &db)
-            .env(CHILD_RUN, run.to_string())
-            .env(CHILD_LOG, &log)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn the child");
+        let mut process = spawn_child(TEST_NAME, &CHILD, &db, run, &log);
         // Kill after a random amount of progress rather than of wall time,
         // so a loaded machine (a slow start, slow calls) still kills at
         // every point of the call mix, clears and reclaims included: wait
@@ -201,11 +195,7 @@ fn every_acknowledged_write_survives_sigkill() {
             std::thread::sleep(Duration::from_millis(2));
         }
         std::thread::sleep(Duration::from_millis(random_below(20)));
-        if let Some(status) = process.try_wait().unwrap() {
-            panic!("the child stopped on its own ({status}): it must run until killed");
-        }
-        process.kill().expect("SIGKILL the child");
-        process.wait().unwrap();
+        kill_running(&mut process);
         let written = std::fs::read_to_string(&log).unwrap_or_default();
         let end = parse_run(&written, &mut acked);
         let now = verify(&db, &acked);
