@@ -180,6 +180,7 @@ async fn redrive_one(
     }
     let result = store
         .redrive(RedriveRequest {
+            lane: None,
             session_id: item.session_id.clone(),
             consumer: head.consumer.clone(),
             index: head.event.index,

@@ -46,6 +46,7 @@ pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
         .find(|h| h.consumer == consumer && h.event.index == index);
     let result = store
         .redrive(RedriveRequest {
+            lane: None,
             session_id: session.to_owned(),
             consumer: consumer.to_owned(),
             index,

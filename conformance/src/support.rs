@@ -449,6 +449,7 @@ mod tests {
     #[test]
     fn summaries_are_compact() {
         let cursor = Cursor {
+            pause: None,
             consumer: "agent".into(),
             lane: None,
             kind: CursorKind::Event,

@@ -204,6 +204,38 @@ impl Store for Broken {
     ) -> Result<Vec<a2_store_api::SessionWork>> {
         self.inner.list_work(request).await
     }
+    async fn reschedule(
+        &self,
+        request: a2_store_api::RescheduleRequest,
+    ) -> Result<a2_store_api::RescheduleResult> {
+        self.inner.reschedule(request).await
+    }
+
+    async fn pause(&self, request: a2_store_api::PauseRequest) -> Result<a2_store_api::Pause> {
+        self.inner.pause(request).await
+    }
+
+    async fn resume(
+        &self,
+        request: a2_store_api::ResumeRequest,
+    ) -> Result<a2_store_api::ResumeResult> {
+        self.inner.resume(request).await
+    }
+
+    async fn pauses(&self, session_id: Option<&str>) -> Result<Vec<a2_store_api::Pause>> {
+        self.inner.pauses(session_id).await
+    }
+
+    async fn redrive_all(
+        &self,
+        request: a2_store_api::BulkRedrive,
+    ) -> Result<a2_store_api::BulkRedriveResult> {
+        self.inner.redrive_all(request).await
+    }
+
+    async fn fork(&self, request: a2_store_api::ForkRequest) -> Result<a2_store_api::ForkResult> {
+        self.inner.fork(request).await
+    }
 }
 
 /// Memory stores, optionally wrapped with a flaw, with the given capabilities.

@@ -498,6 +498,7 @@ mod tests {
 
     fn cursor(kind: CursorKind, consumer: &str, lane: Option<&str>, head: Option<u64>) -> Cursor {
         Cursor {
+            pause: None,
             consumer: consumer.to_owned(),
             lane: lane.map(str::to_owned),
             kind,
@@ -517,6 +518,7 @@ mod tests {
             presence: Ok(Vec::new()),
             states: Vec::new(),
             info: Some(SessionInfo {
+                forked_from: None,
                 session_id: "s0".to_owned(),
                 head,
                 clear_index: clear,

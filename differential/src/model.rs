@@ -270,6 +270,7 @@ impl Model {
                     None => ("agent".to_owned(), u64::from(*n) + 1),
                 };
                 Call::Redrive(RedriveRequest {
+                    lane: None,
                     session_id: session_name(*session),
                     consumer,
                     index,

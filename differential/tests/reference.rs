@@ -159,6 +159,38 @@ impl Store for Bugged {
     async fn list_work(&self, request: ListWork) -> Result<Vec<SessionWork>> {
         self.0.list_work(request).await
     }
+    async fn reschedule(
+        &self,
+        request: a2_store_api::RescheduleRequest,
+    ) -> Result<a2_store_api::RescheduleResult> {
+        self.0.reschedule(request).await
+    }
+
+    async fn pause(&self, request: a2_store_api::PauseRequest) -> Result<a2_store_api::Pause> {
+        self.0.pause(request).await
+    }
+
+    async fn resume(
+        &self,
+        request: a2_store_api::ResumeRequest,
+    ) -> Result<a2_store_api::ResumeResult> {
+        self.0.resume(request).await
+    }
+
+    async fn pauses(&self, session_id: Option<&str>) -> Result<Vec<a2_store_api::Pause>> {
+        self.0.pauses(session_id).await
+    }
+
+    async fn redrive_all(
+        &self,
+        request: a2_store_api::BulkRedrive,
+    ) -> Result<a2_store_api::BulkRedriveResult> {
+        self.0.redrive_all(request).await
+    }
+
+    async fn fork(&self, request: a2_store_api::ForkRequest) -> Result<a2_store_api::ForkResult> {
+        self.0.fork(request).await
+    }
 }
 
 struct Broken(Bug);

@@ -46,6 +46,7 @@ async fn empty_append_refreshes_log_types(factory: &dyn StoreFactory) {
     );
     store
         .redrive(RedriveRequest {
+            lane: None,
             session_id: "s0".into(),
             consumer: "agent".into(),
             index: 1,
@@ -184,6 +185,7 @@ async fn redrive_picks_the_first_dead_letter_in_order(factory: &dyn StoreFactory
     assert_eq!(store.dead_letters("s0").await.unwrap().len(), 2);
     let redriven = store
         .redrive(RedriveRequest {
+            lane: None,
             session_id: "s0".into(),
             consumer: "worker".into(),
             index: 1,

@@ -13,8 +13,9 @@ use serde_json::Value;
 use crate::types::{
     AppendOptions, Cause, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult,
     ClearRequest, CompleteRequest, ConsumerDeclaration, CursorRef, FailRequest, Head, HeldClaim,
-    ListSessions, ListWork, NewEvent, PresenceMeta, ReadOptions, ReadStateOptions, RedriveAction,
-    RedriveRequest, RenewRequest, StateWrite,
+    ListSessions, ListWork, NewEvent, PauseRequest, PresenceMeta, ReadOptions, ReadStateOptions,
+    RedriveAction, RedriveRequest, RenewRequest, RescheduleRequest, ResumeRequest, ScheduleChange,
+    StateWrite,
 };
 
 /// `duration` in whole milliseconds as the `i64` the requests carry: rounded
@@ -451,11 +452,19 @@ impl RedriveRequest {
             consumer: consumer.into(),
             index,
             action,
+            lane: None,
             consumers: None,
         }
     }
 
-    /// Retries or skips a dead-lettered `head` (as [`Store::dead_letters`](crate::Store::dead_letters) lists it).
+    /// The same request naming the dead-lettered cursor's lane exactly.
+    pub fn on_lane(mut self, lane: impl Into<String>) -> Self {
+        self.lane = Some(lane.into());
+        self
+    }
+
+    /// Retries or skips exactly the dead-lettered `head` (as
+    /// [`Store::dead_letters`](crate::Store::dead_letters) lists it), naming its lane.
     ///
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
@@ -474,12 +483,15 @@ impl RedriveRequest {
     /// # }
     /// ```
     pub fn for_head(head: &Head, action: RedriveAction) -> Self {
-        Self::new(
-            head.event.session_id.clone(),
-            head.consumer.clone(),
-            head.event.index,
-            action,
-        )
+        Self {
+            lane: head.lane.clone(),
+            ..Self::new(
+                head.event.session_id.clone(),
+                head.consumer.clone(),
+                head.event.index,
+                action,
+            )
+        }
     }
 
     /// Declares the consumers served (restricts `has_pending`).
@@ -662,6 +674,94 @@ impl ListWork {
     pub fn with_limit(mut self, limit: usize) -> Self {
         self.limit = Some(limit);
         self
+    }
+}
+
+impl RescheduleRequest {
+    /// Applies `change` to `consumer`'s head (or queued index) at `index` on
+    /// `lane` (`None`: its event cursor) in `session_id`, unfenced.
+    ///
+    /// ```
+    /// use a2_store_api::{RescheduleRequest, ScheduleChange};
+    /// let request = RescheduleRequest::new("chat-1", "agent", Some("main"), 4, ScheduleChange::Cancel);
+    /// assert_eq!((request.index, request.cause), (4, None));
+    /// ```
+    pub fn new(
+        session_id: impl Into<String>,
+        consumer: impl Into<String>,
+        lane: Option<&str>,
+        index: u64,
+        change: ScheduleChange,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            consumer: consumer.into(),
+            lane: lane.map(str::to_owned),
+            index,
+            change,
+            cause: None,
+        }
+    }
+
+    /// The same request fenced by `cause` (the attempt that scheduled the head).
+    pub fn with_cause(mut self, cause: Cause) -> Self {
+        self.cause = Some(cause);
+        self
+    }
+}
+
+impl PauseRequest {
+    /// Pauses `consumer` in `session_id` only, until resumed.
+    ///
+    /// ```
+    /// use a2_store_api::PauseRequest;
+    /// let request = PauseRequest::in_session("agent", "chat-1").with_until_ms(1_900_000_000_000);
+    /// assert_eq!(request.session_id.as_deref(), Some("chat-1"));
+    /// ```
+    pub fn in_session(consumer: impl Into<String>, session_id: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            session_id: Some(session_id.into()),
+            until_ms: None,
+        }
+    }
+
+    /// Pauses `consumer` in every session, until resumed.
+    pub fn everywhere(consumer: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            session_id: None,
+            until_ms: None,
+        }
+    }
+
+    /// The same pause, ending by itself at `until_ms` (ms since the epoch).
+    pub fn with_until_ms(mut self, until_ms: i64) -> Self {
+        self.until_ms = Some(until_ms);
+        self
+    }
+}
+
+impl ResumeRequest {
+    /// Lifts `consumer`'s pause in `session_id`.
+    ///
+    /// ```
+    /// use a2_store_api::ResumeRequest;
+    /// assert_eq!(ResumeRequest::everywhere("agent").session_id, None);
+    /// ```
+    pub fn in_session(consumer: impl Into<String>, session_id: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            session_id: Some(session_id.into()),
+        }
+    }
+
+    /// Lifts `consumer`'s store-wide pause.
+    pub fn everywhere(consumer: impl Into<String>) -> Self {
+        Self {
+            consumer: consumer.into(),
+            session_id: None,
+        }
     }
 }
 

@@ -246,6 +246,14 @@ impl StoreError {
         Self::partial_duplicate("completed attempt does not match the returned event batch")
     }
 
+    /// The [`ErrorCode::InvalidInput`] error for pausing a consumer in a
+    /// session where it has no cursor.
+    pub fn nothing_to_pause(consumer: &str, session_id: &str) -> Self {
+        Self::invalid_input(format!(
+            "consumer '{consumer}' has no cursor in session '{session_id}': nothing to pause there (omit the session to pause it in every session)"
+        ))
+    }
+
     /// The [`ErrorCode::InvalidInput`] error for a `(consumer, lane)` used
     /// both as a log lane and a target lane.
     pub fn lane_conflict(consumer: &str, lane: &str) -> Self {

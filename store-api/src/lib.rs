@@ -20,6 +20,10 @@
 //! | the order results come in | [`order`] |
 //! | log cursors' types, read bounds, the clear marker | [`log`] |
 //! | presence last-writer-wins | [`presence`] |
+//! | scheduled heads, rescheduling and cancelling them | [`schedule`] |
+//! | paused consumers: which heads a pause holds | [`pause`] |
+//! | lane-exact and bulk redrive | [`redrive`] |
+//! | what a fork copies | [`fork`] |
 //! | the work index, fairness across sessions, claiming and waiting across sessions | [`work`] |
 //! | how SQL backends encode values | [`sql`] |
 //! | every error text | constructors on [`StoreError`] |
@@ -39,14 +43,18 @@ mod builders;
 mod clock;
 pub mod dispatch;
 mod error;
+pub mod fork;
 #[doc = include_str!("../docs/guide.md")]
 pub mod guide {}
 mod ids;
 pub mod log;
 pub mod order;
+pub mod pause;
 mod payload;
 pub mod presence;
+pub mod redrive;
 pub mod replay;
+pub mod schedule;
 pub mod sql;
 mod store;
 mod types;
@@ -57,8 +65,11 @@ pub use builders::duration_ms;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dispatch::{ClaimStep, CompleteVerdict, RenewVerdict};
 pub use error::{BoxError, ErrorCode, Result, StoreError};
+pub use fork::ForkPlan;
 pub use ids::{CounterIds, IdGenerator, RandomIds};
+pub use pause::Hold;
 pub use payload::Payload;
+pub use schedule::{RescheduleStep, ScheduledAt};
 pub use store::{EventStream, Store};
 pub use types::*;
 pub use work::{WorkRow, WorkSignal, WorkSource, WorkSummary};

@@ -27,6 +27,7 @@ pub fn idle_log_cursor(consumer: &ConsumerDeclaration, marker: u64) -> Cursor {
         head: None,
         types: log.and_then(|log| log.types.clone()),
         dispatch: Dispatch::default(),
+        pause: None,
     }
 }
 

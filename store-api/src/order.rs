@@ -2,7 +2,7 @@
 
 use std::cmp::Ordering;
 
-use crate::types::{Cursor, CursorRef, Head};
+use crate::types::{Cursor, CursorRef, Head, Pause, RedrivenHead};
 
 /// Order of claimed and dead-lettered heads: index, consumer, lane (`None` first).
 pub fn compare_heads(a: &Head, b: &Head) -> Ordering {
@@ -40,6 +40,22 @@ pub fn compare_cursors(a: &Cursor, b: &Cursor) -> Ordering {
 /// cross-session claim serves sessions by their earliest row in this order.
 pub fn compare_work(a: (i64, &str, &str), b: (i64, &str, &str)) -> Ordering {
     a.cmp(&b)
+}
+
+/// Order of [`Store::redrive_all`](crate::Store::redrive_all)'s heads:
+/// session id, then index, consumer, lane (`None` first).
+pub fn compare_redriven(a: &RedrivenHead, b: &RedrivenHead) -> Ordering {
+    a.session_id
+        .cmp(&b.session_id)
+        .then_with(|| compare_refs(&a.cursor, &b.cursor))
+}
+
+/// Order of [`Store::pauses`](crate::Store::pauses): consumer, then the
+/// store-wide pause before the sessions' by session id.
+pub fn compare_pauses(a: &Pause, b: &Pause) -> Ordering {
+    a.consumer
+        .cmp(&b.consumer)
+        .then_with(|| a.session_id.cmp(&b.session_id))
 }
 
 #[cfg(test)]

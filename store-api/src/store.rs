@@ -9,12 +9,13 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::types::{
-    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult,
-    ClearRequest, ClearResult, CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor,
-    FailRequest, FailResult, Head, ListSessions, ListWork, NewEvent, PresenceMeta, PresenceResult,
+    AppendOptions, AppendResult, BulkRedrive, BulkRedriveResult, ClaimRequest, ClaimResult,
+    ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
+    ConsumerDeclaration, Cursor, FailRequest, FailResult, ForkRequest, ForkResult, Head,
+    ListSessions, ListWork, NewEvent, Pause, PauseRequest, PresenceMeta, PresenceResult,
     PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult,
-    RenewRequest, RenewResult, SessionInfo, SessionWork, StateRead, StateWrite, StoredEvent,
-    WakeLogResult,
+    RenewRequest, RenewResult, RescheduleRequest, RescheduleResult, ResumeRequest, ResumeResult,
+    SessionInfo, SessionWork, StateRead, StateWrite, StoredEvent, WakeLogResult,
 };
 
 /// A live stream of a session's stored events: the backlog, then live appends,
@@ -491,4 +492,142 @@ pub trait Store: Send + Sync {
     /// # }
     /// ```
     async fn list_work(&self, request: ListWork) -> Result<Vec<SessionWork>>;
+
+    /// Moves or cancels a head that has never been claimed: a cursor's head
+    /// or an index queued on a lane (see [`crate::schedule`]). A moved head
+    /// is busy until its new time; a cancelled one is passed over as if
+    /// processed. Fenced by `cause` when given. A head that has run answers
+    /// `Started`, one the cursor has passed `Gone`; nothing changes then.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// // A reminder in ten minutes: the head is busy until then.
+    /// let reminder = NewEvent::new("remind", json!("follow up"))
+    ///     .with_target(Target::event("agent").delayed(Duration::from_secs(600)));
+    /// store.append("chat-1", vec![reminder], AppendOptions::default()).await?;
+    /// let lease = Duration::from_secs(30);
+    /// let claim = store.claim_available(ClaimRequest::new("chat-1", "worker-1", lease)).await?;
+    /// assert!(matches!(claim, ClaimResult::Busy { .. }));
+    /// // Bring it forward: a time already reached makes it claimable at once.
+    /// let now = RescheduleRequest::new("chat-1", "agent", None, 1, ScheduleChange::To(NotBefore::AtMs(0)));
+    /// assert_eq!(store.reschedule(now).await?, RescheduleResult::Rescheduled { not_before: None });
+    /// let claim = store.claim_available(ClaimRequest::new("chat-1", "worker-1", lease)).await?;
+    /// assert_eq!(claim.heads().len(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn reschedule(&self, request: RescheduleRequest) -> Result<RescheduleResult>;
+
+    /// Pauses a consumer in one session or in every session, until resumed
+    /// or until a time: its heads there are not claimed and not pending;
+    /// leases already held run to their end (see [`crate::pause`]).
+    /// Pausing the same scope again replaces the pause. Returns the pause
+    /// stored.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = NewEvent::new("msg", json!("hi")).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg], AppendOptions::default()).await?;
+    /// // A person takes over chat-1: the agent stops there.
+    /// store.pause(PauseRequest::in_session("agent", "chat-1")).await?;
+    /// let lease = Duration::from_secs(30);
+    /// let claim = store.claim_available(ClaimRequest::new("chat-1", "worker-1", lease)).await?;
+    /// assert_eq!(claim, ClaimResult::Settled);
+    /// store.resume(ResumeRequest::in_session("agent", "chat-1")).await?;
+    /// let claim = store.claim_available(ClaimRequest::new("chat-1", "worker-1", lease)).await?;
+    /// assert_eq!(claim.heads().len(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn pause(&self, request: PauseRequest) -> Result<Pause>;
+
+    /// Lifts the pause of a consumer in one session, or its store-wide
+    /// pause (each scope is lifted on its own), and wakes waiting claimers.
+    /// `resumed` says whether a pause in force was lifted.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// store.pause(PauseRequest::everywhere("billing")).await?;
+    /// assert!(store.resume(ResumeRequest::everywhere("billing")).await?.resumed);
+    /// assert!(!store.resume(ResumeRequest::everywhere("billing")).await?.resumed);
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn resume(&self, request: ResumeRequest) -> Result<ResumeResult>;
+
+    /// The pauses in force: with a session, the store-wide ones and that
+    /// session's; without, every one. By consumer, store-wide first, then
+    /// by session id.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// store.pause(PauseRequest::everywhere("billing").with_until_ms(i64::MAX)).await?;
+    /// let pauses = store.pauses(None).await?;
+    /// assert_eq!((pauses[0].consumer.as_str(), pauses[0].until_ms), ("billing", Some(i64::MAX)));
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn pauses(&self, session_id: Option<&str>) -> Result<Vec<Pause>>;
+
+    /// Redrives every dead-lettered head matching the request's filters, up
+    /// to its limit, by `(session_id, index, consumer, lane)`, each exactly
+    /// as a lane-exact [`redrive`](Store::redrive) would, in one atomic step
+    /// (see [`crate::redrive`]). Returns what it changed and whether more
+    /// match.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let lease = Duration::from_secs(30);
+    /// for session in ["chat-1", "chat-2"] {
+    ///     let msg = NewEvent::new("msg", json!("hi")).with_target(Target::lane("agent", "main"));
+    ///     store.append(session, vec![msg], AppendOptions::default()).await?;
+    ///     let head = store.claim_available(ClaimRequest::new(session, "worker-1", lease)).await?.into_heads().remove(0);
+    ///     store.fail_attempt(FailRequest::for_head(&head, "downstream was down", 1)).await?;
+    /// }
+    /// let mut bulk = BulkRedrive::new(RedriveAction::Retry);
+    /// bulk.consumer = Some("agent".into());
+    /// let done = store.redrive_all(bulk).await?;
+    /// assert_eq!((done.redriven.len(), done.more), (2, false));
+    /// assert!(store.dead_letters("chat-1").await?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn redrive_all(&self, request: BulkRedrive) -> Result<BulkRedriveResult>;
+
+    /// Copies a session's log after its clear, through an index (the head
+    /// by default), into a session never written to, atomically: ids,
+    /// types, payloads, times and causes kept; no cursors, snapshots or
+    /// presence (see [`crate::fork`]). The fork records where it came from.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let turns = (1..=3).map(|n| NewEvent::new("turn", json!(n))).collect();
+    /// store.append("chat-1", turns, AppendOptions::default()).await?;
+    /// // Rewind to turn 2 and branch.
+    /// let fork = store.fork(ForkRequest::new("chat-1", "chat-1b").through(2)).await?;
+    /// assert_eq!((fork.session.head, fork.copied), (2, 2));
+    /// assert_eq!(fork.session.forked_from.unwrap().session_id, "chat-1");
+    /// assert_eq!(store.read("chat-1b", ReadOptions::default()).await?.len(), 2);
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn fork(&self, request: ForkRequest) -> Result<ForkResult>;
 }

@@ -50,6 +50,10 @@ pub struct Target {
     /// `Some(lane)`: queued on that lane's FIFO cursor; `None`: its own event cursor.
     #[serde(default)]
     pub lane: Option<String>,
+    /// Not claimable before this time: the head is busy until then (see
+    /// [`crate::schedule`]). `None`: claimable at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<NotBefore>,
 }
 
 impl Target {
@@ -58,6 +62,7 @@ impl Target {
         Self {
             consumer: consumer.into(),
             lane: None,
+            not_before: None,
         }
     }
 
@@ -66,8 +71,34 @@ impl Target {
         Self {
             consumer: consumer.into(),
             lane: Some(lane.into()),
+            not_before: None,
         }
     }
+
+    /// The same target, not claimable before `at_ms` (ms since the epoch).
+    pub fn not_before_ms(mut self, at_ms: i64) -> Self {
+        self.not_before = Some(NotBefore::AtMs(at_ms));
+        self
+    }
+
+    /// The same target, not claimable until `delay` after the append (on
+    /// the store's clock).
+    pub fn delayed(mut self, delay: std::time::Duration) -> Self {
+        self.not_before = Some(NotBefore::AfterMs(crate::duration_ms(delay)));
+        self
+    }
+}
+
+/// When a scheduled head becomes claimable: an absolute time or a delay
+/// from the store's clock at the write. JSON: `{"at_ms": 1700000000000}` or
+/// `{"after_ms": 600000}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotBefore {
+    /// At this time, ms since the epoch (not negative).
+    AtMs(i64),
+    /// This long after the write, ms (not negative).
+    AfterMs(i64),
 }
 
 /// An event to append.
@@ -274,6 +305,9 @@ pub struct Cursor {
     pub types: Option<Vec<String>>,
     /// Bookkeeping of the head.
     pub dispatch: Dispatch,
+    /// The pause in force for its consumer, if any (see [`crate::pause`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<Pause>,
 }
 
 impl Cursor {
@@ -547,6 +581,11 @@ pub struct RedriveRequest {
     pub index: u64,
     /// Retry or skip.
     pub action: RedriveAction,
+    /// The dead-lettered cursor's lane. `None`: the first dead-lettered
+    /// head of `consumer` at `index` in `(lane)` order, the event cursor
+    /// first (what redrive did before it could name a lane).
+    #[serde(default)]
+    pub lane: Option<String>,
     /// Declarations served (restricts `has_pending`).
     #[serde(default)]
     pub consumers: Option<Vec<ConsumerDeclaration>>,
@@ -720,6 +759,9 @@ pub struct SessionInfo {
     pub clear_index: u64,
     /// Index of the last reclaimed row (rows at or below are deleted).
     pub reclaimed_through: u64,
+    /// The session and index it was forked from, when it is a fork.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<ForkOrigin>,
 }
 
 /// The most a cross-session claim may wait, ms: [`ClaimWorkRequest::wait_ms`]
@@ -945,6 +987,214 @@ impl SessionWork {
     pub fn has_work(&self) -> bool {
         self.claimable + self.busy + self.dead_lettered > 0
     }
+}
+
+/// Request of [`Store::reschedule`](crate::Store::reschedule): move or
+/// cancel a head that has not run yet.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RescheduleRequest {
+    /// The session.
+    pub session_id: String,
+    /// The cursor's consumer.
+    pub consumer: String,
+    /// The cursor's lane, `None` for an event cursor.
+    #[serde(default)]
+    pub lane: Option<String>,
+    /// The scheduled index: a cursor's head, or an index queued on a lane.
+    pub index: u64,
+    /// What to do with it.
+    pub change: ScheduleChange,
+    /// Fences the change like an append's cause (the attempt that scheduled it).
+    #[serde(default)]
+    pub cause: Option<Cause>,
+}
+
+/// What [`Store::reschedule`](crate::Store::reschedule) does to a head that has not run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScheduleChange {
+    /// Make it claimable at this time instead (a time already reached: at once).
+    To(NotBefore),
+    /// Drop it: the cursor moves past it as if processed (no completion recorded).
+    Cancel,
+}
+
+/// Result of [`Store::reschedule`](crate::Store::reschedule).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum RescheduleResult {
+    /// The head is now claimable from `not_before` (`None`: at once).
+    Rescheduled {
+        /// The new time, ms; `None` when it was already reached.
+        not_before: Option<i64>,
+    },
+    /// The head was dropped; the cursor moved past it.
+    Cancelled,
+    /// The head has been claimed at least once: it is running or ran; nothing changed.
+    Started,
+    /// The cursor has moved past the index (finished, skipped, cancelled or
+    /// cleared); nothing changed.
+    Gone,
+}
+
+/// Request of [`Store::pause`](crate::Store::pause).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PauseRequest {
+    /// The consumer to pause.
+    pub consumer: String,
+    /// Pause it in this session only; `None`: in every session.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Resume by itself at this time, ms (in the future); `None`: until resumed.
+    #[serde(default)]
+    pub until_ms: Option<i64>,
+}
+
+/// A pause in force: a consumer's heads are not claimed and not pending.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pause {
+    /// The paused consumer.
+    pub consumer: String,
+    /// The session it is paused in; `None`: every session.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// When it resumes by itself, ms; `None`: when resumed.
+    #[serde(default)]
+    pub until_ms: Option<i64>,
+    /// When it was paused (or last re-paused), ms.
+    pub paused_at: i64,
+}
+
+/// Request of [`Store::resume`](crate::Store::resume).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeRequest {
+    /// The consumer to resume.
+    pub consumer: String,
+    /// Lift its pause in this session; `None`: lift its store-wide pause.
+    #[serde(default)]
+    pub session_id: Option<String>,
+}
+
+/// Result of [`Store::resume`](crate::Store::resume).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResumeResult {
+    /// Whether a pause in force was lifted.
+    pub resumed: bool,
+}
+
+/// Request of [`Store::redrive_all`](crate::Store::redrive_all): redrive
+/// every dead-lettered head matching the filters, up to `limit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkRedrive {
+    /// Retry or skip each.
+    pub action: RedriveAction,
+    /// Only this consumer's heads.
+    #[serde(default)]
+    pub consumer: Option<String>,
+    /// Only this session's heads.
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// Only heads on this lane (`None`: any cursor).
+    #[serde(default)]
+    pub lane: Option<String>,
+    /// Only heads dead-lettered at or after this time, ms.
+    #[serde(default)]
+    pub dead_since_ms: Option<i64>,
+    /// Only heads dead-lettered before this time, ms.
+    #[serde(default)]
+    pub dead_before_ms: Option<i64>,
+    /// At most this many heads (1 to [`MAX_WORK_LIMIT`]; default 100).
+    #[serde(default)]
+    pub limit: Option<usize>,
+}
+
+impl BulkRedrive {
+    /// A bulk `action` over every dead letter (narrow it with the fields).
+    pub fn new(action: RedriveAction) -> Self {
+        Self {
+            action,
+            consumer: None,
+            session_id: None,
+            lane: None,
+            dead_since_ms: None,
+            dead_before_ms: None,
+            limit: None,
+        }
+    }
+
+    /// The most heads redriven by one call (default 100).
+    pub fn page_size(&self) -> usize {
+        self.limit.unwrap_or(100)
+    }
+}
+
+/// One head a [`Store::redrive_all`](crate::Store::redrive_all) redrove.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RedrivenHead {
+    /// The session.
+    pub session_id: String,
+    /// The head's ref.
+    #[serde(flatten)]
+    pub cursor: CursorRef,
+    /// When it had been dead-lettered, ms.
+    pub failed_at: i64,
+}
+
+/// Result of [`Store::redrive_all`](crate::Store::redrive_all).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BulkRedriveResult {
+    /// The heads redriven, by `(session_id, index, consumer, lane)`.
+    pub redriven: Vec<RedrivenHead>,
+    /// Whether matching dead letters are left beyond the limit.
+    pub more: bool,
+}
+
+/// Request of [`Store::fork`](crate::Store::fork): copy a session's log
+/// into a new session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkRequest {
+    /// The session copied.
+    pub session_id: String,
+    /// The new session (never written to).
+    pub into: String,
+    /// Copy through this index (default: the head).
+    #[serde(default)]
+    pub through: Option<u64>,
+}
+
+impl ForkRequest {
+    /// A fork of `session_id` into `into` through the head.
+    pub fn new(session_id: impl Into<String>, into: impl Into<String>) -> Self {
+        Self {
+            session_id: session_id.into(),
+            into: into.into(),
+            through: None,
+        }
+    }
+
+    /// The same fork, through `index`.
+    pub fn through(mut self, index: u64) -> Self {
+        self.through = Some(index);
+        self
+    }
+}
+
+/// Where a forked session came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkOrigin {
+    /// The session it was copied from.
+    pub session_id: String,
+    /// The last index copied.
+    pub index: u64,
+}
+
+/// Result of [`Store::fork`](crate::Store::fork).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForkResult {
+    /// The new session as [`Store::sessions`](crate::Store::sessions) lists it.
+    pub session: SessionInfo,
+    /// How many rows were copied.
+    pub copied: u64,
 }
 
 #[cfg(test)]

@@ -15,10 +15,10 @@ use serde_json::Value;
 
 use crate::error::{Result, StoreError};
 use crate::types::{
-    AppendOptions, ClaimRequest, ClaimWorkRequest, ClearRequest, CompleteRequest,
-    ConsumerDeclaration, FailRequest, ListWork, LogDeclaration, NewEvent, PresenceMeta,
-    ReadOptions, RedriveRequest, RenewRequest, StateWrite, CLEAR_EVENT_TYPE, MAX_WAIT_MS,
-    MAX_WORK_LIMIT,
+    AppendOptions, BulkRedrive, ClaimRequest, ClaimWorkRequest, ClearRequest, CompleteRequest,
+    ConsumerDeclaration, FailRequest, ForkRequest, ListWork, LogDeclaration, NewEvent,
+    PauseRequest, PresenceMeta, ReadOptions, RedriveRequest, RenewRequest, RescheduleRequest,
+    ResumeRequest, ScheduleChange, StateWrite, CLEAR_EVENT_TYPE, MAX_WAIT_MS, MAX_WORK_LIMIT,
 };
 
 /// The deepest nesting of arrays and objects a stored JSON value may have
@@ -152,11 +152,100 @@ pub fn dead_letters(session_id: &str) -> Result<()> {
     self::session_id(session_id)
 }
 
-/// [`Store::redrive`](crate::Store::redrive): session, consumer and declarations.
+/// [`Store::redrive`](crate::Store::redrive): session, consumer, a lane
+/// that is not empty when given, and declarations.
 pub fn redrive(request: &RedriveRequest) -> Result<()> {
     session_id(&request.session_id)?;
     name("consumer name", &request.consumer)?;
+    lane(request.lane.as_deref())?;
     consumers(request.consumers.as_deref(), &[])
+}
+
+/// [`Store::redrive_all`](crate::Store::redrive_all): filters that are not
+/// empty when given, a time window that is not empty, and a limit of 1 to
+/// [`MAX_WORK_LIMIT`].
+pub fn redrive_all(request: &BulkRedrive) -> Result<()> {
+    if let Some(consumer) = &request.consumer {
+        name("consumer name", consumer)?;
+    }
+    if let Some(session) = &request.session_id {
+        session_id(session)?;
+    }
+    lane(request.lane.as_deref())?;
+    if let (Some(since), Some(before)) = (request.dead_since_ms, request.dead_before_ms) {
+        if since >= before {
+            return Err(StoreError::invalid_input(format!(
+                "dead_since_ms {since} is not before dead_before_ms {before}: the window holds nothing"
+            )));
+        }
+    }
+    work_limit("bulk redrive limit", request.limit)
+}
+
+/// [`Store::reschedule`](crate::Store::reschedule): session, consumer, a
+/// lane that is not empty when given, a time that is not negative, and the
+/// fencing cause's consumer.
+pub fn reschedule(request: &RescheduleRequest) -> Result<()> {
+    session_id(&request.session_id)?;
+    name("consumer name", &request.consumer)?;
+    lane(request.lane.as_deref())?;
+    if let ScheduleChange::To(at) = request.change {
+        at.check()?;
+    }
+    if let Some(cause) = &request.cause {
+        name("cause consumer", &cause.consumer)?;
+    }
+    Ok(())
+}
+
+/// [`Store::pause`](crate::Store::pause): the consumer, the session when
+/// given, and an end that is not negative (one in the past is refused by
+/// [`PauseRequest::pause_at`]).
+pub fn pause(request: &PauseRequest) -> Result<()> {
+    name("consumer name", &request.consumer)?;
+    if let Some(session) = &request.session_id {
+        session_id(session)?;
+    }
+    if let Some(until) = request.until_ms.filter(|until| *until < 0) {
+        return Err(StoreError::invalid_input(format!(
+            "pause until_ms must not be negative, got {until}"
+        )));
+    }
+    Ok(())
+}
+
+/// [`Store::resume`](crate::Store::resume): the consumer and the session when given.
+pub fn resume(request: &ResumeRequest) -> Result<()> {
+    name("consumer name", &request.consumer)?;
+    if let Some(session) = &request.session_id {
+        session_id(session)?;
+    }
+    Ok(())
+}
+
+/// [`Store::pauses`](crate::Store::pauses): the session id when given.
+pub fn pauses(session: Option<&str>) -> Result<()> {
+    match session {
+        Some(session) => session_id(session),
+        None => Ok(()),
+    }
+}
+
+/// [`Store::fork`](crate::Store::fork): both session ids (the rules that
+/// need stored state are [`ForkRequest::plan`]'s).
+pub fn fork(request: &ForkRequest) -> Result<()> {
+    session_id(&request.session_id)?;
+    session_id(&request.into)
+}
+
+/// A lane given by name must not be empty (`None` names no lane).
+pub fn lane(lane: Option<&str>) -> Result<()> {
+    if lane == Some("") {
+        return Err(StoreError::invalid_input(
+            "empty lane name: omit the lane for an event cursor",
+        ));
+    }
+    Ok(())
 }
 
 /// [`Store::clear`](crate::Store::clear): the session and the fencing cause's consumer.
@@ -292,6 +381,9 @@ pub fn new_events(events: &[NewEvent]) -> Result<()> {
         }
         for target in &event.targets {
             name("target consumer", &target.consumer)?;
+            if let Some(at) = target.not_before {
+                at.check()?;
+            }
             if target.lane.as_deref() == Some("") {
                 return Err(StoreError::invalid_input(format!(
                     "event {position} targets consumer '{}' on an empty lane: omit the lane for an event cursor",

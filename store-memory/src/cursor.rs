@@ -198,6 +198,7 @@ impl CursorState {
     /// The public view of this cursor.
     pub fn to_cursor(&self) -> Cursor {
         Cursor {
+            pause: None,
             consumer: String::from(&*self.consumer),
             lane: self.lane.as_deref().map(str::to_owned),
             kind: self.kind,

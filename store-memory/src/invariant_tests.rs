@@ -347,6 +347,7 @@ async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
                 };
                 store
                     .redrive(RedriveRequest {
+                        lane: None,
                         session_id: SESSION.into(),
                         consumer: head.consumer.clone(),
                         index: head.event.index,

@@ -463,6 +463,7 @@ async fn fail_retry_dead_letter_and_redrive() {
         "a dead-lettered lane head blocks its lane"
     );
     let redrive = |action| RedriveRequest {
+        lane: None,
         session_id: "s".into(),
         consumer: "c".into(),
         index: 1,

@@ -190,6 +190,7 @@ impl CursorRow {
     /// The API view of the cursor.
     pub(crate) fn to_cursor(&self) -> Result<Cursor> {
         Ok(Cursor {
+            pause: None,
             consumer: self.consumer.clone(),
             lane: self.lane(),
             kind: self.kind,

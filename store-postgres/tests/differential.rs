@@ -263,6 +263,7 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
                     _ => ("a".to_owned(), rng.below(10)),
                 };
                 let request = RedriveRequest {
+                    lane: None,
                     session_id: session.clone(),
                     consumer,
                     index,

@@ -73,6 +73,7 @@ impl CursorRow {
     /// The public view of this cursor.
     pub(crate) fn to_cursor(&self) -> Cursor {
         Cursor {
+            pause: None,
             consumer: self.consumer.clone(),
             lane: self.lane.clone(),
             kind: self.kind,

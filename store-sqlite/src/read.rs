@@ -70,6 +70,7 @@ pub(crate) fn sessions(
     Ok(raws
         .into_iter()
         .map(|(session_id, head, clear, reclaimed)| SessionInfo {
+            forked_from: None,
             session_id,
             head: head.get(),
             clear_index: clear.get(),

@@ -360,6 +360,47 @@ impl Store for SqliteStore {
             })
             .await
     }
+    async fn reschedule(
+        &self,
+        request: a2_store_api::RescheduleRequest,
+    ) -> Result<a2_store_api::RescheduleResult, StoreError> {
+        todo!("issue 19: reschedule {request:?}")
+    }
+
+    async fn pause(
+        &self,
+        request: a2_store_api::PauseRequest,
+    ) -> Result<a2_store_api::Pause, StoreError> {
+        todo!("issue 19: pause {request:?}")
+    }
+
+    async fn resume(
+        &self,
+        request: a2_store_api::ResumeRequest,
+    ) -> Result<a2_store_api::ResumeResult, StoreError> {
+        todo!("issue 19: resume {request:?}")
+    }
+
+    async fn pauses(
+        &self,
+        session_id: Option<&str>,
+    ) -> Result<Vec<a2_store_api::Pause>, StoreError> {
+        todo!("issue 19: pauses {session_id:?}")
+    }
+
+    async fn redrive_all(
+        &self,
+        request: a2_store_api::BulkRedrive,
+    ) -> Result<a2_store_api::BulkRedriveResult, StoreError> {
+        todo!("issue 19: redrive_all {request:?}")
+    }
+
+    async fn fork(
+        &self,
+        request: a2_store_api::ForkRequest,
+    ) -> Result<a2_store_api::ForkResult, StoreError> {
+        todo!("issue 19: fork {request:?}")
+    }
 }
 
 #[cfg(test)]

@@ -674,6 +674,7 @@ fn child(db: &Path) {
                 journal.begin(&store, begin).await;
                 store
                     .redrive(RedriveRequest {
+                        lane: None,
                         session_id: SESSION.into(),
                         consumer: dead.consumer.clone(),
                         index,

@@ -175,6 +175,11 @@ pub use a2_store_api::{
     SystemClock, Target, WakeLogResult, CLEAR_EVENT_TYPE, MAX_WAIT_MS, MAX_WORK_LIMIT,
     RECLAIM_BATCH,
 };
+pub use a2_store_api::{
+    BulkRedrive, BulkRedriveResult, ForkOrigin, ForkRequest, ForkResult, NotBefore, Pause,
+    PauseRequest, RedrivenHead, RescheduleRequest, RescheduleResult, ResumeRequest, ResumeResult,
+    ScheduleChange,
+};
 
 /// Payloads, states and presence values are JSON: `serde_json`'s
 /// [`Value`] and its [`json!`] macro, re-exported so an app needs no
@@ -217,6 +222,10 @@ pub mod prelude {
         OpenOptions, ReadOptions, RedriveAction, RedriveRequest, RenewRequest, Store, StoreError,
         StoredEvent, Target,
     };
+    pub use crate::{
+        BulkRedrive, ForkRequest, NotBefore, PauseRequest, RescheduleRequest, RescheduleResult,
+        ResumeRequest, ScheduleChange,
+    };
     pub use futures::stream::StreamExt;
     pub use serde_json::{json, Value};
     pub use std::time::Duration;
@@ -227,8 +236,9 @@ pub mod prelude {
 /// with the backends, not with the [`Store`] contract.
 pub mod backend {
     pub use a2_store_api::{
-        dispatch, log, order, presence, replay, sql, validate, work, ClaimStep, CompleteVerdict,
-        RenewVerdict, WorkRow, WorkSignal, WorkSource, WorkSummary,
+        dispatch, fork, log, order, pause, presence, redrive, replay, schedule, sql, validate,
+        work, ClaimStep, CompleteVerdict, ForkPlan, Hold, RenewVerdict, RescheduleStep,
+        ScheduledAt, WorkRow, WorkSignal, WorkSource, WorkSummary,
     };
 }
 

@@ -789,6 +789,7 @@ pub(crate) async fn redrive_declaration_refreshes_log_types(cx: Cx) -> CaseResul
     let result = cx
         .store
         .redrive(a2_store_api::RedriveRequest {
+            lane: None,
             session_id: s.clone(),
             consumer: "audit".into(),
             index: 1,

@@ -136,6 +136,7 @@ pub(crate) async fn unredriven_redrive_declaration_refreshes_log_types(cx: Cx) -
     let result = cx
         .store
         .redrive(RedriveRequest {
+            lane: None,
             session_id: s.clone(),
             consumer: "audit".into(),
             index: 1,

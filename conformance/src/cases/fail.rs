@@ -16,6 +16,7 @@ fn failed(outcome: FailOutcome, failure_count: u32) -> FailResult {
 
 fn redrive(s: &str, consumer: &str, index: u64, action: RedriveAction) -> RedriveRequest {
     RedriveRequest {
+        lane: None,
         session_id: s.to_owned(),
         consumer: consumer.to_owned(),
         index,

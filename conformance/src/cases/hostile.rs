@@ -457,6 +457,7 @@ pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
                 "redrive",
                 store
                     .redrive(RedriveRequest {
+                        lane: None,
                         session_id: s.clone(),
                         consumer: "agent".into(),
                         index,

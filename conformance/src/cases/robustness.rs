@@ -96,6 +96,7 @@ pub(crate) async fn extreme_numbers_never_panic(cx: Cx) -> CaseResult {
             "redrive",
             store
                 .redrive(RedriveRequest {
+                    lane: None,
                     session_id: s.clone(),
                     consumer: "agent".into(),
                     index: far,

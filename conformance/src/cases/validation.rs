@@ -65,6 +65,7 @@ fn fail(s: &str, consumer: &str) -> FailRequest {
 
 fn redrive(s: &str, consumer: &str) -> RedriveRequest {
     RedriveRequest {
+        lane: None,
         session_id: s.to_owned(),
         consumer: consumer.to_owned(),
         index: 2,

@@ -553,6 +553,7 @@ pub(crate) async fn work_claim_finds_work_after_every_change(cx: Cx) -> CaseResu
     work_settled(&claim("other").await?)?;
     cx.store
         .redrive(RedriveRequest {
+            lane: None,
             session_id: s.clone(),
             consumer: other.clone(),
             index: 3,
@@ -865,6 +866,7 @@ pub(crate) async fn list_work_lists_dead_letter_holders(cx: Cx) -> CaseResult {
     );
     cx.store
         .redrive(RedriveRequest {
+            lane: None,
             session_id: s.clone(),
             consumer: agent.clone(),
             index: 1,

@@ -46,6 +46,7 @@ pub(crate) async fn sessions(tx: &Tx<'_>, options: &ListSessions) -> TxResult<Ve
     let mut sessions = Vec::with_capacity(rows.len());
     for row in &rows {
         sessions.push(SessionInfo {
+            forked_from: None,
             session_id: row.try_get(0)?,
             head: index_of(row.try_get(1)?)?,
             clear_index: index_of(row.try_get(2)?)?,

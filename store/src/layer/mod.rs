@@ -105,6 +105,10 @@ use a2_store_api::{
     ReclaimResult, RedriveRequest, RedriveResult, RenewRequest, RenewResult, Result, SessionInfo,
     SessionWork, StateRead, StateWrite, Store, StoredEvent, WakeLogResult,
 };
+use a2_store_api::{
+    BulkRedrive, BulkRedriveResult, ForkRequest, ForkResult, Pause, PauseRequest,
+    RescheduleRequest, RescheduleResult, ResumeRequest, ResumeResult,
+};
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -157,11 +161,23 @@ pub enum Operation {
     ClaimWork,
     /// [`Store::list_work`].
     ListWork,
+    /// [`Store::reschedule`].
+    Reschedule,
+    /// [`Store::pause`].
+    Pause,
+    /// [`Store::resume`].
+    Resume,
+    /// [`Store::pauses`].
+    Pauses,
+    /// [`Store::redrive_all`].
+    RedriveAll,
+    /// [`Store::fork`].
+    Fork,
 }
 
 impl Operation {
     /// How many operations there are.
-    const COUNT: usize = 20;
+    const COUNT: usize = 26;
 
     /// Every operation, in the trait's order.
     pub const ALL: [Operation; Self::COUNT] = [
@@ -185,6 +201,12 @@ impl Operation {
         Self::Sessions,
         Self::ClaimWork,
         Self::ListWork,
+        Self::Reschedule,
+        Self::Pause,
+        Self::Resume,
+        Self::Pauses,
+        Self::RedriveAll,
+        Self::Fork,
     ];
 
     /// The method name, e.g. `claim_available`.
@@ -210,6 +232,12 @@ impl Operation {
             Self::Sessions => "sessions",
             Self::ClaimWork => "claim_work",
             Self::ListWork => "list_work",
+            Self::Reschedule => "reschedule",
+            Self::Pause => "pause",
+            Self::Resume => "resume",
+            Self::Pauses => "pauses",
+            Self::RedriveAll => "redrive_all",
+            Self::Fork => "fork",
         }
     }
 }
@@ -775,6 +803,60 @@ impl Store for ObservedStore {
         });
         self.run(begun, self.inner.list_work(request), Self::ok)
             .await
+    }
+
+    async fn reschedule(&self, request: RescheduleRequest) -> Result<RescheduleResult> {
+        let begun = self.begin(Call {
+            consumer: Some(&request.consumer),
+            lane: request.lane.as_deref(),
+            index: Some(request.index),
+            ..Call::new(Operation::Reschedule, &request.session_id)
+        });
+        self.run(begun, self.inner.reschedule(request), Self::ok)
+            .await
+    }
+
+    async fn pause(&self, request: PauseRequest) -> Result<Pause> {
+        let begun = self.begin(Call {
+            session: request.session_id.as_deref(),
+            consumer: Some(&request.consumer),
+            ..Call::new(Operation::Pause, "")
+        });
+        self.run(begun, self.inner.pause(request), Self::ok).await
+    }
+
+    async fn resume(&self, request: ResumeRequest) -> Result<ResumeResult> {
+        let begun = self.begin(Call {
+            session: request.session_id.as_deref(),
+            consumer: Some(&request.consumer),
+            ..Call::new(Operation::Resume, "")
+        });
+        self.run(begun, self.inner.resume(request), Self::ok).await
+    }
+
+    async fn pauses(&self, session_id: Option<&str>) -> Result<Vec<Pause>> {
+        let begun = self.begin(Call {
+            session: session_id,
+            ..Call::new(Operation::Pauses, "")
+        });
+        self.run(begun, self.inner.pauses(session_id), Self::ok)
+            .await
+    }
+
+    async fn redrive_all(&self, request: BulkRedrive) -> Result<BulkRedriveResult> {
+        let begun = self.begin(Call {
+            session: request.session_id.as_deref(),
+            consumer: request.consumer.as_deref(),
+            lane: request.lane.as_deref(),
+            ..Call::new(Operation::RedriveAll, "")
+        });
+        self.run(begun, self.inner.redrive_all(request), Self::ok)
+            .await
+    }
+
+    async fn fork(&self, request: ForkRequest) -> Result<ForkResult> {
+        let begun = self.begin(Call::new(Operation::Fork, &request.session_id));
+        self.run(begun, self.inner.fork(request), Self::ok).await
     }
 }
 

@@ -56,6 +56,12 @@ pub(super) fn span(call: &Call<'_>, backend: &str) -> Span {
         Sessions => "sessions",
         ClaimWork => "claim_work",
         ListWork => "list_work",
+        Reschedule => "reschedule",
+        Pause => "pause",
+        Resume => "resume",
+        Pauses => "pauses",
+        RedriveAll => "redrive_all",
+        Fork => "fork",
     };
     span
 }
