@@ -6,8 +6,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use a2_store_api::log::takes;
+use a2_store_api::schedule::merged_due_at;
 use a2_store_api::sql::count_to_sql;
-use a2_store_api::{Cause, ConsumerDeclaration, CursorKind, NewEvent, StoreError, StoredEvent};
+use a2_store_api::{
+    Cause, ConsumerDeclaration, CursorKind, Dispatch, NewEvent, StoreError, StoredEvent,
+};
 use tokio_postgres::types::Json;
 
 use tokio_postgres::types::ToSql;
@@ -125,9 +128,12 @@ pub(crate) struct Prepared {
     head: i64,
     /// The cursors the batch starts or extends, in key order.
     cursors: Vec<CursorRow>,
-    /// The lane queue entries it adds.
-    queue: Vec<(String, String, i64)>,
+    /// The lane queue entries it adds, each with its not-before time.
+    queue: Vec<QueueEntry>,
 }
+
+/// A lane queue entry: consumer, lane, index and its not-before time.
+type QueueEntry = (String, String, i64, Option<i64>);
 
 /// The bound columns of a [`Prepared`] batch's statements.
 pub(crate) struct Columns<'a> {
@@ -146,6 +152,7 @@ pub(crate) struct Columns<'a> {
     queue_consumers: Vec<&'a str>,
     queue_lanes: Vec<&'a str>,
     queue_indexes: Vec<i64>,
+    queue_not_before: Vec<Option<i64>>,
     payload: &'a str,
 }
 
@@ -155,7 +162,7 @@ pub(crate) type ColumnParams<'a> = (
     [&'a (dyn ToSql + Sync); 10],
     [&'a (dyn ToSql + Sync); 2],
     Option<[&'a (dyn ToSql + Sync); 18]>,
-    Option<[&'a (dyn ToSql + Sync); 4]>,
+    Option<[&'a (dyn ToSql + Sync); 5]>,
     [&'a (dyn ToSql + Sync); 3],
 );
 
@@ -166,10 +173,12 @@ const INSERT_ROWS: &str = "INSERT INTO events (session_id, idx, id, type, payloa
     FROM unnest($3::bigint[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[], \
       $9::bigint[], $10::bigint[]) AS r(idx, id, type, payload, cc, cl, ci, ca)";
 
-/// The lane queue's new entries: `$1` session, `$2`..`$4` consumers, lanes, indexes.
-const ENQUEUE: &str = "INSERT INTO lane_queue (session_id, consumer, lane, idx) \
-    SELECT $1, q.consumer, q.lane, q.idx \
-    FROM unnest($2::text[], $3::text[], $4::bigint[]) AS q(consumer, lane, idx) \
+/// The lane queue's new entries: `$1` session, `$2`..`$5` consumers, lanes,
+/// indexes and not-before times (`NULL`: claimable once the lane reaches it).
+const ENQUEUE: &str = "INSERT INTO lane_queue (session_id, consumer, lane, idx, not_before) \
+    SELECT $1, q.consumer, q.lane, q.idx, q.not_before \
+    FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[]) \
+      AS q(consumer, lane, idx, not_before) \
     ON CONFLICT DO NOTHING";
 
 impl Prepared {
@@ -211,6 +220,7 @@ impl Prepared {
             queue_consumers: self.queue.iter().map(|q| q.0.as_str()).collect(),
             queue_lanes: self.queue.iter().map(|q| q.1.as_str()).collect(),
             queue_indexes: self.queue.iter().map(|q| q.2).collect(),
+            queue_not_before: self.queue.iter().map(|q| q.3).collect(),
             payload: notification_payload(&self.session_id),
         })
     }
@@ -235,11 +245,12 @@ impl<'a> Columns<'a> {
             [&self.session_id, &self.head],
             self.cursors.as_ref().map(CursorWrites::params),
             (!self.queue_indexes.is_empty()).then(|| {
-                let params: [&(dyn ToSql + Sync); 4] = [
+                let params: [&(dyn ToSql + Sync); 5] = [
                     &self.session_id,
                     &self.queue_consumers,
                     &self.queue_lanes,
                     &self.queue_indexes,
+                    &self.queue_not_before,
                 ];
                 params
             }),
@@ -356,7 +367,8 @@ async fn insert(
         }
     }
     state.head = base + i64::try_from(stored.len()).unwrap_or(i64::MAX);
-    let (cursors, queue) = enqueue(tx, batch, state, base, &stored, &mut lanes, touched).await?;
+    let (cursors, queue) =
+        enqueue(tx, batch, state, (base, now), &stored, &mut lanes, touched).await?;
     Ok(Prepared {
         session_id: session_id.to_owned(),
         stored,
@@ -367,35 +379,47 @@ async fn insert(
     })
 }
 
+/// The cursor work a batch's targets and declarations start (the batch's
+/// first row is `base + 1`, written at `now`): event cursors, lane queue
+/// entries and the lanes' new heads, log cursors. A scheduled target's time
+/// (`schedule::merged_due_at` of the event's targets naming the same
+/// cursor) is a new head's `Dispatch::scheduled`, or kept with the queued
+/// index until its lane reaches it.
 async fn enqueue(
     tx: &Tx<'_>,
     batch: &Batch<'_>,
     state: &SessionState,
-    base: i64,
+    (base, now): (i64, i64),
     rows: &[StoredEvent],
     lanes: &mut BTreeMap<(String, String), CursorRow>,
     touched: &mut Touched,
-) -> TxResult<(Vec<CursorRow>, Vec<(String, String, i64)>)> {
+) -> TxResult<(Vec<CursorRow>, Vec<QueueEntry>)> {
     let session_id = batch.session_id;
     let mut changed: BTreeSet<(String, String)> = BTreeSet::new();
     let mut event_cursors: BTreeMap<(String, i64), CursorRow> = BTreeMap::new();
-    let mut queue: BTreeSet<(String, String, i64)> = BTreeSet::new();
+    let mut queue: BTreeMap<(String, String, i64), Option<i64>> = BTreeMap::new();
     for (index, event) in (base + 1..).zip(batch.events) {
         for target in &event.targets {
+            let due = merged_due_at(
+                event
+                    .targets
+                    .iter()
+                    .filter(|t| t.consumer == target.consumer && t.lane == target.lane),
+                now,
+            );
             match &target.lane {
                 None => {
-                    event_cursors.insert(
-                        (target.consumer.clone(), index),
-                        CursorRow::new(
-                            &target.consumer,
-                            None,
-                            index,
-                            CursorKind::Event,
-                            index - 1,
-                            Some(index),
-                            None,
-                        ),
+                    let mut cursor = CursorRow::new(
+                        &target.consumer,
+                        None,
+                        index,
+                        CursorKind::Event,
+                        index - 1,
+                        Some(index),
+                        None,
                     );
+                    cursor.dispatch = Dispatch::scheduled(due);
+                    event_cursors.insert((target.consumer.clone(), index), cursor);
                 }
                 Some(lane) => {
                     let key = (target.consumer.clone(), lane.clone());
@@ -410,9 +434,10 @@ async fn enqueue(
                             None,
                         )
                     });
-                    queue.insert((target.consumer.clone(), lane.clone(), index));
+                    queue.insert((target.consumer.clone(), lane.clone(), index), due);
                     if cursor.head.is_none() {
                         cursor.head = Some(index);
+                        cursor.dispatch = Dispatch::scheduled(due);
                     }
                     changed.insert(key);
                 }
@@ -478,5 +503,9 @@ async fn enqueue(
     for cursor in &written {
         touched.cursor(cursor);
     }
-    Ok((written, queue.into_iter().collect()))
+    let queue = queue
+        .into_iter()
+        .map(|((consumer, lane, index), due)| (consumer, lane, index, due))
+        .collect();
+    Ok((written, queue))
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use a2_store_api::log::takes;
 use a2_store_api::sql::count_to_sql;
 use a2_store_api::{
-    dispatch, Cause, ConsumerDeclaration, CursorKind, StoreError, CLEAR_EVENT_TYPE,
+    dispatch, Cause, ConsumerDeclaration, CursorKind, Dispatch, StoreError, CLEAR_EVENT_TYPE,
 };
 use tokio_postgres::types::{Json, ToSql};
 
@@ -198,21 +198,30 @@ pub(crate) async fn advance_in_memory(
                          AND lane = $3 AND idx <= $4",
                         &params,
                     ),
-                    Stmt::new(
-                        "SELECT min(idx) FROM lane_queue WHERE session_id = $1 AND consumer = $2 \
-                         AND lane = $3 AND idx > $4",
-                        &params,
-                    ),
+                    Stmt::new(NEXT_QUEUED, &params),
                 ])
                 .await?;
-            match answers.get(1).and_then(|rows| rows.first()) {
-                Some(row) => row.try_get(0)?,
-                None => None,
-            }
+            next_queued(cursor, answers.get(1).and_then(|rows| rows.first()))?
         }
         CursorKind::Log => next_log_head(tx, session_id, done, cursor.types.as_deref()).await?,
     };
     Ok(())
+}
+
+/// A lane's first queued index after the head it finished, with its
+/// not-before time: `$1` session, `$2` consumer, `$3` lane, `$4` the
+/// finished head.
+pub(crate) const NEXT_QUEUED: &str = "SELECT idx, not_before FROM lane_queue \
+    WHERE session_id = $1 AND consumer = $2 AND lane = $3 AND idx > $4 ORDER BY idx LIMIT 1";
+
+/// The lane's next head from [`NEXT_QUEUED`]'s row (`None`: the queue is
+/// empty); a scheduled one is busy until its time (`Dispatch::scheduled`).
+fn next_queued(cursor: &mut CursorRow, row: Option<&tokio_postgres::Row>) -> TxResult<Option<i64>> {
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    cursor.dispatch = Dispatch::scheduled(row.try_get(1)?);
+    Ok(Some(row.try_get(0)?))
 }
 
 /// The statement of [`load_many`]: `$1` session, `$2`..`$4` the keys'
@@ -502,15 +511,11 @@ pub(crate) async fn advance(tx: &Tx<'_>, session_id: &str, cursor: &mut CursorRo
             .await?;
             let row = query_opt(
                 tx,
-                "SELECT min(idx) FROM lane_queue WHERE session_id = $1 AND consumer = $2 \
-                 AND lane = $3 AND idx > $4",
+                NEXT_QUEUED,
                 &[&session_id, &cursor.consumer, &cursor.lane, &done],
             )
             .await?;
-            match row {
-                Some(row) => row.try_get(0)?,
-                None => None,
-            }
+            next_queued(cursor, row.as_ref())?
         }
         CursorKind::Log => next_log_head(tx, session_id, done, cursor.types.as_deref()).await?,
     };
@@ -549,13 +554,18 @@ pub(crate) fn served_names(consumers: Option<&[ConsumerDeclaration]>) -> Option<
 /// Runs the deferred count triggers this transaction queued.
 pub(crate) const IMMEDIATE: &str = "SET CONSTRAINTS ALL IMMEDIATE";
 
-/// Whether `$1` has a live head of `$2` consumers (`NULL`: any), from the
-/// counts; after [`IMMEDIATE`].
+/// Whether `$1` has a live head of `$2` consumers (`NULL`: any) that no
+/// pause in force at `$3` holds (the session's own pauses and the
+/// store-wide ones, stored with session `''`), from the counts; after
+/// [`IMMEDIATE`].
 pub(crate) const HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM pending_counts \
-    WHERE session_id = $1 AND live > 0 AND ($2::text[] IS NULL OR consumer = ANY($2)))";
+    WHERE session_id = $1 AND live > 0 AND ($2::text[] IS NULL OR consumer = ANY($2)) \
+      AND NOT (consumer = ANY(ARRAY(SELECT p.consumer FROM pauses p \
+        WHERE p.session_id IN ($1, '') AND (p.until_ms IS NULL OR p.until_ms > $3)))))";
 
-/// Whether a served cursor has a head that is not dead-lettered, counting
-/// this transaction's own cursor changes.
+/// Whether a served cursor has a head that is not dead-lettered and whose
+/// consumer no pause holds at `now` (`pause::hold`), counting this
+/// transaction's own cursor changes.
 ///
 /// Reads `pending_counts` (live heads per consumer, kept by triggers), so
 /// its cost does not grow with the session's finished cursors. The count
@@ -564,9 +574,10 @@ pub(crate) async fn has_pending(
     tx: &Tx<'_>,
     session_id: &str,
     consumers: Option<&[ConsumerDeclaration]>,
+    now: i64,
 ) -> TxResult<bool> {
     let served = served_names(consumers);
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&session_id, &served];
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&session_id, &served, &now];
     // Pipelined: each request is sent when first polled, and `try_join`
     // polls in argument order, so the triggers run before the count is read.
     let (_, row) = futures::try_join!(

@@ -69,10 +69,17 @@ impl Inner {
             self.wake(session_id);
         }
         if wrote.work {
-            self.signal.notify();
-            self.work_notices
-                .send_modify(|count| *count = count.wrapping_add(1));
+            self.wake_claimers();
         }
+    }
+
+    /// After a commit that may make work claimable sooner: wakes this
+    /// store's waiting claimers, and other processes' through the work
+    /// notifier's `NOTIFY`.
+    pub(crate) fn wake_claimers(&self) {
+        self.signal.notify();
+        self.work_notices
+            .send_modify(|count| *count = count.wrapping_add(1));
     }
 }
 

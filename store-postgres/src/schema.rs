@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 8;
+pub const SCHEMA_VERSION: i32 = 9;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -329,6 +329,33 @@ BEGIN
     FROM decided d ORDER BY d.consumer;
 END
 $$;
+"#,
+    // Version 9: time and control. `lane_queue.not_before`: a scheduled
+    // target's time, kept with its queued index until the lane reaches it
+    // (`Dispatch::scheduled`); a cursor's scheduled head is an ordinary
+    // `claim_expires_at`, so `rewrite_work` needs no change. `pauses`: one
+    // row per paused scope, `session_id` `''` for a store-wide pause (an
+    // empty session id is invalid input), read by the claims, `has_pending`
+    // and the work queries; `pauses_by_consumer` finds a consumer's
+    // per-session pauses for `earliest_ready`. `sessions.forked_*`: where a
+    // fork came from. `cursors_dead` is keyed in `redrive_all`'s order
+    // (`order::compare_redriven`: session, index, consumer, lane), so a bulk
+    // redrive reads dead letters only, in order, and stops at its limit.
+    r#"
+ALTER TABLE lane_queue ADD COLUMN not_before bigint;
+CREATE TABLE pauses (
+    session_id text COLLATE "C" NOT NULL,
+    consumer   text COLLATE "C" NOT NULL,
+    until_ms   bigint,
+    paused_at  bigint NOT NULL,
+    PRIMARY KEY (session_id, consumer)
+);
+CREATE INDEX pauses_by_consumer ON pauses (consumer, session_id);
+ALTER TABLE sessions ADD COLUMN forked_session text COLLATE "C",
+    ADD COLUMN forked_index bigint;
+DROP INDEX cursors_dead;
+CREATE INDEX cursors_dead ON cursors (session_id, head, consumer, lane, slot)
+    WHERE head IS NOT NULL AND failed_at IS NOT NULL;
 "#,
 ];
 

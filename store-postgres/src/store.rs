@@ -10,12 +10,14 @@ use a2_store_api::log::read_bounds;
 use a2_store_api::validate;
 use a2_store_api::work::{self, WorkSignal};
 use a2_store_api::{
-    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult,
-    ClearRequest, ClearResult, CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor,
-    EventStream, FailRequest, FailResult, Head, ListSessions, ListWork, NewEvent, PresenceMeta,
-    PresenceResult, PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest,
-    RedriveResult, RenewRequest, RenewResult, Result, SessionInfo, SessionWork, StateRead,
-    StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
+    AppendOptions, AppendResult, BulkRedrive, BulkRedriveResult, ClaimRequest, ClaimResult,
+    ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
+    ConsumerDeclaration, Cursor, EventStream, FailRequest, FailResult, ForkRequest, ForkResult,
+    Head, ListSessions, ListWork, NewEvent, Pause, PauseRequest, PresenceMeta, PresenceResult,
+    PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult,
+    RenewRequest, RenewResult, RescheduleRequest, RescheduleResult, Result, ResumeRequest,
+    ResumeResult, SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent,
+    WakeLogResult,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod};
@@ -174,7 +176,7 @@ impl Store for PostgresStore {
         validate::append(session_id, &events, &options)?;
         if events.is_empty() {
             return transact!(self.inner, "checking pending work", |tx| {
-                ops::append::append_nothing(&tx, session_id, &options).await?
+                ops::append::append_nothing(&tx, &self.inner, session_id, &options).await?
             });
         }
         let (result, wrote) = transact!(self.inner, "appending events", |tx| {
@@ -312,8 +314,9 @@ impl Store for PostgresStore {
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
         validate::cursors(session_id)?;
+        let now = self.inner.clock.now_ms();
         transact!(self.inner, "listing cursors", |tx| {
-            ops::cursors::cursors(&tx, session_id).await?
+            ops::cursors::cursors(&tx, session_id, now).await?
         })
     }
 
@@ -403,45 +406,72 @@ impl Store for PostgresStore {
             ops::work::list_work(&tx, &request, now).await?
         })
     }
-    async fn reschedule(
-        &self,
-        request: a2_store_api::RescheduleRequest,
-    ) -> Result<a2_store_api::RescheduleResult, StoreError> {
-        todo!("issue 19: reschedule {request:?}")
+
+    async fn reschedule(&self, request: RescheduleRequest) -> Result<RescheduleResult> {
+        validate::reschedule(&request)?;
+        let now = self.inner.clock.now_ms();
+        let (result, work) = transact!(self.inner, "rescheduling a head", |tx| {
+            ops::reschedule::reschedule(&tx, &request, now).await?
+        })?;
+        self.inner.committed(
+            &request.session_id,
+            Wrote {
+                events: false,
+                work,
+            },
+        );
+        Ok(result)
     }
 
-    async fn pause(
-        &self,
-        request: a2_store_api::PauseRequest,
-    ) -> Result<a2_store_api::Pause, StoreError> {
-        todo!("issue 19: pause {request:?}")
+    async fn pause(&self, request: PauseRequest) -> Result<Pause> {
+        validate::pause(&request)?;
+        let now = self.inner.clock.now_ms();
+        let pause = transact!(self.inner, "pausing a consumer", |tx| {
+            ops::pause::pause(&tx, &request, now).await?
+        })?;
+        // A pause replacing a longer one may end sooner: waiters recompute.
+        self.inner.wake_claimers();
+        Ok(pause)
     }
 
-    async fn resume(
-        &self,
-        request: a2_store_api::ResumeRequest,
-    ) -> Result<a2_store_api::ResumeResult, StoreError> {
-        todo!("issue 19: resume {request:?}")
+    async fn resume(&self, request: ResumeRequest) -> Result<ResumeResult> {
+        validate::resume(&request)?;
+        let now = self.inner.clock.now_ms();
+        let result = transact!(self.inner, "resuming a consumer", |tx| {
+            ops::pause::resume(&tx, &request, now).await?
+        })?;
+        if result.resumed {
+            self.inner.wake_claimers();
+        }
+        Ok(result)
     }
 
-    async fn pauses(
-        &self,
-        session_id: Option<&str>,
-    ) -> Result<Vec<a2_store_api::Pause>, StoreError> {
-        todo!("issue 19: pauses {session_id:?}")
+    async fn pauses(&self, session_id: Option<&str>) -> Result<Vec<Pause>> {
+        validate::pauses(session_id)?;
+        let now = self.inner.clock.now_ms();
+        transact!(self.inner, "listing pauses", |tx| {
+            ops::pause::pauses(&tx, session_id, now).await?
+        })
     }
 
-    async fn redrive_all(
-        &self,
-        request: a2_store_api::BulkRedrive,
-    ) -> Result<a2_store_api::BulkRedriveResult, StoreError> {
-        todo!("issue 19: redrive_all {request:?}")
+    async fn redrive_all(&self, request: BulkRedrive) -> Result<BulkRedriveResult> {
+        validate::redrive_all(&request)?;
+        let now = self.inner.clock.now_ms();
+        let (result, work) = transact!(self.inner, "redriving dead letters", |tx| {
+            ops::fail::redrive_all(&tx, &request, now).await?
+        })?;
+        if work {
+            self.inner.wake_claimers();
+        }
+        Ok(result)
     }
 
-    async fn fork(
-        &self,
-        request: a2_store_api::ForkRequest,
-    ) -> Result<a2_store_api::ForkResult, StoreError> {
-        todo!("issue 19: fork {request:?}")
+    async fn fork(&self, request: ForkRequest) -> Result<ForkResult> {
+        validate::fork(&request)?;
+        let (result, wrote) = transact!(self.inner, "forking a session", |tx| {
+            ops::fork::fork(&tx, &self.inner, &request).await?
+        })?;
+        self.inner.committed(&request.into, wrote);
+        Ok(result)
     }
 }

@@ -39,8 +39,9 @@ impl WorkSource for PostgresStore {
     }
 
     async fn earliest_ready(&self, request: &ClaimWorkRequest) -> Result<Option<i64>> {
+        let now = self.inner.clock.now_ms();
         transact!(self.inner, "finding the earliest ready work", |tx| {
-            ops::work::earliest_ready(&tx, request).await?
+            ops::work::earliest_ready(&tx, request, now).await?
         })
     }
 

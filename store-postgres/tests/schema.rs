@@ -12,7 +12,7 @@ use a2_store_api::{
 };
 use a2_store_postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
 use serde_json::json;
-use support::PgFactory;
+use support::{PgFactory, UNDO_9};
 
 fn options(schema: &str) -> PostgresOptions {
     support::options(schema, Arc::new(SystemClock), Arc::new(RandomIds))
@@ -136,7 +136,7 @@ async fn upgrading_from_version_4_counts_existing_live_heads() {
     // Undo migrations 6 and 5 by hand: the schema as a version-4 build left it.
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_7} {UNDO_6} DROP TABLE pending_counts; \
+            "SET search_path TO \"{schema}\"; {UNDO_9} {UNDO_7} {UNDO_6} DROP TABLE pending_counts; \
              DROP FUNCTION count_pending() CASCADE; \
              CREATE INDEX cursors_pending ON cursors (session_id, consumer) \
                WHERE head IS NOT NULL AND failed_at IS NULL; \
@@ -208,7 +208,8 @@ async fn upgrading_from_version_5_keeps_leases_and_promotes_expired_ones() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_7} {UNDO_6} UPDATE schema_version SET version = 5"
+            "SET search_path TO \"{schema}\"; {UNDO_9} {UNDO_7} {UNDO_6} \
+             UPDATE schema_version SET version = 5"
         ))
         .await
         .expect("downgrade to version 5");
@@ -416,7 +417,7 @@ async fn upgrading_from_version_7_finds_pending_work() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; DROP FUNCTION rewrite_work; \
+            "SET search_path TO \"{schema}\"; {UNDO_9} DROP FUNCTION rewrite_work; \
              UPDATE schema_version SET version = 7"
         ))
         .await
@@ -457,4 +458,119 @@ async fn upgrading_from_version_7_finds_pending_work() {
     let claimed = upgraded.claim_work(request()).await.expect("claim work");
     let sessions: Vec<&str> = claimed.heads().map(|(s, _)| s).collect();
     assert_eq!(sessions, vec!["leased"], "the lease ran out: {claimed:?}");
+}
+
+/// A schema at version 8 (no schedules, pauses or fork origins) holding a
+/// lane with a queued index behind its head and a dead letter opens at the
+/// current version: the queued index is claimable once the lane reaches
+/// it, the dead letter is found by `redrive_all`, the sessions list no
+/// fork, and pauses work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_from_version_8_keeps_lanes_and_dead_letters() {
+    use a2_store_api::{
+        BulkRedrive, CompleteRequest, FailRequest, ListSessions, PauseRequest, RedriveAction,
+    };
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let schema = factory.schema();
+    let clock = ManualClock::new(1_000_000);
+    let open = || async {
+        factory
+            .store_on(&schema, Arc::new(clock.clone()), Arc::new(RandomIds))
+            .await
+            .expect("connect")
+    };
+    let store = open().await;
+    let lane = |n: i64| NewEvent::new("e", json!(n)).with_target(Target::lane("agent", "main"));
+    store
+        .append("lanes", vec![lane(1), lane(2)], AppendOptions::default())
+        .await
+        .expect("append to the lane");
+    let dead = NewEvent::new("e", json!({})).with_target(Target::event("agent"));
+    store
+        .append("dead", vec![dead], AppendOptions::default())
+        .await
+        .expect("append");
+    let claim = |session: &str| ClaimRequest {
+        session_id: session.into(),
+        holder: "w".into(),
+        ttl_ms: Some(1_000),
+        ..ClaimRequest::default()
+    };
+    let head = store
+        .claim_available(claim("dead"))
+        .await
+        .expect("claim")
+        .into_heads()
+        .remove(0);
+    store
+        .fail_attempt(FailRequest::for_head(&head, "down", 1))
+        .await
+        .expect("dead-letter");
+    drop(store);
+    let client = support::raw_client(factory.url()).await;
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\"; {UNDO_9} UPDATE schema_version SET version = 8"
+        ))
+        .await
+        .expect("downgrade to version 8");
+    let upgraded = open().await;
+    let head = upgraded
+        .claim_available(claim("lanes"))
+        .await
+        .expect("claim")
+        .into_heads()
+        .remove(0);
+    assert_eq!(head.event.index, 1);
+    upgraded
+        .complete_attempt(CompleteRequest {
+            session_id: "lanes".into(),
+            consumer: head.consumer.clone(),
+            lane: head.lane.clone(),
+            index: 1,
+            attempt: head.dispatch.attempt_count,
+            events: Vec::new(),
+            consumers: None,
+        })
+        .await
+        .expect("complete");
+    let next = upgraded
+        .claim_available(claim("lanes"))
+        .await
+        .expect("claim")
+        .into_heads();
+    assert_eq!(next.len(), 1, "the queued index is claimable at once");
+    assert_eq!(next[0].event.index, 2);
+    let done = upgraded
+        .redrive_all(BulkRedrive::new(RedriveAction::Retry))
+        .await
+        .expect("redrive all");
+    assert_eq!(done.redriven.len(), 1, "{done:?}");
+    assert_eq!(done.redriven[0].session_id, "dead");
+    let sessions = upgraded
+        .sessions(ListSessions::default())
+        .await
+        .expect("sessions");
+    assert!(
+        sessions.iter().all(|s| s.forked_from.is_none()),
+        "{sessions:?}"
+    );
+    upgraded
+        .pause(PauseRequest {
+            consumer: "agent".into(),
+            session_id: Some("dead".into()),
+            until_ms: None,
+        })
+        .await
+        .expect("pause");
+    assert_eq!(
+        upgraded
+            .claim_available(claim("dead"))
+            .await
+            .expect("claim"),
+        ClaimResult::Settled,
+        "the paused consumer's redriven head is held"
+    );
 }

@@ -113,7 +113,9 @@ async fn upgrading_from_version_6_indexes_pending_work() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; DROP TABLE work; UPDATE schema_version SET version = 6"
+            "SET search_path TO \"{schema}\"; {} DROP TABLE work; \
+             UPDATE schema_version SET version = 6",
+            support::UNDO_9
         ))
         .await
         .expect("downgrade to version 6");
@@ -341,7 +343,8 @@ fn work_rows_read(node: &Value, scans: &mut Vec<String>) -> f64 {
 /// ready, and 100,000 rows of another consumer all ready, reads about as
 /// many work rows as it returns, through `work_ready`, both with the plan
 /// for the values bound and with a generic plan (as a cached statement
-/// may run). The earliest-ready probe reads one row per consumer.
+/// may run). The earliest-ready probe reads one row per consumer (and
+/// none for the pauses when nothing is paused).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finding_ready_sessions_reads_only_the_rows_returned() {
     let Some(factory) = PgFactory::from_env("work") else {
@@ -382,7 +385,7 @@ async fn finding_ready_sessions_reads_only_the_rows_returned() {
             let earliest = tx
                 .query_one(
                     &format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", work_sql::EARLIEST),
-                    &[&consumers],
+                    &[&consumers, &now],
                 )
                 .await
                 .expect("explain");
@@ -391,7 +394,7 @@ async fn finding_ready_sessions_reads_only_the_rows_returned() {
             tx.batch_execute(&format!(
                 "SET LOCAL plan_cache_mode = force_generic_plan; \
                  PREPARE ready (text[], bigint, text[], bigint) AS {}; \
-                 PREPARE earliest (text[]) AS {}",
+                 PREPARE earliest (text[], bigint) AS {}",
                 work_sql::READY,
                 work_sql::EARLIEST
             ))
@@ -407,7 +410,7 @@ async fn finding_ready_sessions_reads_only_the_rows_returned() {
                 .expect("explain");
             let earliest = tx
                 .query_one(
-                    "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE earliest ('{agent}')",
+                    "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE earliest ('{agent}', 500000)",
                     &[],
                 )
                 .await
@@ -429,7 +432,15 @@ async fn finding_ready_sessions_reads_only_the_rows_returned() {
                 read <= most,
                 "{plan} {what}: read {read} work rows through {scans:?}"
             );
-            assert_eq!(scans, vec!["work_ready"], "{plan} {what}");
+            // The earliest probe's second part joins the consumer's
+            // per-session pauses with their pairs' rows: with no pause it
+            // reads no row (counted above), whatever index it names.
+            let probes = if what == "earliest" {
+                &scans[..1]
+            } else {
+                &scans[..]
+            };
+            assert_eq!(probes, ["work_ready"], "{plan} {what}: {scans:?}");
         }
     }
 }

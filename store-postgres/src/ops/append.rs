@@ -44,7 +44,7 @@ pub(crate) async fn append(
             .collect();
         let events = replay::append(events, rows)?;
         refresh_log_types(tx, session_id, consumers).await?;
-        let has_pending = has_pending(tx, session_id, consumers).await?;
+        let has_pending = has_pending(tx, session_id, consumers, inner.clock.now_ms()).await?;
         return Ok((
             AppendResult {
                 events,
@@ -73,7 +73,8 @@ pub(crate) async fn append(
     let plan = touched.plan(session_id);
     let work = plan.params();
     let served = served_names(consumers);
-    let pending_params: [&(dyn ToSql + Sync); 2] = [&session_id, &served];
+    let now = touched.now();
+    let pending_params: [&(dyn ToSql + Sync); 3] = [&session_id, &served, &now];
     let mut statements = Vec::with_capacity(10);
     if let Some(params) = &params {
         Columns::push(params, &mut statements);
@@ -143,6 +144,7 @@ async fn lock_with_ids(
 /// batch: refreshes declared log types and reports `has_pending`.
 pub(crate) async fn append_nothing(
     tx: &Tx<'_>,
+    inner: &Inner,
     session_id: &str,
     options: &AppendOptions,
 ) -> TxResult<AppendResult> {
@@ -151,6 +153,6 @@ pub(crate) async fn append_nothing(
     refresh_log_types(tx, session_id, consumers).await?;
     Ok(AppendResult {
         events: Vec::new(),
-        has_pending: has_pending(tx, session_id, consumers).await?,
+        has_pending: has_pending(tx, session_id, consumers, inner.clock.now_ms()).await?,
     })
 }

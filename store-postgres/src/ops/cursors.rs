@@ -3,6 +3,7 @@
 
 use a2_store_api::log::idle_log_cursor;
 use a2_store_api::order::compare_cursors;
+use a2_store_api::pause::in_force_for;
 use a2_store_api::{
     ConsumerDeclaration, Cursor, CursorKind, LogDeclaration, StoreError, WakeLogResult,
 };
@@ -13,16 +14,25 @@ use crate::error::TxResult;
 use crate::ops::work::Touched;
 use crate::rows::{index_of, CursorRow, CURSOR_COLUMNS};
 
-/// Every cursor but finished event cursors, in `cursors()` order.
-pub(crate) async fn cursors(tx: &Tx<'_>, session_id: &str) -> TxResult<Vec<Cursor>> {
+/// Every cursor but finished event cursors, in `cursors()` order, each
+/// with the pause in force for its consumer at `now`
+/// (`pause::in_force_for`). The cursors and the pauses are read in one
+/// round trip (pipelined).
+pub(crate) async fn cursors(tx: &Tx<'_>, session_id: &str, now: i64) -> TxResult<Vec<Cursor>> {
     let sql = format!(
         "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 \
          AND (c.kind <> 0 OR c.head IS NOT NULL)"
     );
-    let rows = query(tx, &sql, &[&session_id]).await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&session_id];
+    let (rows, pauses) = futures::try_join!(
+        query(tx, &sql, &params),
+        crate::ops::pause::stored(tx, Some(session_id)),
+    )?;
     let mut cursors = Vec::with_capacity(rows.len());
     for row in &rows {
-        cursors.push(CursorRow::decode(row, 0)?.to_cursor()?);
+        let mut cursor = CursorRow::decode(row, 0)?.to_cursor()?;
+        cursor.pause = in_force_for(&pauses, &cursor.consumer, session_id, now);
+        cursors.push(cursor);
     }
     cursors.sort_by(compare_cursors);
     Ok(cursors)

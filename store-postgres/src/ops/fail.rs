@@ -1,10 +1,13 @@
 //! The failures of a head: `fail_attempt`, and the dead-letter queue
-//! (`dead_letters`, `redrive`).
+//! (`dead_letters`, `redrive`, `redrive_all`).
 
 use a2_store_api::dispatch::cleared;
-use a2_store_api::order::compare_heads;
+use std::collections::BTreeMap;
+
+use a2_store_api::order::{compare_heads, compare_redriven};
 use a2_store_api::{
-    FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest, RedriveResult,
+    BulkRedrive, BulkRedriveResult, CursorRef, FailOutcome, FailRequest, FailResult, Head,
+    RedriveAction, RedriveRequest, RedriveResult, RedrivenHead,
 };
 
 use tokio_postgres::types::ToSql;
@@ -103,37 +106,179 @@ pub(crate) async fn redrive(
         .filter(|_| !cleared(request.index, clear));
     let mut found = None;
     if let Some(index) = index {
+        // The lane named, or the first dead letter at the index in lane
+        // order (the event cursor's `''` first): `RedriveRequest::picks`.
         let sql = format!(
             "SELECT {CURSOR_COLUMNS} FROM cursors c WHERE c.session_id = $1 AND c.consumer = $2 \
-             AND c.head = $3 AND c.failed_at IS NOT NULL ORDER BY c.lane, c.slot LIMIT 1 \
-             FOR UPDATE OF c"
+             AND c.head = $3 AND c.failed_at IS NOT NULL AND ($4::text IS NULL OR c.lane = $4) \
+             ORDER BY c.lane, c.slot LIMIT 1 FOR UPDATE OF c"
         );
-        if let Some(row) = query_opt(tx, &sql, &[&session_id, &request.consumer, &index]).await? {
-            found = Some(CursorRow::decode(&row, 0)?);
+        let params: [&(dyn ToSql + Sync); 4] =
+            [&session_id, &request.consumer, &index, &request.lane];
+        if let Some(row) = query_opt(tx, &sql, &params).await? {
+            let cursor = CursorRow::decode(&row, 0)?;
+            let lane = cursor.lane();
+            if request.picks(&cursor.consumer, lane.as_deref(), request.index) {
+                found = Some(cursor);
+            }
         }
     }
     refresh_log_types(tx, session_id, consumers).await?;
     let Some(mut cursor) = found else {
         let result = RedriveResult {
             redriven: false,
-            has_pending: has_pending(tx, session_id, consumers).await?,
+            has_pending: has_pending(tx, session_id, consumers, now).await?,
         };
         return Ok((result, false));
     };
     refresh_loaded_types(&mut cursor, consumers);
-    match request.action {
-        RedriveAction::Skip => advance(tx, session_id, &mut cursor).await?,
-        RedriveAction::Retry => {
-            cursor.dispatch.retry();
-            put(tx, session_id, &cursor).await?;
-        }
-    }
     let mut touched = Touched::new(now);
-    touched.rewrite(&cursor);
+    redrive_cursor(tx, session_id, &mut cursor, request.action, &mut touched).await?;
     let ready = touched.flush(tx, session_id).await?;
     let result = RedriveResult {
         redriven: true,
-        has_pending: has_pending(tx, session_id, consumers).await?,
+        has_pending: has_pending(tx, session_id, consumers, now).await?,
     };
     Ok((result, ready))
+}
+
+/// Redrives one dead-lettered cursor (locked, its session's writer lock
+/// held) by `action`: a skip moves it past its head, a retry gives the head
+/// a fresh try (`Dispatch::retry`). Notes it in `touched`, whose row the
+/// caller rewrites.
+async fn redrive_cursor(
+    tx: &Tx<'_>,
+    session_id: &str,
+    cursor: &mut CursorRow,
+    action: RedriveAction,
+    touched: &mut Touched,
+) -> TxResult<()> {
+    match action {
+        RedriveAction::Skip => advance(tx, session_id, cursor).await?,
+        RedriveAction::Retry => {
+            cursor.dispatch.retry();
+            put(tx, session_id, cursor).await?;
+        }
+    }
+    touched.rewrite(cursor);
+    Ok(())
+}
+
+/// The dead letters above their session's clear matching a bulk redrive's
+/// filters, in `order::compare_redriven` order (`cursors_dead` is keyed so:
+/// only dead letters are read): `$1` consumer, `$2` session, `$3` lane,
+/// `$4` dead since, `$5` dead before (each `NULL`: no filter), `$6` the
+/// sessions to look in (`NULL`: every one), `$7` how many; `lock` locks
+/// the cursor rows. Each row is the session id, its clear index, then the
+/// cursor's columns.
+fn dead_letters_sql(lock: bool) -> String {
+    let lock_clause = if lock { " FOR UPDATE OF c" } else { "" };
+    format!(
+        "SELECT c.session_id, s.clear_index, {CURSOR_COLUMNS} FROM cursors c \
+         JOIN sessions s ON s.session_id = c.session_id \
+         WHERE c.head IS NOT NULL AND c.failed_at IS NOT NULL AND c.head > s.clear_index \
+           AND ($1::text IS NULL OR c.consumer = $1) AND ($2::text IS NULL OR c.session_id = $2) \
+           AND ($3::text IS NULL OR c.lane = $3) AND ($4::bigint IS NULL OR c.failed_at >= $4) \
+           AND ($5::bigint IS NULL OR c.failed_at < $5) \
+           AND ($6::text[] IS NULL OR c.session_id = ANY($6)) \
+         ORDER BY c.session_id, c.head, c.consumer, c.lane, c.slot LIMIT $7{lock_clause}"
+    )
+}
+
+/// The body of [`Store::redrive_all`](a2_store_api::Store::redrive_all)
+/// for a validated request at `now`, in one transaction: the matching dead
+/// letters are found (one more than the page, for `more`), their sessions'
+/// writer locks taken in id order (as every writer takes its one), the dead
+/// letters found again under those locks and locked, then each is redriven
+/// as a lane-exact `redrive` would and each session's work rows rewritten.
+/// Also returns whether a work row was made ready.
+pub(crate) async fn redrive_all(
+    tx: &Tx<'_>,
+    request: &BulkRedrive,
+    now: i64,
+) -> TxResult<(BulkRedriveResult, bool)> {
+    let page = request.page_size();
+    let fetch = i64::try_from(page.saturating_add(1)).unwrap_or(i64::MAX);
+    let no_sessions: Option<Vec<String>> = None;
+    let found = query(
+        tx,
+        &dead_letters_sql(false),
+        &[
+            &request.consumer,
+            &request.session_id,
+            &request.lane,
+            &request.dead_since_ms,
+            &request.dead_before_ms,
+            &no_sessions,
+            &fetch,
+        ],
+    )
+    .await?;
+    let mut sessions: Vec<String> = Vec::new();
+    for row in found.iter().take(page) {
+        let session_id: String = row.try_get(0)?;
+        if sessions.last() != Some(&session_id) {
+            sessions.push(session_id);
+        }
+    }
+    if sessions.is_empty() {
+        return Ok((BulkRedriveResult::default(), false));
+    }
+    query(
+        tx,
+        "SELECT 1 FROM sessions WHERE session_id = ANY($1) ORDER BY session_id FOR UPDATE",
+        &[&sessions],
+    )
+    .await?;
+    let locked = query(
+        tx,
+        &dead_letters_sql(true),
+        &[
+            &request.consumer,
+            &request.session_id,
+            &request.lane,
+            &request.dead_since_ms,
+            &request.dead_before_ms,
+            &Some(&sessions),
+            &fetch,
+        ],
+    )
+    .await?;
+    let mut redriven = Vec::with_capacity(locked.len().min(page));
+    let mut by_session: BTreeMap<String, Touched> = BTreeMap::new();
+    for row in locked.iter().take(page) {
+        let session_id: String = row.try_get(0)?;
+        let clear = index_of(row.try_get(1)?)?;
+        let mut cursor = CursorRow::decode(row, 2)?;
+        let lane = cursor.lane();
+        let Some(failed_at) = cursor.dispatch.failed_at else {
+            continue;
+        };
+        let index = cursor.head_index()?.unwrap_or_default();
+        if cleared(index, clear)
+            || !request.matches(&session_id, &cursor.consumer, lane.as_deref(), failed_at)
+        {
+            continue;
+        }
+        let touched = by_session
+            .entry(session_id.clone())
+            .or_insert_with(|| Touched::new(now));
+        redrive_cursor(tx, &session_id, &mut cursor, request.action, touched).await?;
+        redriven.push(RedrivenHead {
+            session_id,
+            cursor: CursorRef {
+                consumer: cursor.consumer.clone(),
+                lane,
+                index,
+            },
+            failed_at,
+        });
+    }
+    let mut ready = false;
+    for (session_id, touched) in by_session {
+        ready |= touched.flush(tx, &session_id).await?;
+    }
+    redriven.sort_by(compare_redriven);
+    let more = locked.len() > page || found.len() > page;
+    Ok((BulkRedriveResult { redriven, more }, ready))
 }

@@ -2,9 +2,11 @@
 
 use a2_store_api::{ListSessions, SessionInfo, StoredEvent};
 
+use crate::ops::fork::session_info;
+
 use crate::db::{bound, query, Tx};
 use crate::error::TxResult;
-use crate::rows::{decode_event, index_of, EVENT_COLUMNS};
+use crate::rows::{decode_event, EVENT_COLUMNS};
 
 /// Stored rows with `after < index <= through`, in order, at most `limit`.
 pub(crate) async fn read(
@@ -37,7 +39,8 @@ pub(crate) async fn sessions(tx: &Tx<'_>, options: &ListSessions) -> TxResult<Ve
         .map(|limit| i64::try_from(limit).unwrap_or(i64::MAX));
     let rows = query(
         tx,
-        "SELECT session_id, head, clear_index, reclaimed_through FROM sessions \
+        "SELECT session_id, head, clear_index, reclaimed_through, forked_session, \
+         forked_index FROM sessions \
          WHERE head > 0 AND ($1::text IS NULL OR session_id > $1) \
          ORDER BY session_id LIMIT $2",
         &[&options.after, &limit],
@@ -45,13 +48,7 @@ pub(crate) async fn sessions(tx: &Tx<'_>, options: &ListSessions) -> TxResult<Ve
     .await?;
     let mut sessions = Vec::with_capacity(rows.len());
     for row in &rows {
-        sessions.push(SessionInfo {
-            forked_from: None,
-            session_id: row.try_get(0)?,
-            head: index_of(row.try_get(1)?)?,
-            clear_index: index_of(row.try_get(2)?)?,
-            reclaimed_through: index_of(row.try_get(3)?)?,
-        });
+        sessions.push(session_info(row.try_get(0)?, row, 1)?);
     }
     Ok(sessions)
 }

@@ -56,6 +56,11 @@ impl Touched {
         }
     }
 
+    /// The time of the transaction.
+    pub(crate) fn now(&self) -> i64 {
+        self.now
+    }
+
     /// Notes a cursor whose bookkeeping changed in a way that may make its
     /// consumer's work later (a failure, a renewal, a redrive): its row is
     /// rewritten from the consumer's heads, whatever the cursor's state.
@@ -595,17 +600,21 @@ pub(crate) async fn ready_sessions(
     Ok(ready)
 }
 
-/// The earliest `ready_at` among the ready rows `request` serves: one
-/// ordered probe of `work_ready` per consumer (or of the primary key per
-/// listed pair).
+/// The earliest `ready_at` among the ready rows `request` serves at `now`,
+/// a pair held by a pause counted from the pause's end and one held until
+/// resumed left out (see [`sql::EARLIEST`]): one ordered probe of
+/// `work_ready` per consumer (or of the primary key per listed pair).
 pub(crate) async fn earliest_ready(
     tx: &Tx<'_>,
     request: &ClaimWorkRequest,
+    now: i64,
 ) -> TxResult<Option<i64>> {
     let consumers = request.consumer_names();
     let row = match &request.sessions {
-        None => query_opt(tx, sql::EARLIEST, &[&consumers]).await?,
-        Some(sessions) => query_opt(tx, sql::EARLIEST_LISTED, &[sessions, &consumers]).await?,
+        None => query_opt(tx, sql::EARLIEST, &[&consumers, &now]).await?,
+        Some(sessions) => {
+            query_opt(tx, sql::EARLIEST_LISTED, &[sessions, &consumers, &now]).await?
+        }
     };
     match row {
         Some(row) => Ok(row.try_get(0)?),

@@ -62,6 +62,15 @@ pub fn options(schema: &str, clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>) -
     }
 }
 
+/// Undoes migration 9 (in a connection whose `search_path` is the schema),
+/// for the tests that open a store at an older version: version 8's
+/// `cursors_dead` comes back.
+pub const UNDO_9: &str = "DROP TABLE pauses; ALTER TABLE lane_queue DROP COLUMN not_before; \
+    ALTER TABLE sessions DROP COLUMN forked_session, DROP COLUMN forked_index; \
+    DROP INDEX cursors_dead; \
+    CREATE INDEX cursors_dead ON cursors (session_id, head) \
+      WHERE head IS NOT NULL AND failed_at IS NOT NULL;";
+
 /// The prefix of every test schema (`a2t_<uuid>`).
 pub const SCHEMA_PREFIX: &str = "a2t_";
 

@@ -26,6 +26,14 @@ pub(crate) const CANDIDATES: &str = "c.session_id = $1 AND c.head IS NOT NULL \
       AS x(consumer, lane, slot) \
       WHERE x.consumer = c.consumer AND x.lane = c.lane AND x.slot = c.slot)";
 
+/// A candidate whose consumer no pause in force at `$7` holds in session
+/// `$1` (its own pauses and the store-wide ones, stored with session
+/// `''`): `pause::hold` is `Free`. The held consumers are one uncorrelated
+/// array, computed once per statement (an empty one when nothing is
+/// paused), so the walk stays an ordered scan of `cursors_ready`.
+pub(crate) const UNHELD: &str = "NOT (c.consumer = ANY(ARRAY(SELECT p.consumer FROM pauses p \
+    WHERE p.session_id IN ($1, '') AND (p.until_ms IS NULL OR p.until_ms > $7))))";
+
 /// The predicate of `cursors_ready` beyond a live head: idle, or promoted.
 pub(crate) const READY: &str = "(c.claim_expires_at IS NULL OR c.expired)";
 
@@ -69,7 +77,7 @@ pub(crate) fn walk(columns: &str) -> String {
     format!(
         "SELECT {columns} FROM cursors c \
          JOIN events e ON e.session_id = c.session_id AND e.idx = c.head \
-         WHERE {CANDIDATES} AND {READY} AND {FREE} \
+         WHERE {CANDIDATES} AND {UNHELD} AND {READY} AND {FREE} \
          ORDER BY c.head, c.consumer, c.lane LIMIT $8 FOR UPDATE OF c SKIP LOCKED"
     )
 }
@@ -84,17 +92,41 @@ pub(crate) fn walk(columns: &str) -> String {
 /// Each part is an ordered `LIMIT 1` probe of one partial index, which keeps
 /// the planner on it (a bare `EXISTS` or `min()` can be planned as a scan of
 /// every finished cursor).
+///
+/// Heads a pause holds are none of those: an open-ended pause hides them
+/// (`Hold::hides`), and the candidates of a consumer held only by pauses
+/// with an end are busy until the latest end at least
+/// (`Dispatch::busy_until_held`: `GREATEST` of their own expiry, when it is
+/// later, and that end), the last part. When no pause is in force in the
+/// session (the usual case) the probes without the pause filter run: the
+/// filter makes the planner leave `cursors_busy`'s order for a sort of
+/// every busy head.
 pub(crate) fn retry_at() -> String {
-    format!(
-        "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT 1 FROM cursors c \
-             WHERE {CANDIDATES} AND {READY} AND {FREE} \
-             ORDER BY c.head, c.consumer, c.lane LIMIT 1) AS ready) THEN $7 \
-           ELSE LEAST( \
-             (SELECT GREATEST(c.claim_expires_at, $7) FROM cursors c WHERE {CANDIDATES} \
-               AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
+    let busy = |held: &str| {
+        format!(
+            "(SELECT GREATEST(c.claim_expires_at, $7) FROM cursors c WHERE {CANDIDATES} \
+               {held} AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
                ORDER BY c.claim_expires_at LIMIT 1), \
              (SELECT c.claim_expires_at FROM cursors c WHERE {CANDIDATES} \
-               AND c.claim_expires_at IS NOT NULL AND c.expired AND c.claim_expires_at > $7 \
-               ORDER BY c.claim_expires_at LIMIT 1)) END"
+               {held} AND c.claim_expires_at IS NOT NULL AND c.expired \
+               AND c.claim_expires_at > $7 \
+               ORDER BY c.claim_expires_at LIMIT 1)"
+        )
+    };
+    let free = busy("");
+    let unheld = busy(&format!("AND {UNHELD}"));
+    format!(
+        "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT 1 FROM cursors c \
+             WHERE {CANDIDATES} AND {UNHELD} AND {READY} AND {FREE} \
+             ORDER BY c.head, c.consumer, c.lane LIMIT 1) AS ready) THEN $7 \
+           WHEN NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id IN ($1, '') \
+             AND (p.until_ms IS NULL OR p.until_ms > $7)) THEN LEAST({free}) \
+           ELSE LEAST({unheld}, \
+             (SELECT min(x.at) \
+               FROM (SELECT p.consumer, max(p.until_ms) AS until_ms FROM pauses p \
+                 WHERE p.session_id IN ($1, '') AND (p.until_ms IS NULL OR p.until_ms > $7) \
+                 GROUP BY p.consumer HAVING bool_and(p.until_ms IS NOT NULL)) AS h \
+               CROSS JOIN LATERAL (SELECT GREATEST(c.claim_expires_at, h.until_ms) AS at \
+                 FROM cursors c WHERE {CANDIDATES} AND c.consumer = h.consumer) AS x)) END"
     )
 }

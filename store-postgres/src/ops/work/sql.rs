@@ -14,31 +14,68 @@
 /// range scan of `work_ready`), merged in fairness order. Enough: a session
 /// among the first `$4` overall is among the first `$4` of the consumer of
 /// its earliest row.
+///
+/// Pairs a pause in force at `$2` holds are left out (`pause::hold`): a
+/// consumer paused store-wide (session `''` in `pauses`) is not scanned at
+/// all, a row of a session where it is paused is passed over (one `pauses`
+/// primary-key probe per row read). Work rows are not changed by pauses.
 pub(crate) const READY: &str = "SELECT r.session_id FROM unnest($1::text[]) AS k(consumer) \
     CROSS JOIN LATERAL (SELECT w.session_id, w.ready_at FROM work w \
       WHERE w.consumer = k.consumer AND w.ready_at IS NOT NULL AND w.ready_at <= $2 \
         AND NOT (w.session_id = ANY($3)) \
+        AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = w.session_id \
+          AND p.consumer = k.consumer AND (p.until_ms IS NULL OR p.until_ms > $2)) \
       ORDER BY w.ready_at, w.session_id LIMIT $4) AS r \
+    WHERE NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = '' \
+      AND p.consumer = k.consumer AND (p.until_ms IS NULL OR p.until_ms > $2)) \
     ORDER BY r.ready_at, r.session_id, k.consumer";
 
 /// The ready rows of listed sessions: `$1` sessions, `$2` consumers, `$3`
 /// now, `$4` sessions to leave out, `$5` limit; primary-key probes, each
-/// session by its earliest ready row.
+/// session by its earliest ready row. Pairs a pause in force at `$3` holds
+/// (the session's or a store-wide one) are left out.
 pub(crate) const READY_LISTED: &str = "SELECT w.session_id FROM work w \
     WHERE w.session_id = ANY($1) AND w.consumer = ANY($2) \
       AND w.ready_at IS NOT NULL AND w.ready_at <= $3 AND NOT (w.session_id = ANY($4)) \
+      AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id IN (w.session_id, '') \
+        AND p.consumer = w.consumer AND (p.until_ms IS NULL OR p.until_ms > $3)) \
     GROUP BY w.session_id ORDER BY min(w.ready_at), w.session_id LIMIT $5";
 
-/// The earliest ready row of `$1` consumers: one ordered probe of
-/// `work_ready` per consumer.
-pub(crate) const EARLIEST: &str = "SELECT min(r.ready_at) FROM unnest($1::text[]) AS k(consumer) \
-    CROSS JOIN LATERAL (SELECT w.ready_at FROM work w \
-      WHERE w.consumer = k.consumer AND w.ready_at IS NOT NULL \
-      ORDER BY w.ready_at LIMIT 1) AS r";
+/// The earliest time a ready row of `$1` consumers may be claimed, at `$2`
+/// now: per consumer, one ordered probe of `work_ready` for its first row
+/// in a session where it is not paused, and its rows in the sessions where
+/// a pause with an end holds it (`pauses_by_consumer`, then primary-key
+/// probes). A pair held by an open-ended pause (`Hold::Indefinite`) is
+/// left out, one held until an end counts from `max(ready_at, end)` (the
+/// latest end in force of its store-wide and session pauses), so a waiter
+/// wakes when a pause ends.
+pub(crate) const EARLIEST: &str = "SELECT min(r.at) FROM unnest($1::text[]) AS k(consumer) \
+    CROSS JOIN LATERAL (SELECT max(p.until_ms) AS until_ms, \
+        bool_or(p.until_ms IS NULL) AS open FROM pauses p \
+      WHERE p.session_id = '' AND p.consumer = k.consumer \
+        AND (p.until_ms IS NULL OR p.until_ms > $2)) AS g \
+    CROSS JOIN LATERAL ( \
+      (SELECT GREATEST(w.ready_at, g.until_ms) AS at FROM work w \
+        WHERE w.consumer = k.consumer AND w.ready_at IS NOT NULL \
+          AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = w.session_id \
+            AND p.consumer = k.consumer AND (p.until_ms IS NULL OR p.until_ms > $2)) \
+        ORDER BY w.ready_at LIMIT 1) \
+      UNION ALL \
+      (SELECT GREATEST(w.ready_at, g.until_ms, p.until_ms) FROM pauses p \
+        JOIN work w ON w.session_id = p.session_id AND w.consumer = p.consumer \
+        WHERE p.consumer = k.consumer AND p.session_id <> '' AND p.until_ms > $2 \
+          AND w.ready_at IS NOT NULL)) AS r \
+    WHERE g.open IS NOT TRUE";
 
-/// The earliest ready row of `$2` consumers in `$1` sessions.
-pub(crate) const EARLIEST_LISTED: &str = "SELECT min(w.ready_at) FROM work w \
-    WHERE w.session_id = ANY($1) AND w.consumer = ANY($2) AND w.ready_at IS NOT NULL";
+/// The earliest time a ready row of `$2` consumers in `$1` sessions may be
+/// claimed, at `$3` now, as [`EARLIEST`] counts it.
+pub(crate) const EARLIEST_LISTED: &str = "SELECT min(GREATEST(w.ready_at, h.until_ms)) \
+    FROM work w CROSS JOIN LATERAL (SELECT max(p.until_ms) AS until_ms, \
+        bool_or(p.until_ms IS NULL) AS open FROM pauses p \
+      WHERE p.session_id IN (w.session_id, '') AND p.consumer = w.consumer \
+        AND (p.until_ms IS NULL OR p.until_ms > $3)) AS h \
+    WHERE w.session_id = ANY($1) AND w.consumer = ANY($2) AND w.ready_at IS NOT NULL \
+      AND h.open IS NOT TRUE";
 
 /// Up to `$3` sessions after `$2` (or from the first, `NULL`: every id sorts
 /// after `''`, an empty id is invalid) with a row of `$1` consumers, by id,
