@@ -339,8 +339,9 @@ $$;
     // and the work queries; `pauses_by_consumer` finds a consumer's
     // per-session pauses for `earliest_ready`. `sessions.forked_*`: where a
     // fork came from. `cursors_dead` is keyed in `redrive_all`'s order
-    // (`order::compare_redriven`: session, index, consumer, lane), so a bulk
-    // redrive reads dead letters only, in order, and stops at its limit.
+    // (`order::compare_redriven`: session, index, consumer, lane): a bulk
+    // redrive reads dead letters only (the partial index), whatever the
+    // number of cursors and sessions.
     r#"
 ALTER TABLE lane_queue ADD COLUMN not_before bigint;
 CREATE TABLE pauses (

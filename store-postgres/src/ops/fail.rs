@@ -165,8 +165,8 @@ async fn redrive_cursor(
 }
 
 /// The dead letters above their session's clear matching a bulk redrive's
-/// filters, in `order::compare_redriven` order (`cursors_dead` is keyed so:
-/// only dead letters are read): `$1` consumer, `$2` session, `$3` lane,
+/// filters, in `order::compare_redriven` order, found through
+/// `cursors_dead` (only dead letters are read): `$1` consumer, `$2` session, `$3` lane,
 /// `$4` dead since, `$5` dead before (each `NULL`: no filter), `$6` the
 /// sessions to look in (`NULL`: every one), `$7` how many; `lock` locks
 /// the cursor rows. Each row is the session id, its clear index, then the
