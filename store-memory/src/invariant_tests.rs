@@ -404,7 +404,7 @@ async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
                 .cursors
                 .iter()
                 .any(|c| c.head.is_some() && c.dispatch.failed_at.is_none());
-            (brute, s.has_pending(None))
+            (brute, s.has_pending(None, &[], 0))
         });
         assert_eq!(pending.0, pending.1, "seed {seed} step {step}: has_pending");
         held.retain(|h| h.dispatch.claim_expires_at.is_some());
