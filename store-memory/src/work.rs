@@ -359,6 +359,66 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// Brute-force check of the work index against every session's cursors
+    /// (tests only): a consumer with a head claimable now has a `Ready` row
+    /// due by now; one whose heads are all busy has a `Ready` row due by the
+    /// earliest end; one with dead letters only has a row; one without
+    /// heads has none; the dead-letter set names exactly the sessions
+    /// holding dead letters.
+    #[cfg(test)]
+    pub(crate) fn check_work_invariants(&self) -> std::result::Result<(), String> {
+        let now = self.shared.clock.now_ms();
+        let sessions: Vec<_> = lock(&self.shared.sessions, "sessions map")
+            .map_err(|err| err.to_string())?
+            .values()
+            .cloned()
+            .collect();
+        for session in sessions {
+            let session = lock(&session, "session").map_err(|err| err.to_string())?;
+            let index = lock(&self.shared.work, "work index").map_err(|err| err.to_string())?;
+            let id: Arc<str> = Arc::from(session.id.as_str());
+            let mut consumers: BTreeSet<String> = session
+                .cursors
+                .iter()
+                .map(|c| c.consumer.to_string())
+                .collect();
+            if let Some(rows) = index.rows.get(&id) {
+                consumers.extend(rows.keys().map(|name| name.to_string()));
+            }
+            for consumer in consumers {
+                let mut summary = WorkSummary::default();
+                for cursor in session.cursors.iter() {
+                    if *cursor.consumer == *consumer && cursor.head.is_some() {
+                        summary.add(&cursor.dispatch, now);
+                    }
+                }
+                let row = index.row(&id, &consumer);
+                let fits = if summary.claimable > 0 {
+                    matches!(row, Some(WorkRow::Ready(at)) if at <= now)
+                } else if let Some(expiry) = summary.next_expiry {
+                    matches!(row, Some(WorkRow::Ready(at)) if at <= expiry)
+                } else if summary.dead_lettered > 0 {
+                    row.is_some()
+                } else {
+                    row.is_none()
+                };
+                if !fits {
+                    return Err(format!(
+                        "work row of ('{}', '{consumer}') is {row:?} for {summary:?}",
+                        session.id
+                    ));
+                }
+            }
+            let dead = !session.cursors.heads().dead.is_empty();
+            if index.dead.contains(&id) != dead {
+                return Err(format!("dead-letter set wrong for '{}'", session.id));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl WorkSource for MemoryStore {
     async fn ready_sessions(
