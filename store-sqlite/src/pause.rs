@@ -28,15 +28,17 @@ fn decode(row: &Row<'_>) -> rusqlite::Result<Pause> {
     })
 }
 
+/// The pauses covering the session `?1`: its own and the store-wide ones.
+const COVERING: &str = "SELECT consumer, session, until_ms, paused_at FROM pauses \
+     INDEXED BY pauses_by_session WHERE session IN ('', ?1)";
+
 /// Every stored pause covering `session_id` (its own and the store-wide
 /// ones), whether still in force or not (`a2_store_api::pause` ignores
 /// those that ended).
 pub(crate) fn covering(tx: &Connection, session_id: &str) -> Result<Vec<Pause>, StoreError> {
-    tx.prepare_cached(
-        "SELECT consumer, session, until_ms, paused_at FROM pauses WHERE session IN ('', ?1)",
-    )
-    .and_then(|mut stmt| stmt.query_map([session_id], decode)?.collect())
-    .ctx("reading pauses")
+    tx.prepare_cached(COVERING)
+        .and_then(|mut stmt| stmt.query_map([session_id], decode)?.collect())
+        .ctx("reading pauses")
 }
 
 /// The store-wide pause of `consumer`, if one is stored.
@@ -135,4 +137,34 @@ pub(crate) fn pauses(
     listed.retain(|pause| pause.in_force(now));
     listed.sort_by(compare_pauses);
     Ok(listed)
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::Connection;
+
+    /// The plan SQLite picks for `sql` on a migrated database.
+    fn plan(sql: &str) -> String {
+        let mut conn = Connection::open_in_memory().unwrap();
+        crate::schema::migrate(&mut conn, ":memory:").unwrap();
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let unbound = vec![rusqlite::types::Null; stmt.parameter_count()];
+        let steps: Vec<String> = stmt
+            .query_map(rusqlite::params_from_iter(unbound), |row| {
+                row.get::<_, String>(3)
+            })
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        steps.join("\n")
+    }
+
+    #[test]
+    fn a_claim_reads_only_the_pauses_covering_its_session() {
+        let shown = plan(super::COVERING);
+        assert!(
+            shown.contains("USING INDEX pauses_by_session (session=?)"),
+            "{shown}"
+        );
+    }
 }

@@ -152,7 +152,8 @@ GROUP BY c.sid, c.consumer;
 "#,
     // Version 3: time and control. A queued lane index keeps its not-before
     // time (`NULL`: unscheduled); pauses of a consumer in one session or in
-    // every session (`session = ''`: session ids are never empty); where a
+    // every session (`session = ''`: session ids are never empty), found by
+    // consumer or by the session a claim looks at; where a
     // forked session came from; and the dead letters of every session in
     // `redrive_all`'s order, so a bulk redrive reads the dead letters only.
     r#"
@@ -165,6 +166,7 @@ CREATE TABLE pauses (
     paused_at INTEGER NOT NULL,
     PRIMARY KEY (consumer, session)
 ) WITHOUT ROWID;
+CREATE INDEX pauses_by_session ON pauses (session);
 
 ALTER TABLE sessions ADD COLUMN forked_from TEXT;
 ALTER TABLE sessions ADD COLUMN forked_through INTEGER;
