@@ -12,6 +12,7 @@ mod bench;
 mod bulk;
 mod check;
 mod failure;
+mod health;
 mod inspect;
 mod output;
 mod repair;
