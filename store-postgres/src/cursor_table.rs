@@ -560,8 +560,9 @@ pub(crate) const IMMEDIATE: &str = "SET CONSTRAINTS ALL IMMEDIATE";
 /// [`IMMEDIATE`].
 pub(crate) const HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM pending_counts \
     WHERE session_id = $1 AND live > 0 AND ($2::text[] IS NULL OR consumer = ANY($2)) \
-      AND NOT (consumer = ANY(ARRAY(SELECT p.consumer FROM pauses p \
-        WHERE p.session_id IN ($1, '') AND (p.until_ms IS NULL OR p.until_ms > $3)))))";
+      AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id IN ($1, '') \
+        AND p.consumer = pending_counts.consumer \
+        AND (p.until_ms IS NULL OR p.until_ms > $3)))";
 
 /// Whether a served cursor has a head that is not dead-lettered and whose
 /// consumer no pause holds at `now` (`pause::hold`), counting this

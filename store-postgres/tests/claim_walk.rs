@@ -323,3 +323,106 @@ async fn a_clock_moving_back_keeps_a_promoted_claim_busy() {
         .collect();
     assert_eq!(taken, vec![(2, 2, 1)]);
 }
+
+/// With a pause in force in the session, the walk stays an ordered scan
+/// of `cursors_ready` (the paused consumer's head is passed over, the free
+/// head taken), and the `Busy` answer reads a bounded number of rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_keeps_the_claim_walk_on_its_index() {
+    use a2_store_api::PauseRequest;
+    let Some(factory) = PgFactory::from_env("claim_walk") else {
+        return;
+    };
+    let schema = factory.schema();
+    let clock = ManualClock::new(NOW);
+    let store = factory
+        .store_on(
+            &schema,
+            Arc::new(clock.clone()),
+            Arc::new(CounterIds::new("g")),
+        )
+        .await
+        .expect("connect");
+    let paused = NewEvent::new("e", json!("p")).with_target(Target::event("paused"));
+    store
+        .append(SESSION, vec![paused], AppendOptions::default())
+        .await
+        .expect("append");
+    store
+        .pause(PauseRequest::in_session("paused", SESSION))
+        .await
+        .expect("pause");
+    append(&store, IN_FLIGHT).await;
+    let notifier = Some(vec![ConsumerDeclaration::targeted("notifier")]);
+    let taken = store
+        .claim_available(ClaimRequest {
+            consumers: notifier,
+            ..claim("other", None)
+        })
+        .await
+        .expect("claim");
+    assert_eq!(taken.heads().len(), IN_FLIGHT);
+    append(&store, 1).await;
+    let mut client = support::raw_client(factory.url()).await;
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\"; ANALYZE cursors; ANALYZE events; ANALYZE pauses"
+        ))
+        .await
+        .expect("analyze");
+    let no_keys: Vec<String> = Vec::new();
+    let no_slots: Vec<i64> = Vec::new();
+    let through: Option<i64> = None;
+    let served: Option<Vec<String>> = None;
+    let limit: Option<i64> = Some(1);
+    let base: [&(dyn ToSql + Sync); 7] = [
+        &SESSION, &through, &served, &no_keys, &no_keys, &no_slots, &NOW,
+    ];
+    let walk = claim_sql::walk("c.consumer, c.slot, e.idx");
+    let mut walk_params = base.to_vec();
+    walk_params.push(&limit);
+    for read in reads(
+        &mut client,
+        &walk,
+        &walk_params,
+        (&format!("{TYPES}, bigint"), &format!("{ARGS}, 1")),
+    )
+    .await
+    {
+        assert_eq!(read.scans, vec!["cursors_ready"], "{} plan", read.plan);
+        assert!(
+            read.rows <= 2.0,
+            "the {} plan of the walk read {} rows to pass the paused head",
+            read.plan,
+            read.rows
+        );
+    }
+    let claimed = store
+        .claim_available(claim("w", None))
+        .await
+        .expect("claim");
+    let heads: Vec<&str> = claimed
+        .heads()
+        .iter()
+        .map(|h| h.consumer.as_str())
+        .collect();
+    assert_eq!(heads, vec!["notifier"], "the paused head is not claimed");
+    for read in reads(&mut client, &claim_sql::retry_at(), &base, (TYPES, ARGS)).await {
+        assert!(
+            read.rows <= 4.0,
+            "the {} plan of the busy answer read {} rows ({:?})",
+            read.plan,
+            read.rows,
+            read.scans
+        );
+    }
+    assert_eq!(
+        store
+            .claim_available(claim("w", None))
+            .await
+            .expect("claim"),
+        ClaimResult::Busy {
+            retry_at: NOW + 60_000
+        }
+    );
+}

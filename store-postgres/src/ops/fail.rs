@@ -1,6 +1,8 @@
 //! The failures of a head: `fail_attempt`, and the dead-letter queue
 //! (`dead_letters`, `redrive`, `redrive_all`).
 
+mod sql;
+
 use a2_store_api::dispatch::cleared;
 use std::collections::BTreeMap;
 
@@ -164,25 +166,10 @@ async fn redrive_cursor(
     Ok(())
 }
 
-/// The dead letters above their session's clear matching a bulk redrive's
-/// filters, in `order::compare_redriven` order, found through
-/// `cursors_dead` (only dead letters are read): `$1` consumer, `$2` session, `$3` lane,
-/// `$4` dead since, `$5` dead before (each `NULL`: no filter), `$6` the
-/// sessions to look in (`NULL`: every one), `$7` how many; `lock` locks
-/// the cursor rows. Each row is the session id, its clear index, then the
-/// cursor's columns.
-fn dead_letters_sql(lock: bool) -> String {
-    let lock_clause = if lock { " FOR UPDATE OF c" } else { "" };
-    format!(
-        "SELECT c.session_id, s.clear_index, {CURSOR_COLUMNS} FROM cursors c \
-         JOIN sessions s ON s.session_id = c.session_id \
-         WHERE c.head IS NOT NULL AND c.failed_at IS NOT NULL AND c.head > s.clear_index \
-           AND ($1::text IS NULL OR c.consumer = $1) AND ($2::text IS NULL OR c.session_id = $2) \
-           AND ($3::text IS NULL OR c.lane = $3) AND ($4::bigint IS NULL OR c.failed_at >= $4) \
-           AND ($5::bigint IS NULL OR c.failed_at < $5) \
-           AND ($6::text[] IS NULL OR c.session_id = ANY($6)) \
-         ORDER BY c.session_id, c.head, c.consumer, c.lane, c.slot LIMIT $7{lock_clause}"
-    )
+/// The columns of [`sql::bulk`]'s rows: the session id, its clear index,
+/// then the cursor's columns.
+fn bulk_columns() -> String {
+    format!("c.session_id, s.clear_index, {CURSOR_COLUMNS}")
 }
 
 /// The body of [`Store::redrive_all`](a2_store_api::Store::redrive_all)
@@ -202,7 +189,7 @@ pub(crate) async fn redrive_all(
     let no_sessions: Option<Vec<String>> = None;
     let found = query(
         tx,
-        &dead_letters_sql(false),
+        &sql::bulk(&bulk_columns(), false),
         &[
             &request.consumer,
             &request.session_id,
@@ -232,7 +219,7 @@ pub(crate) async fn redrive_all(
     .await?;
     let locked = query(
         tx,
-        &dead_letters_sql(true),
+        &sql::bulk(&bulk_columns(), true),
         &[
             &request.consumer,
             &request.session_id,

@@ -28,11 +28,14 @@ pub(crate) const CANDIDATES: &str = "c.session_id = $1 AND c.head IS NOT NULL \
 
 /// A candidate whose consumer no pause in force at `$7` holds in session
 /// `$1` (its own pauses and the store-wide ones, stored with session
-/// `''`): `pause::hold` is `Free`. The held consumers are one uncorrelated
-/// array, computed once per statement (an empty one when nothing is
-/// paused), so the walk stays an ordered scan of `cursors_ready`.
-pub(crate) const UNHELD: &str = "NOT (c.consumer = ANY(ARRAY(SELECT p.consumer FROM pauses p \
-    WHERE p.session_id IN ($1, '') AND (p.until_ms IS NULL OR p.until_ms > $7))))";
+/// `''`): `pause::hold` is `Free`. An anti-join probing the `pauses` primary
+/// key, which keeps the walk an ordered scan of `cursors_ready` and the
+/// `Busy` probes ordered scans of `cursors_busy`, pauses or not (an
+/// uncorrelated array of the held consumers made the planner sort every
+/// busy head instead).
+pub(crate) const UNHELD: &str = "NOT EXISTS (SELECT 1 FROM pauses p \
+    WHERE p.session_id IN ($1, '') AND p.consumer = c.consumer \
+      AND (p.until_ms IS NULL OR p.until_ms > $7))";
 
 /// The predicate of `cursors_ready` beyond a live head: idle, or promoted.
 pub(crate) const READY: &str = "(c.claim_expires_at IS NULL OR c.expired)";
@@ -97,31 +100,21 @@ pub(crate) fn walk(columns: &str) -> String {
 /// (`Hold::hides`), and the candidates of a consumer held only by pauses
 /// with an end are busy until the latest end at least
 /// (`Dispatch::busy_until_held`: `GREATEST` of their own expiry, when it is
-/// later, and that end), the last part. When no pause is in force in the
-/// session (the usual case) the probes without the pause filter run: the
-/// filter makes the planner leave `cursors_busy`'s order for a sort of
-/// every busy head.
+/// later, and that end), the last part, which reads no cursor when no
+/// pause is in force.
 pub(crate) fn retry_at() -> String {
-    let busy = |held: &str| {
-        format!(
-            "(SELECT GREATEST(c.claim_expires_at, $7) FROM cursors c WHERE {CANDIDATES} \
-               {held} AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
-               ORDER BY c.claim_expires_at LIMIT 1), \
-             (SELECT c.claim_expires_at FROM cursors c WHERE {CANDIDATES} \
-               {held} AND c.claim_expires_at IS NOT NULL AND c.expired \
-               AND c.claim_expires_at > $7 \
-               ORDER BY c.claim_expires_at LIMIT 1)"
-        )
-    };
-    let free = busy("");
-    let unheld = busy(&format!("AND {UNHELD}"));
     format!(
         "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT 1 FROM cursors c \
              WHERE {CANDIDATES} AND {UNHELD} AND {READY} AND {FREE} \
              ORDER BY c.head, c.consumer, c.lane LIMIT 1) AS ready) THEN $7 \
-           WHEN NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id IN ($1, '') \
-             AND (p.until_ms IS NULL OR p.until_ms > $7)) THEN LEAST({free}) \
-           ELSE LEAST({unheld}, \
+           ELSE LEAST( \
+             (SELECT GREATEST(c.claim_expires_at, $7) FROM cursors c WHERE {CANDIDATES} \
+               AND {UNHELD} AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
+               ORDER BY c.claim_expires_at LIMIT 1), \
+             (SELECT c.claim_expires_at FROM cursors c WHERE {CANDIDATES} \
+               AND {UNHELD} AND c.claim_expires_at IS NOT NULL AND c.expired \
+               AND c.claim_expires_at > $7 \
+               ORDER BY c.claim_expires_at LIMIT 1), \
              (SELECT min(x.at) \
                FROM (SELECT p.consumer, max(p.until_ms) AS until_ms FROM pauses p \
                  WHERE p.session_id IN ($1, '') AND (p.until_ms IS NULL OR p.until_ms > $7) \
