@@ -10,10 +10,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use a2_store_api::{
-    AppendOptions, Cause, ClaimRequest, ClaimResult, ClearRequest, Clock, CompleteRequest,
-    ConsumerDeclaration, CounterIds, CursorRef, FailRequest, Head, HeldClaim, ListSessions,
-    ManualClock, NewEvent, PresenceMeta, ReadOptions, ReadStateOptions, RedriveAction,
-    RedriveRequest, RenewRequest, Result, StateWrite, Store, Target,
+    AppendOptions, BulkRedrive, Cause, ClaimRequest, ClaimResult, ClearRequest, Clock,
+    CompleteRequest, ConsumerDeclaration, CounterIds, CursorRef, FailRequest, ForkRequest, Head,
+    HeldClaim, ListSessions, ManualClock, NewEvent, NotBefore, PauseRequest, PresenceMeta,
+    ReadOptions, ReadStateOptions, RedriveAction, RedriveRequest, RenewRequest, RescheduleRequest,
+    Result, ResumeRequest, ScheduleChange, StateWrite, Store, Target,
 };
 use a2_store_memory::{MemoryOptions, MemoryStore};
 use serde::Serialize;
@@ -78,7 +79,19 @@ fn consumers(rng: &mut Rng) -> Option<Vec<ConsumerDeclaration>> {
     Some(list)
 }
 
-fn new_events(rng: &mut Rng, heads: &[Head], count: u64) -> Vec<NewEvent> {
+/// A not-before for a target, sometimes: a time around `now` (some
+/// already reached) or a delay.
+fn not_before(rng: &mut Rng, now: i64) -> Option<NotBefore> {
+    match rng.below(10) {
+        0 => Some(NotBefore::AtMs(
+            now + i64::try_from(rng.below(2_000)).unwrap() - 500,
+        )),
+        1 => Some(NotBefore::AfterMs(i64::try_from(rng.below(1_500)).unwrap())),
+        _ => None,
+    }
+}
+
+fn new_events(rng: &mut Rng, heads: &[Head], count: u64, now: i64) -> Vec<NewEvent> {
     (0..count)
         .map(|_| {
             let kind = if rng.chance(50) { "t1" } else { "t2" };
@@ -87,11 +100,15 @@ fn new_events(rng: &mut Rng, heads: &[Head], count: u64) -> Vec<NewEvent> {
                 event = event.with_id(format!("e{}", rng.below(40)));
             }
             if rng.chance(40) {
-                event = event.with_target(Target::event("a"));
+                let mut target = Target::event("a");
+                target.not_before = not_before(rng, now);
+                event = event.with_target(target);
             }
             if rng.chance(40) {
                 let lane = if rng.chance(50) { "L1" } else { "L2" };
-                event = event.with_target(Target::lane("b", lane));
+                let mut target = Target::lane("b", lane);
+                target.not_before = not_before(rng, now);
+                event = event.with_target(target);
             }
             if rng.chance(3) {
                 event = event.with_target(Target::lane("log", "LOG"));
@@ -126,11 +143,11 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
             .filter(|h| h.event.session_id == session)
             .cloned()
             .collect();
-        let op = rng.below(100);
+        let op = rng.below(112);
         let (name, expected, actual) = match op {
             0..=24 => {
                 let count = 1 + rng.below(3);
-                let events = new_events(&mut rng, &mine, count);
+                let events = new_events(&mut rng, &mine, count, clock.now_ms());
                 let options = AppendOptions {
                     consumers: consumers(&mut rng),
                     origin_index: rng.chance(10).then(|| rng.below(12)),
@@ -181,7 +198,7 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
                     continue;
                 };
                 let count = rng.below(3);
-                let mut events = new_events(&mut rng, &[], count);
+                let mut events = new_events(&mut rng, &[], count, clock.now_ms());
                 for event in &mut events {
                     event.cause = None;
                 }
@@ -262,8 +279,13 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
                     }
                     _ => ("a".to_owned(), rng.below(10)),
                 };
+                let lane = match rng.below(4) {
+                    0 => Some("L1".to_owned()),
+                    1 => Some("L2".to_owned()),
+                    _ => None,
+                };
                 let request = RedriveRequest {
-                    lane: None,
+                    lane,
                     session_id: session.clone(),
                     consumer,
                     index,
@@ -351,6 +373,91 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
                 let m = memory.read(&session, options).await;
                 let p = postgres.read(&session, options).await;
                 ("read", outcome(&m), outcome(&p))
+            }
+            100..=102 => {
+                let (lane, consumer) = match rng.below(4) {
+                    0 => (None, "a"),
+                    1 => (Some("L1"), "b"),
+                    2 => (Some("L2"), "b"),
+                    _ => (Some("LOG"), "log"),
+                };
+                let change = match rng.below(3) {
+                    0 => ScheduleChange::Cancel,
+                    _ => ScheduleChange::To(
+                        not_before(&mut rng, clock.now_ms()).unwrap_or(NotBefore::AtMs(0)),
+                    ),
+                };
+                let mut request =
+                    RescheduleRequest::new(session.clone(), consumer, lane, rng.below(12), change);
+                if rng.chance(10) {
+                    request.cause = cause_of(&mut rng, &mine);
+                }
+                let m = memory.reschedule(request.clone()).await;
+                let p = postgres.reschedule(request).await;
+                ("reschedule", outcome(&m), outcome(&p))
+            }
+            103..=104 => {
+                let consumer = if rng.chance(50) { "a" } else { "b" };
+                let mut request = if rng.chance(70) {
+                    PauseRequest::in_session(consumer, session.clone())
+                } else {
+                    PauseRequest::everywhere(consumer)
+                };
+                if rng.chance(50) {
+                    request.until_ms =
+                        Some(clock.now_ms() + i64::try_from(rng.below(2_000)).unwrap() - 200);
+                }
+                let m = memory.pause(request.clone()).await;
+                let p = postgres.pause(request).await;
+                ("pause", outcome(&m), outcome(&p))
+            }
+            105..=106 => {
+                let consumer = if rng.chance(50) { "a" } else { "b" };
+                let request = if rng.chance(70) {
+                    ResumeRequest::in_session(consumer, session.clone())
+                } else {
+                    ResumeRequest::everywhere(consumer)
+                };
+                let m = memory.resume(request.clone()).await;
+                let p = postgres.resume(request).await;
+                ("resume", outcome(&m), outcome(&p))
+            }
+            107 => {
+                let scope = rng.chance(50).then_some(session.as_str());
+                let m = memory.pauses(scope).await;
+                let p = postgres.pauses(scope).await;
+                ("pauses", outcome(&m), outcome(&p))
+            }
+            108..=109 => {
+                let action = if rng.chance(50) {
+                    RedriveAction::Retry
+                } else {
+                    RedriveAction::Skip
+                };
+                let mut request = BulkRedrive::new(action);
+                request.limit = Some(1 + rng.below(3) as usize);
+                if rng.chance(40) {
+                    request.session_id = Some(session.clone());
+                }
+                if rng.chance(30) {
+                    request.consumer = Some(if rng.chance(50) { "a" } else { "b" }.to_owned());
+                }
+                if rng.chance(20) {
+                    request.lane = Some("L1".to_owned());
+                }
+                let m = memory.redrive_all(request.clone()).await;
+                let p = postgres.redrive_all(request).await;
+                ("redrive_all", outcome(&m), outcome(&p))
+            }
+            110 => {
+                let into = format!("f{}", rng.below(3));
+                let mut request = ForkRequest::new(session.clone(), into);
+                if rng.chance(50) {
+                    request.through = Some(rng.below(12));
+                }
+                let m = memory.fork(request.clone()).await;
+                let p = postgres.fork(request).await;
+                ("fork", outcome(&m), outcome(&p))
             }
             _ => {
                 let m = memory.sessions(ListSessions::default()).await;
