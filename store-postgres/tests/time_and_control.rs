@@ -435,3 +435,98 @@ async fn a_fork_copies_rows_and_continues() {
     assert!(store.fork(ForkRequest::new("a", "b")).await.is_err());
     assert!(store.cursors("b").await.expect("cursors").is_empty());
 }
+
+/// A cross-session claim over listed sessions passes a session where the
+/// consumer is paused and answers `Busy` at a timed pause's end; an
+/// open-ended pause leaves it `Settled`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listed_work_claims_apply_session_pauses() {
+    let Some(factory) = PgFactory::from_env("time_and_control") else {
+        return;
+    };
+    let clock = ManualClock::new(T0);
+    let store = store(&factory, &clock).await;
+    for session in ["s1", "s2"] {
+        store
+            .append(
+                session,
+                vec![event(Target::event("a"))],
+                AppendOptions::default(),
+            )
+            .await
+            .expect("append");
+    }
+    store
+        .pause(PauseRequest::in_session("a", "s1").with_until_ms(T0 + 700))
+        .await
+        .expect("pause s1");
+    store
+        .pause(PauseRequest::in_session("a", "s2"))
+        .await
+        .expect("pause s2");
+    let work = |sessions: &[&str]| {
+        let mut request = ClaimWorkRequest::for_consumers(
+            "w",
+            vec![ConsumerDeclaration::targeted("a")],
+            Duration::from_secs(1),
+        );
+        request.sessions = Some(sessions.iter().map(|s| (*s).to_owned()).collect());
+        request
+    };
+    assert_eq!(
+        store.claim_work(work(&["s1", "s2"])).await.expect("claim"),
+        ClaimWorkResult::Busy { retry_at: T0 + 700 }
+    );
+    assert_eq!(
+        store.claim_work(work(&["s2"])).await.expect("claim"),
+        ClaimWorkResult::Settled
+    );
+    clock.advance(700);
+    let claimed = store.claim_work(work(&["s1", "s2"])).await.expect("claim");
+    let sessions: Vec<String> = claimed
+        .into_heads()
+        .into_iter()
+        .map(|h| h.event.session_id)
+        .collect();
+    assert_eq!(sessions, vec!["s1".to_owned()]);
+}
+
+/// Two bulk redrives racing over the same dead letters redrive each once:
+/// the second finds them again under the sessions' locks, already gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_bulk_redrives_take_each_dead_letter_once() {
+    let Some(factory) = PgFactory::from_env("time_and_control") else {
+        return;
+    };
+    let clock = ManualClock::new(T0);
+    let store = store(&factory, &clock).await;
+    for n in 0..6 {
+        let session = format!("s{n}");
+        store
+            .append(
+                &session,
+                vec![event(Target::event("a"))],
+                AppendOptions::default(),
+            )
+            .await
+            .expect("append");
+        let head = store
+            .claim_available(claim(&session))
+            .await
+            .expect("claim")
+            .into_heads()
+            .remove(0);
+        store
+            .fail_attempt(FailRequest::for_head(&head, "down", 1))
+            .await
+            .expect("dead-letter");
+    }
+    let bulk = BulkRedrive::new(RedriveAction::Retry);
+    let other = store.clone();
+    let (one, two) = tokio::join!(
+        store.redrive_all(bulk.clone()),
+        other.redrive_all(bulk.clone())
+    );
+    let total = one.expect("first").redriven.len() + two.expect("second").redriven.len();
+    assert_eq!(total, 6, "each dead letter redriven exactly once");
+}
