@@ -112,7 +112,7 @@ mod support;
 
 pub use factory::{Capabilities, StoreFactory};
 pub use report::{
-    case_names, run, run_case, run_matching, CaseReport, Outcome, Report, CASE_TIMEOUT,
+    case_names, run, run_case, run_matching, trials, CaseReport, Outcome, Report, CASE_TIMEOUT,
 };
 
 /// Internals the macros expand to; not part of the API.

@@ -271,3 +271,65 @@ pub fn run_test(factory: &dyn StoreFactory, backend: &str, name: &str) {
         },
     }
 }
+
+/// The conformance suite as [`libtest_mimic`] trials named
+/// `<backend>::<case>`, for a test target with `harness = false` (the
+/// alternative to [`suite!`](crate::suite) for backends that need a server):
+/// each trial builds its factory with `make` (so what a factory holds, such
+/// as scratch schemas, ends with its case), runs its case in a runtime of
+/// its own and fails with the case's reason. With no `make` (the server is
+/// not configured) every trial is *ignored*, so `cargo test` counts say the
+/// cases did not run instead of reporting them passed.
+///
+/// ```text
+/// // tests/conformance.rs, with `[[test]] name = "conformance" harness = false`
+/// fn main() {
+///     let args = libtest_mimic::Arguments::from_args();
+///     let make = MyFactory::configured().then_some(MyFactory::new);
+///     libtest_mimic::run(&args, a2_conformance::trials("mybackend", make)).exit();
+/// }
+/// ```
+pub fn trials<F, M>(backend: &str, make: Option<M>) -> Vec<libtest_mimic::Trial>
+where
+    F: StoreFactory + 'static,
+    M: Fn() -> F + Send + Sync + 'static,
+{
+    let make = make.map(std::sync::Arc::new);
+    CASES
+        .iter()
+        .map(|case| {
+            let name = format!("{backend}::{}", case.name);
+            let label = name.clone();
+            let case_name = case.name;
+            let make = make.clone();
+            let ignored = make.is_none();
+            libtest_mimic::Trial::test(name, move || {
+                let Some(make) = make else {
+                    return Ok(());
+                };
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .enable_all()
+                    .build()
+                    .map_err(|error| {
+                        format!("{label}: could not start a tokio runtime: {error}")
+                    })?;
+                let factory = make();
+                match runtime.block_on(run_case(&factory, case_name)) {
+                    None => Err(format!("{label}: the suite has no case of that name").into()),
+                    Some(report) => match report.outcome {
+                        Outcome::Passed => Ok(()),
+                        Outcome::Skipped { reason } => {
+                            println!("{label}: skipped: {reason}");
+                            Ok(())
+                        }
+                        Outcome::Failed { reason } => {
+                            Err(format!("{label} failed: {reason}").into())
+                        }
+                    },
+                }
+            })
+            .with_ignored_flag(ignored)
+        })
+        .collect()
+}

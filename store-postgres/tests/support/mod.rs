@@ -83,9 +83,16 @@ pub struct PgFactory {
 impl PgFactory {
     /// A factory on the server named by `A2_POSTGRES_URL`, or `None`.
     pub fn from_env(test: &str) -> Option<Self> {
-        url_or_skip(test).map(|url| Self {
-            scratch: ScratchSchemas::new(url, SCHEMA_PREFIX).with_options(test_options()),
-        })
+        url_or_skip(test).map(|url| Self::for_url(&url))
+    }
+
+    /// A factory on the server at `url`.
+    #[allow(dead_code)] // only the conformance harness builds factories per case
+    pub fn for_url(url: &str) -> Self {
+        Self {
+            scratch: ScratchSchemas::new(url.to_owned(), SCHEMA_PREFIX)
+                .with_options(test_options()),
+        }
     }
 
     /// The server URL.
