@@ -3,7 +3,10 @@
 
 use std::fmt::Write;
 
-use a2_store_api::{Cause, ConsumerDeclaration, CursorRef, NewEvent, RedriveAction, StateWrite};
+use a2_store_api::{
+    Cause, ConsumerDeclaration, CursorRef, NewEvent, NotBefore, RedriveAction, ScheduleChange,
+    StateWrite,
+};
 use serde_json::Value;
 
 use crate::call::Call;
@@ -76,24 +79,44 @@ fn event(event: &NewEvent) -> String {
         let _ = write!(out, ".with_id({})", text(id));
     }
     for target in &event.targets {
-        let _ = match &target.lane {
-            Some(lane) => write!(
+        let base = match &target.lane {
+            Some(lane) => format!("Target::lane({}, {})", text(&target.consumer), text(lane)),
+            None => format!("Target::event({})", text(&target.consumer)),
+        };
+        let _ = match target.not_before {
+            Some(at) => write!(
                 out,
-                ".with_target(Target::lane({}, {}))",
-                text(&target.consumer),
-                text(lane)
+                ".with_target(Target {{ not_before: Some({}), ..{base} }})",
+                not_before(at)
             ),
-            None => write!(
-                out,
-                ".with_target(Target::event({}))",
-                text(&target.consumer)
-            ),
+            None => write!(out, ".with_target({base})"),
         };
     }
     if let Some(c) = &event.cause {
         let _ = write!(out, ".with_cause({})", cause(c));
     }
     out
+}
+
+fn not_before(at: NotBefore) -> String {
+    match at {
+        NotBefore::AtMs(ms) => format!("NotBefore::AtMs({ms})"),
+        NotBefore::AfterMs(ms) => format!("NotBefore::AfterMs({ms})"),
+    }
+}
+
+fn action(action: RedriveAction) -> &'static str {
+    match action {
+        RedriveAction::Retry => "RedriveAction::Retry",
+        RedriveAction::Skip => "RedriveAction::Skip",
+    }
+}
+
+fn opt_cause(value: &Option<Cause>) -> String {
+    match value {
+        Some(c) => format!("Some({})", cause(c)),
+        None => "None".to_owned(),
+    }
 }
 
 fn events(list: &[NewEvent]) -> String {
@@ -210,24 +233,58 @@ pub fn rust(call: &Call) -> String {
             opt(&r.retry_after_ms)
         ),
         Call::Redrive(r) => format!(
-            "store.redrive(RedriveRequest {{ session_id: {}, consumer: {}, index: {}, action: RedriveAction::{}, consumers: {} }}).await",
+            "store.redrive(RedriveRequest {{ session_id: {}, consumer: {}, index: {}, action: {}, lane: {}, consumers: {} }}).await",
             owned(&r.session_id),
             owned(&r.consumer),
             r.index,
-            match r.action {
-                RedriveAction::Retry => "Retry",
-                RedriveAction::Skip => "Skip",
-            },
+            action(r.action),
+            opt_owned(&r.lane),
             declarations(&r.consumers)
         ),
         Call::Clear(r) => format!(
             "store.clear(ClearRequest {{ session_id: {}, if_last_index: {}, cause: {} }}).await",
             owned(&r.session_id),
             opt(&r.if_last_index),
-            match &r.cause {
-                Some(c) => format!("Some({})", cause(c)),
-                None => "None".to_owned(),
-            }
+            opt_cause(&r.cause)
+        ),
+        Call::Reschedule(r) => format!(
+            "store.reschedule(RescheduleRequest {{ session_id: {}, consumer: {}, lane: {}, index: {}, change: {}, cause: {} }}).await",
+            owned(&r.session_id),
+            owned(&r.consumer),
+            opt_owned(&r.lane),
+            r.index,
+            match r.change {
+                ScheduleChange::To(at) => format!("ScheduleChange::To({})", not_before(at)),
+                ScheduleChange::Cancel => "ScheduleChange::Cancel".to_owned(),
+            },
+            opt_cause(&r.cause)
+        ),
+        Call::Pause(r) => format!(
+            "store.pause(PauseRequest {{ consumer: {}, session_id: {}, until_ms: {} }}).await",
+            owned(&r.consumer),
+            opt_owned(&r.session_id),
+            opt(&r.until_ms)
+        ),
+        Call::Resume(r) => format!(
+            "store.resume(ResumeRequest {{ consumer: {}, session_id: {} }}).await",
+            owned(&r.consumer),
+            opt_owned(&r.session_id)
+        ),
+        Call::RedriveAll(r) => format!(
+            "store.redrive_all(BulkRedrive {{ action: {}, consumer: {}, session_id: {}, lane: {}, dead_since_ms: {}, dead_before_ms: {}, limit: {} }}).await",
+            action(r.action),
+            opt_owned(&r.consumer),
+            opt_owned(&r.session_id),
+            opt_owned(&r.lane),
+            opt(&r.dead_since_ms),
+            opt(&r.dead_before_ms),
+            opt(&r.limit)
+        ),
+        Call::Fork(r) => format!(
+            "store.fork(ForkRequest {{ session_id: {}, into: {}, through: {} }}).await",
+            owned(&r.session_id),
+            owned(&r.into),
+            opt(&r.through)
         ),
         Call::Reclaim(session) => format!("store.reclaim({}).await", text(session)),
         Call::Read(session, options) => format!(
