@@ -77,6 +77,20 @@ pub fn work_settings() -> WorkSettings {
     settings
 }
 
+/// The most scheduled heads of the `scheduled` target:
+/// `A2_BENCH_MAX_SCHEDULED` (default 100,000), at most 1,000 in `--test` mode.
+pub fn max_scheduled() -> u64 {
+    let own = std::env::var("A2_BENCH_MAX_SCHEDULED")
+        .ok()
+        .and_then(|text| text.trim().replace('_', "").parse::<u64>().ok())
+        .unwrap_or(100_000);
+    if test_mode() {
+        own.min(1_000)
+    } else {
+        own
+    }
+}
+
 /// The largest session of the PostgreSQL scaling series:
 /// `A2_BENCH_POSTGRES_MAX_EVENTS` (default [`POSTGRES_DEFAULT_MAX_EVENTS`];
 /// an unparsable value keeps it), never more than `max_events` of

@@ -19,6 +19,10 @@ const CITING_SECTIONS: &[&str] = &[
     "Presence",
     "Sessions",
     "Work across sessions",
+    "Scheduled heads",
+    "Paused consumers",
+    "Lane-exact and bulk redrive",
+    "Forks",
 ];
 
 /// A rule proven outside the shared suite says so with these words.

@@ -1,6 +1,6 @@
 //! `append`: writing a batch atomically, or replaying one already stored.
 
-use a2_store_api::{replay, AppendOptions, AppendResult, NewEvent, Result, StoreError};
+use a2_store_api::{replay, AppendOptions, AppendResult, NewEvent, Pause, Result, StoreError};
 
 use crate::session::{Env, Session};
 
@@ -8,19 +8,21 @@ impl Session {
     /// Appends an already validated batch atomically, or replays it when
     /// every id is stored. Precedence: empty batch, replay / partial
     /// duplicate, `origin_index` at or below the clear, fencing, lane
-    /// conflicts, insert.
+    /// conflicts, insert. `has_pending` leaves out the heads `pauses` hold.
     pub fn append(
         &mut self,
         env: Env<'_>,
         events: Vec<NewEvent>,
         options: AppendOptions,
+        pauses: &[Pause],
     ) -> Result<AppendResult> {
         let consumers = options.consumers.as_deref();
+        let now = env.clock.now_ms();
         if events.is_empty() {
             self.refresh_log_types(consumers);
             return Ok(AppendResult {
                 events: Vec::new(),
-                has_pending: self.has_pending(consumers),
+                has_pending: self.has_pending(consumers, pauses, now),
             });
         }
         let owners = self.owners(&events);
@@ -35,7 +37,7 @@ impl Session {
             self.refresh_log_types(consumers);
             return Ok(AppendResult {
                 events: stored,
-                has_pending: self.has_pending(consumers),
+                has_pending: self.has_pending(consumers, pauses, now),
             });
         }
         options.check_origin(&self.id, self.log.clear_index())?;
@@ -46,7 +48,7 @@ impl Session {
         let stored = self.insert_batch(env, &events, None, consumers)?;
         Ok(AppendResult {
             events: stored,
-            has_pending: self.has_pending(consumers),
+            has_pending: self.has_pending(consumers, pauses, now),
         })
     }
 }

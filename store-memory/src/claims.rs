@@ -8,12 +8,13 @@ use std::collections::{BTreeSet, HashSet};
 use std::iter::Peekable;
 use std::sync::Arc;
 
-use a2_store_api::{ClaimRequest, ClaimResult, ClaimStep, Head, Result};
+use a2_store_api::{ClaimRequest, ClaimResult, ClaimStep, Head, Pause, Result};
 
 use crate::cursor::{CursorKey, CursorState};
 use crate::cursor_table::CursorTable;
 use crate::head_index::ReadyKey;
-use crate::ids::CursorId;
+use crate::ids::{ConsumerId, CursorId};
+use crate::pause::Holds;
 use crate::session::{Env, Session};
 
 impl Session {
@@ -22,13 +23,24 @@ impl Session {
     /// it is claimed or, its expired claim reaching `max_failures`,
     /// dead-lettered.
     ///
+    /// The heads of a consumer `pauses` (those covering the session) hold
+    /// are skipped when the hold is open-ended, and busy until its end
+    /// otherwise ([`Dispatch::busy_until_held`]).
+    ///
     /// [`Dispatch::claim_step`]: a2_store_api::Dispatch::claim_step
-    pub fn claim(&mut self, env: Env<'_>, request: ClaimRequest) -> Result<ClaimResult> {
+    /// [`Dispatch::busy_until_held`]: a2_store_api::Dispatch::busy_until_held
+    pub fn claim(
+        &mut self,
+        env: Env<'_>,
+        request: ClaimRequest,
+        pauses: &[Pause],
+    ) -> Result<ClaimResult> {
         let consumers = request.consumers.as_deref();
         let now = env.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
         self.refresh_log_types(consumers);
         self.cursors.promote_expired(now);
+        let holds = self.holds(pauses, now);
 
         let served: Option<BTreeSet<&str>> = consumers.map(|consumers| {
             consumers
@@ -52,7 +64,11 @@ impl Session {
             if !excluded.is_empty() && excluded.contains(&cursor.key()) {
                 continue;
             }
-            if let Some(expiry) = cursor.dispatch.busy_until(now) {
+            let hold = holds.of(cursor.consumer_id);
+            if hold.hides() {
+                continue;
+            }
+            if let Some(expiry) = cursor.dispatch.busy_until_held(now, hold) {
                 early_busy = Some(early_busy.map_or(expiry, |t| t.min(expiry)));
                 continue;
             }
@@ -68,7 +84,7 @@ impl Session {
 
         self.last_claim_visits = visited;
         if steps.is_empty() {
-            let busy = self.earliest_busy(served.as_ref(), &excluded, through);
+            let busy = self.earliest_busy(served.as_ref(), &excluded, through, &holds, now);
             let retry_at = match (busy, early_busy) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -135,13 +151,17 @@ impl Session {
     }
 
     /// The earliest expiry among busy heads that are served, at or below
-    /// `through` and not excluded. Walks busy heads in expiry order and stops
-    /// at the first match.
+    /// `through`, not excluded and not hidden by a pause (a timed pause
+    /// keeps its consumer's heads busy until its end at least). Walks busy
+    /// heads in expiry order and stops at the first match (per consumer when
+    /// a pause holds one).
     fn earliest_busy(
         &self,
         served: Option<&BTreeSet<&str>>,
         excluded: &HashSet<CursorKey>,
         through: u64,
+        holds: &Holds,
+        now: i64,
     ) -> Option<i64> {
         let heads = self.cursors.heads();
         let matches = |id: &CursorId| {
@@ -150,20 +170,34 @@ impl Session {
                     && (excluded.is_empty() || !excluded.contains(&cursor.key()))
             })
         };
-        match served {
-            None => heads
+        if served.is_none() && holds.is_empty() {
+            return heads
                 .busy
                 .iter()
                 .find(|(_, id)| matches(id))
-                .map(|(expiry, _)| *expiry),
+                .map(|(expiry, _)| *expiry);
+        }
+        let slots: Vec<ConsumerId> = match served {
             Some(served) => served
                 .iter()
                 .filter_map(|name| self.cursors.consumer_id(name))
-                .filter_map(|slot| heads.consumer(slot))
-                .filter_map(|slot| slot.busy.iter().find(|(_, id)| matches(id)))
-                .map(|(expiry, _)| *expiry)
-                .min(),
-        }
+                .collect(),
+            None => self
+                .cursors
+                .consumer_names()
+                .filter_map(|name| self.cursors.consumer_id(name))
+                .collect(),
+        };
+        slots
+            .into_iter()
+            .filter(|slot| !holds.of(*slot).hides())
+            .filter_map(|slot| {
+                let view = heads.consumer(slot)?;
+                let (_, id) = view.busy.iter().find(|(_, id)| matches(id))?;
+                let cursor = self.cursors.get(*id)?;
+                cursor.dispatch.busy_until_held(now, holds.of(slot))
+            })
+            .min()
     }
 }
 

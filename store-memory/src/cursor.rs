@@ -113,6 +113,16 @@ pub(crate) enum Placement {
     Dead,
 }
 
+/// An index queued on a lane behind its head, with its not-before time
+/// (`None`: claimable as soon as the lane reaches it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Queued {
+    /// The queued index.
+    pub index: u64,
+    /// The time it is not claimable before ([`Dispatch::scheduled`]).
+    pub not_before: Option<i64>,
+}
+
 /// The full state of one cursor.
 #[derive(Debug, Clone)]
 pub(crate) struct CursorState {
@@ -128,8 +138,9 @@ pub(crate) struct CursorState {
     pub position: u64,
     /// The index it must process next.
     pub head: Option<u64>,
-    /// Lane cursors: the queued indexes after the head, in log order.
-    pub queue: VecDeque<u64>,
+    /// Lane cursors: the queued indexes after the head, in log order, each
+    /// with the not-before time it takes when the lane reaches it.
+    pub queue: VecDeque<Queued>,
     /// Log cursors: the types taken (`None`: all).
     pub types: Option<Vec<String>>,
     /// Bookkeeping of the head.
@@ -179,20 +190,29 @@ impl CursorState {
         }
     }
 
-    /// Queues a targeted index on a lane cursor; the first becomes the head.
-    /// The same index twice in a row (a duplicate target) is queued once.
-    pub fn enqueue(&mut self, index: u64) {
+    /// Queues a targeted index on a lane cursor, not claimable before
+    /// `not_before`; the first becomes the head (busy until that time). The
+    /// same index twice in a row (a duplicate target) is queued once.
+    pub fn enqueue(&mut self, index: u64, not_before: Option<i64>) {
         match self.head {
             None => {
                 self.head = Some(index);
-                self.dispatch = Dispatch::default();
+                self.dispatch = Dispatch::scheduled(not_before);
             }
             Some(head) => {
-                if head != index && self.queue.back() != Some(&index) {
-                    self.queue.push_back(index);
+                let last = self.queue.back().map(|queued| queued.index);
+                if head != index && last != Some(index) {
+                    self.queue.push_back(Queued { index, not_before });
                 }
             }
         }
+    }
+
+    /// Where `index` sits in the lane's queue (the queue is in log order).
+    pub fn queued(&self, index: u64) -> Option<usize> {
+        self.queue
+            .binary_search_by_key(&index, |queued| queued.index)
+            .ok()
     }
 
     /// The public view of this cursor.

@@ -2,17 +2,29 @@
 //! waking a declared log consumer's cursor.
 
 use a2_store_api::{
-    log, order, ConsumerDeclaration, Cursor, CursorKind, LogDeclaration, Result, StoreError,
-    WakeLogResult,
+    log, order, pause, ConsumerDeclaration, Cursor, CursorKind, LogDeclaration, Pause, Result,
+    StoreError, WakeLogResult,
 };
 
 use crate::cursor::CursorState;
 use crate::session::Session;
 
 impl Session {
-    /// Every live cursor, in [`order::compare_cursors`] order.
-    pub fn list_cursors(&self) -> Vec<Cursor> {
-        let mut cursors: Vec<Cursor> = self.cursors.iter().map(CursorState::to_cursor).collect();
+    /// Every live cursor, in [`order::compare_cursors`] order, each with the
+    /// pause in force for its consumer at `now` ([`pause::in_force_for`];
+    /// `pauses`: those covering the session).
+    pub fn list_cursors(&self, pauses: &[Pause], now: i64) -> Vec<Cursor> {
+        let mut cursors: Vec<Cursor> = self
+            .cursors
+            .iter()
+            .map(|cursor| {
+                let mut listed = cursor.to_cursor();
+                if !pauses.is_empty() {
+                    listed.pause = pause::in_force_for(pauses, &listed.consumer, &self.id, now);
+                }
+                listed
+            })
+            .collect();
         cursors.sort_by(order::compare_cursors);
         cursors
     }

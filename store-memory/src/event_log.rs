@@ -110,6 +110,15 @@ impl EventLog {
         index
     }
 
+    /// Makes an empty log start after `offset`, as if the rows up to it had
+    /// been reclaimed (a fork's log starts at its source's clear). A log
+    /// with rows is left as it is.
+    pub fn start_after(&mut self, offset: u64) {
+        if self.rows.is_empty() && self.offset == 0 {
+            self.offset = offset;
+        }
+    }
+
     /// Makes `index` (a marker just pushed) the clear index.
     pub fn set_clear_index(&mut self, index: u64) {
         self.clear_index = index;

@@ -4,11 +4,12 @@
 use std::sync::Arc;
 
 use a2_store_api::{
-    dispatch, FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest,
+    dispatch, FailOutcome, FailRequest, FailResult, Head, Pause, RedriveAction, RedriveRequest,
     RedriveResult, Result,
 };
 
 use crate::cursor_table::Lookup;
+use crate::ids::CursorId;
 use crate::session::{Env, Session};
 
 impl Session {
@@ -70,11 +71,18 @@ impl Session {
             .collect()
     }
 
-    /// Retries or skips `consumer`'s dead-lettered head at `index` (the
-    /// first such head in `(lane)` order, laneless first).
-    pub fn redrive(&mut self, request: RedriveRequest) -> Result<RedriveResult> {
+    /// Retries or skips `consumer`'s dead-lettered head at `index`: the one
+    /// on the request's lane, or without a lane the first in `(lane)`
+    /// order, laneless first ([`RedriveRequest::picks`]). `has_pending`
+    /// leaves out the heads `pauses` hold at `now`.
+    pub fn redrive(
+        &mut self,
+        request: RedriveRequest,
+        pauses: &[Pause],
+        now: i64,
+    ) -> Result<RedriveResult> {
         let consumers = request.consumers.as_deref();
-        let found = if request.index <= self.log.clear_index() {
+        let found = if dispatch::cleared(request.index, self.log.clear_index()) {
             None
         } else {
             let start = (
@@ -87,28 +95,37 @@ impl Session {
                 .heads()
                 .dead
                 .range(start..)
-                .next()
-                .filter(|(index, consumer, ..)| {
+                .take_while(|(index, consumer, ..)| {
                     *index == request.index && **consumer == *request.consumer
                 })
+                .find(|(index, consumer, lane, _)| request.picks(consumer, lane.as_deref(), *index))
                 .map(|(.., id)| *id)
         };
         self.refresh_log_types(consumers);
         let Some(id) = found else {
             return Ok(RedriveResult {
                 redriven: false,
-                has_pending: self.has_pending(consumers),
+                has_pending: self.has_pending(consumers, pauses, now),
             });
         };
-        match request.action {
+        self.redrive_head(id, request.action);
+        Ok(RedriveResult {
+            redriven: true,
+            has_pending: self.has_pending(consumers, pauses, now),
+        })
+    }
+
+    /// Retries or skips the dead-lettered head of cursor `id`: a retry makes
+    /// it claimable again ([`Dispatch::retry`]), a skip moves the cursor past
+    /// it without a completion record.
+    ///
+    /// [`Dispatch::retry`]: a2_store_api::Dispatch::retry
+    pub fn redrive_head(&mut self, id: CursorId, action: RedriveAction) {
+        match action {
             RedriveAction::Skip => self.advance(id, None),
             RedriveAction::Retry => {
                 self.cursors.modify(id, |cursor| cursor.dispatch.retry());
             }
         }
-        Ok(RedriveResult {
-            redriven: true,
-            has_pending: self.has_pending(consumers),
-        })
     }
 }

@@ -6,9 +6,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use a2_store_api::{
-    AppendOptions, ClaimRequest, ClaimResult, ClearRequest, Clock, CompleteRequest,
-    ConsumerDeclaration, CounterIds, FailRequest, Head, HeldClaim, ManualClock, NewEvent,
-    ReadOptions, RedriveAction, RedriveRequest, RenewRequest, StateWrite, Store, Target,
+    pause, AppendOptions, BulkRedrive, Cause, ClaimRequest, ClaimResult, ClearRequest, Clock,
+    CompleteRequest, ConsumerDeclaration, CounterIds, FailRequest, Head, HeldClaim, ManualClock,
+    NewEvent, NotBefore, Pause, PauseRequest, ReadOptions, RedriveAction, RedriveRequest,
+    RenewRequest, RescheduleRequest, RescheduleResult, ResumeRequest, ScheduleChange, StateWrite,
+    Store, Target,
 };
 use serde_json::json;
 
@@ -93,6 +95,13 @@ fn random_events(rng: &mut Rng, ids: &mut u64) -> Vec<NewEvent> {
                     _ if rng.chance(20) => Target::lane("logger", "log"),
                     _ => Target::event(consumer),
                 };
+                // Some targets are scheduled: a delay, or a time that may
+                // already have passed (the clock starts at 1000).
+                let target = match rng.below(5) {
+                    0 => target.delayed(std::time::Duration::from_millis(rng.below(40))),
+                    1 => target.not_before_ms(900 + rng.below(300) as i64),
+                    _ => target,
+                };
                 event = event.with_target(target);
             }
             event
@@ -116,7 +125,14 @@ async fn fingerprint(store: &MemoryStore) -> String {
     let cursors = store.cursors(SESSION).await.unwrap();
     let rows = store.read(SESSION, ReadOptions::default()).await.unwrap();
     let dead = store.dead_letters(SESSION).await.unwrap();
-    format!("{cursors:?}\n{rows:?}\n{dead:?}")
+    let pauses = store.pauses(None).await.unwrap();
+    let queues = store.inspect(SESSION, |s| {
+        s.cursors
+            .iter()
+            .map(|c| c.queue.iter().copied().collect::<Vec<_>>())
+            .collect::<Vec<_>>()
+    });
+    format!("{cursors:?}\n{rows:?}\n{dead:?}\n{pauses:?}\n{queues:?}")
 }
 
 type HeadId = (u64, String, Option<String>);
@@ -140,7 +156,12 @@ enum Expected {
     Settled,
 }
 
-fn expected_claim(session: &Session, now: i64, request: &ClaimRequest) -> Expected {
+fn expected_claim(
+    session: &Session,
+    now: i64,
+    request: &ClaimRequest,
+    pauses: &[Pause],
+) -> Expected {
     let served: Option<HashSet<&str>> = request
         .consumers
         .as_ref()
@@ -165,7 +186,11 @@ fn expected_claim(session: &Session, now: i64, request: &ClaimRequest) -> Expect
     let mut dead = Vec::new();
     let mut busy: Option<i64> = None;
     for cursor in candidates {
-        if let Some(expiry) = cursor.dispatch.claim_expires_at.filter(|e| *e > now) {
+        let hold = pause::hold(pauses, &cursor.consumer, SESSION, now);
+        if hold.hides() {
+            continue;
+        }
+        if let Some(expiry) = cursor.dispatch.busy_until_held(now, hold) {
             busy = Some(busy.map_or(expiry, |b| b.min(expiry)));
             continue;
         }
@@ -200,6 +225,10 @@ struct Coverage {
     settled: usize,
     errors: usize,
     log_heads: usize,
+    rescheduled: usize,
+    cancelled: usize,
+    bulk_redriven: usize,
+    claims_under_pause: usize,
 }
 
 async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
@@ -209,7 +238,7 @@ async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
     let mut held: Vec<Head> = Vec::new();
     for step in 0..steps {
         let before = fingerprint(&store).await;
-        let op = rng.below(14);
+        let op = rng.below(17);
         let failed = match op {
             0..=3 => {
                 let events = random_events(&mut rng, &mut next_id);
@@ -245,7 +274,12 @@ async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
                     expires_at_ms: None,
                 };
                 let now = clock.now_ms();
-                let expected = store.inspect(SESSION, |s| expected_claim(s, now, &request));
+                let pauses = store.pauses(None).await.unwrap();
+                if !pauses.is_empty() {
+                    coverage.claims_under_pause += 1;
+                }
+                let expected =
+                    store.inspect(SESSION, |s| expected_claim(s, now, &request, &pauses));
                 let result = store.claim_available(request).await.unwrap();
                 match (expected, result) {
                     (
@@ -345,9 +379,10 @@ async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
                 } else {
                     RedriveAction::Skip
                 };
+                let lane = head.lane.clone().filter(|_| rng.chance(50));
                 store
                     .redrive(RedriveRequest {
-                        lane: None,
+                        lane,
                         session_id: SESSION.into(),
                         consumer: head.consumer.clone(),
                         index: head.event.index,
@@ -378,6 +413,108 @@ async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
                     store.write_state(SESSION, "r", writes).await.err()
                 }
             }
+            14 => {
+                // Reschedule: a cursor's head, something queued behind it,
+                // or an index nothing waits on; sometimes fenced.
+                let cursors = store.cursors(SESSION).await.unwrap();
+                let head = store.inspect(SESSION, |s| s.log.head());
+                let (consumer, lane, index) = match rng.pick(&cursors) {
+                    Some(cursor) if rng.chance(80) => {
+                        let index = match cursor.head {
+                            Some(index) if rng.chance(60) => index,
+                            _ => cursor.position + 1 + rng.below(3),
+                        };
+                        (cursor.consumer.clone(), cursor.lane.clone(), index)
+                    }
+                    _ => ("a".to_owned(), None, rng.below(head + 2)),
+                };
+                let now = clock.now_ms();
+                let change = match rng.below(3) {
+                    0 => ScheduleChange::Cancel,
+                    1 => ScheduleChange::To(NotBefore::AtMs(now - 20 + rng.below(80) as i64)),
+                    _ => ScheduleChange::To(NotBefore::AfterMs(rng.below(40) as i64)),
+                };
+                let mut request =
+                    RescheduleRequest::new(SESSION, consumer, lane.as_deref(), index, change);
+                if let Some(held) = rng.pick(&held).filter(|_| rng.chance(20)) {
+                    request = request.with_cause(Cause {
+                        consumer: held.consumer.clone(),
+                        lane: held.lane.clone(),
+                        index: held.event.index,
+                        attempt: held.dispatch.attempt_count,
+                    });
+                }
+                match store.reschedule(request).await {
+                    Ok(RescheduleResult::Rescheduled { .. }) => {
+                        coverage.rescheduled += 1;
+                        None
+                    }
+                    Ok(RescheduleResult::Cancelled) => {
+                        coverage.cancelled += 1;
+                        None
+                    }
+                    Ok(_) => None,
+                    Err(err) => Some(err),
+                }
+            }
+            15 => {
+                let consumer = *rng.pick(&["a", "b", "c", "logger"]).unwrap_or(&"a");
+                let session = rng.chance(50).then_some(SESSION);
+                if rng.chance(40) {
+                    let request = ResumeRequest {
+                        consumer: consumer.to_owned(),
+                        session_id: session.map(str::to_owned),
+                    };
+                    store.resume(request).await.err()
+                } else {
+                    let now = clock.now_ms();
+                    let request = PauseRequest {
+                        consumer: consumer.to_owned(),
+                        session_id: session.map(str::to_owned),
+                        until_ms: rng.chance(60).then(|| now - 5 + rng.below(60) as i64),
+                    };
+                    store.pause(request).await.err()
+                }
+            }
+            16 => {
+                let mut bulk = BulkRedrive::new(if rng.chance(50) {
+                    RedriveAction::Retry
+                } else {
+                    RedriveAction::Skip
+                });
+                bulk.limit = rng.chance(50).then(|| 1 + rng.below(2) as usize);
+                bulk.consumer = rng.chance(30).then(|| "a".to_owned());
+                bulk.lane = rng.chance(20).then(|| "L1".to_owned());
+                let before = store.dead_letters(SESSION).await.unwrap().len();
+                match store.redrive_all(bulk.clone()).await {
+                    Ok(done) => {
+                        coverage.bulk_redriven += done.redriven.len();
+                        let after = store.dead_letters(SESSION).await.unwrap();
+                        assert!(
+                            done.redriven.len() <= bulk.page_size(),
+                            "seed {seed} step {step}: redrive_all over its limit"
+                        );
+                        let left = after.iter().any(|head| {
+                            bulk.matches(
+                                SESSION,
+                                &head.consumer,
+                                head.lane.as_deref(),
+                                head.dispatch.failed_at.unwrap_or_default(),
+                            )
+                        });
+                        assert!(
+                            done.redriven.len() <= before,
+                            "seed {seed} step {step}: redrove more than the dead letters"
+                        );
+                        if !done.more {
+                            // A skip may uncover no new dead letter: none may match after.
+                            assert!(!left, "seed {seed} step {step}: matches left, more false");
+                        }
+                        None
+                    }
+                    Err(err) => Some(err),
+                }
+            }
             _ => {
                 if rng.chance(20) {
                     let consumer = log_consumer(&mut rng);
@@ -399,12 +536,18 @@ async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
         if let Err(problem) = store.check_invariants() {
             panic!("seed {seed} step {step} (op {op}): {problem}");
         }
+        if let Err(problem) = store.check_work_invariants() {
+            panic!("seed {seed} step {step} (op {op}): {problem}");
+        }
+        let pauses = store.pauses(None).await.unwrap();
+        let now = clock.now_ms();
         let pending = store.inspect(SESSION, |s| {
-            let brute = s
-                .cursors
-                .iter()
-                .any(|c| c.head.is_some() && c.dispatch.failed_at.is_none());
-            (brute, s.has_pending(None))
+            let brute = s.cursors.iter().any(|c| {
+                c.head.is_some()
+                    && c.dispatch.failed_at.is_none()
+                    && !pause::hold(&pauses, &c.consumer, SESSION, now).is_held()
+            });
+            (brute, s.has_pending(None, &pauses, now))
         });
         assert_eq!(pending.0, pending.1, "seed {seed} step {step}: has_pending");
         held.retain(|h| h.dispatch.claim_expires_at.is_some());
@@ -428,6 +571,11 @@ async fn indexes_match_a_brute_force_recomputation_after_random_operations() {
         coverage.errors > 50 && coverage.log_heads > 10,
         "{coverage:?}"
     );
+    assert!(
+        coverage.rescheduled > 20 && coverage.cancelled > 20 && coverage.bulk_redriven > 10,
+        "{coverage:?}"
+    );
+    assert!(coverage.claims_under_pause > 100, "{coverage:?}");
 }
 
 #[tokio::test]

@@ -33,13 +33,17 @@ mod cursor_table;
 mod cursors;
 mod event_log;
 mod fail;
+mod fork;
 mod head_index;
 mod ids;
 #[cfg(test)]
 mod invariant_tests;
+mod pause;
 mod presence;
 mod read;
+mod redrive_all;
 mod renew;
+mod reschedule;
 mod session;
 mod snapshot_cache;
 mod snapshots;

@@ -16,7 +16,7 @@ impl Session {
     /// appended to, which is not listed.
     pub fn info(&self) -> Option<SessionInfo> {
         (!self.log.is_empty()).then(|| SessionInfo {
-            forked_from: None,
+            forked_from: self.forked_from.clone(),
             session_id: self.id.clone(),
             head: self.log.head(),
             clear_index: self.log.clear_index(),

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use a2_store_api::{
-    dispatch, log, Cause, Clock, ConsumerDeclaration, CursorKind, Dispatch, Head, IdGenerator,
-    NewEvent, Result, StoreError, StoredEvent, Target,
+    dispatch, log, schedule, Cause, Clock, ConsumerDeclaration, CursorKind, Dispatch, ForkOrigin,
+    Head, IdGenerator, NewEvent, Pause, Result, StoreError, StoredEvent, Target,
 };
 
 use crate::cursor::{Completion, CursorState};
@@ -42,6 +42,8 @@ pub(crate) struct Session {
     pub presence: PresenceTable,
     /// Live subscribers.
     pub subscribers: Subscribers,
+    /// The session and index it was forked from, when it is a fork.
+    pub forked_from: Option<ForkOrigin>,
     /// How many heads the last claim walked (the work it did, for tests
     /// that prove a claim does not scan the session).
     pub last_claim_visits: usize,
@@ -57,20 +59,35 @@ impl Session {
             snapshots: SnapshotCache::default(),
             presence: PresenceTable::default(),
             subscribers: Subscribers::default(),
+            forked_from: None,
             last_claim_visits: 0,
         }
     }
 
     /// Whether a served cursor (`None`: any) has a head that is not
-    /// dead-lettered. O(k) hash lookups for k declarations.
-    pub fn has_pending(&self, consumers: Option<&[ConsumerDeclaration]>) -> bool {
+    /// dead-lettered and not held by a pause (`pauses`: those covering the
+    /// session, at `now`). O(k) hash lookups for k declarations; without a
+    /// pause on a consumer of the session, O(1) for `None`.
+    pub fn has_pending(
+        &self,
+        consumers: Option<&[ConsumerDeclaration]>,
+        pauses: &[Pause],
+        now: i64,
+    ) -> bool {
         let heads = self.cursors.heads();
+        let holds = self.holds(pauses, now);
+        let pending = |slot| !holds.of(slot).is_held() && heads.consumer_pending(slot);
         match consumers {
-            None => heads.any_pending(),
+            None if holds.is_empty() => heads.any_pending(),
+            None => self
+                .cursors
+                .consumer_names()
+                .filter_map(|name| self.cursors.consumer_id(name))
+                .any(pending),
             Some(consumers) => consumers.iter().any(|consumer| {
                 self.cursors
                     .consumer_id(&consumer.name)
-                    .is_some_and(|slot| heads.consumer_pending(slot))
+                    .is_some_and(pending)
             }),
         }
     }
@@ -251,11 +268,20 @@ impl Session {
             self.log.push(row);
         }
         for (event, row) in events.iter().zip(&stored) {
-            let mut seen: HashSet<&Target> = HashSet::new();
+            // One cursor per (consumer, lane) of the event, taking the
+            // latest time its targets ask for.
+            let mut seen: HashSet<(&str, Option<&str>)> = HashSet::new();
             for target in &event.targets {
-                if seen.insert(target) {
-                    self.add_target(target, row.index);
+                let key = (target.consumer.as_str(), target.lane.as_deref());
+                if !seen.insert(key) {
+                    continue;
                 }
+                let same = event
+                    .targets
+                    .iter()
+                    .filter(|other| (other.consumer.as_str(), other.lane.as_deref()) == key);
+                let due = schedule::merged_due_at(same, now);
+                self.add_target(target, row.index, due);
             }
         }
         self.start_log_cursors(consumers, base, &stored);
@@ -263,15 +289,16 @@ impl Session {
         Ok(stored)
     }
 
-    /// Creates an event cursor or queues `index` on a lane cursor.
-    fn add_target(&mut self, target: &Target, index: u64) {
+    /// Creates an event cursor or queues `index` on a lane cursor, not
+    /// claimable before `due` (see [`Dispatch::scheduled`]).
+    fn add_target(&mut self, target: &Target, index: u64, due: Option<i64>) {
         let found = self
             .cursors
             .find(&target.consumer, target.lane.as_deref(), index);
         match (found, &target.lane) {
             (Some(_), None) => {}
             (Some((id, _)), Some(_)) => {
-                self.cursors.modify(id, |cursor| cursor.enqueue(index));
+                self.cursors.modify(id, |cursor| cursor.enqueue(index, due));
             }
             (None, None) => {
                 let mut cursor = CursorState::new(
@@ -281,6 +308,7 @@ impl Session {
                     index.saturating_sub(1),
                 );
                 cursor.head = Some(index);
+                cursor.dispatch = Dispatch::scheduled(due);
                 self.cursors.insert(cursor);
             }
             (None, Some(lane)) => {
@@ -290,7 +318,7 @@ impl Session {
                     CursorKind::Lane,
                     self.log.clear_index(),
                 );
-                cursor.enqueue(index);
+                cursor.enqueue(index, due);
                 self.cursors.insert(cursor);
             }
         }
@@ -356,17 +384,21 @@ impl Session {
         };
         self.cursors.modify(id, |cursor| {
             cursor.position = done;
-            cursor.dispatch = Dispatch::default();
             if let Some(completion) = completion {
                 if kind == CursorKind::Log {
                     cursor.completions.clear();
                 }
                 cursor.completions.insert(done, completion);
             }
-            cursor.head = match kind {
-                CursorKind::Lane => cursor.queue.pop_front(),
-                _ => next_log,
+            let (head, not_before) = match kind {
+                CursorKind::Lane => match cursor.queue.pop_front() {
+                    Some(queued) => (Some(queued.index), queued.not_before),
+                    None => (None, None),
+                },
+                _ => (next_log, None),
             };
+            cursor.head = head;
+            cursor.dispatch = Dispatch::scheduled(not_before);
         });
     }
 

@@ -9,17 +9,20 @@ use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use a2_store_api::{
-    validate, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest,
-    ClaimWorkResult, ClearRequest, ClearResult, Clock, CompleteRequest, CompleteResult,
-    ConsumerDeclaration, Cursor, EventStream, FailRequest, FailResult, Head, IdGenerator,
-    ListSessions, ListWork, NewEvent, PresenceMeta, PresenceResult, PresenceRow, RandomIds,
-    ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
-    RenewResult, Result, SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError,
-    StoredEvent, SystemClock, WakeLogResult, WorkSignal,
+    validate, AppendOptions, AppendResult, BulkRedrive, BulkRedriveResult, ClaimRequest,
+    ClaimResult, ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, Clock,
+    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
+    FailResult, ForkRequest, ForkResult, Head, IdGenerator, ListSessions, ListWork, NewEvent,
+    Pause, PauseRequest, PresenceMeta, PresenceResult, PresenceRow, RandomIds, ReadOptions,
+    ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest, RenewResult,
+    RescheduleRequest, RescheduleResult, Result, ResumeRequest, ResumeResult, SessionInfo,
+    SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent, SystemClock, WakeLogResult,
+    WorkSignal,
 };
 use async_trait::async_trait;
 use serde_json::Value;
 
+use crate::pause::PauseTable;
 use crate::session::{Env, Session};
 use crate::work::{Touch, WorkIndex};
 
@@ -56,11 +59,13 @@ pub struct MemoryStore {
 pub(crate) struct Shared {
     pub(crate) clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
-    sessions: Mutex<BTreeMap<String, Arc<Mutex<Session>>>>,
+    pub(crate) sessions: Mutex<BTreeMap<String, Arc<Mutex<Session>>>>,
     /// The work rows of every session (see [`crate::work`]).
     pub(crate) work: Mutex<WorkIndex>,
     /// Wakes claimers waiting for work.
     pub(crate) signal: WorkSignal,
+    /// The paused consumers of every session (see [`crate::pause`]).
+    pub(crate) pauses: Mutex<PauseTable>,
 }
 
 impl fmt::Debug for Shared {
@@ -113,6 +118,7 @@ impl MemoryStore {
                 sessions: Mutex::new(BTreeMap::new()),
                 work: Mutex::new(WorkIndex::default()),
                 signal: WorkSignal::new(),
+                pauses: Mutex::new(PauseTable::default()),
             }),
         }
     }
@@ -127,8 +133,9 @@ impl MemoryStore {
             .consumers
             .as_ref()
             .map(|consumers| consumers.iter().map(|c| c.name.clone()).collect());
+        let pauses = self.pauses_covering(&session_id)?;
         self.with_session(&session_id, |session, env| {
-            let claimed = session.claim(env, request)?;
+            let claimed = session.claim(env, request, &pauses)?;
             self.sync_work(session, Touch::Served(served.as_deref()))?;
             Ok(claimed)
         })
@@ -214,8 +221,9 @@ impl Store for MemoryStore {
         options: AppendOptions,
     ) -> Result<AppendResult> {
         validate::append(session_id, &events, &options)?;
+        let pauses = self.pauses_covering(session_id)?;
         self.with_session(session_id, |session, env| {
-            let appended = session.append(env, events, options)?;
+            let appended = session.append(env, events, options, &pauses)?;
             self.sync_work(session, Touch::All)?;
             Ok(appended)
         })
@@ -268,8 +276,9 @@ impl Store for MemoryStore {
     async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult> {
         validate::redrive(&request)?;
         let session_id = request.session_id.clone();
-        self.with_session(&session_id, |session, _| {
-            let redriven = session.redrive(request)?;
+        let pauses = self.pauses_covering(&session_id)?;
+        self.with_session(&session_id, |session, env| {
+            let redriven = session.redrive(request, &pauses, env.clock.now_ms())?;
             self.sync_work(session, Touch::All)?;
             Ok(redriven)
         })
@@ -310,7 +319,10 @@ impl Store for MemoryStore {
 
     async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>> {
         validate::cursors(session_id)?;
-        self.with_existing(session_id, |session, _| Ok(session.list_cursors()))
+        let pauses = self.pauses_covering(session_id)?;
+        self.with_existing(session_id, |session, env| {
+            Ok(session.list_cursors(&pauses, env.clock.now_ms()))
+        })
     }
 
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream> {
@@ -401,46 +413,39 @@ impl Store for MemoryStore {
         validate::list_work(&request)?;
         self.list(&request)
     }
-    async fn reschedule(
-        &self,
-        request: a2_store_api::RescheduleRequest,
-    ) -> Result<a2_store_api::RescheduleResult, StoreError> {
-        todo!("issue 19: reschedule {request:?}")
+
+    async fn reschedule(&self, request: RescheduleRequest) -> Result<RescheduleResult> {
+        validate::reschedule(&request)?;
+        let session_id = request.session_id.clone();
+        self.with_existing(&session_id, |session, env| {
+            let step = session.reschedule(env, &request)?;
+            if step.changes() {
+                self.sync_work(session, Touch::All)?;
+            }
+            Ok(step.result())
+        })
     }
 
-    async fn pause(
-        &self,
-        request: a2_store_api::PauseRequest,
-    ) -> Result<a2_store_api::Pause, StoreError> {
-        todo!("issue 19: pause {request:?}")
+    async fn pause(&self, request: PauseRequest) -> Result<Pause> {
+        self.pause_consumer(request)
     }
 
-    async fn resume(
-        &self,
-        request: a2_store_api::ResumeRequest,
-    ) -> Result<a2_store_api::ResumeResult, StoreError> {
-        todo!("issue 19: resume {request:?}")
+    async fn resume(&self, request: ResumeRequest) -> Result<ResumeResult> {
+        self.resume_consumer(request)
     }
 
-    async fn pauses(
-        &self,
-        session_id: Option<&str>,
-    ) -> Result<Vec<a2_store_api::Pause>, StoreError> {
-        todo!("issue 19: pauses {session_id:?}")
+    async fn pauses(&self, session_id: Option<&str>) -> Result<Vec<Pause>> {
+        self.list_pauses(session_id)
     }
 
-    async fn redrive_all(
-        &self,
-        request: a2_store_api::BulkRedrive,
-    ) -> Result<a2_store_api::BulkRedriveResult, StoreError> {
-        todo!("issue 19: redrive_all {request:?}")
+    async fn redrive_all(&self, request: BulkRedrive) -> Result<BulkRedriveResult> {
+        validate::redrive_all(&request)?;
+        self.redrive_matching(&request)
     }
 
-    async fn fork(
-        &self,
-        request: a2_store_api::ForkRequest,
-    ) -> Result<a2_store_api::ForkResult, StoreError> {
-        todo!("issue 19: fork {request:?}")
+    async fn fork(&self, request: ForkRequest) -> Result<ForkResult> {
+        validate::fork(&request)?;
+        self.fork_session(&request)
     }
 }
 

@@ -3,8 +3,9 @@
 //! kept in step under the session's lock after every operation that moves
 //! a cursor, and the [`WorkSource`] the shared claim-and-wait loop runs on.
 //!
-//! Lock order: a session's lock, then the index's. The index lock is never
-//! held while a session lock is taken.
+//! Lock order: a session's lock, then the index's, then the pause table's.
+//! The index lock is never held while a session lock is taken. Pauses do
+//! not change the rows: claims read them beside the rows.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Bound;
@@ -12,11 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use a2_store_api::{
-    ClaimRequest, ClaimResult, ClaimWorkRequest, Clock, ListWork, Result, SessionWork, WorkRow,
-    WorkSignal, WorkSource, WorkSummary,
+    ClaimRequest, ClaimResult, ClaimWorkRequest, Clock, Hold, ListWork, Result, SessionWork,
+    WorkRow, WorkSignal, WorkSource, WorkSummary,
 };
 use async_trait::async_trait;
 
+use crate::pause::PauseTable;
 use crate::session::Session;
 use crate::store::{lock, MemoryStore};
 
@@ -40,6 +42,9 @@ pub(crate) struct WorkIndex {
     ready: HashMap<Arc<str>, BTreeSet<(i64, Arc<str>)>>,
     /// Consumer → sessions with a row, by id (listings).
     listed: HashMap<Arc<str>, BTreeSet<Arc<str>>>,
+    /// Sessions with a dead-lettered head, by id (bulk redrive reads only
+    /// these, so it costs in proportion to dead letters).
+    dead: BTreeSet<Arc<str>>,
 }
 
 impl WorkIndex {
@@ -98,15 +103,37 @@ impl WorkIndex {
         }
     }
 
+    /// Records whether `session` has a dead-lettered head.
+    fn set_dead(&mut self, session: &Arc<str>, dead: bool) {
+        if dead {
+            if !self.dead.contains(session) {
+                self.dead.insert(session.clone());
+            }
+        } else {
+            self.dead.remove(session);
+        }
+    }
+
+    /// The sessions with a dead-lettered head, by id.
+    pub fn dead_sessions(&self) -> Vec<String> {
+        self.dead
+            .iter()
+            .map(|session| String::from(&**session))
+            .collect()
+    }
+
     /// Up to `limit` sessions with a `Ready` row of `consumers` due by
-    /// `now`, by their earliest such row, leaving out `skip`.
+    /// `now`, by their earliest such row, leaving out `skip` and the pairs
+    /// `pauses` hold at `now` (their rows stay as they are).
     fn ready_sessions(
         &self,
         request: &ClaimWorkRequest,
         now: i64,
         skip: &[String],
         limit: usize,
+        pauses: &PauseTable,
     ) -> Vec<String> {
+        let free = |consumer: &str, session: &str| !pauses.hold(consumer, session, now).is_held();
         let names = request.consumer_names();
         let mut due: Vec<(i64, &str)> = Vec::new();
         if let Some(sessions) = &request.sessions {
@@ -117,6 +144,7 @@ impl WorkIndex {
                 };
                 let earliest = names
                     .iter()
+                    .filter(|name| free(name, session))
                     .filter_map(|name| rows.get(name.as_str())?.ready_at())
                     .min();
                 if let Some(at) = earliest.filter(|at| *at <= now) {
@@ -127,13 +155,17 @@ impl WorkIndex {
         } else {
             // Every session: merge the served consumers' fairness orders,
             // reading only the rows due, until enough sessions are found.
+            // A consumer paused everywhere is left out whole; a pause of one
+            // session leaves out that pair.
             let mut sources: Vec<_> = names
                 .iter()
-                .filter_map(|name| self.ready.get(name.as_str()))
-                .map(|ready| {
-                    ready
+                .filter(|name| !pauses.store_wide_hold(name, now).is_held())
+                .filter_map(|name| Some((name.as_str(), self.ready.get(name.as_str())?)))
+                .map(|(name, ready)| {
+                    let due = ready
                         .range(..(now.saturating_add(1), Arc::<str>::from("")))
-                        .peekable()
+                        .peekable();
+                    (name, due)
                 })
                 .collect();
             let mut seen: BTreeSet<&str> = BTreeSet::new();
@@ -141,13 +173,19 @@ impl WorkIndex {
                 let next = sources
                     .iter_mut()
                     .enumerate()
-                    .filter_map(|(position, source)| source.peek().map(|key| (position, *key)))
+                    .filter_map(|(position, (_, source))| source.peek().map(|key| (position, *key)))
                     .min_by(|a, b| a.1.cmp(b.1));
                 let Some((position, _)) = next else { break };
-                let Some((at, session)) = sources[position].next() else {
+                let Some((name, source)) = sources.get_mut(position) else {
+                    break;
+                };
+                let Some((at, session)) = source.next() else {
                     break;
                 };
                 if skip.iter().any(|skipped| skipped.as_str() == &**session) {
+                    continue;
+                }
+                if !free(name, session) {
                     continue;
                 }
                 if seen.insert(session) {
@@ -165,21 +203,63 @@ impl WorkIndex {
             .collect()
     }
 
-    /// The earliest `ready_at` of a `Ready` row served by `request`.
-    fn earliest_ready(&self, request: &ClaimWorkRequest) -> Option<i64> {
+    /// The earliest time a `Ready` row served by `request` may be claimed,
+    /// with the pauses at `now`: a pair held until resumed is left out, one
+    /// held until a time is ready at that time at the earliest.
+    fn earliest_ready(
+        &self,
+        request: &ClaimWorkRequest,
+        pauses: &PauseTable,
+        now: i64,
+    ) -> Option<i64> {
         let names = request.consumer_names();
+        let held =
+            |at: i64, consumer: &str, session: &str| match pauses.hold(consumer, session, now) {
+                Hold::Free => Some(at),
+                Hold::Until(until) => Some(at.max(until)),
+                Hold::Indefinite => None,
+            };
         match &request.sessions {
             Some(sessions) => sessions
                 .iter()
-                .filter_map(|session| self.rows.get(session.as_str()))
-                .flat_map(|rows| names.iter().filter_map(|name| rows.get(name.as_str())))
-                .filter_map(|row| row.ready_at())
+                .filter_map(|session| Some((session, self.rows.get(session.as_str())?)))
+                .flat_map(|(session, rows)| {
+                    names.iter().filter_map(move |name| {
+                        Some((session, name, rows.get(name.as_str())?.ready_at()?))
+                    })
+                })
+                .filter_map(|(session, name, at)| held(at, name, session))
                 .min(),
-            None => names
+            None if pauses.is_empty() => names
                 .iter()
                 .filter_map(|name| self.ready.get(name.as_str())?.first())
                 .map(|(at, _)| *at)
                 .min(),
+            None => {
+                let mut best: Option<i64> = None;
+                for name in &names {
+                    // Every pair of the consumer is held at least as long as
+                    // its store-wide pause: the walk stops once no later row
+                    // can beat the best found.
+                    let floor = match pauses.store_wide_hold(name, now) {
+                        Hold::Free => i64::MIN,
+                        Hold::Until(until) => until,
+                        Hold::Indefinite => continue,
+                    };
+                    let Some(ready) = self.ready.get(name.as_str()) else {
+                        continue;
+                    };
+                    for (at, session) in ready {
+                        if best.is_some_and(|best| (*at).max(floor) >= best) {
+                            break;
+                        }
+                        if let Some(at) = held(*at, name, session) {
+                            best = Some(best.map_or(at, |best| best.min(at)));
+                        }
+                    }
+                }
+                best
+            }
         }
     }
 
@@ -229,6 +309,7 @@ impl MemoryStore {
             };
             sooner |= index.set(&id, &consumer, row);
         }
+        index.set_dead(&id, !session.cursors.heads().dead.is_empty());
         drop(index);
         if sooner {
             self.shared.signal.notify();
@@ -278,6 +359,66 @@ impl MemoryStore {
     }
 }
 
+impl MemoryStore {
+    /// Brute-force check of the work index against every session's cursors
+    /// (tests only): a consumer with a head claimable now has a `Ready` row
+    /// due by now; one whose heads are all busy has a `Ready` row due by the
+    /// earliest end; one with dead letters only has a row; one without
+    /// heads has none; the dead-letter set names exactly the sessions
+    /// holding dead letters.
+    #[cfg(test)]
+    pub(crate) fn check_work_invariants(&self) -> std::result::Result<(), String> {
+        let now = self.shared.clock.now_ms();
+        let sessions: Vec<_> = lock(&self.shared.sessions, "sessions map")
+            .map_err(|err| err.to_string())?
+            .values()
+            .cloned()
+            .collect();
+        for session in sessions {
+            let session = lock(&session, "session").map_err(|err| err.to_string())?;
+            let index = lock(&self.shared.work, "work index").map_err(|err| err.to_string())?;
+            let id: Arc<str> = Arc::from(session.id.as_str());
+            let mut consumers: BTreeSet<String> = session
+                .cursors
+                .iter()
+                .map(|c| c.consumer.to_string())
+                .collect();
+            if let Some(rows) = index.rows.get(&id) {
+                consumers.extend(rows.keys().map(|name| name.to_string()));
+            }
+            for consumer in consumers {
+                let mut summary = WorkSummary::default();
+                for cursor in session.cursors.iter() {
+                    if *cursor.consumer == *consumer && cursor.head.is_some() {
+                        summary.add(&cursor.dispatch, now);
+                    }
+                }
+                let row = index.row(&id, &consumer);
+                let fits = if summary.claimable > 0 {
+                    matches!(row, Some(WorkRow::Ready(at)) if at <= now)
+                } else if let Some(expiry) = summary.next_expiry {
+                    matches!(row, Some(WorkRow::Ready(at)) if at <= expiry)
+                } else if summary.dead_lettered > 0 {
+                    row.is_some()
+                } else {
+                    row.is_none()
+                };
+                if !fits {
+                    return Err(format!(
+                        "work row of ('{}', '{consumer}') is {row:?} for {summary:?}",
+                        session.id
+                    ));
+                }
+            }
+            let dead = !session.cursors.heads().dead.is_empty();
+            if index.dead.contains(&id) != dead {
+                return Err(format!("dead-letter set wrong for '{}'", session.id));
+            }
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl WorkSource for MemoryStore {
     async fn ready_sessions(
@@ -287,7 +428,9 @@ impl WorkSource for MemoryStore {
         skip: &[String],
         limit: usize,
     ) -> Result<Vec<String>> {
-        Ok(lock(&self.shared.work, "work index")?.ready_sessions(request, now_ms, skip, limit))
+        let index = lock(&self.shared.work, "work index")?;
+        let pauses = lock(&self.shared.pauses, "pause table")?;
+        Ok(index.ready_sessions(request, now_ms, skip, limit, &pauses))
     }
 
     async fn claim_session(&self, request: ClaimRequest) -> Result<ClaimResult> {
@@ -295,7 +438,10 @@ impl WorkSource for MemoryStore {
     }
 
     async fn earliest_ready(&self, request: &ClaimWorkRequest) -> Result<Option<i64>> {
-        Ok(lock(&self.shared.work, "work index")?.earliest_ready(request))
+        let now = self.shared.clock.now_ms();
+        let index = lock(&self.shared.work, "work index")?;
+        let pauses = lock(&self.shared.pauses, "pause table")?;
+        Ok(index.earliest_ready(request, &pauses, now))
     }
 
     fn clock(&self) -> &dyn Clock {

@@ -35,6 +35,7 @@ mod dispatch;
 mod fixture;
 mod reads;
 mod scaling;
+mod schedule;
 mod session_state;
 mod work;
 mod writes;
@@ -44,6 +45,7 @@ pub use dispatch::{claim_complete, claim_fail_reclaim, renew_claims, CursorKindB
 pub use fixture::{payload, work_events, BenchSettings, LEASE_MS, PAYLOAD_BYTES, START_MS};
 pub use reads::{read_rows, subscribe_latency};
 pub use scaling::{ScalingOp, ScalingSeries, ScalingShape};
+pub use schedule::{scheduled_claim, ScheduledOp, SCHEDULE_SPAN_MS};
 pub use session_state::{presence, state_with_pins};
 pub use work::{
     work_fairness, WorkScaling, WorkScalingOp, WorkSettings, FAIRNESS_HANDLING,

@@ -1,8 +1,8 @@
 //! `fail_attempt`, `dead_letters` and `redrive`.
 
 use a2_store_api::{
-    ClearRequest, ConsumerDeclaration, Dispatch, ErrorCode, FailOutcome, FailResult, RedriveAction,
-    RedriveRequest, RedriveResult,
+    BulkRedrive, ClearRequest, ConsumerDeclaration, CursorRef, Dispatch, ErrorCode, FailOutcome,
+    FailResult, RedriveAction, RedriveRequest, RedriveResult, RedrivenHead, Target,
 };
 
 use crate::support::*;
@@ -608,5 +608,213 @@ pub(crate) async fn redriven_head_completes_and_lane_advances(cx: Cx) -> CaseRes
         head_summaries(&cx.claim_heads(&s, "w1").await?),
         strs(&["2 agent/L1 #1"])
     );
+    Ok(())
+}
+
+/// A redrive naming the lane takes exactly that cursor's dead letter at
+/// the index; a lane with none there redrives nothing; `for_head` names the
+/// head's lane.
+pub(crate) async fn redrive_names_the_lane(cx: Cx) -> CaseResult {
+    let s = cx.session_id("s");
+    let event = msg("a")
+        .with_target(Target::lane("agent", "L2"))
+        .with_target(Target::event("agent"))
+        .with_target(Target::lane("agent", "L1"));
+    cx.append(&s, vec![event]).await?;
+    for head in cx.claim_heads(&s, "w1").await? {
+        cx.fail(&s, &head, Some(1)).await?;
+    }
+    let retry = redrive(&s, "agent", 1, RedriveAction::Retry).on_lane("L2");
+    ensure_eq!(
+        cx.store.redrive(retry).await?,
+        RedriveResult {
+            redriven: true,
+            has_pending: true
+        }
+    );
+    ensure_eq!(
+        head_summaries(&cx.store.dead_letters(&s).await?),
+        strs(&["1 agent/- #1", "1 agent/L1 #1"])
+    );
+    ensure_unchanged!(cx, &s, {
+        let nowhere = redrive(&s, "agent", 1, RedriveAction::Retry).on_lane("L9");
+        ensure!(
+            !cx.store.redrive(nowhere).await?.redriven,
+            "no dead letter on L9"
+        );
+        ensure_code!(
+            cx.store
+                .redrive(redrive(&s, "agent", 1, RedriveAction::Retry).on_lane(""))
+                .await,
+            ErrorCode::InvalidInput
+        );
+    });
+    let dead = cx.store.dead_letters(&s).await?;
+    let lane = dead
+        .iter()
+        .find(|head| head.lane.is_some())
+        .ok_or_else(|| Failure::Fail("no lane dead letter".to_owned()))?;
+    ensure!(
+        cx.store
+            .redrive(RedriveRequest::for_head(lane, RedriveAction::Skip))
+            .await?
+            .redriven,
+        "for_head takes its lane"
+    );
+    ensure_eq!(
+        head_summaries(&cx.store.dead_letters(&s).await?),
+        strs(&["1 agent/- #1"])
+    );
+    Ok(())
+}
+
+/// The dead letter `index consumer/lane` of `session`, dead-lettered at `failed_at`.
+fn redriven(
+    session: &str,
+    consumer: &str,
+    lane: Option<&str>,
+    index: u64,
+    failed_at: i64,
+) -> RedrivenHead {
+    RedrivenHead {
+        session_id: session.to_owned(),
+        cursor: CursorRef::new(consumer, lane, index),
+        failed_at,
+    }
+}
+
+/// `redrive_all` takes the dead letters matching every filter, by session,
+/// index, consumer and lane, a page at a time (`more` while some are left),
+/// and refuses an empty window, a limit of 0 or empty names.
+pub(crate) async fn redrive_all_filters_and_pages(cx: Cx) -> CaseResult {
+    let (a, b) = (cx.session_id("a"), cx.session_id("b"));
+    let agent = cx.consumer("agent");
+    let other = cx.consumer("other");
+    cx.append(&a, vec![to_lane("x", &agent, "L"), to_event("y", &agent)])
+        .await?;
+    for head in cx.claim_heads(&a, "w").await? {
+        cx.fail(&a, &head, Some(1)).await?;
+    }
+    cx.advance(100);
+    cx.append(&b, vec![to_lane("x", &agent, "L"), to_event("y", &other)])
+        .await?;
+    for head in cx.claim_heads(&b, "w").await? {
+        cx.fail(&b, &head, Some(1)).await?;
+    }
+    let bulk = |consumer: &str| BulkRedrive {
+        consumer: Some(consumer.to_owned()),
+        ..BulkRedrive::new(RedriveAction::Retry)
+    };
+    ensure_unchanged!(cx, &a, {
+        for bad in [
+            BulkRedrive {
+                limit: Some(0),
+                ..bulk(&agent)
+            },
+            BulkRedrive {
+                dead_since_ms: Some(T0 + 5),
+                dead_before_ms: Some(T0 + 5),
+                ..bulk(&agent)
+            },
+            bulk(""),
+            BulkRedrive {
+                lane: Some(String::new()),
+                ..bulk(&agent)
+            },
+            BulkRedrive {
+                session_id: Some(String::new()),
+                ..bulk(&agent)
+            },
+        ] {
+            ensure_code!(cx.store.redrive_all(bad).await, ErrorCode::InvalidInput);
+        }
+    });
+    let page = cx
+        .store
+        .redrive_all(BulkRedrive {
+            limit: Some(2),
+            ..bulk(&agent)
+        })
+        .await?;
+    ensure_eq!(
+        (page.redriven, page.more),
+        (
+            vec![
+                redriven(&a, &agent, Some("L"), 1, T0),
+                redriven(&a, &agent, None, 1, T0)
+            ],
+            true
+        )
+    );
+    ensure_eq!(cx.store.dead_letters(&a).await?, vec![]);
+    let since = cx
+        .store
+        .redrive_all(BulkRedrive {
+            dead_since_ms: Some(T0 + 50),
+            ..bulk(&agent)
+        })
+        .await?;
+    ensure_eq!(
+        (since.redriven, since.more),
+        (vec![redriven(&b, &agent, Some("L"), 1, T0 + 100)], false)
+    );
+    let none = cx
+        .store
+        .redrive_all(BulkRedrive {
+            session_id: Some(a.clone()),
+            lane: Some("L".into()),
+            ..bulk(&agent)
+        })
+        .await?;
+    ensure_eq!((none.redriven, none.more), (vec![], false));
+    let before = cx
+        .store
+        .redrive_all(BulkRedrive {
+            dead_before_ms: Some(T0 + 100),
+            ..bulk(&other)
+        })
+        .await?;
+    ensure_eq!(before.redriven, vec![], "dead at T0 + 100, not before");
+    let before = cx
+        .store
+        .redrive_all(BulkRedrive {
+            dead_before_ms: Some(T0 + 101),
+            ..bulk(&other)
+        })
+        .await?;
+    ensure_eq!(
+        before.redriven,
+        vec![redriven(&b, &other, None, 2, T0 + 100)]
+    );
+    ensure_eq!(cx.store.dead_letters(&b).await?, vec![]);
+    Ok(())
+}
+
+/// A bulk skip passes each dead letter over as `redrive` does: a lane moves
+/// to its next index, which the work index finds.
+pub(crate) async fn redrive_all_skips_and_lanes_move_on(cx: Cx) -> CaseResult {
+    let s = cx.session_id("s");
+    let agent = cx.consumer("agent");
+    cx.append(&s, vec![to_lane("a", &agent, "L")]).await?;
+    cx.append(&s, vec![to_lane("b", &agent, "L")]).await?;
+    let head = cx.claim_heads(&s, "w").await?.remove(0);
+    cx.fail(&s, &head, Some(1)).await?;
+    let done = cx
+        .store
+        .redrive_all(BulkRedrive {
+            consumer: Some(agent.clone()),
+            session_id: Some(s.clone()),
+            ..BulkRedrive::new(RedriveAction::Skip)
+        })
+        .await?;
+    ensure_eq!((done.redriven.len(), done.more), (1, false));
+    let claimed: Vec<_> = cx
+        .store
+        .claim_work(cx.work("w", &["agent"], 1))
+        .await?
+        .heads()
+        .map(|(session, head)| (session.to_owned(), head.event.index))
+        .collect();
+    ensure_eq!(claimed, vec![(s.clone(), 2)]);
     Ok(())
 }

@@ -16,14 +16,17 @@ pub(crate) mod cursors;
 pub(crate) mod declarations;
 pub(crate) mod example;
 pub(crate) mod fail;
+pub(crate) mod fork;
 pub(crate) mod generated_ids;
 pub(crate) mod hostile;
 pub(crate) mod multi;
+pub(crate) mod pause;
 pub(crate) mod precedence;
 pub(crate) mod presence;
 pub(crate) mod read;
 pub(crate) mod renew;
 pub(crate) mod robustness;
+pub(crate) mod schedule;
 pub(crate) mod snapshots;
 pub(crate) mod subscribe;
 pub(crate) mod validation;
@@ -353,6 +356,33 @@ macro_rules! __a2_cases {
                 work::list_work_pages_by_session_id,
                 work::list_work_lists_dead_letter_holders,
                 work::work_claim_follows_renewed_leases,
+                schedule::scheduled_head_is_busy_until_its_time,
+                schedule::scheduled_head_wakes_a_waiting_work_claim,
+                schedule::scheduled_time_in_the_past_runs_at_once,
+                schedule::scheduled_target_times_must_not_be_negative,
+                schedule::repeated_scheduled_targets_take_the_latest_time,
+                schedule::scheduled_head_holds_its_lane,
+                schedule::log_heads_are_never_scheduled,
+                schedule::reschedule_moves_a_head_that_has_not_run,
+                schedule::reschedule_cancels_a_head_and_the_lane_moves_on,
+                schedule::reschedule_moves_and_cancels_queued_lane_entries,
+                schedule::reschedule_of_a_started_head_changes_nothing,
+                schedule::reschedule_is_fenced_by_its_cause,
+                pause::pause_rejects_past_ends_and_unknown_consumers,
+                pause::paused_consumer_is_not_claimed_or_pending,
+                pause::timed_pause_ends_by_itself,
+                pause::pause_lets_held_leases_run_out,
+                pause::store_wide_pause_holds_every_session,
+                pause::resume_wakes_a_waiting_work_claim,
+                pause::resume_lifts_one_scope,
+                pause::pauses_are_listed,
+                fail::redrive_names_the_lane,
+                fail::redrive_all_filters_and_pages,
+                fail::redrive_all_skips_and_lanes_move_on,
+                fork::fork_copies_the_log_through_an_index,
+                fork::fork_of_a_cleared_session_starts_at_its_marker,
+                fork::fork_has_no_cursors_and_continues_its_log,
+                fork::fork_rejects_bad_input,
             ]
             pair: [
                 multi::second_instance_sees_first_instance_appends,

@@ -28,7 +28,7 @@ pub(super) async fn next(stream: &mut EventStream) -> std::result::Result<Stored
 }
 
 /// The next `n` events of `stream`.
-pub(super) async fn take(
+pub(crate) async fn take(
     stream: &mut EventStream,
     n: usize,
 ) -> std::result::Result<Vec<StoredEvent>, Failure> {
