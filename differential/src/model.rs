@@ -339,10 +339,23 @@ impl Model {
                 session_id: self.scope(*session),
                 until_ms: until.map(|ms| now + ms),
             }),
-            Op::Resume { consumer, session } => Call::Resume(ResumeRequest {
-                consumer: pick(&WORK_CONSUMERS, *consumer).to_owned(),
-                session_id: self.scope(*session),
-            }),
+            Op::Resume {
+                consumer,
+                session,
+                listed,
+            } => {
+                let pauses = state.pauses.as_deref().unwrap_or(&[]);
+                match pauses.get(usize::from(*consumer) % pauses.len().max(1)) {
+                    Some(pause) if *listed => Call::Resume(ResumeRequest {
+                        consumer: pause.consumer.clone(),
+                        session_id: pause.session_id.clone(),
+                    }),
+                    _ => Call::Resume(ResumeRequest {
+                        consumer: pick(&WORK_CONSUMERS, *consumer).to_owned(),
+                        session_id: self.scope(*session),
+                    }),
+                }
+            }
             Op::RedriveAll {
                 skip,
                 consumer,

@@ -169,6 +169,9 @@ pub enum Op {
         consumer: u8,
         /// Session index; `None`: the store-wide pause.
         session: Option<u8>,
+        /// Resume the scope of the `consumer`-th pause `pauses(None)` lists
+        /// instead (when there is one).
+        listed: bool,
     },
     /// `redrive_all` with filters.
     RedriveAll {
@@ -535,8 +538,8 @@ fn control() -> impl Strategy<Value = Op> {
             .prop_map(|(session, pick, queued, to, cause)| Op::Reschedule { session, pick, queued, to, cause }),
         3 => (small(3), option::weighted(0.6, session()), option::weighted(0.4, prop_oneof![4 => prop_oneof![Just(500i64), Just(2500)], 1 => Just(0i64)]))
             .prop_map(|(consumer, session, until)| Op::Pause { consumer, session, until }),
-        3 => (small(3), option::weighted(0.6, session()))
-            .prop_map(|(consumer, session)| Op::Resume { consumer, session }),
+        3 => (small(3), option::weighted(0.6, session()), any::<bool>())
+            .prop_map(|(consumer, session, listed)| Op::Resume { consumer, session, listed }),
         3 => (
             any::<bool>(),
             option::weighted(0.4, small(3)),
@@ -567,19 +570,21 @@ fn renew() -> impl Strategy<Value = Op> {
     )
 }
 
-/// One operation, weighted towards the ones that move work along.
+/// One operation, weighted towards the ones that move work along. Each
+/// kind is boxed: the value trees of the nested unions are large, and
+/// inline they overflow a test thread's stack in debug builds.
 pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => append(),
-        5 => claim(),
-        4 => claim_work(),
-        1 => list_work(),
-        7 => complete(),
-        3 => fail(),
-        2 => renew(),
-        4 => advance(),
-        5 => misc(),
-        3 => control(),
+        6 => append().boxed(),
+        5 => claim().boxed(),
+        4 => claim_work().boxed(),
+        1 => list_work().boxed(),
+        7 => complete().boxed(),
+        3 => fail().boxed(),
+        2 => renew().boxed(),
+        4 => advance().boxed(),
+        5 => misc().boxed(),
+        3 => control().boxed(),
     ]
 }
 

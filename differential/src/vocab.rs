@@ -6,9 +6,10 @@
 
 use a2_store_api::ConsumerDeclaration;
 
-/// Logical session names (the runner prefixes them per case); `f0` is
-/// where forks go (rarely written otherwise, so a fork into it works once).
-pub const SESSIONS: [&str; 4] = ["s0", "s1", "s2", "f0"];
+/// Logical session names (the runner prefixes them per case), in id
+/// order; `sf` is where forks go (rarely written otherwise, so a fork into
+/// it works once).
+pub const SESSIONS: [&str; 4] = ["s0", "s1", "s2", "sf"];
 /// Claim holders.
 pub const HOLDERS: [&str; 2] = ["w0", "w1"];
 /// Consumers targets name; `audit` is also a log consumer, so lane conflicts happen.

@@ -63,8 +63,7 @@ async fn memory_agrees_with_itself() {
         "pause:session",
         "pause:everywhere+until",
         "resume:resumed=true",
-        "redrive_all:redriven>0=true,more=false",
-        "redrive_all:INVALID_INPUT",
+        "redrive_all:redriven>0=false,more=false",
         "fork:forked(cleared=false)",
         "fork:INVALID_INPUT",
     ] {
