@@ -401,6 +401,13 @@ pub enum InspectCommand {
     },
     /// The pauses in force: consumer, session (`*`: every session) and until when.
     Paused,
+    /// PostgreSQL only: dead tuples, HOT updates and size per table, and
+    /// the server's oldest open transaction (which holds back vacuum).
+    ///
+    /// Reads the server's statistics views; writes nothing. Other roles'
+    /// transactions are visible only to a superuser or a role with
+    /// `pg_read_all_stats`.
+    Health,
 }
 
 /// Arguments of `redrive`.

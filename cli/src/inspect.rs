@@ -26,6 +26,9 @@ const CELL_MAX: usize = 60;
 
 /// Runs `inspect`.
 pub async fn run(args: &InspectArgs) -> Result<(), Failure> {
+    if let InspectCommand::Health = args.what {
+        return crate::health::run(&args.url, args.json).await;
+    }
     let store = target::open_read_only(&args.url).await?;
     let store = store.as_ref();
     let url = args.url.as_str();
@@ -70,6 +73,7 @@ pub async fn run(args: &InspectArgs) -> Result<(), Failure> {
         }
         InspectCommand::Presence { session } => presence(store, url, args.json, session).await,
         InspectCommand::Paused => paused(store, url, args.json).await,
+        InspectCommand::Health => crate::health::run(url, args.json).await,
         InspectCommand::Work { consumers, limit } => {
             work(store, url, args.json, consumers, *limit).await
         }

@@ -13,6 +13,7 @@ mod bulk;
 mod check;
 mod control;
 mod failure;
+mod health;
 mod inspect;
 mod output;
 mod repair;

@@ -12,6 +12,13 @@ const CONTRACT: &str = include_str!("../../store-api/CONTRACT.md");
 /// Sections whose every rule (each bullet, or each paragraph when the
 /// section has no bullets) must cite a case.
 const CITING_SECTIONS: &[&str] = &[
+    "Validation (every call, before anything else)",
+    "Append precedence",
+    "Cursors",
+    "Claims",
+    "Renew",
+    "Complete and fail",
+    "Clear, reclaim",
     "Redrive",
     "Snapshots",
     "Declarations",

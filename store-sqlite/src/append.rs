@@ -39,7 +39,12 @@ pub(crate) fn append(
         return Ok(Appended {
             result: AppendResult {
                 events: Vec::new(),
-                has_pending: has_pending(tx, existing_session.as_ref(), consumers)?,
+                has_pending: has_pending(
+                    tx,
+                    existing_session.as_ref(),
+                    consumers,
+                    ctx.clock.now_ms(),
+                )?,
             },
             wrote: false,
             wake: Wake::default(),
@@ -60,7 +65,7 @@ pub(crate) fn append(
                 return Ok(Appended {
                     result: AppendResult {
                         events: replayed,
-                        has_pending: has_pending(tx, Some(session), consumers)?,
+                        has_pending: has_pending(tx, Some(session), consumers, ctx.clock.now_ms())?,
                     },
                     wrote: false,
                     wake: Wake::default(),
@@ -88,7 +93,7 @@ pub(crate) fn append(
     Ok(Appended {
         result: AppendResult {
             events: rows,
-            has_pending: has_pending(tx, Some(&session), consumers)?,
+            has_pending: has_pending(tx, Some(&session), consumers, ctx.clock.now_ms())?,
         },
         wrote: true,
         wake,

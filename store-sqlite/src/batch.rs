@@ -1,6 +1,7 @@
 //! Inserting a batch of events and starting the cursor work it carries.
 
 use a2_store_api::log::takes;
+use a2_store_api::schedule::merged_due_at;
 use a2_store_api::{
     Cause, ConsumerDeclaration, CursorKind, Dispatch, NewEvent, StoreError, StoredEvent,
 };
@@ -56,12 +57,13 @@ pub(crate) fn insert(
     }
     drop(writer);
     session.head = base + events.len() as u64;
-    let mut started = enqueue(tx, session, &rows, events, base, consumers)?;
-    // One row per consumer that got a head, however many heads it got.
+    let mut started = enqueue(tx, session, &rows, events, base, consumers, now)?;
+    // One row per consumer that got a head, however many heads it got, at
+    // the earliest time one of them is claimable.
     started.sort_unstable();
-    started.dedup();
-    for consumer in &started {
-        work::ready_from(tx, session, consumer, now, wake)?;
+    started.dedup_by(|later, first| later.0 == first.0);
+    for (consumer, at) in &started {
+        work::ready_from(tx, session, consumer, *at, wake)?;
     }
     Ok(rows)
 }
@@ -91,8 +93,9 @@ fn check_lane_conflicts(
 }
 
 /// Starts the cursor work of freshly inserted `rows` (`events[i]` made
-/// `rows[i]`); returns the consumers (with repeats) of the cursors that got
-/// a head (a new head is claimable at once).
+/// `rows[i]`) at `now`; returns the consumers (with repeats) of the cursors
+/// that got a head, each with the time that head is claimable (now, or its
+/// not-before time).
 fn enqueue<'a>(
     tx: &Connection,
     session: &SessionRow,
@@ -100,16 +103,26 @@ fn enqueue<'a>(
     events: &'a [NewEvent],
     base: u64,
     consumers: Option<&'a [ConsumerDeclaration]>,
-) -> Result<Vec<&'a str>, StoreError> {
+    now: i64,
+) -> Result<Vec<(&'a str, i64)>, StoreError> {
     let mut started = Vec::new();
     for (row, event) in rows.iter().zip(events) {
         for target in &event.targets {
+            // Targets naming one cursor queue the index once, at the latest
+            // of their times.
+            let due = merged_due_at(
+                event
+                    .targets
+                    .iter()
+                    .filter(|other| other.consumer == target.consumer && other.lane == target.lane),
+                now,
+            );
             let got_head = match &target.lane {
-                None => add_event_cursor(tx, session, &target.consumer, row.index)?,
-                Some(lane) => queue_on_lane(tx, session, &target.consumer, lane, row.index)?,
+                None => add_event_cursor(tx, session, &target.consumer, row.index, due)?,
+                Some(lane) => queue_on_lane(tx, session, &target.consumer, lane, row.index, due)?,
             };
             if got_head {
-                started.push(target.consumer.as_str());
+                started.push((target.consumer.as_str(), due.unwrap_or(now)));
             }
         }
     }
@@ -148,19 +161,20 @@ fn enqueue<'a>(
             }
         };
         if got_head {
-            started.push(consumer.name.as_str());
+            started.push((consumer.name.as_str(), now));
         }
     }
     Ok(started)
 }
 
 /// A fresh event cursor for `(consumer, index)` (a repeated target is one
-/// cursor); whether one was created.
+/// cursor), busy until `due` when scheduled; whether one was created.
 fn add_event_cursor(
     tx: &Connection,
     session: &SessionRow,
     consumer: &str,
     index: u64,
+    due: Option<i64>,
 ) -> Result<bool, StoreError> {
     if cursor_rows::find(tx, session, consumer, None, index)?.is_some() {
         return Ok(false);
@@ -177,20 +191,22 @@ fn add_event_cursor(
             position: index - 1,
             head: Some(index),
             types: None,
-            dispatch: Dispatch::default(),
+            dispatch: Dispatch::scheduled(due),
         },
     )?;
     Ok(true)
 }
 
-/// Queues `index` on the lane cursor `(consumer, lane)`, creating it at the
-/// clear; whether the lane got a head (it had none).
+/// Queues `index` on the lane cursor `(consumer, lane)` with its not-before
+/// time `due`, creating the lane at the clear; whether the lane got a head
+/// (it had none; the head is busy until `due` when scheduled).
 fn queue_on_lane(
     tx: &Connection,
     session: &SessionRow,
     consumer: &str,
     lane: &str,
     index: u64,
+    due: Option<i64>,
 ) -> Result<bool, StoreError> {
     let mut lane_cursor = match cursor_rows::find(tx, session, consumer, Some(lane), 0)? {
         Some(existing) if existing.kind == CursorKind::Log => {
@@ -214,13 +230,16 @@ fn queue_on_lane(
         )?,
     };
     let idx = SqlIndex::new("lane index", index)?;
-    tx.prepare_cached("INSERT OR IGNORE INTO lane_queue (cid, idx) VALUES (?1, ?2)")
-        .and_then(|mut stmt| stmt.execute((lane_cursor.cid, idx)))
-        .ctx("queueing on a lane")?;
+    tx.prepare_cached(
+        "INSERT OR IGNORE INTO lane_queue (cid, idx, not_before) VALUES (?1, ?2, ?3)",
+    )
+    .and_then(|mut stmt| stmt.execute((lane_cursor.cid, idx, due)))
+    .ctx("queueing on a lane")?;
     if lane_cursor.head.is_some() {
         return Ok(false);
     }
     lane_cursor.head = Some(index);
+    lane_cursor.dispatch = Dispatch::scheduled(due);
     cursor_rows::save(tx, &lane_cursor)?;
     Ok(true)
 }

@@ -12,24 +12,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use a2_store_api::order::compare_work;
+use a2_store_api::pause::hold;
 use a2_store_api::work::{WorkSignal, WorkSource};
-use a2_store_api::{ClaimRequest, ClaimResult, ClaimWorkRequest, Clock, StoreError};
+use a2_store_api::{ClaimRequest, ClaimResult, ClaimWorkRequest, Clock, Hold, Pause, StoreError};
 use async_trait::async_trait;
 use rusqlite::Connection;
 
 use crate::claims;
 use crate::errors::SqlContext;
+use crate::pause;
 use crate::pool::{Access, Pool};
 use crate::values::{Json, SqlLimit};
 use crate::wake::{WorkWake, FALLBACK_POLL};
 use crate::writer::Fire;
 use crate::SqliteStore;
 
-/// A served consumer's rows ready at `?2`, not in the JSON list `?3`, in
-/// fairness order, at most `?4`: a range of `work_ready`.
+/// A served consumer's rows ready at `?2`, not in the JSON list `?3` and
+/// not paused in their session at `?2`, in fairness order, at most `?4`: a
+/// range of `work_ready` (a pause is one primary-key probe).
 const READY: &str = "SELECT session, ready_at FROM work INDEXED BY work_ready \
      WHERE consumer = ?1 AND ready_at IS NOT NULL AND ready_at <= ?2 \
      AND session NOT IN (SELECT value FROM json_each(?3)) \
+     AND NOT EXISTS (SELECT 1 FROM pauses AS p WHERE p.consumer = ?1 \
+     AND p.session = work.session AND (p.until_ms IS NULL OR p.until_ms > ?2)) \
      ORDER BY ready_at, session LIMIT ?4";
 
 /// A served consumer's (`?2`) rows ready at `?3` in the listed sessions
@@ -39,18 +44,29 @@ const READY: &str = "SELECT session, ready_at FROM work INDEXED BY work_ready \
 const READY_LISTED: &str = "SELECT w.session, w.ready_at \
      FROM json_each(?1) AS l CROSS JOIN work AS w NOT INDEXED \
      WHERE w.session = l.value AND w.consumer = ?2 \
-     AND w.ready_at IS NOT NULL AND w.ready_at <= ?3";
+     AND w.ready_at IS NOT NULL AND w.ready_at <= ?3 \
+     AND NOT EXISTS (SELECT 1 FROM pauses AS p WHERE p.consumer = ?2 \
+     AND p.session = w.session AND (p.until_ms IS NULL OR p.until_ms > ?3))";
 
 /// A served consumer's earliest `Ready` row: the first entry of its
 /// `work_ready` range.
 const EARLIEST: &str = "SELECT MIN(ready_at) FROM work INDEXED BY work_ready \
      WHERE consumer = ?1 AND ready_at IS NOT NULL";
 
-/// A served consumer's (`?2`) earliest `Ready` row in the listed sessions
-/// (the JSON list `?1`), by primary key as [`READY_LISTED`].
-const EARLIEST_LISTED: &str = "SELECT MIN(w.ready_at) \
+/// A served consumer's (`?2`) `Ready` rows in the listed sessions (the
+/// JSON list `?1`), by primary key as [`READY_LISTED`].
+const EARLIEST_LISTED: &str = "SELECT w.session, w.ready_at \
      FROM json_each(?1) AS l CROSS JOIN work AS w NOT INDEXED \
      WHERE w.session = l.value AND w.consumer = ?2 AND w.ready_at IS NOT NULL";
+
+/// A served consumer's `Ready` rows in fairness order, read while some of
+/// its sessions are paused: the walk stops at the first row it cannot beat.
+const EARLIEST_WALK: &str = "SELECT session, ready_at FROM work INDEXED BY work_ready \
+     WHERE consumer = ?1 AND ready_at IS NOT NULL ORDER BY ready_at, session";
+
+/// A consumer's pauses in single sessions (not the store-wide one).
+const SESSION_PAUSES: &str = "SELECT consumer, session, until_ms, paused_at FROM pauses \
+     WHERE consumer = ?1 AND session <> ''";
 
 /// One store's work index and claims, as the shared loop uses them.
 pub(crate) struct Work<'a> {
@@ -105,8 +121,9 @@ impl WorkSource for Work<'_> {
 
     async fn earliest_ready(&self, request: &ClaimWorkRequest) -> Result<Option<i64>, StoreError> {
         let scope = Scope::of(request);
+        let now = self.clock().now_ms();
         self.pool
-            .run(Access::Read, move |tx, _| earliest_ready(tx, &scope))
+            .run(Access::Read, move |tx, _| earliest_ready(tx, &scope, now))
             .await
     }
 
@@ -135,6 +152,12 @@ fn ready_sessions(
     let mut rows: Vec<(i64, String, String)> = Vec::new();
     let skipped: Vec<String> = skip.to_vec();
     for consumer in &scope.consumers {
+        // Paused in every session: none of its rows is served now.
+        let everywhere: Vec<Pause> = pause::everywhere(tx, consumer)?.into_iter().collect();
+        // (A store-wide pause covers every session name, `""` included.)
+        if hold(&everywhere, consumer, "", now).is_held() {
+            continue;
+        }
         let found: Vec<(String, i64)> = match &scope.sessions {
             None => tx.prepare_cached(READY).and_then(|mut stmt| {
                 stmt.query_map(
@@ -170,23 +193,106 @@ fn ready_sessions(
     Ok(sessions)
 }
 
-/// The earliest `ready_at` among the `Ready` rows of `scope`.
-fn earliest_ready(tx: &Connection, scope: &Scope) -> Result<Option<i64>, StoreError> {
+/// The earliest time a claim of `scope` may find work, as of `now`: the
+/// earliest `ready_at` among its `Ready` rows, where a pair paused until
+/// resumed does not count and one paused until a time counts from then
+/// (`pause::hold`).
+fn earliest_ready(tx: &Connection, scope: &Scope, now: i64) -> Result<Option<i64>, StoreError> {
     let mut earliest: Option<i64> = None;
     for consumer in &scope.consumers {
-        let found: Option<i64> = match &scope.sessions {
-            None => tx
-                .prepare_cached(EARLIEST)
-                .and_then(|mut stmt| stmt.query_row([consumer], |row| row.get(0))),
-            Some(sessions) => tx
-                .prepare_cached(EARLIEST_LISTED)
-                .and_then(|mut stmt| stmt.query_row((Json(sessions), consumer), |row| row.get(0))),
+        let everywhere: Vec<Pause> = pause::everywhere(tx, consumer)?.into_iter().collect();
+        // The store-wide pause holds every session alike: the consumer's
+        // earliest is the later of its end and the rest's earliest.
+        let wide = hold(&everywhere, consumer, "", now);
+        if wide.hides() {
+            continue;
         }
-        .ctx("finding the earliest work")?;
+        let found = earliest_of(tx, scope, consumer, now)?;
+        let found = match wide {
+            Hold::Until(until) => found.map(|at| at.max(until)),
+            _ => found,
+        };
         earliest = match (earliest, found) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+    }
+    Ok(earliest)
+}
+
+/// The earliest `ready_at` of `consumer`'s rows in `scope` under the
+/// consumer's pauses in single sessions, at `now`.
+fn earliest_of(
+    tx: &Connection,
+    scope: &Scope,
+    consumer: &str,
+    now: i64,
+) -> Result<Option<i64>, StoreError> {
+    let mut paused: Vec<Pause> = tx
+        .prepare_cached(SESSION_PAUSES)
+        .and_then(|mut stmt| {
+            stmt.query_map([consumer], |row| {
+                let session: String = row.get(1)?;
+                Ok(Pause {
+                    consumer: row.get(0)?,
+                    session_id: Some(session),
+                    until_ms: row.get(2)?,
+                    paused_at: row.get(3)?,
+                })
+            })?
+            .collect()
+        })
+        .ctx("reading pauses")?;
+    paused.retain(|pause| pause.in_force(now));
+    // When a pair becomes claimable for the loop: never while held open-ended.
+    let effective = |session: &str, ready_at: i64| -> Option<i64> {
+        match hold(&paused, consumer, session, now) {
+            Hold::Free => Some(ready_at),
+            Hold::Until(until) => Some(ready_at.max(until)),
+            Hold::Indefinite => None,
+        }
+    };
+    let mut earliest: Option<i64> = None;
+    match &scope.sessions {
+        None if paused.is_empty() => {
+            earliest = tx
+                .prepare_cached(EARLIEST)
+                .and_then(|mut stmt| stmt.query_row([consumer], |row| row.get(0)))
+                .ctx("finding the earliest work")?;
+        }
+        None => {
+            let mut stmt = tx
+                .prepare_cached(EARLIEST_WALK)
+                .ctx("finding the earliest work")?;
+            let mut rows = stmt.query([consumer]).ctx("finding the earliest work")?;
+            while let Some(row) = rows.next().ctx("finding the earliest work")? {
+                let session: String = row.get(0).ctx("finding the earliest work")?;
+                let ready_at: i64 = row.get(1).ctx("finding the earliest work")?;
+                // Rows come by `ready_at`, and none counts before its own.
+                if earliest.is_some_and(|best| ready_at >= best) {
+                    break;
+                }
+                if let Some(at) = effective(&session, ready_at) {
+                    earliest = Some(earliest.map_or(at, |best| best.min(at)));
+                }
+            }
+        }
+        Some(sessions) => {
+            let rows: Vec<(String, i64)> = tx
+                .prepare_cached(EARLIEST_LISTED)
+                .and_then(|mut stmt| {
+                    stmt.query_map((Json(sessions), consumer), |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })?
+                    .collect()
+                })
+                .ctx("finding the earliest work")?;
+            for (session, ready_at) in rows {
+                if let Some(at) = effective(&session, ready_at) {
+                    earliest = Some(earliest.map_or(at, |best| best.min(at)));
+                }
+            }
+        }
     }
     Ok(earliest)
 }
@@ -221,11 +327,14 @@ mod tests {
             "{ready}"
         );
         assert!(!ready.contains("TEMP B-TREE"), "no sort: {ready}");
-        let earliest = plan(EARLIEST);
-        assert!(
-            earliest.contains("USING COVERING INDEX work_ready"),
-            "{earliest}"
-        );
+        for sql in [EARLIEST, EARLIEST_WALK] {
+            let earliest = plan(sql);
+            assert!(
+                earliest.contains("USING COVERING INDEX work_ready"),
+                "{earliest}"
+            );
+            assert!(!earliest.contains("TEMP B-TREE"), "no sort: {earliest}");
+        }
         for listed in [READY_LISTED, EARLIEST_LISTED] {
             let shown = plan(listed);
             assert!(
@@ -233,7 +342,13 @@ mod tests {
                 "{shown}"
             );
         }
-        for sql in [READY, READY_LISTED, EARLIEST, EARLIEST_LISTED] {
+        for sql in [
+            READY,
+            READY_LISTED,
+            EARLIEST,
+            EARLIEST_LISTED,
+            EARLIEST_WALK,
+        ] {
             let shown = plan(sql);
             assert!(
                 !shown.contains("SCAN work") && !shown.contains("SCAN w "),

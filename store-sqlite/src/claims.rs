@@ -3,13 +3,16 @@
 use std::collections::HashSet;
 
 use a2_store_api::order::compare_heads;
+use a2_store_api::pause::hold;
 use a2_store_api::{
-    ClaimRequest, ClaimResult, ClaimStep, ConsumerDeclaration, CursorRef, StoreError,
+    ClaimRequest, ClaimResult, ClaimStep, ConsumerDeclaration, CursorRef, Dispatch, Pause,
+    StoreError,
 };
 use rusqlite::Connection;
 
 use crate::cursor_rows::{self, cursor_columns, refresh_log_types, release_head_pins, CursorRow};
 use crate::errors::SqlContext;
+use crate::pause::covering;
 use crate::pool::Ctx;
 use crate::session::{self, SessionRow};
 use crate::values::{SqlIndex, SqlLimit};
@@ -36,6 +39,12 @@ impl Filter {
             })
             .collect();
         Self { served, excluded }
+    }
+
+    fn serves(&self, consumer: &str) -> bool {
+        self.served
+            .as_ref()
+            .is_none_or(|served| served.contains(consumer))
     }
 
     fn admits(&self, consumer: &str, lane: Option<&str>, ev_index: u64) -> bool {
@@ -88,7 +97,11 @@ fn claim_heads(
 ) -> Result<ClaimResult, StoreError> {
     refresh_log_types(tx, session, request.consumers.as_deref())?;
     promote_expired(tx, session, now)?;
+    // A paused consumer's heads are skipped (open-ended) or busy until the
+    // pause ends.
+    let mut pauses = covering(tx, &session.name)?;
     let filter = Filter::new(request.consumers.as_deref(), &request.exclude);
+    pauses.retain(|pause| pause.in_force(now) && filter.serves(&pause.consumer));
     let through = request.through.map_or(SqlIndex::MAX, SqlIndex::clamped);
     let limit = request.limit.unwrap_or(usize::MAX);
     let mut heads = Vec::new();
@@ -120,7 +133,11 @@ fn claim_heads(
             ) {
                 continue;
             }
-            if let Some(expiry) = candidate.dispatch.busy_until(now) {
+            let held = hold(&pauses, &candidate.consumer, &session.name, now);
+            if held.hides() {
+                continue;
+            }
+            if let Some(expiry) = candidate.dispatch.busy_until_held(now, held) {
                 early_busy = Some(early_busy.map_or(expiry, |early| early.min(expiry)));
                 continue;
             }
@@ -161,7 +178,7 @@ fn claim_heads(
             head: session.head,
         });
     }
-    let busy = earliest_busy(tx, session, now, through, &filter)?;
+    let busy = earliest_busy(tx, session, now, through, &filter, &pauses)?;
     let retry_at = match (busy, early_busy) {
         (Some(busy), Some(early)) => Some(busy.min(early)),
         (busy, early) => busy.or(early),
@@ -221,13 +238,17 @@ fn ready_page(
     Ok(page)
 }
 
-/// The earliest expiry among busy served candidates, by the expiry index.
+/// The earliest expiry among busy served candidates, by the expiry index,
+/// under the session's `pauses`: a head paused until resumed is skipped, one
+/// paused until a time is busy until then at least. Without pauses the
+/// first admitted head is the earliest; with some, every busy head is read.
 fn earliest_busy(
     tx: &Connection,
     session: &SessionRow,
     now: i64,
     through: SqlIndex,
     filter: &Filter,
+    pauses: &[Pause],
 ) -> Result<Option<i64>, StoreError> {
     let mut stmt = tx
         .prepare_cached(
@@ -240,15 +261,30 @@ fn earliest_busy(
     let mut rows = stmt
         .query((session.sid, now, through))
         .ctx("finding busy heads")?;
+    let mut earliest: Option<i64> = None;
     while let Some(row) = rows.next().ctx("finding busy heads")? {
         let consumer: String = row.get(0).ctx("finding busy heads")?;
         let lane: String = row.get(1).ctx("finding busy heads")?;
         let ev_index: SqlIndex = row.get(2).ctx("finding busy heads")?;
         let expiry: i64 = row.get(3).ctx("finding busy heads")?;
         let lane = (!lane.is_empty()).then_some(lane.as_str());
-        if filter.admits(&consumer, lane, ev_index.get()) {
+        if !filter.admits(&consumer, lane, ev_index.get()) {
+            continue;
+        }
+        if pauses.is_empty() {
             return Ok(Some(expiry));
         }
+        let held = hold(pauses, &consumer, &session.name, now);
+        if held.hides() {
+            continue;
+        }
+        let own = Dispatch {
+            claim_expires_at: Some(expiry),
+            ..Dispatch::default()
+        };
+        if let Some(until) = own.busy_until_held(now, held) {
+            earliest = Some(earliest.map_or(until, |early| early.min(until)));
+        }
     }
-    Ok(None)
+    Ok(earliest)
 }

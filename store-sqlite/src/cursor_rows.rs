@@ -3,6 +3,7 @@
 //! attempt names).
 
 use a2_store_api::dispatch::without_cursor;
+use a2_store_api::pause::hold;
 use a2_store_api::{
     dispatch, Cause, ConsumerDeclaration, Cursor, CursorKind, Dispatch, Head, LogDeclaration,
     StoreError,
@@ -351,7 +352,8 @@ pub(crate) fn save_claim(tx: &Connection, cursor: &CursorRow) -> Result<(), Stor
 
 /// Moves a cursor past its head (releasing the head's pins) and saves it:
 /// the next queued index for a lane, the next taken event for a log,
-/// finished for an event cursor. The next head starts with fresh bookkeeping.
+/// finished for an event cursor. The next head starts with fresh bookkeeping
+/// (busy until its not-before time when it was queued with one).
 pub(crate) fn advance(
     tx: &Connection,
     session: &SessionRow,
@@ -370,11 +372,20 @@ pub(crate) fn advance(
             tx.prepare_cached("DELETE FROM lane_queue WHERE cid = ?1 AND idx <= ?2")
                 .and_then(|mut stmt| stmt.execute((cursor.cid, done)))
                 .ctx("advancing a lane")?;
-            let next: Option<SqlIndex> = tx
-                .prepare_cached("SELECT MIN(idx) FROM lane_queue WHERE cid = ?1")
-                .and_then(|mut stmt| stmt.query_row([cursor.cid], |row| row.get(0)))
+            let next: Option<(SqlIndex, Option<i64>)> = tx
+                .prepare_cached(
+                    "SELECT idx, not_before FROM lane_queue WHERE cid = ?1 ORDER BY idx LIMIT 1",
+                )
+                .and_then(|mut stmt| {
+                    stmt.query_row([cursor.cid], |row| Ok((row.get(0)?, row.get(1)?)))
+                        .optional()
+                })
                 .ctx("advancing a lane")?;
-            next.map(SqlIndex::get)
+            // The lane's new head takes the time it was queued with.
+            next.map(|(index, not_before)| {
+                cursor.dispatch = Dispatch::scheduled(not_before);
+                index.get()
+            })
         }
         CursorKind::Log => next_log_head(tx, session, done, cursor.types.as_deref())?,
     };
@@ -390,23 +401,45 @@ pub(crate) fn release_head_pins(tx: &Connection, cursor: &CursorRow) -> Result<(
     }
 }
 
-/// Whether some served cursor has a head that is not dead-lettered (busy heads count).
+/// Whether some served cursor has a head that is not dead-lettered (busy
+/// heads count) and that no pause holds at `now`.
 pub(crate) fn has_pending(
     tx: &Connection,
     session: Option<&SessionRow>,
     consumers: Option<&[ConsumerDeclaration]>,
+    now: i64,
 ) -> Result<bool, StoreError> {
     let Some(session) = session else {
         return Ok(false);
     };
+    let pauses = crate::pause::covering(tx, &session.name)?;
+    let held = |consumer: &str| hold(&pauses, consumer, &session.name, now).is_held();
     match consumers {
-        None => tx
+        None if pauses.is_empty() => tx
             .prepare_cached(
                 "SELECT 1 FROM cursors INDEXED BY cursors_pending WHERE sid = ?1 \
                  AND head IS NOT NULL AND failed_at IS NULL LIMIT 1",
             )
             .and_then(|mut stmt| stmt.exists([session.sid]))
             .ctx("checking for pending work"),
+        None => {
+            // One entry per consumer with a pending head (the index is
+            // ordered by consumer), until one that no pause holds.
+            let mut stmt = tx
+                .prepare_cached(
+                    "SELECT DISTINCT consumer FROM cursors INDEXED BY cursors_pending \
+                     WHERE sid = ?1 AND head IS NOT NULL AND failed_at IS NULL",
+                )
+                .ctx("checking for pending work")?;
+            let mut rows = stmt.query([session.sid]).ctx("checking for pending work")?;
+            while let Some(row) = rows.next().ctx("checking for pending work")? {
+                let consumer: String = row.get(0).ctx("checking for pending work")?;
+                if !held(&consumer) {
+                    return Ok(true);
+                }
+            }
+            Ok(false)
+        }
         Some(consumers) => {
             let mut stmt = tx
                 .prepare_cached(
@@ -415,6 +448,9 @@ pub(crate) fn has_pending(
                 )
                 .ctx("checking for pending work")?;
             for consumer in consumers {
+                if held(&consumer.name) {
+                    continue;
+                }
                 if stmt
                     .exists((session.sid, &consumer.name))
                     .ctx("checking for pending work")?

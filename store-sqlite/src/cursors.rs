@@ -3,6 +3,7 @@
 
 use a2_store_api::log::idle_log_cursor;
 use a2_store_api::order::compare_cursors;
+use a2_store_api::pause::in_force_for;
 use a2_store_api::{
     ConsumerDeclaration, Cursor, CursorKind, LogDeclaration, StoreError, WakeLogResult,
 };
@@ -88,8 +89,13 @@ pub(crate) fn wake_log(
 /// Every cursor except finished event cursors, by consumer then lane
 /// (laneless event cursors last by head): lane and log cursors from
 /// `cursors_listed`, open event cursors from the pending and dead-letter
-/// indexes, so finished event cursors are never visited.
-pub(crate) fn cursors(tx: &Connection, session_id: &str) -> Result<Vec<Cursor>, StoreError> {
+/// indexes, so finished event cursors are never visited. Each carries the
+/// pause in force for its consumer at `now`.
+pub(crate) fn cursors(
+    tx: &Connection,
+    session_id: &str,
+    now: i64,
+) -> Result<Vec<Cursor>, StoreError> {
     let Some(session) = session::find(tx, session_id)? else {
         return Ok(Vec::new());
     };
@@ -119,6 +125,12 @@ pub(crate) fn cursors(tx: &Connection, session_id: &str) -> Result<Vec<Cursor>, 
         let mut rows = stmt.query((session.sid, clear)).ctx("listing cursors")?;
         while let Some(row) = rows.next().ctx("listing cursors")? {
             listed.push(cursor_rows::decode(row)?.to_cursor());
+        }
+    }
+    let pauses = crate::pause::covering(tx, &session.name)?;
+    if !pauses.is_empty() {
+        for cursor in &mut listed {
+            cursor.pause = in_force_for(&pauses, &cursor.consumer, &session.name, now);
         }
     }
     listed.sort_by(compare_cursors);

@@ -10,7 +10,7 @@ use a2_store_api::{
 use rusqlite::Connection;
 
 use crate::cursor_rows::{
-    self, advance, cursor_columns, has_pending, refresh_log_types, release_head_pins,
+    self, advance, cursor_columns, has_pending, refresh_log_types, release_head_pins, CursorRow,
 };
 use crate::errors::SqlContext;
 use crate::pool::Ctx;
@@ -78,7 +78,7 @@ fn dead_cursors(
     tx: &Connection,
     session: &SessionRow,
     at: Option<SqlIndex>,
-) -> Result<Vec<cursor_rows::CursorRow>, StoreError> {
+) -> Result<Vec<CursorRow>, StoreError> {
     let above = SqlIndex::clamped(session.clear.saturating_add(1));
     let (low, high) = match at {
         Some(at) => (at.max(above), at),
@@ -102,9 +102,10 @@ fn dead_cursors(
     Ok(found)
 }
 
-/// Retries or skips the consumer's dead-lettered head at `index`, moving
-/// the consumer's work row as the head's cursor now needs (`Wake`: it moved
-/// earlier).
+/// Retries or skips the consumer's dead-lettered head at `index` (on the
+/// named lane, or the first in `(lane)` order: `RedriveRequest::picks`),
+/// moving the consumer's work row as the head's cursor now needs (`Wake`:
+/// it moved earlier).
 pub(crate) fn redrive(
     tx: &Connection,
     ctx: &Ctx,
@@ -123,32 +124,45 @@ pub(crate) fn redrive(
     let target = match SqlIndex::fitting(request.index) {
         Some(at) => dead_cursors(tx, &session, Some(at))?
             .into_iter()
-            .find(|found| found.consumer == request.consumer),
+            .find(|found| request.picks(&found.consumer, found.lane.as_deref(), request.index)),
         None => None,
     };
+    let now = ctx.clock.now_ms();
     let Some(mut found) = target else {
         let result = RedriveResult {
             redriven: false,
-            has_pending: has_pending(tx, Some(&session), consumers)?,
+            has_pending: has_pending(tx, Some(&session), consumers, now)?,
         };
         return Ok((result, wake));
     };
-    let now = ctx.clock.now_ms();
-    match request.action {
+    redrive_head(tx, &session, &mut found, request.action, now, &mut wake)?;
+    let result = RedriveResult {
+        redriven: true,
+        has_pending: has_pending(tx, Some(&session), consumers, now)?,
+    };
+    Ok((result, wake))
+}
+
+/// Retries or skips the dead-lettered head of `found` at `now`, and
+/// rewrites its consumer's work row.
+pub(crate) fn redrive_head(
+    tx: &Connection,
+    session: &SessionRow,
+    found: &mut CursorRow,
+    action: RedriveAction,
+    now: i64,
+    wake: &mut Wake,
+) -> Result<(), StoreError> {
+    match action {
         RedriveAction::Skip => {
-            advance(tx, &session, &mut found)?;
-            work::after_advance(tx, &session, &found, now, &mut wake)?;
+            advance(tx, session, found)?;
+            work::after_advance(tx, session, found, now, wake)
         }
         RedriveAction::Retry => {
             found.dispatch.retry();
-            cursor_rows::save(tx, &found)?;
+            cursor_rows::save(tx, found)?;
             // The head keeps its last lease end, which may not have passed.
-            work::touch(tx, &session, &found.consumer, now, &mut wake)?;
+            work::touch(tx, session, &found.consumer, now, wake)
         }
     }
-    let result = RedriveResult {
-        redriven: true,
-        has_pending: has_pending(tx, Some(&session), consumers)?,
-    };
-    Ok((result, wake))
 }

@@ -1,7 +1,7 @@
 //! `read` and `sessions`: the log and the list of sessions.
 
 use a2_store_api::log::read_bounds;
-use a2_store_api::{ListSessions, ReadOptions, SessionInfo, StoreError, StoredEvent};
+use a2_store_api::{ForkOrigin, ListSessions, ReadOptions, SessionInfo, StoreError, StoredEvent};
 use rusqlite::Connection;
 
 use crate::errors::SqlContext;
@@ -33,35 +33,58 @@ pub(crate) fn sessions(
     options: &ListSessions,
 ) -> Result<Vec<SessionInfo>, StoreError> {
     let limit = SqlLimit(options.limit);
-    type Raw = (String, SqlIndex, SqlIndex, SqlIndex);
+    type Raw = (
+        String,
+        SqlIndex,
+        SqlIndex,
+        SqlIndex,
+        Option<String>,
+        Option<SqlIndex>,
+    );
     let raws: Vec<Raw> = match &options.after {
         Some(after) => tx
             .prepare_cached(
-                "SELECT name, head, clear_index, reclaimed_through FROM \
-                 (SELECT s.name AS name, \
+                "SELECT name, head, clear_index, reclaimed_through, forked_from, forked_through \
+                 FROM (SELECT s.name AS name, \
                  COALESCE((SELECT MAX(e.idx) FROM events AS e WHERE e.sid = s.sid), 0) AS head, \
-                 s.clear_index AS clear_index, s.reclaimed_through AS reclaimed_through \
+                 s.clear_index AS clear_index, s.reclaimed_through AS reclaimed_through, \
+                 s.forked_from AS forked_from, s.forked_through AS forked_through \
                  FROM sessions AS s WHERE s.name > ?1) \
                  WHERE head > 0 ORDER BY name LIMIT ?2",
             )
             .and_then(|mut stmt| {
                 stmt.query_map((after, limit), |row| {
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                    ))
                 })?
                 .collect()
             }),
         None => tx
             .prepare_cached(
-                "SELECT name, head, clear_index, reclaimed_through FROM \
-                 (SELECT s.name AS name, \
+                "SELECT name, head, clear_index, reclaimed_through, forked_from, forked_through \
+                 FROM (SELECT s.name AS name, \
                  COALESCE((SELECT MAX(e.idx) FROM events AS e WHERE e.sid = s.sid), 0) AS head, \
-                 s.clear_index AS clear_index, s.reclaimed_through AS reclaimed_through \
+                 s.clear_index AS clear_index, s.reclaimed_through AS reclaimed_through, \
+                 s.forked_from AS forked_from, s.forked_through AS forked_through \
                  FROM sessions AS s) \
                  WHERE head > 0 ORDER BY name LIMIT ?1",
             )
             .and_then(|mut stmt| {
                 stmt.query_map([limit], |row| {
-                    Ok((row.get(0)?, row.get(1)?, row.get(2)?, row.get(3)?))
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                    ))
                 })?
                 .collect()
             }),
@@ -69,12 +92,19 @@ pub(crate) fn sessions(
     .ctx("listing sessions")?;
     Ok(raws
         .into_iter()
-        .map(|(session_id, head, clear, reclaimed)| SessionInfo {
-            forked_from: None,
-            session_id,
-            head: head.get(),
-            clear_index: clear.get(),
-            reclaimed_through: reclaimed.get(),
-        })
+        .map(
+            |(session_id, head, clear, reclaimed, origin, origin_index)| SessionInfo {
+                forked_from: origin
+                    .zip(origin_index)
+                    .map(|(session_id, index)| ForkOrigin {
+                        session_id,
+                        index: index.get(),
+                    }),
+                session_id,
+                head: head.get(),
+                clear_index: clear.get(),
+                reclaimed_through: reclaimed.get(),
+            },
+        )
         .collect())
 }

@@ -150,6 +150,30 @@ FROM cursors AS c JOIN sessions AS s ON s.sid = c.sid
 WHERE c.head IS NOT NULL
 GROUP BY c.sid, c.consumer;
 "#,
+    // Version 3: time and control. A queued lane index keeps its not-before
+    // time (`NULL`: unscheduled); pauses of a consumer in one session or in
+    // every session (`session = ''`: session ids are never empty), found by
+    // consumer or by the session a claim looks at; where a
+    // forked session came from; and the dead letters of every session in
+    // `redrive_all`'s order, so a bulk redrive reads the dead letters only.
+    r#"
+ALTER TABLE lane_queue ADD COLUMN not_before INTEGER;
+
+CREATE TABLE pauses (
+    consumer  TEXT    NOT NULL,
+    session   TEXT    NOT NULL,
+    until_ms  INTEGER,
+    paused_at INTEGER NOT NULL,
+    PRIMARY KEY (consumer, session)
+) WITHOUT ROWID;
+CREATE INDEX pauses_by_session ON pauses (session);
+
+ALTER TABLE sessions ADD COLUMN forked_from TEXT;
+ALTER TABLE sessions ADD COLUMN forked_through INTEGER;
+
+CREATE INDEX cursors_dead_all ON cursors (failed_at, sid)
+    WHERE head IS NOT NULL AND failed_at IS NOT NULL;
+"#,
 ];
 
 /// The schema version this build writes.

@@ -5,12 +5,14 @@ use std::path::Path;
 use std::sync::Arc;
 
 use a2_store_api::{
-    validate, work, AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest,
-    ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
-    ConsumerDeclaration, Cursor, EventStream, FailRequest, FailResult, Head, ListSessions,
-    ListWork, NewEvent, PresenceMeta, PresenceResult, PresenceRow, ReadOptions, ReadStateOptions,
-    ReclaimResult, RedriveRequest, RedriveResult, RenewRequest, RenewResult, SessionInfo,
-    SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
+    validate, work, AppendOptions, AppendResult, BulkRedrive, BulkRedriveResult, ClaimRequest,
+    ClaimResult, ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest,
+    CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest, FailResult, ForkRequest,
+    ForkResult, Head, ListSessions, ListWork, NewEvent, Pause, PauseRequest, PresenceMeta,
+    PresenceResult, PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest,
+    RedriveResult, RenewRequest, RenewResult, RescheduleRequest, RescheduleResult, ResumeRequest,
+    ResumeResult, SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent,
+    WakeLogResult,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -22,8 +24,8 @@ use crate::pool::{Access, Pool};
 use crate::work::Wake;
 use crate::writer::{Body, Fire, Settings, Writer};
 use crate::{
-    append, claim_work, claims, clear, complete, cursors, fail, list_work, presence, read, renew,
-    snapshots, subscribe,
+    append, claim_work, claims, clear, complete, cursors, fail, fork, list_work, pause, presence,
+    read, redrive_all, renew, reschedule, snapshots, subscribe,
 };
 
 /// The SQLite backend of the session store.
@@ -255,7 +257,9 @@ impl Store for SqliteStore {
         validate::cursors(session_id)?;
         let session_id = session_id.to_owned();
         self.pool
-            .run(Access::Read, move |tx, _| cursors::cursors(tx, &session_id))
+            .run(Access::Read, move |tx, ctx| {
+                cursors::cursors(tx, &session_id, ctx.clock.now_ms())
+            })
             .await
     }
 
@@ -360,46 +364,64 @@ impl Store for SqliteStore {
             })
             .await
     }
-    async fn reschedule(
-        &self,
-        request: a2_store_api::RescheduleRequest,
-    ) -> Result<a2_store_api::RescheduleResult, StoreError> {
-        todo!("issue 19: reschedule {request:?}")
+
+    async fn reschedule(&self, request: RescheduleRequest) -> Result<RescheduleResult, StoreError> {
+        validate::reschedule(&request)?;
+        self.write(move |tx, ctx| {
+            let (result, wake) = reschedule::reschedule(tx, ctx, &request)?;
+            Ok((result, fired(false, wake)))
+        })
+        .await
     }
 
-    async fn pause(
-        &self,
-        request: a2_store_api::PauseRequest,
-    ) -> Result<a2_store_api::Pause, StoreError> {
-        todo!("issue 19: pause {request:?}")
+    async fn pause(&self, request: PauseRequest) -> Result<Pause, StoreError> {
+        validate::pause(&request)?;
+        self.write(move |tx, ctx| Ok((pause::pause(tx, &request, ctx.clock.now_ms())?, Fire::NONE)))
+            .await
     }
 
-    async fn resume(
-        &self,
-        request: a2_store_api::ResumeRequest,
-    ) -> Result<a2_store_api::ResumeResult, StoreError> {
-        todo!("issue 19: resume {request:?}")
+    async fn resume(&self, request: ResumeRequest) -> Result<ResumeResult, StoreError> {
+        validate::resume(&request)?;
+        self.write(move |tx, ctx| {
+            let result = pause::resume(tx, &request, ctx.clock.now_ms())?;
+            // Its heads may be claimable now: waiting claimers look again.
+            let fire = Fire {
+                commits: false,
+                work: result.resumed,
+            };
+            Ok((result, fire))
+        })
+        .await
     }
 
-    async fn pauses(
-        &self,
-        session_id: Option<&str>,
-    ) -> Result<Vec<a2_store_api::Pause>, StoreError> {
-        todo!("issue 19: pauses {session_id:?}")
+    async fn pauses(&self, session_id: Option<&str>) -> Result<Vec<Pause>, StoreError> {
+        validate::pauses(session_id)?;
+        let session_id = session_id.map(str::to_owned);
+        self.pool
+            .run(Access::Read, move |tx, ctx| {
+                pause::pauses(tx, session_id.as_deref(), ctx.clock.now_ms())
+            })
+            .await
     }
 
-    async fn redrive_all(
-        &self,
-        request: a2_store_api::BulkRedrive,
-    ) -> Result<a2_store_api::BulkRedriveResult, StoreError> {
-        todo!("issue 19: redrive_all {request:?}")
+    async fn redrive_all(&self, request: BulkRedrive) -> Result<BulkRedriveResult, StoreError> {
+        validate::redrive_all(&request)?;
+        self.write(move |tx, ctx| {
+            let (result, wake) = redrive_all::redrive_all(tx, ctx, &request)?;
+            let fire = Fire {
+                commits: false,
+                work: wake.woke() || !result.redriven.is_empty(),
+            };
+            Ok((result, fire))
+        })
+        .await
     }
 
-    async fn fork(
-        &self,
-        request: a2_store_api::ForkRequest,
-    ) -> Result<a2_store_api::ForkResult, StoreError> {
-        todo!("issue 19: fork {request:?}")
+    async fn fork(&self, request: ForkRequest) -> Result<ForkResult, StoreError> {
+        validate::fork(&request)?;
+        // The fork's rows are new rows of its session: subscribers are told.
+        self.write(move |tx, _| Ok((fork::fork(tx, &request)?, fired(true, Wake::default()))))
+            .await
     }
 }
 

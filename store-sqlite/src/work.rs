@@ -259,9 +259,10 @@ pub(crate) fn full_summary(
     Ok(summary)
 }
 
-/// After `cursor` moved past its head (a completion, a skipped dead
-/// letter): a next head is claimable at once; a finished cursor may have
-/// left its consumer nothing claimable, so the pair's row is rewritten.
+/// After `cursor` moved past its head (a completion, a skipped or cancelled
+/// head): a next head that is claimable at once moves the row to now; a
+/// scheduled next head or a finished cursor may have left its consumer
+/// nothing claimable, so the pair's row is rewritten.
 pub(crate) fn after_advance(
     tx: &Connection,
     session: &SessionRow,
@@ -270,7 +271,9 @@ pub(crate) fn after_advance(
     wake: &mut Wake,
 ) -> Result<(), StoreError> {
     match cursor.head {
-        Some(_) => ready_from(tx, session, &cursor.consumer, now, wake),
-        None => touch(tx, session, &cursor.consumer, now, wake),
+        Some(_) if cursor.dispatch.busy_until(now).is_none() => {
+            ready_from(tx, session, &cursor.consumer, now, wake)
+        }
+        _ => touch(tx, session, &cursor.consumer, now, wake),
     }
 }

@@ -207,3 +207,73 @@ async fn extreme_options_are_clamped_not_fatal() {
         1
     );
 }
+
+/// Turns the database back into the schema version 2 wrote: no lane
+/// schedules, pauses, fork origins or cross-session dead-letter index.
+fn downgrade_to_version_2(path: &std::path::Path) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(
+        "DROP TABLE pauses;
+         DROP INDEX cursors_dead_all;
+         ALTER TABLE lane_queue DROP COLUMN not_before;
+         ALTER TABLE sessions DROP COLUMN forked_from;
+         ALTER TABLE sessions DROP COLUMN forked_through;
+         PRAGMA user_version = 2;",
+    )
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_store_written_at_version_2_upgrades_with_its_data_intact() {
+    use a2_store_api::{
+        ClaimRequest, CompleteRequest, ForkRequest, ListSessions, PauseRequest, Target,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v2.db");
+    let queued = |n: u64| NewEvent::new("msg", json!(n)).with_target(Target::lane("agent", "main"));
+    {
+        let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+        store
+            .append("s", vec![queued(1), queued(2)], Default::default())
+            .await
+            .unwrap();
+    }
+    downgrade_to_version_2(&path);
+    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(
+        store.read("s", ReadOptions::default()).await.unwrap().len(),
+        2
+    );
+    let cursors = store.cursors("s").await.unwrap();
+    assert_eq!((cursors.len(), cursors[0].head), (1, Some(1)));
+    // The queue kept its entries (unscheduled): the lane moves on at once.
+    let lease = std::time::Duration::from_secs(30);
+    let claim = |session: &str| ClaimRequest::new(session, "w", lease);
+    let head = store
+        .claim_available(claim("s"))
+        .await
+        .unwrap()
+        .into_heads()
+        .remove(0);
+    store
+        .complete_attempt(CompleteRequest::for_head(&head, vec![]))
+        .await
+        .unwrap();
+    let next = store.claim_available(claim("s")).await.unwrap();
+    assert_eq!(next.heads()[0].event.index, 2);
+    // The new tables and columns work on the upgraded file.
+    store
+        .pause(PauseRequest::in_session("agent", "s"))
+        .await
+        .unwrap();
+    assert_eq!(store.pauses(Some("s")).await.unwrap().len(), 1);
+    store.fork(ForkRequest::new("s", "t")).await.unwrap();
+    let listed = store.sessions(ListSessions::default()).await.unwrap();
+    assert_eq!(listed[0].forked_from, None);
+    assert_eq!(listed[1].forked_from.as_ref().map(|o| o.index), Some(2));
+}

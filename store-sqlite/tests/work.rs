@@ -48,7 +48,12 @@ fn served(result: &ClaimWorkResult) -> Vec<String> {
 fn downgrade_to_version_1(path: &Path) {
     let conn = rusqlite::Connection::open(path).unwrap();
     conn.execute_batch(
-        "DROP TABLE work;
+        "DROP TABLE pauses;
+         DROP INDEX cursors_dead_all;
+         ALTER TABLE lane_queue DROP COLUMN not_before;
+         ALTER TABLE sessions DROP COLUMN forked_from;
+         ALTER TABLE sessions DROP COLUMN forked_through;
+         DROP TABLE work;
          DROP INDEX cursors_pending;
          CREATE INDEX cursors_pending ON cursors (sid, consumer)
              WHERE head IS NOT NULL AND failed_at IS NULL;

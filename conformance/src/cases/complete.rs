@@ -159,6 +159,34 @@ pub(crate) async fn complete_replay_with_different_ids_is_partial_duplicate(cx: 
     Ok(())
 }
 
+/// A replayed completion whose ids match the recorded one but whose
+/// returned type or payload differs is `IdempotencyConflict`, as an append
+/// replay is, and nothing changes.
+pub(crate) async fn complete_replay_with_different_content_is_conflict(cx: Cx) -> CaseResult {
+    let s = cx.session_id("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    let reply = |payload: i64| NewEvent::new("reply", json!(payload)).with_id("r1");
+    completed(cx.complete(&s, &head, vec![reply(1)]).await?)?;
+    ensure_unchanged!(cx, &s, {
+        ensure_code!(
+            cx.complete(&s, &head, vec![reply(2)]).await,
+            ErrorCode::IdempotencyConflict
+        );
+        ensure_code!(
+            cx.complete(
+                &s,
+                &head,
+                vec![NewEvent::new("other", json!(1)).with_id("r1")]
+            )
+            .await,
+            ErrorCode::IdempotencyConflict
+        );
+    });
+    completed(cx.complete(&s, &head, vec![reply(1)]).await?)?;
+    Ok(())
+}
+
 /// A completion whose returned events had generated ids cannot be replayed.
 pub(crate) async fn complete_replay_with_generated_ids_is_partial_duplicate(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");

@@ -741,7 +741,7 @@ pub(crate) async fn redrive_all_filters_and_pages(cx: Cx) -> CaseResult {
         (
             vec![
                 redriven(&a, &agent, Some("L"), 1, T0),
-                redriven(&a, &agent, None, 1, T0)
+                redriven(&a, &agent, None, 2, T0)
             ],
             true
         )

@@ -135,6 +135,7 @@ macro_rules! __a2_cases {
                 complete::complete_replay_without_returned_events,
                 complete::complete_replay_with_different_ids_is_partial_duplicate,
                 complete::complete_replay_with_generated_ids_is_partial_duplicate,
+                complete::complete_replay_with_different_content_is_conflict,
                 complete::complete_replay_by_other_attempt_is_superseded,
                 complete::complete_by_older_attempt_is_superseded,
                 complete::complete_after_fail_is_superseded,
