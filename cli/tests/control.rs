@@ -1,4 +1,5 @@
-//! The operator's controls through the real binary, against a SQLite file:
+//! The operator's controls through the real binary, against SQLite files
+//! and PostgreSQL (a fresh schema per test, when `A2_POSTGRES_URL` is set):
 //! `pause`/`resume` and `inspect paused` (and the pause on cursor views),
 //! `reschedule`, `fork` (and `forked from` in `inspect sessions`), and
 //! `redrive --lane`.
@@ -64,10 +65,41 @@ fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
         .block_on(future)
 }
 
-/// A SQLite file with session `chat`: two messages on `agent/main` (the
-/// second scheduled an hour from now) and a `ping` for `notifier`.
-fn seeded(dir: &std::path::Path) -> String {
-    let url = format!("sqlite:{}", dir.join("control.db").display());
+/// A fresh schema on the server of `A2_POSTGRES_URL` (dropped with the
+/// returned guard), or `None` when it is not set.
+fn postgres(test: &str) -> Option<(a2_store::postgres::ScratchSchemas, String)> {
+    let url = match std::env::var("A2_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            eprintln!(
+                "{test}: NOT run: set A2_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run it"
+            );
+            return None;
+        }
+    };
+    let scratch = a2_store::postgres::ScratchSchemas::new(url.clone(), "a2_clitest_");
+    let schema = scratch.fresh_schema().unwrap();
+    let join = if url.contains('?') { '&' } else { '?' };
+    Some((scratch, format!("{url}{join}schema={schema}&pool_size=2")))
+}
+
+/// Runs `test` on a new SQLite file, and on a fresh PostgreSQL schema when
+/// the server is given.
+fn on_each_backend(name: &str, test: fn(&str)) {
+    let dir = tempfile::tempdir().unwrap();
+    test(&format!(
+        "sqlite:{}",
+        dir.path().join("control.db").display()
+    ));
+    if let Some((_scratch, url)) = postgres(name) {
+        test(&url);
+    }
+}
+
+/// Session `chat` at `url`: two messages on `agent/main` (the second
+/// scheduled an hour from now) and a `ping` for `notifier`.
+fn seeded(url: &str) -> String {
+    let url = url.to_owned();
     block_on(async {
         let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
         let events = vec![
@@ -95,8 +127,11 @@ fn cursor<'a>(cursors: &'a Value, consumer: &str) -> &'a Value {
 
 #[test]
 fn pause_and_resume_show_in_the_views() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = seeded(dir.path());
+    on_each_backend("pause_and_resume_show_in_the_views", pause_and_resume);
+}
+
+fn pause_and_resume(url: &str) {
+    let url = seeded(url);
     let before = SystemClock.now_ms();
     let pause = json_ok(&[
         "pause",
@@ -175,8 +210,11 @@ fn pause_and_resume_show_in_the_views() {
 
 #[test]
 fn reschedule_moves_cancels_and_refuses_what_ran() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = seeded(dir.path());
+    on_each_backend("reschedule_moves_cancels_and_refuses_what_ran", reschedule);
+}
+
+fn reschedule(url: &str) {
+    let url = seeded(url);
     // Index 2 waits on the lane behind index 1: move it, then cancel it.
     let moved = json_ok(&[
         "reschedule",
@@ -255,8 +293,11 @@ fn reschedule_moves_cancels_and_refuses_what_ran() {
 
 #[test]
 fn fork_copies_and_is_listed_with_its_origin() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = seeded(dir.path());
+    on_each_backend("fork_copies_and_is_listed_with_its_origin", fork);
+}
+
+fn fork(url: &str) {
+    let url = seeded(url);
     let fork = json_ok(&["fork", &url, "chat", "chat-b", "--through", "2", "--json"]);
     assert_eq!(fork["copied"], 2);
     assert_eq!(fork["session"]["session_id"], "chat-b");
@@ -294,8 +335,11 @@ fn fork_copies_and_is_listed_with_its_origin() {
 
 #[test]
 fn redrive_names_the_lane() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite:{}", dir.path().join("lanes.db").display());
+    on_each_backend("redrive_names_the_lane", redrive_lane);
+}
+
+fn redrive_lane(url: &str) {
+    let url = url.to_owned();
     block_on(async {
         let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
         let event = NewEvent::new("msg", json!(1))
