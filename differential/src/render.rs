@@ -383,3 +383,65 @@ pub fn program(calls: &[Call], start_ms: i64, id_prefix: &str, failure: &str) ->
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use a2_store_api::{
+        BulkRedrive, ForkRequest, NewEvent, PauseRequest, RescheduleRequest, ResumeRequest, Target,
+    };
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn time_and_control_calls_render_as_struct_literals() {
+        let scheduled = NewEvent::new("msg", json!(0))
+            .with_target(Target::lane("agent", "L1").not_before_ms(5))
+            .with_target(Target::event("worker"));
+        let append = Call::Append {
+            session: "s0".into(),
+            events: vec![scheduled],
+            options: Default::default(),
+        };
+        assert!(
+            rust(&append).contains(
+                ".with_target(Target { not_before: Some(NotBefore::AtMs(5)), ..Target::lane(\"agent\", \"L1\") }).with_target(Target::event(\"worker\"))"
+            ),
+            "{}",
+            rust(&append)
+        );
+        let reschedule = Call::Reschedule(RescheduleRequest::new(
+            "s0",
+            "agent",
+            Some("L1"),
+            2,
+            ScheduleChange::To(NotBefore::AfterMs(300)),
+        ));
+        assert_eq!(
+            rust(&reschedule),
+            "store.reschedule(RescheduleRequest { session_id: \"s0\".into(), consumer: \"agent\".into(), lane: Some(\"L1\".into()), index: 2, change: ScheduleChange::To(NotBefore::AfterMs(300)), cause: None }).await"
+        );
+        let pause = Call::Pause(PauseRequest::everywhere("agent").with_until_ms(9));
+        assert_eq!(
+            rust(&pause),
+            "store.pause(PauseRequest { consumer: \"agent\".into(), session_id: None, until_ms: Some(9) }).await"
+        );
+        let resume = Call::Resume(ResumeRequest::in_session("agent", "s1"));
+        assert_eq!(
+            rust(&resume),
+            "store.resume(ResumeRequest { consumer: \"agent\".into(), session_id: Some(\"s1\".into()) }).await"
+        );
+        let mut bulk = BulkRedrive::new(RedriveAction::Skip);
+        bulk.lane = Some("L2".into());
+        bulk.limit = Some(1);
+        assert_eq!(
+            rust(&Call::RedriveAll(bulk)),
+            "store.redrive_all(BulkRedrive { action: RedriveAction::Skip, consumer: None, session_id: None, lane: Some(\"L2\".into()), dead_since_ms: None, dead_before_ms: None, limit: Some(1) }).await"
+        );
+        let fork = Call::Fork(ForkRequest::new("s0", "sf").through(3));
+        assert_eq!(
+            rust(&fork),
+            "store.fork(ForkRequest { session_id: \"s0\".into(), into: \"sf\".into(), through: Some(3) }).await"
+        );
+    }
+}
