@@ -218,12 +218,17 @@ pub struct Filter<'a> {
     pub dead_before: Option<i64>,
     /// Only heads of lane and log cursors (a dead letter there holds up its lane).
     pub lanes_only: bool,
+    /// Only heads of the cursors on this lane.
+    pub lane: Option<&'a str>,
 }
 
 impl Filter<'_> {
     fn keeps(&self, head: &Head) -> bool {
         (self.consumers.is_empty() || self.consumers.contains(&head.consumer))
             && (!self.lanes_only || head.lane.is_some())
+            && self
+                .lane
+                .is_none_or(|lane| head.lane.as_deref() == Some(lane))
             && self
                 .dead_before
                 .is_none_or(|cutoff| head.dispatch.failed_at.is_some_and(|t| t <= cutoff))

@@ -12,8 +12,8 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// `sqlite::memory:`, or `postgres://USER@HOST:PORT/DB` (options
 /// `schema=NAME`, `pool_size=N`, `statement_timeout_ms=N`).
 ///
-/// The URL of `check`, `inspect`, `redrive`, `clear` and `reclaim` may be
-/// omitted when the environment variable `A2_STORE_URL` holds it, e.g.
+/// The URL of `check`, `inspect`, `redrive`, `clear`, `reclaim`, `pause`,
+/// `resume`, `fork` and `reschedule` may be omitted when the environment variable `A2_STORE_URL` holds it, e.g.
 /// `A2_STORE_URL=sqlite:app.db a2-store inspect sessions`; a URL on the
 /// command line wins.
 ///
@@ -102,14 +102,18 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Retry or skip a dead-lettered head, or with --all every dead letter a filter keeps.
     ///
-    /// `redrive URL SESSION CONSUMER INDEX --retry|--skip` redrives one head.
-    /// `redrive URL --all [--consumer C] [--session S] [--older-than D]
-    /// [--limit N] --retry|--skip` first lists the dead letters it would
-    /// change; it changes them only with --yes (--dry-run: list only; with
-    /// neither it lists them and exits with status 2 saying which to pass).
-    /// With --yes each head is looked up again just before it is redriven:
-    /// one that changed since it was listed (redriven, failed again, gone)
-    /// is reported and left alone, and the exit status is then 2.
+    /// `redrive URL SESSION CONSUMER INDEX [--lane L] --retry|--skip`
+    /// redrives one head (with --lane exactly that lane's; without, the
+    /// consumer's first dead letter at the index, the event cursor first).
+    /// `redrive URL --all [--consumer C] [--session S] [--lane L]
+    /// [--older-than D] [--limit N] --retry|--skip` lists the dead letters
+    /// the filters keep; it changes them only with --yes (--dry-run: list
+    /// only; with neither it lists them and exits with status 2 saying which
+    /// to pass). With --yes the store redrives every dead letter the filters
+    /// keep at that moment, one atomic `redrive_all` per page of at most 100
+    /// (per consumer and session named), and the command prints the heads it
+    /// changed: dead letters gone since the preview are not touched, ones
+    /// that appeared since are redriven too.
     Redrive(RedriveArgs),
     /// Clear a session: append the `a2.cleared` marker, dropping its pending work.
     ///
@@ -120,6 +124,34 @@ pub enum Command {
     ///
     /// A session that does not exist is refused.
     Reclaim(ReclaimArgs),
+    /// Pause a consumer in one session or in every session: its heads are not claimed.
+    ///
+    /// Until `resume`, or until --until-ms T (ms since the epoch) or --for
+    /// DURATION from now. Leases already held run to their end. Pausing the
+    /// same scope again replaces its pause. In one session (--session) the
+    /// consumer must have a cursor there; without --session any name may be
+    /// paused, even before its first event.
+    Pause(PauseArgs),
+    /// Lift a consumer's pause in one session (--session) or its store-wide pause.
+    ///
+    /// Each scope is lifted on its own: resuming in a session leaves a
+    /// store-wide pause in force, and the other way round.
+    Resume(ResumeArgs),
+    /// Copy a session's log into a new session, through an index (default: its head).
+    ///
+    /// The copy keeps ids, types, payloads, times and causes; it gets no
+    /// cursors, snapshots or presence, and `inspect sessions` shows where it
+    /// came from. INTO must never have been written to.
+    Fork(ForkArgs),
+    /// Move a head that has not run to another time, or cancel it.
+    ///
+    /// Names a cursor's head, or an index queued on a lane behind its head
+    /// (`--lane`; without it, the consumer's event cursor at INDEX). --at-ms
+    /// T or --in DURATION moves it (a time already reached: claimable now);
+    /// --cancel drops it as a skip would (no completion recorded). A head
+    /// that has been claimed is `started` and one the cursor has passed is
+    /// `gone`: nothing changes and the exit status is 2.
+    Reschedule(RescheduleArgs),
 }
 
 /// Arguments of `bench`.
@@ -367,6 +399,8 @@ pub enum InspectCommand {
         /// The session.
         session: String,
     },
+    /// The pauses in force: consumer, session (`*`: every session) and until when.
+    Paused,
     /// PostgreSQL only: dead tuples, HOT updates and size per table, and
     /// the server's oldest open transaction (which holds back vacuum).
     ///
@@ -392,6 +426,10 @@ pub struct RedriveArgs {
     /// The dead-lettered head's index.
     #[arg(required_unless_present = "all", conflicts_with = "all")]
     pub index: Option<u64>,
+    /// The dead-lettered cursor's lane (one head: exactly that lane's; with
+    /// --all: only heads on this lane).
+    #[arg(long, value_name = "L")]
+    pub lane: Option<String>,
     /// Make the head claimable again (failures reset, attempts kept).
     #[arg(long)]
     pub retry: bool,
@@ -440,6 +478,92 @@ pub struct ClearArgs {
     /// Clear whatever the session holds now (required without --if-last-index).
     #[arg(long)]
     pub yes: bool,
+    /// Print what changed as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `pause`.
+#[derive(Debug, Args)]
+pub struct PauseArgs {
+    /// The store; `$A2_STORE_URL` when omitted.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// The consumer to pause.
+    pub consumer: String,
+    /// Pause it in this session only (default: in every session).
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    /// Resume by itself at this time, ms since the epoch.
+    #[arg(long, value_name = "T", conflicts_with = "for_")]
+    pub until_ms: Option<i64>,
+    /// Resume by itself this long from now (e.g. `30m`, `2h`).
+    #[arg(long = "for", id = "for_", value_name = "DURATION", value_parser = parse_duration)]
+    pub for_: Option<std::time::Duration>,
+    /// Print the pause as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `resume`.
+#[derive(Debug, Args)]
+pub struct ResumeArgs {
+    /// The store; `$A2_STORE_URL` when omitted.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// The consumer to resume.
+    pub consumer: String,
+    /// Lift its pause in this session (default: its store-wide pause).
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
+    /// Print what changed as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `fork`.
+#[derive(Debug, Args)]
+pub struct ForkArgs {
+    /// The store; `$A2_STORE_URL` when omitted.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// The session to copy.
+    pub session: String,
+    /// The new session (never written to).
+    pub into: String,
+    /// Copy through this index (default: the session's head).
+    #[arg(long, value_name = "N")]
+    pub through: Option<u64>,
+    /// Print the new session as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `reschedule`.
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("change").required(true).args(["at_ms", "in_", "cancel"]))]
+pub struct RescheduleArgs {
+    /// The store; `$A2_STORE_URL` when omitted.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// The session.
+    pub session: String,
+    /// The consumer whose head it is.
+    pub consumer: String,
+    /// The head's (or queued entry's) index.
+    pub index: u64,
+    /// The lane cursor's lane (default: the consumer's event cursor).
+    #[arg(long, value_name = "L")]
+    pub lane: Option<String>,
+    /// Make it claimable at this time, ms since the epoch.
+    #[arg(long, value_name = "T")]
+    pub at_ms: Option<i64>,
+    /// Make it claimable this long from now (e.g. `10m`).
+    #[arg(long = "in", id = "in_", value_name = "DURATION", value_parser = parse_duration)]
+    pub in_: Option<std::time::Duration>,
+    /// Drop it: the cursor moves past it (no completion recorded).
+    #[arg(long)]
+    pub cancel: bool,
     /// Print what changed as JSON.
     #[arg(long)]
     pub json: bool,

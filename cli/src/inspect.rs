@@ -72,6 +72,7 @@ pub async fn run(args: &InspectArgs) -> Result<(), Failure> {
             stuck(store, url, args.json, &page, View::Blocked).await
         }
         InspectCommand::Presence { session } => presence(store, url, args.json, session).await,
+        InspectCommand::Paused => paused(store, url, args.json).await,
         InspectCommand::Health => crate::health::run(url, args.json).await,
         InspectCommand::Work { consumers, limit } => {
             work(store, url, args.json, consumers, *limit).await
@@ -343,17 +344,51 @@ async fn sessions(
     if json {
         return print_json(&sessions);
     }
-    let mut table =
-        Table::new(["session", "head", "cleared at", "reclaimed through"]).right_align([1, 2, 3]);
+    let mut table = Table::new([
+        "session",
+        "head",
+        "cleared at",
+        "reclaimed through",
+        "forked from",
+    ])
+    .right_align([1, 2, 3]);
     for s in &sessions {
         table.row([
             s.session_id.clone(),
             s.head.to_string(),
             s.clear_index.to_string(),
             s.reclaimed_through.to_string(),
+            or_dash(
+                s.forked_from.as_ref().map(|origin| {
+                    format!("{} through {}", escape(&origin.session_id), origin.index)
+                }),
+            ),
         ]);
     }
     print_table(&table, "no sessions")
+}
+
+/// The pauses in force across the store.
+async fn paused(store: &dyn Store, url: &str, json: bool) -> Result<(), Failure> {
+    let pauses = store
+        .pauses(None)
+        .await
+        .map_err(|e| Failure::store(url, "listing the pauses", &e))?;
+    if json {
+        return print_json(&json!({ "version": JSON_VERSION, "pauses": pauses }));
+    }
+    let mut table = Table::new(["consumer", "session", "until", "paused at"]);
+    for p in &pauses {
+        table.row([
+            escape(&p.consumer),
+            p.session_id
+                .as_deref()
+                .map_or_else(|| "*".to_owned(), escape),
+            p.until_ms.map_or_else(|| "resumed".to_owned(), timestamp),
+            timestamp(p.paused_at),
+        ]);
+    }
+    print_table(&table, "no consumer is paused")
 }
 
 async fn log(
@@ -417,11 +452,23 @@ async fn cursors(store: &dyn Store, url: &str, json: bool, session: &str) -> Res
         "holder",
         "expires",
         "dead-lettered",
+        "paused",
         "last error",
     ])
     .right_align([3, 4, 5, 6]);
     for c in &cursors {
         let d = &c.dispatch;
+        let paused = c.pause.as_ref().map(|p| {
+            let scope = if p.session_id.is_some() {
+                "here"
+            } else {
+                "everywhere"
+            };
+            match p.until_ms {
+                Some(at) => format!("{scope} until {}", timestamp(at)),
+                None => format!("{scope} until resumed"),
+            }
+        });
         table.row([
             c.consumer.clone(),
             or_dash(c.lane.as_deref()),
@@ -433,6 +480,7 @@ async fn cursors(store: &dyn Store, url: &str, json: bool, session: &str) -> Res
             or_dash(d.claim_holder.as_deref()),
             or_dash(d.claim_expires_at.map(timestamp)),
             or_dash(d.failed_at.map(timestamp)),
+            or_dash(paused),
             or_dash(d.last_error.as_deref().map(|e| cut(e, CELL_MAX))),
         ]);
     }

@@ -11,6 +11,7 @@ mod args;
 mod bench;
 mod bulk;
 mod check;
+mod control;
 mod failure;
 mod health;
 mod inspect;
@@ -74,7 +75,17 @@ pub const URL_VAR: &str = "A2_STORE_URL";
 
 /// The subcommands whose first positional argument is a store URL that
 /// [`URL_VAR`] may supply.
-const TAKES_URL: &[&str] = &["check", "inspect", "redrive", "clear", "reclaim"];
+const TAKES_URL: &[&str] = &[
+    "check",
+    "inspect",
+    "redrive",
+    "clear",
+    "reclaim",
+    "pause",
+    "resume",
+    "fork",
+    "reschedule",
+];
 
 /// Parses the command line. Help and version go to stdout (exit 0); any
 /// argument error is one line on stderr (exit 2). When parsing fails and
@@ -174,5 +185,9 @@ async fn run(command: Command) -> Result<u8, Failure> {
         Command::Redrive(args) => repair::redrive(&args).await.map(|()| 0),
         Command::Clear(args) => repair::clear(&args).await.map(|()| 0),
         Command::Reclaim(args) => repair::reclaim(&args).await.map(|()| 0),
+        Command::Pause(args) => control::pause(&args).await.map(|()| 0),
+        Command::Resume(args) => control::resume(&args).await.map(|()| 0),
+        Command::Fork(args) => control::fork(&args).await.map(|()| 0),
+        Command::Reschedule(args) => control::reschedule(&args).await.map(|()| 0),
     }
 }

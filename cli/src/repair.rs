@@ -41,24 +41,27 @@ pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
             &e,
         )
     })?;
+    let request = RedriveRequest {
+        lane: args.lane.clone(),
+        ..RedriveRequest::new(session, consumer, index, action)
+    };
+    // The head `redrive` takes: the lane's when named, else the first.
     let head = dead
         .iter()
-        .find(|h| h.consumer == consumer && h.event.index == index);
+        .find(|h| request.picks(&h.consumer, h.lane.as_deref(), h.event.index))
+        .cloned();
     let result = store
-        .redrive(RedriveRequest {
-            lane: None,
-            session_id: session.to_owned(),
-            consumer: consumer.to_owned(),
-            index,
-            action,
-            consumers: None,
-        })
+        .redrive(request)
         .await
         .map_err(|e| Failure::store(url, &format!("redriving in session '{shown}'"), &e))?;
     if !result.redriven {
         return Err(Failure::new(format!(
-            "nothing changed: consumer '{}' has no dead-lettered head at index {} in session '{shown}' — list them with `a2-store inspect {url} dead-letters {shown}`",
-            escape(consumer), index
+            "nothing changed: consumer '{}' has no dead-lettered head at index {}{} in session '{shown}' — list them with `a2-store inspect {url} dead-letters {shown}`",
+            escape(consumer),
+            index,
+            args.lane
+                .as_deref()
+                .map_or_else(String::new, |l| format!(" on lane '{}'", escape(l)))
         )));
     }
     if args.json {
@@ -66,13 +69,14 @@ pub async fn redrive(args: &RedriveArgs) -> Result<(), Failure> {
             "session_id": session,
             "consumer": consumer,
             "index": index,
+            "lane": head.as_ref().and_then(|h| h.lane.clone()).or(args.lane.clone()),
             "action": action,
             "redriven": result.redriven,
             "has_pending": result.has_pending,
             "head": head,
         }));
     }
-    let what = head.map_or_else(String::new, |h| {
+    let what = head.as_ref().map_or_else(String::new, |h| {
         format!(
             " ({} event, lane {}, {} attempts, {} failures)",
             h.event.event_type,

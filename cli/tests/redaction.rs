@@ -3,9 +3,13 @@
 //! (stdout and stderr of every command that takes a URL, against a closed
 //! port and, when `A2_POSTGRES_URL` is set, a live server), not in the
 //! facade's open errors, not in the `Display`/`Debug` of URLs and options.
+//!
+//! The live-server cases write (bench sessions, repairs) only to fresh
+//! scratch schemas, dropped when the test ends.
 
 use std::process::Command;
 
+use a2_store::postgres::ScratchSchemas;
 use a2_store::{OpenOptions, StoreUrl};
 
 const SECRET: &str = "pl4nted-S3cret";
@@ -23,17 +27,28 @@ fn closed_port_urls() -> Vec<String> {
 }
 
 /// The same secret on a live server (trust auth ignores it) as the password
-/// parameter, so commands get past connecting.
-fn live_urls() -> Vec<String> {
-    let Ok(base) = std::env::var("A2_POSTGRES_URL") else {
-        eprintln!("redaction: live-server cases NOT run: A2_POSTGRES_URL is not set");
-        return Vec::new();
+/// parameter, so commands get past connecting: each URL on a fresh scratch
+/// schema (not created yet, so repairs also meet a missing schema), all
+/// dropped when the returned guard is.
+fn live_urls() -> (Option<ScratchSchemas>, Vec<String>) {
+    let base = match std::env::var("A2_POSTGRES_URL") {
+        Ok(base) if !base.is_empty() => base,
+        _ => {
+            eprintln!("redaction: live-server cases NOT run: A2_POSTGRES_URL is not set");
+            return (None, Vec::new());
+        }
     };
+    let scratch = ScratchSchemas::new(base.clone(), "a2_redaction_");
     let join = if base.contains('?') { '&' } else { '?' };
-    vec![
-        format!("{base}{join}password={SECRET}&schema=a2_no_such_schema_redaction"),
-        format!("{base}{join}password={SECRET}&pool_size=1&pool_timeout_ms=1"),
-    ]
+    let schema = || scratch.fresh_schema().expect("a scratch schema name");
+    let urls = vec![
+        format!("{base}{join}password={SECRET}&schema={}", schema()),
+        format!(
+            "{base}{join}password={SECRET}&schema={}&pool_size=1&pool_timeout_ms=1",
+            schema()
+        ),
+    ];
+    (Some(scratch), urls)
 }
 
 /// Every command shape that takes a URL.
@@ -47,7 +62,14 @@ fn commands(url: &str) -> Vec<Vec<String>> {
         args(&["inspect", url, "cursors", "s"]),
         args(&["inspect", url, "dead-letters", "s"]),
         args(&["inspect", url, "presence", "s"]),
+        args(&["inspect", url, "paused"]),
         args(&["redrive", url, "s", "c", "1"]),
+        args(&["redrive", url, "s", "c", "1", "--lane", "L", "--retry"]),
+        args(&["redrive", url, "--all", "--retry", "--yes"]),
+        args(&["pause", url, "c", "--for", "1m"]),
+        args(&["resume", url, "c", "--session", "s"]),
+        args(&["fork", url, "s", "t", "--through", "1"]),
+        args(&["reschedule", url, "s", "c", "1", "--cancel"]),
         args(&["clear", url, "s"]),
         args(&["reclaim", url, "s"]),
         args(&["bench", url, "--seconds", "0.2", "--sessions", "1"]),
@@ -73,7 +95,8 @@ fn assert_hidden(context: &str, text: &str) {
 #[test]
 fn the_cli_never_prints_the_password() {
     let mut ran = 0;
-    for url in closed_port_urls().into_iter().chain(live_urls()) {
+    let (scratch, live) = live_urls();
+    for url in closed_port_urls().into_iter().chain(live) {
         for args in commands(&url) {
             let output = Command::new(env!("CARGO_BIN_EXE_a2-store"))
                 .args(&args)
@@ -88,6 +111,15 @@ fn the_cli_never_prints_the_password() {
         }
     }
     assert!(ran >= closed_port_urls().len() * commands("x").len());
+    if let Some(scratch) = scratch {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime
+            .block_on(scratch.drop_all())
+            .expect("drop the scratch schemas");
+    }
 }
 
 #[test]

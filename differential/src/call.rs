@@ -3,11 +3,13 @@
 use std::collections::BTreeMap;
 
 use a2_store_api::{
-    AppendOptions, AppendResult, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult,
-    ClearRequest, ClearResult, CompleteRequest, CompleteResult, ConsumerDeclaration, ErrorCode,
-    FailRequest, FailResult, ListWork, ManualClock, NewEvent, PresenceMeta, PresenceResult,
-    ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
-    RenewResult, SessionWork, StateRead, StateWrite, Store, StoredEvent, WakeLogResult,
+    AppendOptions, AppendResult, BulkRedrive, BulkRedriveResult, ClaimRequest, ClaimResult,
+    ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
+    ConsumerDeclaration, ErrorCode, FailRequest, FailResult, ForkRequest, ForkResult, ListWork,
+    ManualClock, NewEvent, Pause, PauseRequest, PresenceMeta, PresenceResult, ReadOptions,
+    ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest, RenewResult,
+    RescheduleRequest, RescheduleResult, ResumeRequest, ResumeResult, SessionInfo, SessionWork,
+    StateRead, StateWrite, Store, StoredEvent, WakeLogResult,
 };
 use serde_json::Value;
 
@@ -51,6 +53,16 @@ pub enum Call {
     ClaimWork(ClaimWorkRequest),
     /// `list_work`, with a logical session name as `after`.
     ListWork(ListWork),
+    /// `reschedule`.
+    Reschedule(RescheduleRequest),
+    /// `pause`.
+    Pause(PauseRequest),
+    /// `resume`.
+    Resume(ResumeRequest),
+    /// `redrive_all`, with a logical session name as its filter.
+    RedriveAll(BulkRedrive),
+    /// `fork`, with logical session names.
+    Fork(ForkRequest),
     /// Advance every store's manual clock by this many ms.
     Advance(i64),
 }
@@ -67,13 +79,17 @@ impl Call {
             Self::Fail(r) => Some(&r.session_id),
             Self::Redrive(r) => Some(&r.session_id),
             Self::Clear(r) => Some(&r.session_id),
+            Self::Reschedule(r) => Some(&r.session_id),
+            Self::Pause(r) => r.session_id.as_deref(),
+            Self::Resume(r) => r.session_id.as_deref(),
+            Self::Fork(r) => Some(&r.into),
             Self::Reclaim(s)
             | Self::Read(s, _)
             | Self::WakeLog(s, _)
             | Self::WriteState(s, _, _)
             | Self::ReadState(s, _, _)
             | Self::SetPresence(s, _, _, _) => Some(s),
-            Self::ClaimWork(_) | Self::ListWork(_) | Self::Advance(_) => None,
+            Self::ClaimWork(_) | Self::ListWork(_) | Self::RedriveAll(_) | Self::Advance(_) => None,
         }
     }
 }
@@ -111,6 +127,16 @@ pub enum Outcome {
     ClaimWork(ClaimWorkResult),
     /// Of `list_work`, with logical session ids.
     ListWork(Vec<SessionWork>),
+    /// Of `reschedule`.
+    Reschedule(RescheduleResult),
+    /// Of `pause`, with a logical session id.
+    Pause(Pause),
+    /// Of `resume`.
+    Resume(ResumeResult),
+    /// Of `redrive_all`, with logical session ids.
+    RedriveAll(BulkRedriveResult),
+    /// Of `fork`, with logical session ids.
+    Fork(ForkResult),
     /// The clock now reads this.
     Advanced(i64),
 }
@@ -126,6 +152,27 @@ pub fn physical(prefix: &str, session: &str) -> String {
 /// The logical name of a physical session id (`None`: not this run's).
 pub fn logical<'a>(prefix: &str, session: &'a str) -> Option<&'a str> {
     session.strip_prefix(prefix)
+}
+
+/// `info` with logical session ids (its own and its fork origin's).
+pub fn logical_info(prefix: &str, mut info: SessionInfo) -> SessionInfo {
+    if let Some(name) = logical(prefix, &info.session_id) {
+        info.session_id = name.to_owned();
+    }
+    if let Some(origin) = info.forked_from.as_mut() {
+        if let Some(name) = logical(prefix, &origin.session_id) {
+            origin.session_id = name.to_owned();
+        }
+    }
+    info
+}
+
+/// `pause` with a logical session id.
+pub fn logical_pause(prefix: &str, mut pause: Pause) -> Pause {
+    if let Some(name) = pause.session_id.as_deref().and_then(|s| logical(prefix, s)) {
+        pause.session_id = Some(name.to_owned());
+    }
+    pause
 }
 
 /// `list_work` restricted to this run's sessions, with the prefix removed:
@@ -230,6 +277,40 @@ pub async fn execute(
             })
         }
         Call::ListWork(r) => list_work(store, prefix, r).await.map(Outcome::ListWork),
+        Call::Reschedule(mut r) => {
+            r.session_id = physical(prefix, &r.session_id);
+            store.reschedule(r).await.map(Outcome::Reschedule)
+        }
+        Call::Pause(mut r) => {
+            r.session_id = r.session_id.map(|s| physical(prefix, &s));
+            store
+                .pause(r)
+                .await
+                .map(|pause| Outcome::Pause(logical_pause(prefix, pause)))
+        }
+        Call::Resume(mut r) => {
+            r.session_id = r.session_id.map(|s| physical(prefix, &s));
+            store.resume(r).await.map(Outcome::Resume)
+        }
+        Call::RedriveAll(mut r) => {
+            r.session_id = r.session_id.map(|s| physical(prefix, &s));
+            store.redrive_all(r).await.map(|mut result| {
+                for head in &mut result.redriven {
+                    if let Some(name) = logical(prefix, &head.session_id) {
+                        head.session_id = name.to_owned();
+                    }
+                }
+                Outcome::RedriveAll(result)
+            })
+        }
+        Call::Fork(mut r) => {
+            r.session_id = physical(prefix, &r.session_id);
+            r.into = physical(prefix, &r.into);
+            store.fork(r).await.map(|mut result| {
+                result.session = logical_info(prefix, result.session);
+                Outcome::Fork(result)
+            })
+        }
         Call::Advance(ms) => Ok(Outcome::Advanced(clock.advance(ms))),
     };
     result.map_err(|error| error.code())

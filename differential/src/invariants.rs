@@ -3,10 +3,11 @@
 
 use std::collections::BTreeSet;
 
+use a2_store_api::pause::Hold;
 use a2_store_api::work::WorkSummary;
 use a2_store_api::{
-    log, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult, CursorKind, Head,
-    CLEAR_EVENT_TYPE,
+    log, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult, Cursor, CursorKind,
+    Dispatch, Head, CLEAR_EVENT_TYPE,
 };
 
 use crate::call::{Call, Outcome, Projection};
@@ -39,15 +40,41 @@ pub fn check(
     work_claims_keep_their_word(call, outcome, after, now)
 }
 
-/// What the unfinished heads of `consumers` in one session add up to at `now`.
-fn summary(state: &SessionState, consumers: &[String], now: i64) -> WorkSummary {
+/// How the pause a cursor reports holds its head at `now`.
+fn hold(cursor: &Cursor, now: i64) -> Hold {
+    match &cursor.pause {
+        Some(pause) if pause.in_force(now) => match pause.until_ms {
+            Some(until) => Hold::Until(until),
+            None => Hold::Indefinite,
+        },
+        _ => Hold::Free,
+    }
+}
+
+/// What the unfinished heads of `consumers` in one session add up to at
+/// `now`: as `list_work` counts them (`paused: false`, whatever pauses
+/// hold them), or as claims see them (`paused: true`: heads paused until
+/// resumed left out, heads paused until a time busy until then).
+fn summary(state: &SessionState, consumers: &[String], now: i64, paused: bool) -> WorkSummary {
     let mut summary = WorkSummary::default();
     for cursor in state.cursors() {
         if cursor.head.is_some()
             && !cursor.dispatch.is_dead_lettered()
             && consumers.contains(&cursor.consumer)
         {
-            summary.add(&cursor.dispatch, now);
+            let held = if paused {
+                hold(cursor, now)
+            } else {
+                Hold::Free
+            };
+            if held.hides() {
+                continue;
+            }
+            let dispatch = Dispatch {
+                claim_expires_at: cursor.dispatch.busy_until_held(now, held),
+                ..cursor.dispatch.clone()
+            };
+            summary.add(&dispatch, now);
         }
     }
     summary.dead_lettered = state
@@ -70,7 +97,7 @@ fn work_listing_matches_heads(after: &StoreState) -> Result<(), String> {
     let consumers: Vec<String> = WORK_CONSUMERS.iter().map(|c| (*c).to_owned()).collect();
     let mut expected = Vec::new();
     for (index, state) in after.sessions.iter().enumerate() {
-        let work = summary(state, &consumers, now);
+        let work = summary(state, &consumers, now, false);
         if work.has_work() {
             let name = SESSIONS.get(index).copied().unwrap_or("?");
             expected.push(work.session_work(name, None));
@@ -187,7 +214,7 @@ fn work_claims_keep_their_word(
                 let Some(state) = after.session(index) else {
                     continue;
                 };
-                let work = summary(state, &names, now);
+                let work = summary(state, &names, now, true);
                 if work.claimable > 0 {
                     return Err(format!(
                         "claim_work answered Busy {{ retry_at: {retry_at} }} at {now}, but {} has {} claimable heads of {names:?}",
@@ -213,7 +240,7 @@ fn work_claims_keep_their_word(
                 let Some(state) = after.session(index) else {
                     continue;
                 };
-                let work = summary(state, &names, now);
+                let work = summary(state, &names, now, true);
                 if work.claimable + work.busy > 0 {
                     return Err(format!(
                         "claim_work answered Settled at {now}, but {} has {} claimable and {} busy heads of {names:?}",
@@ -450,16 +477,23 @@ fn session_claim_respects_leases(
                 is.clear_index()
             ));
         }
-        let held = was.cursors().iter().find(|c| {
-            c.head_ref().as_ref() == Some(&cursor_ref)
-                && c.dispatch.claim_holder.is_some()
-                && c.dispatch.claim_expires_at.is_some_and(|at| at > now)
-        });
-        if let Some(cursor) = held {
-            return Err(format!(
-                "claimed {cursor_ref:?} in {session_id} for {holder} while {:?} held it until {:?} (now {now})",
-                cursor.dispatch.claim_holder, cursor.dispatch.claim_expires_at
-            ));
+        let was_cursor = was
+            .cursors()
+            .iter()
+            .find(|c| c.head_ref().as_ref() == Some(&cursor_ref));
+        if let Some(cursor) = was_cursor {
+            if cursor.dispatch.busy_until(now).is_some() {
+                return Err(format!(
+                    "claimed {cursor_ref:?} in {session_id} for {holder} while it was busy (held by {:?}, or scheduled or delayed) until {:?} (now {now})",
+                    cursor.dispatch.claim_holder, cursor.dispatch.claim_expires_at
+                ));
+            }
+            if hold(cursor, now).is_held() {
+                return Err(format!(
+                    "claimed {cursor_ref:?} in {session_id} for {holder} while its consumer was paused ({:?}, now {now})",
+                    cursor.pause
+                ));
+            }
         }
         let holder_now = is
             .cursors()
@@ -537,6 +571,7 @@ mod tests {
             sessions: vec![session, empty.clone(), empty],
             listing: Ok(Vec::new()),
             work: Err(a2_store_api::ErrorCode::Backend),
+            pauses: Ok(Vec::new()),
             captured_at: 0,
         }
     }
@@ -684,5 +719,60 @@ mod tests {
             check(&Model::default(), &call, &outcome, &before, &after, 100),
             Ok(())
         );
+    }
+
+    fn claim_of(cursor: &Cursor, holder: &str) -> (Call, Projection) {
+        let call = Call::Claim(ClaimRequest {
+            session_id: "s0".to_owned(),
+            holder: holder.to_owned(),
+            ttl_ms: Some(10),
+            ..ClaimRequest::default()
+        });
+        let outcome = Ok(Outcome::Claim(ClaimResult::Claimed {
+            heads: vec![Head {
+                event: row(1, "msg"),
+                consumer: cursor.consumer.clone(),
+                lane: cursor.lane.clone(),
+                dispatch: cursor.dispatch.clone(),
+                clear_index: None,
+            }],
+            dead_lettered: Vec::new(),
+            head: 1,
+        }));
+        (call, outcome)
+    }
+
+    #[test]
+    fn claiming_a_scheduled_or_paused_head_is_caught() {
+        let mut scheduled = cursor(CursorKind::Lane, "agent", Some("L1"), Some(1));
+        scheduled.dispatch = Dispatch::scheduled(Some(100));
+        let before = state(vec![row(1, "msg")], vec![scheduled.clone()], 0);
+        let mut taken = scheduled.clone();
+        taken.dispatch.claim_holder = Some("w0".to_owned());
+        let after = state(vec![row(1, "msg")], vec![taken.clone()], 0);
+        let mut model = Model::default();
+        model
+            .lanes
+            .entry((0, "agent".to_owned(), "L1".to_owned()))
+            .or_default()
+            .queued
+            .insert(1);
+        let (call, outcome) = claim_of(&taken, "w0");
+        let message = check(&model, &call, &outcome, &before, &after, 50).unwrap_err();
+        assert!(message.contains("scheduled"), "{message}");
+        assert_eq!(check(&model, &call, &outcome, &before, &after, 100), Ok(()));
+
+        let mut paused = cursor(CursorKind::Lane, "agent", Some("L1"), Some(1));
+        paused.pause = Some(a2_store_api::Pause {
+            consumer: "agent".to_owned(),
+            session_id: None,
+            until_ms: Some(80),
+            paused_at: 0,
+        });
+        let before = state(vec![row(1, "msg")], vec![paused], 0);
+        let message = check(&model, &call, &outcome, &before, &after, 50).unwrap_err();
+        assert!(message.contains("paused"), "{message}");
+        // The pause has ended by itself at 80.
+        assert_eq!(check(&model, &call, &outcome, &before, &after, 80), Ok(()));
     }
 }

@@ -25,6 +25,6 @@ pub mod vocab;
 
 pub use call::{Call, Outcome, Projection};
 pub use fencing::check_lease_fencing;
-pub use op::{EventSpec, IfLast, LeaseSpec, Op};
+pub use op::{EventSpec, IfLast, LeaseSpec, Op, WhenSpec};
 pub use runner::{run_differential, Config, Divergence, DivergenceKind, Summary};
 pub use vocab::Avoid;

@@ -9,15 +9,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use a2_store_api::{
-    AppendOptions, Cause, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult,
-    ClearRequest, ClearResult, CompleteRequest, CompleteResult, ConsumerDeclaration, CursorRef,
-    FailRequest, HeldClaim, ListWork, NewEvent, PresenceMeta, ReadOptions, ReadStateOptions,
-    RedriveAction, RedriveRequest, RenewRequest, StateWrite, Target,
+    AppendOptions, BulkRedrive, Cause, ClaimRequest, ClaimResult, ClaimWorkRequest,
+    ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
+    ConsumerDeclaration, CursorRef, FailRequest, ForkRequest, HeldClaim, ListWork, NewEvent,
+    NotBefore, PauseRequest, PresenceMeta, ReadOptions, ReadStateOptions, RedriveAction,
+    RedriveRequest, RenewRequest, RescheduleRequest, RescheduleResult, ResumeRequest,
+    ScheduleChange, StateWrite, Target,
 };
 use serde_json::{json, Value};
 
 use crate::call::{Call, Outcome, Projection};
-use crate::op::{EventSpec, IfLast, LeaseSpec, Op};
+use crate::op::{EventSpec, IfLast, LeaseSpec, Op, WhenSpec};
 use crate::snapshot::StoreState;
 use crate::vocab::{
     declaration_list, declarations, pick, Avoid, EVENT_IDS, FIELDS, HOLDERS, LANES, PARTICIPANTS,
@@ -94,6 +96,21 @@ fn lease(spec: LeaseSpec, now: i64) -> (Option<i64>, Option<i64>) {
     }
 }
 
+fn not_before(when: WhenSpec, now: i64) -> NotBefore {
+    match when {
+        WhenSpec::After(ms) => NotBefore::AfterMs(ms),
+        WhenSpec::At(offset) => NotBefore::AtMs(now.saturating_add(offset)),
+    }
+}
+
+fn redrive_action(skip: bool) -> RedriveAction {
+    if skip {
+        RedriveAction::Skip
+    } else {
+        RedriveAction::Retry
+    }
+}
+
 fn with_delta(attempt: u32, delta: i8) -> u32 {
     attempt.saturating_add_signed(i32::from(delta))
 }
@@ -116,20 +133,22 @@ impl Model {
         self.known.get(len - 1 - usize::from(n) % len)
     }
 
-    fn event(&self, spec: &EventSpec, ids: &[&str]) -> NewEvent {
+    fn event(&self, spec: &EventSpec, ids: &[&str], now: i64) -> NewEvent {
         let mut event = NewEvent::new(pick(&TYPES, spec.event_type), json!(spec.payload));
         if let Some(id) = spec.id {
             event = event.with_id(pick(ids, id));
         }
-        for (consumer, lane) in &spec.targets {
+        for (consumer, lane, when) in &spec.targets {
             let consumer = pick(&TARGET_CONSUMERS, *consumer);
-            event = event.with_target(match lane {
+            let mut target = match lane {
                 Some(lane) if self.avoid.target_lane_conflicts => {
                     Target::lane(consumer, pick(&LANES[..2], *lane))
                 }
                 Some(lane) => Target::lane(consumer, pick(&LANES, *lane)),
                 None => Target::event(consumer),
-            });
+            };
+            target.not_before = when.map(|when| not_before(when, now));
+            event = event.with_target(target);
         }
         if let Some(known) = spec.cause.and_then(|n| self.recent(n)) {
             event = event.with_cause(known.cause());
@@ -147,7 +166,10 @@ impl Model {
                 origin,
             } => Call::Append {
                 session: session_name(*session),
-                events: events.iter().map(|e| self.event(e, &EVENT_IDS)).collect(),
+                events: events
+                    .iter()
+                    .map(|e| self.event(e, &EVENT_IDS, now))
+                    .collect(),
                 options: AppendOptions {
                     consumers: declarations(consumers, self.avoid),
                     origin_index: origin.map(u64::from),
@@ -219,7 +241,10 @@ impl Model {
                     lane: cursor.lane,
                     index: cursor.index,
                     attempt,
-                    events: events.iter().map(|e| self.event(e, &REPLY_IDS)).collect(),
+                    events: events
+                        .iter()
+                        .map(|e| self.event(e, &REPLY_IDS, now))
+                        .collect(),
                     consumers: declarations(consumers, self.avoid),
                 })
             }
@@ -245,6 +270,7 @@ impl Model {
                 session,
                 pick: n,
                 skip,
+                lane,
                 consumers,
             } => {
                 let all = state
@@ -265,21 +291,100 @@ impl Model {
                                 == 1
                     })
                     .collect();
-                let (consumer, index) = match letters.get(usize::from(*n) % letters.len().max(1)) {
+                let letter = letters.get(usize::from(*n) % letters.len().max(1));
+                let (consumer, index) = match letter {
                     Some(head) => (head.consumer.clone(), head.event.index),
                     None => ("agent".to_owned(), u64::from(*n) + 1),
                 };
+                let lane = match lane {
+                    None => None,
+                    Some(0) => letter.and_then(|head| head.lane.clone()),
+                    Some(n) => Some(pick(&LANES, *n).to_owned()),
+                };
                 Call::Redrive(RedriveRequest {
-                    lane: None,
+                    lane,
                     session_id: session_name(*session),
                     consumer,
                     index,
-                    action: if *skip {
-                        RedriveAction::Skip
-                    } else {
-                        RedriveAction::Retry
-                    },
+                    action: redrive_action(*skip),
                     consumers: declarations(consumers, self.avoid),
+                })
+            }
+            Op::Reschedule {
+                session,
+                pick: n,
+                queued,
+                to,
+                cause,
+            } => {
+                let (consumer, lane, index) = self.schedule_pick(state, *session, *n, *queued);
+                Call::Reschedule(RescheduleRequest {
+                    session_id: session_name(*session),
+                    consumer,
+                    lane,
+                    index,
+                    change: match to {
+                        Some(when) => ScheduleChange::To(not_before(*when, now)),
+                        None => ScheduleChange::Cancel,
+                    },
+                    cause: cause.and_then(|n| self.recent(n)).map(KnownHead::cause),
+                })
+            }
+            Op::Pause {
+                consumer,
+                session,
+                until,
+            } => Call::Pause(PauseRequest {
+                consumer: pick(&WORK_CONSUMERS, *consumer).to_owned(),
+                session_id: self.scope(*session),
+                until_ms: until.map(|ms| now + ms),
+            }),
+            Op::Resume {
+                consumer,
+                session,
+                listed,
+            } => {
+                let pauses = state.pauses.as_deref().unwrap_or(&[]);
+                match pauses.get(usize::from(*consumer) % pauses.len().max(1)) {
+                    Some(pause) if *listed => Call::Resume(ResumeRequest {
+                        consumer: pause.consumer.clone(),
+                        session_id: pause.session_id.clone(),
+                    }),
+                    _ => Call::Resume(ResumeRequest {
+                        consumer: pick(&WORK_CONSUMERS, *consumer).to_owned(),
+                        session_id: self.scope(*session),
+                    }),
+                }
+            }
+            Op::RedriveAll {
+                skip,
+                consumer,
+                session,
+                lane,
+                since,
+                before,
+                limit,
+            } => Call::RedriveAll(BulkRedrive {
+                action: redrive_action(*skip),
+                consumer: consumer.map(|n| pick(&WORK_CONSUMERS, n).to_owned()),
+                session_id: self.scope(*session),
+                lane: lane.map(|n| pick(&LANES, n).to_owned()),
+                dead_since_ms: since.map(|ms| now - ms),
+                dead_before_ms: before.map(|ms| now + ms),
+                limit: limit.map(usize::from),
+            }),
+            Op::Fork {
+                session,
+                into,
+                through,
+            } => {
+                let head = state
+                    .session(usize::from(*session) % SESSIONS.len())
+                    .map_or(0, |s| s.head());
+                Call::Fork(ForkRequest {
+                    session_id: session_name(*session),
+                    into: session_name(*into),
+                    through: through.map(|delta| head.saturating_add_signed(i64::from(delta))),
                 })
             }
             Op::Clear {
@@ -433,6 +538,54 @@ impl Model {
         }
     }
 
+    /// The session a pause, resume or bulk redrive names: `None` is every
+    /// session, unless the factory's stores share a database (then `s0`).
+    fn scope(&self, session: Option<u8>) -> Option<String> {
+        match session {
+            Some(n) => Some(session_name(n)),
+            None if self.avoid.unlisted_work_claims => Some(session_name(0)),
+            None => None,
+        }
+    }
+
+    /// The `(consumer, lane, index)` a reschedule names: the `n`-th index
+    /// queued behind a lane's head when `queued` (and one is), else the
+    /// `n`-th cursor head, else a made-up `(agent, event cursor, n + 1)`.
+    fn schedule_pick(
+        &self,
+        state: &StoreState,
+        session: u8,
+        n: u8,
+        queued: bool,
+    ) -> (String, Option<String>, u64) {
+        let index = usize::from(session) % SESSIONS.len();
+        let mut candidates: Vec<(String, Option<String>, u64)> = Vec::new();
+        if queued {
+            for (key, lane) in self.lanes.iter().filter(|(key, _)| key.0 == index) {
+                let head = lane.expected_head();
+                for queued in lane.queued.difference(&lane.finished) {
+                    if Some(*queued) != head {
+                        candidates.push((key.1.clone(), Some(key.2.clone()), *queued));
+                    }
+                }
+            }
+        }
+        if candidates.is_empty() {
+            let cursors = state.session(index).map(|s| s.cursors()).unwrap_or(&[]);
+            candidates = cursors
+                .iter()
+                .filter_map(|c| {
+                    c.head
+                        .map(|head| (c.consumer.clone(), c.lane.clone(), head))
+                })
+                .collect();
+        }
+        candidates
+            .get(usize::from(n) % candidates.len().max(1))
+            .cloned()
+            .unwrap_or_else(|| ("agent".to_owned(), None, u64::from(n) + 1))
+    }
+
     /// The head a completion or failure names: a recently claimed one, else
     /// a current (unclaimed) head of the first session, else a made-up
     /// `(agent, event cursor, i)` with `i` in `0..=head + 1`.
@@ -498,6 +651,17 @@ impl Model {
         before: &StoreState,
         after: &StoreState,
     ) {
+        if let (Call::RedriveAll(request), Ok(Outcome::RedriveAll(result))) = (call, outcome) {
+            if request.action == RedriveAction::Skip {
+                for head in &result.redriven {
+                    if let Some(lane) = &head.cursor.lane {
+                        let session = session_index(&head.session_id);
+                        self.finish(session, &head.cursor.consumer, lane, head.cursor.index);
+                    }
+                }
+            }
+            return;
+        }
         if let (Call::ClaimWork(_), Ok(Outcome::ClaimWork(ClaimWorkResult::Claimed { sessions }))) =
             (call, outcome)
         {
@@ -561,10 +725,31 @@ impl Model {
                     }
                 }
             }
+            (Call::Reschedule(request), Ok(Outcome::Reschedule(RescheduleResult::Cancelled))) => {
+                // A cancelled head or queued index leaves the lane's queue.
+                if let Some(lane) = &request.lane {
+                    let key = (session, request.consumer.clone(), lane.clone());
+                    self.lanes
+                        .entry(key)
+                        .or_default()
+                        .finished
+                        .insert(request.index);
+                }
+            }
             (Call::Clear(_), Ok(Outcome::Clear(ClearResult::Cleared { .. }))) => {
                 self.lanes.retain(|key, _| key.0 != session);
             }
             _ => {}
+        }
+    }
+
+    /// Marks `index` finished on a lane when it is the lane's head.
+    fn finish(&mut self, session: usize, consumer: &str, lane: &str, index: u64) {
+        let key = (session, consumer.to_owned(), lane.to_owned());
+        if let Some(model) = self.lanes.get_mut(&key) {
+            if model.expected_head() == Some(index) {
+                model.finished.insert(index);
+            }
         }
     }
 

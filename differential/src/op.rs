@@ -35,10 +35,20 @@ pub struct EventSpec {
     pub event_type: u8,
     /// The payload (a small number, so replays with another payload conflict).
     pub payload: u8,
-    /// `(consumer, lane)` targets by index; lane `None` is an event cursor.
-    pub targets: Vec<(u8, Option<u8>)>,
+    /// `(consumer, lane, not_before)` targets by index; lane `None` is an
+    /// event cursor.
+    pub targets: Vec<(u8, Option<u8>, Option<WhenSpec>)>,
     /// Fence by the n-th most recently claimed head's attempt.
     pub cause: Option<u8>,
+}
+
+/// A time a target or a reschedule names, in symbolic form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenSpec {
+    /// `NotBefore::AfterMs` (negative: invalid input).
+    After(i64),
+    /// `NotBefore::AtMs` at now plus this offset (not above now: reached).
+    At(i64),
 }
 
 /// How a clear names `if_last_index`.
@@ -124,8 +134,70 @@ pub enum Op {
         pick: u8,
         /// Skip rather than retry.
         skip: bool,
+        /// The lane named: `None` none, `Some(0)` the dead letter's own,
+        /// `Some(n)` the lane `n` of [`LANES`](crate::vocab::LANES) (a
+        /// wrong one, mostly).
+        lane: Option<u8>,
         /// Declarations passed.
         consumers: Option<Vec<DeclSpec>>,
+    },
+    /// `reschedule` of a head that has not run, or of a queued lane index.
+    Reschedule {
+        /// Session index.
+        session: u8,
+        /// The n-th candidate (cursor heads, or queued indexes).
+        pick: u8,
+        /// Pick an index queued behind a lane's head rather than a head.
+        queued: bool,
+        /// The new time; `None`: cancel.
+        to: Option<WhenSpec>,
+        /// Fence by the n-th most recently claimed head.
+        cause: Option<u8>,
+    },
+    /// `pause`.
+    Pause {
+        /// Consumer index into [`WORK_CONSUMERS`](crate::vocab::WORK_CONSUMERS).
+        consumer: u8,
+        /// Session index; `None`: every session.
+        session: Option<u8>,
+        /// `until_ms` = now plus this (not above 0: invalid input).
+        until: Option<i64>,
+    },
+    /// `resume`.
+    Resume {
+        /// Consumer index into [`WORK_CONSUMERS`](crate::vocab::WORK_CONSUMERS).
+        consumer: u8,
+        /// Session index; `None`: the store-wide pause.
+        session: Option<u8>,
+        /// Resume the scope of the `consumer`-th pause `pauses(None)` lists
+        /// instead (when there is one).
+        listed: bool,
+    },
+    /// `redrive_all` with filters.
+    RedriveAll {
+        /// Skip rather than retry.
+        skip: bool,
+        /// Only this consumer (index into [`WORK_CONSUMERS`](crate::vocab::WORK_CONSUMERS)).
+        consumer: Option<u8>,
+        /// Only this session.
+        session: Option<u8>,
+        /// Only this lane (index into [`LANES`](crate::vocab::LANES)).
+        lane: Option<u8>,
+        /// `dead_since_ms` = now minus this.
+        since: Option<i64>,
+        /// `dead_before_ms` = now plus this.
+        before: Option<i64>,
+        /// `limit` (0: invalid input).
+        limit: Option<u8>,
+    },
+    /// `fork`.
+    Fork {
+        /// The session copied.
+        session: u8,
+        /// The new session's index (mostly the fork session, never written).
+        into: u8,
+        /// `through` = the source's head plus this (`None`: the head).
+        through: Option<i8>,
     },
     /// `clear`.
     Clear {
@@ -231,7 +303,7 @@ pub enum Op {
 }
 
 fn session() -> impl Strategy<Value = u8> {
-    prop_oneof![8 => Just(0u8), 2 => Just(1u8), 1 => Just(2u8)]
+    prop_oneof![16 => Just(0u8), 4 => Just(1u8), 2 => Just(2u8), 1 => Just(3u8)]
 }
 
 fn small(max: u8) -> impl Strategy<Value = u8> {
@@ -269,10 +341,22 @@ fn decls() -> impl Strategy<Value = Option<Vec<DeclSpec>>> {
     option::weighted(0.5, vec(decl(), 1..=3))
 }
 
-fn target() -> impl Strategy<Value = (u8, Option<u8>)> {
+/// A not-before: mostly a short or long delay, sometimes a time already
+/// reached or soon, rarely negative (invalid input).
+fn when() -> impl Strategy<Value = WhenSpec> {
+    prop_oneof![
+        4 => prop_oneof![Just(300i64), Just(1500), Just(60_000)].prop_map(WhenSpec::After),
+        3 => prop_oneof![Just(-500i64), Just(0), Just(800)].prop_map(WhenSpec::At),
+        1 => Just(WhenSpec::After(0)),
+        1 => prop_oneof![Just(-1i64)].prop_map(WhenSpec::After),
+    ]
+}
+
+fn target() -> impl Strategy<Value = (u8, Option<u8>, Option<WhenSpec>)> {
     (
         prop_oneof![5 => Just(0u8), 3 => Just(1u8), 1 => Just(2u8)],
         prop_oneof![4 => Just(None), 4 => Just(Some(0u8)), 2 => Just(Some(1u8)), 1 => Just(Some(2u8))],
+        option::weighted(0.12, when()),
     )
 }
 
@@ -375,7 +459,8 @@ fn fail() -> impl Strategy<Value = Op> {
 
 fn misc() -> impl Strategy<Value = Op> {
     prop_oneof![
-        5 => (session(), small(3), any::<bool>(), decls()).prop_map(|(session, pick, skip, consumers)| Op::Redrive { session, pick, skip, consumers }),
+        5 => (session(), small(3), any::<bool>(), option::weighted(0.3, prop_oneof![3 => Just(0u8), 1 => small(2)]), decls())
+            .prop_map(|(session, pick, skip, lane, consumers)| Op::Redrive { session, pick, skip, lane, consumers }),
         2 => (session(), option::weighted(0.4, prop_oneof![3 => Just(IfLast::Head), 1 => small(2).prop_map(IfLast::Behind)]), option::weighted(0.1, small(3)))
             .prop_map(|(session, if_last, cause)| Op::Clear { session, if_last, cause }),
         2 => session().prop_map(|session| Op::Reclaim { session }),
@@ -446,6 +531,30 @@ fn list_work() -> impl Strategy<Value = Op> {
         })
 }
 
+/// The operator's calls: reschedules, pauses, bulk redrives and forks.
+fn control() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (session(), small(3), prop_oneof![3 => Just(false), 1 => Just(true)], option::weighted(0.6, when()), option::weighted(0.1, recent()))
+            .prop_map(|(session, pick, queued, to, cause)| Op::Reschedule { session, pick, queued, to, cause }),
+        3 => (small(3), option::weighted(0.6, session()), option::weighted(0.4, prop_oneof![4 => prop_oneof![Just(500i64), Just(2500)], 1 => Just(0i64)]))
+            .prop_map(|(consumer, session, until)| Op::Pause { consumer, session, until }),
+        3 => (small(3), option::weighted(0.6, session()), any::<bool>())
+            .prop_map(|(consumer, session, listed)| Op::Resume { consumer, session, listed }),
+        3 => (
+            any::<bool>(),
+            option::weighted(0.4, small(3)),
+            option::weighted(0.4, session()),
+            option::weighted(0.2, small(2)),
+            option::weighted(0.2, prop_oneof![Just(0i64), Just(2000)]),
+            option::weighted(0.2, prop_oneof![Just(-1000i64), Just(1)]),
+            option::weighted(0.4, prop_oneof![10 => 1u8..=2, 1 => Just(0u8)]),
+        )
+            .prop_map(|(skip, consumer, session, lane, since, before, limit)| Op::RedriveAll { skip, consumer, session, lane, since, before, limit }),
+        2 => (session(), prop_oneof![6 => Just(3u8), 2 => small(2)], option::weighted(0.4, prop_oneof![4 => -2i8..=0, 1 => Just(1i8), 1 => Just(-100i8)]))
+            .prop_map(|(session, into, through)| Op::Fork { session, into, through }),
+    ]
+}
+
 fn advance() -> impl Strategy<Value = Op> {
     prop_oneof![Just(1i64), Just(400), Just(1000), Just(3500)].prop_map(|ms| Op::Advance { ms })
 }
@@ -461,18 +570,21 @@ fn renew() -> impl Strategy<Value = Op> {
     )
 }
 
-/// One operation, weighted towards the ones that move work along.
+/// One operation, weighted towards the ones that move work along. Each
+/// kind is boxed: the value trees of the nested unions are large, and
+/// inline they overflow a test thread's stack in debug builds.
 pub fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        6 => append(),
-        5 => claim(),
-        4 => claim_work(),
-        1 => list_work(),
-        7 => complete(),
-        3 => fail(),
-        2 => renew(),
-        4 => advance(),
-        5 => misc(),
+        6 => append().boxed(),
+        5 => claim().boxed(),
+        4 => claim_work().boxed(),
+        1 => list_work().boxed(),
+        7 => complete().boxed(),
+        3 => fail().boxed(),
+        2 => renew().boxed(),
+        4 => advance().boxed(),
+        5 => misc().boxed(),
+        3 => control().boxed(),
     ]
 }
 

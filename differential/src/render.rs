@@ -3,7 +3,10 @@
 
 use std::fmt::Write;
 
-use a2_store_api::{Cause, ConsumerDeclaration, CursorRef, NewEvent, RedriveAction, StateWrite};
+use a2_store_api::{
+    Cause, ConsumerDeclaration, CursorRef, NewEvent, NotBefore, RedriveAction, ScheduleChange,
+    StateWrite,
+};
 use serde_json::Value;
 
 use crate::call::Call;
@@ -76,24 +79,44 @@ fn event(event: &NewEvent) -> String {
         let _ = write!(out, ".with_id({})", text(id));
     }
     for target in &event.targets {
-        let _ = match &target.lane {
-            Some(lane) => write!(
+        let base = match &target.lane {
+            Some(lane) => format!("Target::lane({}, {})", text(&target.consumer), text(lane)),
+            None => format!("Target::event({})", text(&target.consumer)),
+        };
+        let _ = match target.not_before {
+            Some(at) => write!(
                 out,
-                ".with_target(Target::lane({}, {}))",
-                text(&target.consumer),
-                text(lane)
+                ".with_target(Target {{ not_before: Some({}), ..{base} }})",
+                not_before(at)
             ),
-            None => write!(
-                out,
-                ".with_target(Target::event({}))",
-                text(&target.consumer)
-            ),
+            None => write!(out, ".with_target({base})"),
         };
     }
     if let Some(c) = &event.cause {
         let _ = write!(out, ".with_cause({})", cause(c));
     }
     out
+}
+
+fn not_before(at: NotBefore) -> String {
+    match at {
+        NotBefore::AtMs(ms) => format!("NotBefore::AtMs({ms})"),
+        NotBefore::AfterMs(ms) => format!("NotBefore::AfterMs({ms})"),
+    }
+}
+
+fn action(action: RedriveAction) -> &'static str {
+    match action {
+        RedriveAction::Retry => "RedriveAction::Retry",
+        RedriveAction::Skip => "RedriveAction::Skip",
+    }
+}
+
+fn opt_cause(value: &Option<Cause>) -> String {
+    match value {
+        Some(c) => format!("Some({})", cause(c)),
+        None => "None".to_owned(),
+    }
 }
 
 fn events(list: &[NewEvent]) -> String {
@@ -210,24 +233,58 @@ pub fn rust(call: &Call) -> String {
             opt(&r.retry_after_ms)
         ),
         Call::Redrive(r) => format!(
-            "store.redrive(RedriveRequest {{ session_id: {}, consumer: {}, index: {}, action: RedriveAction::{}, consumers: {} }}).await",
+            "store.redrive(RedriveRequest {{ session_id: {}, consumer: {}, index: {}, action: {}, lane: {}, consumers: {} }}).await",
             owned(&r.session_id),
             owned(&r.consumer),
             r.index,
-            match r.action {
-                RedriveAction::Retry => "Retry",
-                RedriveAction::Skip => "Skip",
-            },
+            action(r.action),
+            opt_owned(&r.lane),
             declarations(&r.consumers)
         ),
         Call::Clear(r) => format!(
             "store.clear(ClearRequest {{ session_id: {}, if_last_index: {}, cause: {} }}).await",
             owned(&r.session_id),
             opt(&r.if_last_index),
-            match &r.cause {
-                Some(c) => format!("Some({})", cause(c)),
-                None => "None".to_owned(),
-            }
+            opt_cause(&r.cause)
+        ),
+        Call::Reschedule(r) => format!(
+            "store.reschedule(RescheduleRequest {{ session_id: {}, consumer: {}, lane: {}, index: {}, change: {}, cause: {} }}).await",
+            owned(&r.session_id),
+            owned(&r.consumer),
+            opt_owned(&r.lane),
+            r.index,
+            match r.change {
+                ScheduleChange::To(at) => format!("ScheduleChange::To({})", not_before(at)),
+                ScheduleChange::Cancel => "ScheduleChange::Cancel".to_owned(),
+            },
+            opt_cause(&r.cause)
+        ),
+        Call::Pause(r) => format!(
+            "store.pause(PauseRequest {{ consumer: {}, session_id: {}, until_ms: {} }}).await",
+            owned(&r.consumer),
+            opt_owned(&r.session_id),
+            opt(&r.until_ms)
+        ),
+        Call::Resume(r) => format!(
+            "store.resume(ResumeRequest {{ consumer: {}, session_id: {} }}).await",
+            owned(&r.consumer),
+            opt_owned(&r.session_id)
+        ),
+        Call::RedriveAll(r) => format!(
+            "store.redrive_all(BulkRedrive {{ action: {}, consumer: {}, session_id: {}, lane: {}, dead_since_ms: {}, dead_before_ms: {}, limit: {} }}).await",
+            action(r.action),
+            opt_owned(&r.consumer),
+            opt_owned(&r.session_id),
+            opt_owned(&r.lane),
+            opt(&r.dead_since_ms),
+            opt(&r.dead_before_ms),
+            opt(&r.limit)
+        ),
+        Call::Fork(r) => format!(
+            "store.fork(ForkRequest {{ session_id: {}, into: {}, through: {} }}).await",
+            owned(&r.session_id),
+            owned(&r.into),
+            opt(&r.through)
         ),
         Call::Reclaim(session) => format!("store.reclaim({}).await", text(session)),
         Call::Read(session, options) => format!(
@@ -325,4 +382,66 @@ pub fn program(calls: &[Call], start_ms: i64, id_prefix: &str, failure: &str) ->
         let _ = writeln!(out, "// {line}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use a2_store_api::{
+        BulkRedrive, ForkRequest, NewEvent, PauseRequest, RescheduleRequest, ResumeRequest, Target,
+    };
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn time_and_control_calls_render_as_struct_literals() {
+        let scheduled = NewEvent::new("msg", json!(0))
+            .with_target(Target::lane("agent", "L1").not_before_ms(5))
+            .with_target(Target::event("worker"));
+        let append = Call::Append {
+            session: "s0".into(),
+            events: vec![scheduled],
+            options: Default::default(),
+        };
+        assert!(
+            rust(&append).contains(
+                ".with_target(Target { not_before: Some(NotBefore::AtMs(5)), ..Target::lane(\"agent\", \"L1\") }).with_target(Target::event(\"worker\"))"
+            ),
+            "{}",
+            rust(&append)
+        );
+        let reschedule = Call::Reschedule(RescheduleRequest::new(
+            "s0",
+            "agent",
+            Some("L1"),
+            2,
+            ScheduleChange::To(NotBefore::AfterMs(300)),
+        ));
+        assert_eq!(
+            rust(&reschedule),
+            "store.reschedule(RescheduleRequest { session_id: \"s0\".into(), consumer: \"agent\".into(), lane: Some(\"L1\".into()), index: 2, change: ScheduleChange::To(NotBefore::AfterMs(300)), cause: None }).await"
+        );
+        let pause = Call::Pause(PauseRequest::everywhere("agent").with_until_ms(9));
+        assert_eq!(
+            rust(&pause),
+            "store.pause(PauseRequest { consumer: \"agent\".into(), session_id: None, until_ms: Some(9) }).await"
+        );
+        let resume = Call::Resume(ResumeRequest::in_session("agent", "s1"));
+        assert_eq!(
+            rust(&resume),
+            "store.resume(ResumeRequest { consumer: \"agent\".into(), session_id: Some(\"s1\".into()) }).await"
+        );
+        let mut bulk = BulkRedrive::new(RedriveAction::Skip);
+        bulk.lane = Some("L2".into());
+        bulk.limit = Some(1);
+        assert_eq!(
+            rust(&Call::RedriveAll(bulk)),
+            "store.redrive_all(BulkRedrive { action: RedriveAction::Skip, consumer: None, session_id: None, lane: Some(\"L2\".into()), dead_since_ms: None, dead_before_ms: None, limit: Some(1) }).await"
+        );
+        let fork = Call::Fork(ForkRequest::new("s0", "sf").through(3));
+        assert_eq!(
+            rust(&fork),
+            "store.fork(ForkRequest { session_id: \"s0\".into(), into: \"sf\".into(), through: Some(3) }).await"
+        );
+    }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use a2_conformance::StoreFactory;
 use a2_store_api::{
     ClaimResult, ClaimWorkResult, Clock, CompleteResult, CounterIds, FailOutcome, ManualClock,
-    Store,
+    RescheduleResult, Store,
 };
 use a2_store_memory::{MemoryOptions, MemoryStore};
 use proptest::strategy::{Strategy, ValueTree};
@@ -326,6 +326,11 @@ fn outcome_name(call: &Call, outcome: &Projection) -> String {
         Call::SetPresence(..) => "set_presence",
         Call::ClaimWork(_) => "claim_work",
         Call::ListWork(_) => "list_work",
+        Call::Reschedule(_) => "reschedule",
+        Call::Pause(_) => "pause",
+        Call::Resume(_) => "resume",
+        Call::RedriveAll(_) => "redrive_all",
+        Call::Fork(_) => "fork",
         Call::Advance(_) => "advance",
     };
     let result = match outcome {
@@ -370,6 +375,34 @@ fn outcome_name(call: &Call, outcome: &Projection) -> String {
         Ok(Outcome::Clear(a2_store_api::ClearResult::Cleared { .. })) => "Cleared".to_owned(),
         Ok(Outcome::Clear(a2_store_api::ClearResult::NotCleared { .. })) => "NotCleared".to_owned(),
         Ok(Outcome::Reclaim(result)) => format!("reclaimed>0={}", result.reclaimed > 0),
+        Ok(Outcome::Reschedule(result)) => match result {
+            RescheduleResult::Rescheduled { not_before } => {
+                format!("Rescheduled(later={})", not_before.is_some())
+            }
+            RescheduleResult::Cancelled => "Cancelled".to_owned(),
+            RescheduleResult::Started => "Started".to_owned(),
+            RescheduleResult::Gone => "Gone".to_owned(),
+        },
+        Ok(Outcome::Pause(pause)) => format!(
+            "{}{}",
+            if pause.session_id.is_some() {
+                "session"
+            } else {
+                "everywhere"
+            },
+            if pause.until_ms.is_some() {
+                "+until"
+            } else {
+                ""
+            }
+        ),
+        Ok(Outcome::Resume(result)) => format!("resumed={}", result.resumed),
+        Ok(Outcome::RedriveAll(result)) => format!(
+            "redriven>0={},more={}",
+            !result.redriven.is_empty(),
+            result.more
+        ),
+        Ok(Outcome::Fork(result)) => format!("forked(cleared={})", result.session.clear_index > 0),
         Ok(_) => "Ok".to_owned(),
     };
     format!("{call_name}:{result}")

@@ -2,11 +2,11 @@
 //! compared between the reference and the candidate.
 
 use a2_store_api::{
-    Cursor, ErrorCode, Head, ListSessions, ListWork, PresenceRow, ReadOptions, ReadStateOptions,
-    SessionInfo, SessionWork, StateRead, Store, StoredEvent,
+    Cursor, ErrorCode, Head, ListSessions, ListWork, Pause, PresenceRow, ReadOptions,
+    ReadStateOptions, SessionInfo, SessionWork, StateRead, Store, StoredEvent,
 };
 
-use crate::call::{list_work, physical};
+use crate::call::{list_work, logical, logical_info, logical_pause, physical};
 use crate::vocab::{REDUCERS, SESSIONS, WORK_CONSUMERS};
 
 /// A read's result with the error projected to its code.
@@ -65,6 +65,9 @@ pub struct StoreState {
     pub listing: Read<Vec<SessionInfo>>,
     /// `list_work` of every consumer name, restricted the same way.
     pub work: Read<Vec<SessionWork>>,
+    /// `pauses(None)`: the store-wide pauses and this run's sessions'
+    /// (logical ids).
+    pub pauses: Read<Vec<Pause>>,
     /// The store's clock when this was captured, ms (not compared).
     pub captured_at: i64,
 }
@@ -82,6 +85,13 @@ impl StoreState {
                 "sessions()".to_owned(),
                 format!("{:#?}", self.listing),
                 format!("{:#?}", other.listing),
+            ));
+        }
+        if self.pauses != other.pauses {
+            return Some((
+                "pauses(None)".to_owned(),
+                format!("{:#?}", self.pauses),
+                format!("{:#?}", other.pauses),
             ));
         }
         if self.work != other.work {
@@ -181,7 +191,19 @@ pub async fn capture(store: &dyn Store, prefix: &str, now: i64) -> StoreState {
                 .read(&id, ReadOptions::default())
                 .await
                 .map_err(|e| e.code()),
-            cursors: store.cursors(&id).await.map_err(|e| e.code()),
+            cursors: store
+                .cursors(&id)
+                .await
+                .map(|cursors| {
+                    cursors
+                        .into_iter()
+                        .map(|mut cursor| {
+                            cursor.pause = cursor.pause.map(|p| logical_pause(prefix, p));
+                            cursor
+                        })
+                        .collect()
+                })
+                .map_err(|e| e.code()),
             dead_letters: store.dead_letters(&id).await.map_err(|e| e.code()),
             presence: store.read_presence(&id).await.map_err(|e| e.code()),
             states,
@@ -192,8 +214,24 @@ pub async fn capture(store: &dyn Store, prefix: &str, now: i64) -> StoreState {
         sessions,
         listing,
         work,
+        pauses: list_pauses(store, prefix).await,
         captured_at: now,
     }
+}
+
+/// `pauses(None)` without other runs' sessions, with logical ids.
+async fn list_pauses(store: &dyn Store, prefix: &str) -> Read<Vec<Pause>> {
+    let pauses = store.pauses(None).await.map_err(|e| e.code())?;
+    Ok(pauses
+        .into_iter()
+        .filter(|pause| {
+            pause
+                .session_id
+                .as_deref()
+                .is_none_or(|s| logical(prefix, s).is_some())
+        })
+        .map(|pause| logical_pause(prefix, pause))
+        .collect())
 }
 
 async fn list_sessions(store: &dyn Store, prefix: &str) -> Read<Vec<SessionInfo>> {
@@ -206,10 +244,9 @@ async fn list_sessions(store: &dyn Store, prefix: &str) -> Read<Vec<SessionInfo>
         .map_err(|e| e.code())?;
     Ok(rows
         .into_iter()
-        .map_while(|mut row| {
-            let logical = row.session_id.strip_prefix(prefix)?.to_owned();
-            row.session_id = logical;
-            Some(row)
+        .map_while(|row| {
+            logical(prefix, &row.session_id)?;
+            Some(logical_info(prefix, row))
         })
         .collect())
 }

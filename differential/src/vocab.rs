@@ -6,8 +6,10 @@
 
 use a2_store_api::ConsumerDeclaration;
 
-/// Logical session names (the runner prefixes them per case).
-pub const SESSIONS: [&str; 3] = ["s0", "s1", "s2"];
+/// Logical session names (the runner prefixes them per case), in id
+/// order; `sf` is where forks go (rarely written otherwise, so a fork into
+/// it works once).
+pub const SESSIONS: [&str; 4] = ["s0", "s1", "s2", "sf"];
 /// Claim holders.
 pub const HOLDERS: [&str; 2] = ["w0", "w1"];
 /// Consumers targets name; `audit` is also a log consumer, so lane conflicts happen.
@@ -71,8 +73,10 @@ pub struct Avoid {
     /// two lanes, or a lane and an event cursor).
     pub ambiguous_redrives: bool,
     /// Name the case's sessions in every `claim_work` (no claim of "every
-    /// session"): needed when the factory's stores share one database,
-    /// where such a claim would take other cases' work.
+    /// session"), name a session in every `redrive_all`, and pause only in
+    /// one session: needed when the factory's stores share one database,
+    /// where a claim, bulk redrive or pause of "every session" would reach
+    /// other cases' sessions.
     pub unlisted_work_claims: bool,
 }
 

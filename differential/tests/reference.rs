@@ -56,6 +56,16 @@ async fn memory_agrees_with_itself() {
         "claim_work:Settled",
         "claim_work:INVALID_INPUT",
         "list_work:listed=1",
+        "append:INVALID_INPUT",
+        "reschedule:Rescheduled(later=true)",
+        "reschedule:Cancelled",
+        "reschedule:Started",
+        "pause:session",
+        "pause:everywhere+until",
+        "resume:resumed=true",
+        "redrive_all:redriven>0=false,more=false",
+        "fork:forked(cleared=false)",
+        "fork:INVALID_INPUT",
     ] {
         assert!(
             summary.outcomes.get(exercised).copied().unwrap_or(0) > 0,

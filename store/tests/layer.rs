@@ -4,8 +4,10 @@
 #![cfg(all(feature = "memory", any(feature = "tracing", feature = "metrics")))]
 
 use a2_store::{
-    ClaimRequest, ClaimResult, CompleteRequest, CompleteResult, ErrorCode, FailOutcome,
-    FailRequest, ManualClock, NewEvent, OpenOptions, Store, Target,
+    BulkRedrive, ClaimRequest, ClaimResult, CompleteRequest, CompleteResult, ErrorCode,
+    FailOutcome, FailRequest, ForkRequest, ManualClock, NewEvent, OpenOptions, PauseRequest,
+    RedriveAction, RescheduleRequest, RescheduleResult, ResumeRequest, ScheduleChange, Store,
+    Target,
 };
 use serde_json::json;
 
@@ -103,6 +105,60 @@ async fn scenario(store: &dyn Store) {
     let error = store.claim_available(no_lease).await.unwrap_err();
     assert_eq!(error.code(), ErrorCode::InvalidInput);
 }
+
+/// The time-and-control calls, each once, in this order: append a
+/// reminder scheduled a minute later; reschedule it (cancel); pause
+/// `agent` store-wide; list the pauses; resume; bulk-redrive (nothing
+/// dead); fork `s2` into `s2b`; fork into itself (error `INVALID_INPUT`).
+async fn control_scenario(store: &dyn Store) {
+    let reminder = NewEvent::new("remind", json!({ "secret": SECRET }))
+        .with_target(Target::lane("agent", "main").delayed(std::time::Duration::from_secs(60)));
+    store
+        .append("s2", vec![reminder], Default::default())
+        .await
+        .unwrap();
+    let cancel = RescheduleRequest::new("s2", "agent", Some("main"), 1, ScheduleChange::Cancel);
+    assert_eq!(
+        store.reschedule(cancel).await.unwrap(),
+        RescheduleResult::Cancelled
+    );
+    store
+        .pause(PauseRequest::everywhere("agent"))
+        .await
+        .unwrap();
+    assert_eq!(store.pauses(None).await.unwrap().len(), 1);
+    assert!(
+        store
+            .resume(ResumeRequest::everywhere("agent"))
+            .await
+            .unwrap()
+            .resumed
+    );
+    let bulk = BulkRedrive::new(RedriveAction::Retry);
+    assert!(store.redrive_all(bulk).await.unwrap().redriven.is_empty());
+    assert_eq!(
+        store
+            .fork(ForkRequest::new("s2", "s2b"))
+            .await
+            .unwrap()
+            .copied,
+        1
+    );
+    let error = store.fork(ForkRequest::new("s2", "s2")).await.unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidInput);
+}
+
+/// `(span or label name, session field)` of each call of [`control_scenario`].
+const CONTROL_CALLS: [(&str, Option<&str>); 8] = [
+    ("append", Some("s2")),
+    ("reschedule", Some("s2")),
+    ("pause", None),
+    ("pauses", None),
+    ("resume", None),
+    ("redrive_all", None),
+    ("fork", Some("s2")),
+    ("fork", Some("s2")),
+];
 
 fn options() -> OpenOptions {
     OpenOptions::default().with_clock(ManualClock::new(1_000))
@@ -262,6 +318,35 @@ mod spans {
         let error = &spans[8];
         assert_eq!(error.field("holder"), Some("w3"));
         assert_eq!(error.field("error"), Some("INVALID_INPUT"));
+    }
+
+    #[test]
+    fn time_and_control_calls_get_spans() {
+        let spans = captured(|| {
+            block_on(async {
+                let store = a2_store::open("memory:", traced()).await.unwrap();
+                control_scenario(store.as_ref()).await;
+            })
+        });
+        let names: Vec<(&str, Option<&str>)> = spans
+            .iter()
+            .map(|s| (s.name.trim_start_matches("a2_store."), s.field("session")))
+            .collect();
+        assert_eq!(names, CONTROL_CALLS);
+        let outcomes: Vec<Option<&str>> = spans.iter().map(|s| s.field("outcome")).collect();
+        assert_eq!(outcomes[..7], [Some("ok"); 7]);
+        assert_eq!(outcomes[7], Some("error"));
+        assert_eq!(spans[7].field("error"), Some("INVALID_INPUT"));
+        let reschedule = &spans[1];
+        assert_eq!(reschedule.field("consumer"), Some("agent"));
+        assert_eq!(reschedule.field("lane"), Some("main"));
+        assert_eq!(reschedule.field("index"), Some("1"));
+        assert_eq!(spans[2].field("consumer"), Some("agent"));
+        for span in &spans {
+            for value in span.fields.values() {
+                assert!(!value.contains(SECRET), "payload recorded: {span:?}");
+            }
+        }
     }
 
     #[test]
@@ -485,6 +570,53 @@ mod counters {
         assert_eq!(samples("complete_attempt"), 2);
         assert_eq!(samples("fail_attempt"), 1);
         assert_eq!(samples("append"), 1);
+    }
+
+    #[test]
+    fn time_and_control_calls_are_counted_by_operation() {
+        let recorded = recorded(|| {
+            block_on(async {
+                let store = a2_store::open("memory:", options().with_metrics(true))
+                    .await
+                    .unwrap();
+                control_scenario(store.as_ref()).await;
+            })
+        });
+        let calls = |operation, outcome| {
+            counter(
+                &recorded,
+                "a2_store_calls_total",
+                &[
+                    ("operation", operation),
+                    ("backend", "memory"),
+                    ("outcome", outcome),
+                ],
+            )
+        };
+        for operation in [
+            "append",
+            "reschedule",
+            "pause",
+            "pauses",
+            "resume",
+            "redrive_all",
+        ] {
+            assert_eq!(calls(operation, "ok"), 1, "{operation}");
+        }
+        assert_eq!(calls("fork", "ok"), 1);
+        assert_eq!(calls("fork", "error"), 1);
+        assert_eq!(
+            counter(
+                &recorded,
+                "a2_store_errors_total",
+                &[
+                    ("operation", "fork"),
+                    ("backend", "memory"),
+                    ("code", "INVALID_INPUT"),
+                ],
+            ),
+            1
+        );
     }
 
     #[test]

@@ -55,6 +55,14 @@
 //! # tokio::runtime::Runtime::new().unwrap().block_on(demo()).unwrap();
 //! ```
 //!
+//! A handler schedules follow-up work the way it sends any work: an event
+//! it returns or appends whose target carries a not-before
+//! ([`Target::delayed`](a2_store_api::Target::delayed) or
+//! [`Target::not_before_ms`](a2_store_api::Target::not_before_ms)). Its head
+//! is busy until then, so the worker serving that consumer runs it at its
+//! time ("remind me in ten minutes"); on a lane, later events wait behind
+//! it.
+//!
 //! `examples/worker.rs` is a complete program that picks SQLite or
 //! PostgreSQL by URL (`a2_store::open`) and stops on Ctrl-C.
 //!

@@ -698,3 +698,73 @@ async fn run_until_and_triggers_stop_the_worker() {
         .unwrap();
     assert_eq!(summary.error, None);
 }
+
+/// A handler schedules a follow-up ("remind in a minute") by returning an
+/// event whose target carries a delay: the reminder's head is busy until
+/// its time on the store's clock, and the reminders handler runs only once
+/// the clock reaches it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_schedules_a_follow_up_that_runs_at_its_time() {
+    const REMINDERS: &str = "reminders";
+    let (store, clock) = manual(1_000_000);
+    let agent = handler_fn(|_job: Job| async move {
+        let remind = Target::lane(REMINDERS, "main").delayed(Duration::from_secs(60));
+        Ok::<_, HandlerError>(vec![NewEvent::new(
+            "reminder",
+            json!({"text": "follow up"}),
+        )
+        .with_target(remind)])
+    });
+    let reminded = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&reminded);
+    let reminders = handler_fn(move |job: Job| {
+        let count = Arc::clone(&count);
+        async move {
+            count.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(job.event().event_type, "reminder");
+            Ok::<_, HandlerError>(vec![NewEvent::new("reminded", json!({}))])
+        }
+    });
+    let worker = Worker::builder(Arc::clone(&store))
+        .consumer(ConsumerDeclaration::targeted(CONSUMER), agent)
+        .consumer(ConsumerDeclaration::targeted(REMINDERS), reminders)
+        .build()
+        .unwrap()
+        .spawn()
+        .unwrap();
+    message(store.as_ref(), "s", "L").await;
+    eventually("the reminder is scheduled", || {
+        let store = Arc::clone(&store);
+        async move {
+            let cursors = store.cursors("s").await.unwrap();
+            cursors
+                .iter()
+                .any(|c| c.lane.as_deref() == Some("main") && c.head == Some(2))
+        }
+    })
+    .await;
+    let scheduled = cursor(store.as_ref(), "s", "main").await;
+    let log = store.read("s", Default::default()).await.unwrap();
+    let due = log[1].created_at + 60_000;
+    assert_eq!(scheduled.dispatch.claim_expires_at, Some(due));
+    assert_eq!(scheduled.dispatch.claim_holder, None);
+    // The store's clock has not moved: the head cannot have been claimed.
+    assert_eq!(scheduled.dispatch.attempt_count, 0);
+    assert_eq!(reminded.load(Ordering::SeqCst), 0);
+    clock.set(due);
+    eventually("the reminder ran", || {
+        let store = Arc::clone(&store);
+        async move {
+            let log = store.read("s", Default::default()).await.unwrap();
+            log.iter().any(|e| e.event_type == "reminded")
+        }
+    })
+    .await;
+    let summary = worker.shutdown().await;
+    assert_eq!(reminded.load(Ordering::SeqCst), 1);
+    assert_eq!(summary.stats.completed, 2);
+    let log = store.read("s", Default::default()).await.unwrap();
+    let types: Vec<&str> = log.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types, ["msg", "reminder", "reminded"]);
+    assert_eq!(log[2].cause.as_ref().map(|c| c.index), Some(2));
+}

@@ -1,0 +1,404 @@
+//! The operator's controls through the real binary, against SQLite files
+//! and PostgreSQL (a fresh schema per test, when `A2_POSTGRES_URL` is set):
+//! `pause`/`resume` and `inspect paused` (and the pause on cursor views),
+//! `reschedule`, `fork` (and `forked from` in `inspect sessions`), and
+//! `redrive --lane`.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use a2_store::{
+    AppendOptions, ClaimRequest, Clock, FailRequest, NewEvent, OpenOptions, SystemClock, Target,
+};
+use serde_json::{json, Value};
+
+fn a2(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_a2-store"))
+        .args(args)
+        .env_remove("A2_STORE_URL")
+        .output()
+        .expect("run a2-store")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn ok(args: &[&str]) -> String {
+    let output = a2(args);
+    let (out, err) = (text(&output.stdout), text(&output.stderr));
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{args:?}\nstdout: {out}\nstderr: {err}"
+    );
+    out
+}
+
+fn json_ok(args: &[&str]) -> Value {
+    let out = ok(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{args:?}: not JSON ({e}):\n{out}"))
+}
+
+/// Asserts status 2 with one line on stderr containing `needle`.
+fn fails(args: &[&str], needle: &str) -> String {
+    let output = a2(args);
+    let err = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}\nstderr: {err}");
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "{args:?}: one line expected:\n{err}"
+    );
+    assert!(
+        err.contains(needle),
+        "{args:?}: '{needle}' missing in {err}"
+    );
+    err
+}
+
+fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(future)
+}
+
+/// A fresh schema on the server of `A2_POSTGRES_URL` (dropped with the
+/// returned guard), or `None` when it is not set.
+fn postgres(test: &str) -> Option<(a2_store::postgres::ScratchSchemas, String)> {
+    let url = match std::env::var("A2_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => url,
+        _ => {
+            eprintln!(
+                "{test}: NOT run: set A2_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run it"
+            );
+            return None;
+        }
+    };
+    let scratch = a2_store::postgres::ScratchSchemas::new(url.clone(), "a2_clitest_");
+    let schema = scratch.fresh_schema().unwrap();
+    let join = if url.contains('?') { '&' } else { '?' };
+    Some((scratch, format!("{url}{join}schema={schema}&pool_size=2")))
+}
+
+/// Runs `test` on a new SQLite file, and on a fresh PostgreSQL schema when
+/// the server is given.
+fn on_each_backend(name: &str, test: fn(&str)) {
+    let dir = tempfile::tempdir().unwrap();
+    test(&format!(
+        "sqlite:{}",
+        dir.path().join("control.db").display()
+    ));
+    if let Some((_scratch, url)) = postgres(name) {
+        test(&url);
+    }
+}
+
+/// Session `chat` at `url`: two messages on `agent/main` (the second
+/// scheduled an hour from now) and a `ping` for `notifier`.
+fn seeded(url: &str) -> String {
+    let url = url.to_owned();
+    block_on(async {
+        let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
+        let events = vec![
+            NewEvent::new("msg", json!(1)).with_target(Target::lane("agent", "main")),
+            NewEvent::new("msg", json!(2))
+                .with_target(Target::lane("agent", "main").delayed(Duration::from_secs(3600))),
+            NewEvent::new("ping", json!(3)).with_target(Target::event("notifier")),
+        ];
+        store
+            .append("chat", events, AppendOptions::default())
+            .await
+            .unwrap();
+    });
+    url
+}
+
+fn cursor<'a>(cursors: &'a Value, consumer: &str) -> &'a Value {
+    cursors
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["consumer"] == consumer)
+        .unwrap_or_else(|| panic!("no cursor of {consumer} in {cursors}"))
+}
+
+#[test]
+fn pause_and_resume_show_in_the_views() {
+    on_each_backend("pause_and_resume_show_in_the_views", pause_and_resume);
+}
+
+fn pause_and_resume(url: &str) {
+    let url = seeded(url);
+    let before = SystemClock.now_ms();
+    let pause = json_ok(&[
+        "pause",
+        &url,
+        "agent",
+        "--session",
+        "chat",
+        "--for",
+        "1h",
+        "--json",
+    ]);
+    assert_eq!(pause["consumer"], "agent");
+    assert_eq!(pause["session_id"], "chat");
+    let until = pause["until_ms"].as_i64().unwrap();
+    assert!(until >= before + 3_600_000, "{pause}");
+
+    let out = ok(&["pause", &url, "billing"]);
+    assert!(out.contains("in every session until resumed"), "{out}");
+
+    let listed = json_ok(&["inspect", &url, "paused", "--json"]);
+    let pauses = listed["pauses"].as_array().unwrap();
+    let scopes: Vec<(&str, Option<&str>)> = pauses
+        .iter()
+        .map(|p| (p["consumer"].as_str().unwrap(), p["session_id"].as_str()))
+        .collect();
+    assert_eq!(scopes, vec![("agent", Some("chat")), ("billing", None)]);
+    let table = ok(&["inspect", &url, "paused"]);
+    assert_eq!(table.lines().count(), 2 + 2, "{table}");
+    assert!(table.contains("billing") && table.contains('*'), "{table}");
+
+    let cursors = json_ok(&["inspect", &url, "--json", "cursors", "chat"]);
+    assert_eq!(cursor(&cursors, "agent")["pause"]["until_ms"], until);
+    assert!(cursor(&cursors, "notifier").get("pause").is_none());
+    let table = ok(&["inspect", &url, "cursors", "chat"]);
+    assert!(table.contains("here until"), "{table}");
+
+    // Paused heads are not claimed: only notifier's ping is handed out.
+    let claimed = block_on(async {
+        let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
+        store
+            .claim_available(ClaimRequest::new("chat", "w", Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .into_heads()
+    });
+    let consumers: Vec<&str> = claimed.iter().map(|h| h.consumer.as_str()).collect();
+    assert_eq!(consumers, vec!["notifier"]);
+
+    let out = ok(&["resume", &url, "agent", "--session", "chat"]);
+    assert!(
+        out.starts_with("resumed 'agent' in session 'chat'"),
+        "{out}"
+    );
+    let out = ok(&["resume", &url, "agent", "--session", "chat"]);
+    assert!(out.starts_with("nothing to resume"), "{out}");
+    let done = json_ok(&["resume", &url, "billing", "--json"]);
+    assert_eq!(done["resumed"], true);
+    let listed = json_ok(&["inspect", &url, "paused", "--json"]);
+    assert_eq!(listed["pauses"], json!([]));
+    assert!(ok(&["inspect", &url, "paused"]).contains("no consumer is paused"));
+
+    // Refused by the store: no cursor of that consumer there, an end in the past.
+    fails(
+        &["pause", &url, "nobody", "--session", "chat"],
+        "pausing 'nobody' in session 'chat'",
+    );
+    fails(
+        &["pause", &url, "agent", "--until-ms", "1"],
+        "not in the future",
+    );
+    fails(
+        &["pause", &url, "agent", "--until-ms", "1", "--for", "1h"],
+        "cannot be used with",
+    );
+}
+
+#[test]
+fn reschedule_moves_cancels_and_refuses_what_ran() {
+    on_each_backend("reschedule_moves_cancels_and_refuses_what_ran", reschedule);
+}
+
+fn reschedule(url: &str) {
+    let url = seeded(url);
+    // Index 2 waits on the lane behind index 1: move it, then cancel it.
+    let moved = json_ok(&[
+        "reschedule",
+        &url,
+        "chat",
+        "agent",
+        "2",
+        "--lane",
+        "main",
+        "--in",
+        "2h",
+        "--json",
+    ]);
+    assert_eq!(moved["result"]["outcome"], "rescheduled");
+    assert!(moved["result"]["not_before"].as_i64().unwrap() > SystemClock.now_ms());
+    let out = ok(&[
+        "reschedule",
+        &url,
+        "chat",
+        "agent",
+        "2",
+        "--lane",
+        "main",
+        "--cancel",
+    ]);
+    assert!(
+        out.starts_with("cancelled agent lane main at index 2"),
+        "{out}"
+    );
+    fails(
+        &[
+            "reschedule",
+            &url,
+            "chat",
+            "agent",
+            "2",
+            "--lane",
+            "main",
+            "--cancel",
+        ],
+        "has moved past it",
+    );
+    // The notifier's ping is scheduled later, then made claimable now.
+    let out = ok(&["reschedule", &url, "chat", "notifier", "3", "--at-ms", "1"]);
+    assert!(out.contains("claimable now"), "{out}");
+    // A claimed head has started: nothing changes.
+    block_on(async {
+        let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
+        let heads = store
+            .claim_available(ClaimRequest::new("chat", "w", Duration::from_secs(600)))
+            .await
+            .unwrap()
+            .into_heads();
+        assert_eq!(heads.len(), 2, "{heads:?}");
+    });
+    fails(
+        &[
+            "reschedule",
+            &url,
+            "chat",
+            "agent",
+            "1",
+            "--lane",
+            "main",
+            "--in",
+            "1m",
+        ],
+        "already been claimed",
+    );
+    // An index nothing was ever written at.
+    fails(
+        &["reschedule", &url, "chat", "agent", "9", "--cancel"],
+        "rescheduling agent (event cursor) at index 9",
+    );
+}
+
+#[test]
+fn fork_copies_and_is_listed_with_its_origin() {
+    on_each_backend("fork_copies_and_is_listed_with_its_origin", fork);
+}
+
+fn fork(url: &str) {
+    let url = seeded(url);
+    let fork = json_ok(&["fork", &url, "chat", "chat-b", "--through", "2", "--json"]);
+    assert_eq!(fork["copied"], 2);
+    assert_eq!(fork["session"]["session_id"], "chat-b");
+    assert_eq!(
+        fork["session"]["forked_from"],
+        json!({"session_id": "chat", "index": 2})
+    );
+    let out = ok(&["fork", &url, "chat", "chat-c"]);
+    assert!(
+        out.starts_with("forked session 'chat' through index 3 into 'chat-c': 3 row(s) copied"),
+        "{out}"
+    );
+    let sessions = ok(&["inspect", &url, "sessions"]);
+    assert!(
+        sessions.lines().next().unwrap().contains("forked from"),
+        "{sessions}"
+    );
+    assert!(sessions.contains("chat through 2"), "{sessions}");
+    let log = json_ok(&["inspect", &url, "--json", "log", "chat-b"]);
+    assert_eq!(log.as_array().unwrap().len(), 2);
+    // No cursors came along.
+    assert_eq!(
+        json_ok(&["inspect", &url, "--json", "cursors", "chat-b"]),
+        json!([])
+    );
+    fails(
+        &["fork", &url, "chat", "chat-b"],
+        "forking session 'chat' into 'chat-b'",
+    );
+    fails(
+        &["fork", &url, "chat", "chat-d", "--through", "9"],
+        "head is 3",
+    );
+}
+
+#[test]
+fn redrive_names_the_lane() {
+    on_each_backend("redrive_names_the_lane", redrive_lane);
+}
+
+fn redrive_lane(url: &str) {
+    let url = url.to_owned();
+    block_on(async {
+        let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
+        let event = NewEvent::new("msg", json!(1))
+            .with_target(Target::event("c"))
+            .with_target(Target::lane("c", "L"));
+        store
+            .append("s", vec![event], AppendOptions::default())
+            .await
+            .unwrap();
+        let heads = store
+            .claim_available(ClaimRequest::new("s", "w", Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .into_heads();
+        for head in &heads {
+            let fail = FailRequest::for_head(head, "boom", 1);
+            store.fail_attempt(fail).await.unwrap();
+        }
+        assert_eq!(store.dead_letters("s").await.unwrap().len(), 2);
+    });
+    let done = json_ok(&[
+        "redrive", &url, "s", "c", "1", "--lane", "L", "--retry", "--json",
+    ]);
+    assert_eq!(
+        (done["redriven"].clone(), done["lane"].clone()),
+        (json!(true), json!("L"))
+    );
+    let dead = json_ok(&["inspect", &url, "--json", "dead-letters", "s"]);
+    let lanes: Vec<&Value> = dead
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| &h["lane"])
+        .collect();
+    assert_eq!(
+        lanes,
+        vec![&Value::Null],
+        "the event cursor's dead letter is left"
+    );
+    fails(
+        &["redrive", &url, "s", "c", "1", "--lane", "L", "--retry"],
+        "on lane 'L'",
+    );
+    // --lane with --all: only that lane's heads (none left).
+    let out = ok(&[
+        "redrive",
+        &url,
+        "--all",
+        "--lane",
+        "L",
+        "--skip",
+        "--dry-run",
+    ]);
+    assert!(out.contains("nothing to redrive"), "{out}");
+    let done = json_ok(&["redrive", &url, "--all", "--skip", "--yes", "--json"]);
+    assert_eq!(done["redriven"], 1);
+    assert_eq!(done["items"][0]["outcome"], "skipped");
+    assert!(block_on(async {
+        let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
+        store.dead_letters("s").await.unwrap().is_empty()
+    }));
+}
