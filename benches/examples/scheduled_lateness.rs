@@ -2,8 +2,9 @@
 //!
 //! Schedules `--future` heads (default 100,000) over the hour after the next
 //! one, so they stay scheduled throughout, and `--due` heads (default 2,000)
-//! spread over the next `--span-ms` (default 20,000), then runs `--workers`
-//! workers (default 2) calling `claim_work` with a wait. Each claimed head's
+//! spread over the next `--span-ms` (default 20,000), each appended by a
+//! producer one second before its time, while `--workers`
+//! workers (default 2) call `claim_work` with a wait. Each claimed head's
 //! lateness is the claim's return time minus its due time. Prints p50, p99
 //! and the worst lateness of the due heads.
 //!
@@ -14,6 +15,8 @@
 //!
 //! The backend is `memory`, `sqlite` (a file, durability NORMAL) or
 //! `postgres` (a scratch schema on `A2_POSTGRES_URL`, dropped at the end).
+//! With `A2_LATENESS_CSV=path`, every due head's time and lateness is
+//! written there as CSV.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +34,8 @@ use serde_json::json;
 const CONSUMER: &str = "reminder";
 const PER_SESSION: u64 = 10;
 const HOUR_MS: i64 = 3_600_000;
+/// How long before its time the producer appends a due head, ms.
+const LEAD_MS: i64 = 1_000;
 
 struct Args {
     backend: String,
@@ -97,7 +102,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .create(Arc::new(SystemClock), Arc::new(RandomIds))
         .await?;
     let sessions = args.future.div_ceil(PER_SESSION).max(1);
-    let session = |n: u64| format!("late-{:06}", n % sessions);
+    let session = move |n: u64| format!("late-{:06}", n % sessions);
 
     // Heads scheduled beyond the run: they only fill the work index.
     let later = clock.now_ms() + HOUR_MS;
@@ -129,17 +134,29 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     drop(appends);
 
-    // The due heads, from two seconds after setup on.
-    let start = clock.now_ms() + 2_000;
+    // The due heads, from 1.5 s after setup on, each appended by a producer
+    // about one second before its time (as an agent schedules reminders).
+    let start = clock.now_ms() + 1_500;
     let due_step = (args.span_ms / i64::try_from(args.due).unwrap_or(1)).max(1);
-    for j in 0..args.due {
-        let at = start + i64::try_from(j).unwrap_or(0) * due_step;
-        let event = NewEvent::new("due", json!({ "due": at }))
-            .with_target(Target::event(CONSUMER).not_before_ms(at));
-        store
-            .append(&session(j * 7919), vec![event], AppendOptions::default())
-            .await?;
-    }
+    let producer = {
+        let store = Arc::clone(&store);
+        let total = args.due;
+        tokio::spawn(async move {
+            for j in 0..total {
+                let at = start + i64::try_from(j).unwrap_or(0) * due_step;
+                let ahead = at - LEAD_MS - SystemClock.now_ms();
+                if ahead > 0 {
+                    tokio::time::sleep(Duration::from_millis(ahead.unsigned_abs())).await;
+                }
+                let event = NewEvent::new("due", json!({ "due": at }))
+                    .with_target(Target::event(CONSUMER).not_before_ms(at));
+                store
+                    .append(&session(j * 7919), vec![event], AppendOptions::default())
+                    .await?;
+            }
+            Ok::<_, a2_store_api::StoreError>(())
+        })
+    };
 
     let claimed = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut workers = Vec::new();
@@ -164,7 +181,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let now = SystemClock.now_ms();
                 for (_, head) in result.heads() {
                     if let Some(due) = head.event.payload.get("due").and_then(|d| d.as_i64()) {
-                        lateness.push(now - due);
+                        lateness.push((due, now - due));
                     }
                     claimed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     store
@@ -177,11 +194,22 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let deadline =
         Duration::from_millis(u64::try_from(args.span_ms).unwrap_or(0)) + Duration::from_secs(60);
-    let mut all = Vec::new();
+    tokio::time::timeout(deadline, producer).await???;
+    let mut claims = Vec::new();
     for worker in workers {
         let lateness = tokio::time::timeout(deadline, worker).await???;
-        all.extend(lateness);
+        claims.extend(lateness);
     }
+    if let Ok(path) = std::env::var("A2_LATENESS_CSV") {
+        // Every due head's time and lateness, for a look at when the late ones came.
+        claims.sort_unstable();
+        let rows: Vec<String> = claims
+            .iter()
+            .map(|(due, late)| format!("{due},{late}"))
+            .collect();
+        std::fs::write(&path, format!("due_ms,lateness_ms\n{}\n", rows.join("\n")))?;
+    }
+    let mut all: Vec<i64> = claims.iter().map(|(_, late)| *late).collect();
     all.sort_unstable();
     println!(
         "{}: {} due heads among {} scheduled for later, {} workers: lateness p50 {} ms, p99 {} ms, max {} ms",
