@@ -84,10 +84,15 @@ impl PostgresStore {
         let schema = options.schema.clone();
         // Both values are validated: a plain identifier and an integer. A
         // transaction left idle (a stalled client holding a session's lock)
-        // is ended by the server after the same timeout.
+        // is ended by the server after the same timeout. Generic plans: the
+        // store's statements are prepared once per connection and each
+        // reaches its rows by an index keyed by session or consumer whatever
+        // the bound values, so planning them again at each bind (custom
+        // plans) only costs time; it was most of the server time of the
+        // cross-session claim's statements (bind 0.2-0.3 ms, execute 0.03 ms).
         let startup = format!(
             "-c search_path={schema} -c statement_timeout={timeout_ms} \
-             -c idle_in_transaction_session_timeout={timeout_ms}"
+             -c idle_in_transaction_session_timeout={timeout_ms} -c plan_cache_mode=force_generic_plan"
         );
         // A read-only store's transactions are read-only on the server.
         let startup = if options.read_only {
