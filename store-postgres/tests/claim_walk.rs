@@ -133,6 +133,10 @@ async fn reads(
     reads
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_reads_no_busy_head() {
     let Some(factory) = PgFactory::from_env("claim_walk") else {
@@ -245,6 +249,10 @@ async fn a_claim_reads_no_busy_head() {
 /// moves back before its expiry: it sets `retry_at` and is not claimed
 /// until then (as the memory backend's
 /// `a_clock_moving_back_keeps_a_promoted_claim_busy`).
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_clock_moving_back_keeps_a_promoted_claim_busy() {
     let Some(factory) = PgFactory::from_env("claim_walk") else {
@@ -327,6 +335,10 @@ async fn a_clock_moving_back_keeps_a_promoted_claim_busy() {
 /// With a pause in force in the session, the walk stays an ordered scan
 /// of `cursors_ready` (the paused consumer's head is passed over, the free
 /// head taken), and the `Busy` answer reads a bounded number of rows.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_keeps_the_claim_walk_on_its_index() {
     use a2_store_api::PauseRequest;

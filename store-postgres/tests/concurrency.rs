@@ -110,6 +110,10 @@ async fn work(store: PostgresStore, holder: String, session: String, ledger: Arc
     }
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn workers_on_separate_connections_never_share_a_head() {
     let Some(factory) = PgFactory::from_env("concurrency") else {
@@ -188,6 +192,10 @@ async fn workers_on_separate_connections_never_share_a_head() {
     }
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_appends_keep_indexes_contiguous() {
     let Some(factory) = PgFactory::from_env("concurrency") else {
@@ -234,6 +242,10 @@ async fn concurrent_appends_keep_indexes_contiguous() {
     assert_eq!(ids.len(), rows.len(), "every id stored once");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_held_past_the_statement_timeout_is_busy_and_changes_nothing() {
     let Some(factory) = PgFactory::from_env("concurrency") else {
@@ -282,6 +294,10 @@ async fn a_lock_held_past_the_statement_timeout_is_busy_and_changes_nothing() {
 /// Workers that complete, fail with a retry delay, or vanish without an
 /// outcome (their lease expires and the head is claimed again as a new
 /// attempt): every head still completes exactly once.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn expiring_leases_and_failures_still_complete_each_head_once() {
     let Some(factory) = PgFactory::from_env("concurrency") else {
@@ -396,6 +412,10 @@ async fn expiring_leases_and_failures_still_complete_each_head_once() {
 /// connection that then waits for cursor 1. PostgreSQL aborts the store's
 /// transaction (its deadlock check runs first), the store runs it again
 /// once the other side committed, and the renewal succeeds.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadlock_is_retried_and_the_call_succeeds() {
     let Some(factory) = PgFactory::from_env("concurrency") else {
@@ -475,6 +495,10 @@ async fn a_deadlock_is_retried_and_the_call_succeeds() {
 
 /// With every pooled connection busy past the statement timeout, a call
 /// waiting for a connection fails with `Busy` instead of hanging.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_an_exhausted_pool_is_busy() {
     let Some(factory) = PgFactory::from_env("concurrency") else {

@@ -480,6 +480,10 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
     let _ = CursorRef::new("unused", None, 0);
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_operations_match_the_reference() {
     let Some(factory) = PgFactory::from_env("differential") else {

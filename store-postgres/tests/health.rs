@@ -11,6 +11,10 @@ use support::PgFactory;
 /// Every table of the schema is reported with its sizes; a dead row
 /// version shows in the table's count; a transaction a side connection
 /// holds open (with a transaction id) is the oldest, holding the horizon.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_reports_tables_dead_tuples_and_the_oldest_transaction() {
     let Some(factory) = PgFactory::from_env("health") else {

@@ -42,6 +42,10 @@ async fn connect(url: &str, schema: &str) -> PostgresStore {
     .expect("connect")
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[test]
 fn four_processes_share_one_session() {
     if std::env::var(CHILD_SCHEMA).is_ok() {
@@ -137,6 +141,10 @@ fn four_processes_share_one_session() {
 /// printing `DONE consumer lane index` per completion; child 0 also
 /// subscribes and prints `SUBSCRIBED n` after seeing every row in order.
 /// Outside a load test (no child environment) it has nothing to do.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[test]
 fn child_role() {
     let (Ok(schema), Ok(url)) = (std::env::var(CHILD_SCHEMA), std::env::var(support::URL_VAR))

@@ -34,6 +34,10 @@ async fn connections_named(client: &tokio_postgres::Client, name: &str) -> i64 {
         .get(0)
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test]
 async fn an_exhausted_pool_is_busy_within_the_acquire_timeout() {
     let Some(url) = support::url_or_skip("pool") else {
@@ -99,6 +103,10 @@ async fn an_exhausted_pool_is_busy_within_the_acquire_timeout() {
     scratch.drop_all().await.expect("drop schemas");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test]
 async fn connections_carry_the_application_name_and_idle_ones_close() {
     let Some(url) = support::url_or_skip("pool") else {
@@ -139,6 +147,10 @@ async fn connections_carry_the_application_name_and_idle_ones_close() {
     scratch.drop_all().await.expect("drop schemas");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test]
 async fn old_connections_are_replaced_after_their_lifetime() {
     let Some(url) = support::url_or_skip("pool") else {
@@ -182,6 +194,10 @@ async fn old_connections_are_replaced_after_their_lifetime() {
     scratch.drop_all().await.expect("drop schemas");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test]
 async fn the_urls_application_name_reaches_the_server() {
     let Some(url) = support::url_or_skip("pool") else {

@@ -17,6 +17,10 @@ fn options(schema: &str, read_only: bool) -> PostgresOptions {
     }
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test]
 async fn a_read_only_store_creates_nothing_and_refuses_writes() {
     let Some(url) = support::url_or_skip("read_only") else {

@@ -45,6 +45,10 @@ fn cursor_rows_read(node: &Value, scans: &mut Vec<String>) -> f64 {
     read
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrive_all_reads_only_dead_letters() {
     let Some(factory) = PgFactory::from_env("redrive_all") else {

@@ -58,6 +58,10 @@ async fn an_unreachable_server_is_a_backend_error() {
     assert_eq!(error.code(), ErrorCode::Backend, "{error}");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_connects_migrate_once() {
     let Some(factory) = PgFactory::from_env("schema") else {
@@ -80,6 +84,10 @@ async fn concurrent_connects_migrate_once() {
     assert_eq!(versions, vec![SCHEMA_VERSION]);
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_schema_from_a_newer_version_is_refused() {
     let Some(factory) = PgFactory::from_env("schema") else {
@@ -116,6 +124,10 @@ const UNDO_6: &str = "ALTER TABLE cursors DROP COLUMN expired; \
 
 /// Migration 5 counts the live heads a version-4 schema already holds, so
 /// `has_pending` stays true for them after the upgrade.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrading_from_version_4_counts_existing_live_heads() {
     let Some(factory) = PgFactory::from_env("schema") else {
@@ -165,6 +177,10 @@ async fn upgrading_from_version_4_counts_existing_live_heads() {
 /// Migration 6 leaves the heads claimed under version 5 unpromoted: one
 /// whose lease is still running stays busy (and sets `retry_at`), one whose
 /// lease ran out is promoted and claimed again by the next claim.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrading_from_version_5_keeps_leases_and_promotes_expired_ones() {
     let Some(factory) = PgFactory::from_env("schema") else {
@@ -240,6 +256,10 @@ async fn upgrading_from_version_5_keeps_leases_and_promotes_expired_ones() {
     );
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemas_keep_deployments_apart_and_data_outlives_the_store() {
     let Some(factory) = PgFactory::from_env("schema") else {
@@ -273,6 +293,10 @@ async fn schemas_keep_deployments_apart_and_data_outlives_the_store() {
     assert_eq!(again.schema(), one);
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn values_postgres_cannot_hold_are_invalid_input_and_change_nothing() {
     let Some(factory) = PgFactory::from_env("schema") else {
@@ -305,6 +329,10 @@ async fn values_postgres_cannot_hold_are_invalid_input_and_change_nothing() {
     assert!(rows.is_empty(), "nothing was written");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn json_payloads_round_trip_through_jsonb() {
     let Some(factory) = PgFactory::from_env("schema") else {
@@ -343,6 +371,10 @@ async fn json_payloads_round_trip_through_jsonb() {
     assert_eq!(read, payloads);
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_longest_schema_name_still_notifies_subscribers() {
     let Some(factory) = PgFactory::from_env("schema") else {
@@ -381,6 +413,10 @@ async fn the_longest_schema_name_still_notifies_subscribers() {
 /// is claimed across sessions, then completed, and the leased one is
 /// claimed once its lease ends, each through the rewrite the upgrade
 /// installed.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrading_from_version_7_finds_pending_work() {
     use a2_store_api::{ClaimWorkRequest, CompleteRequest, ConsumerDeclaration};
@@ -465,6 +501,10 @@ async fn upgrading_from_version_7_finds_pending_work() {
 /// current version: the queued index is claimable once the lane reaches
 /// it, the dead letter is found by `redrive_all`, the sessions list no
 /// fork, and pauses work.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrading_from_version_8_keeps_lanes_and_dead_letters() {
     use a2_store_api::{

@@ -104,6 +104,10 @@ async fn cycle(store: &PostgresStore, n: u64) {
         .expect("complete");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hot_updated_tables_stay_bounded_without_vacuum() {
     let Some(factory) = PgFactory::from_env("soak") else {

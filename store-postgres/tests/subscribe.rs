@@ -13,6 +13,10 @@ use futures::StreamExt;
 use serde_json::json;
 use support::PgFactory;
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_listener_reconnects_and_catches_up() {
     let Some(factory) = PgFactory::from_env("subscribe") else {
@@ -78,6 +82,10 @@ async fn a_killed_listener_reconnects_and_catches_up() {
     }
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_ends_when_its_store_is_dropped() {
     let Some(factory) = PgFactory::from_env("subscribe") else {
@@ -108,6 +116,10 @@ async fn a_stream_ends_when_its_store_is_dropped() {
 
 /// Only sessions someone subscribes to pay for NOTIFY, and a dropped
 /// stream removes its registration.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_subscribed_sessions_are_notified() {
     let Some(factory) = PgFactory::from_env("subscribe") else {

@@ -47,6 +47,10 @@ async fn complete(store: &PostgresStore, head: &Head) {
 
 /// A scheduled event head is busy until its time (pending, `Busy` with
 /// the time), then claimable; a time already reached is no schedule.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scheduled_heads_wait_for_their_time() {
     let Some(factory) = PgFactory::from_env("time_and_control") else {
@@ -81,6 +85,10 @@ async fn scheduled_heads_wait_for_their_time() {
 
 /// A scheduled index queued on a lane keeps its time until the lane
 /// reaches it, and holds the lane: the index behind it waits.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_schedule_applies_when_the_lane_reaches_it() {
     let Some(factory) = PgFactory::from_env("time_and_control") else {
@@ -131,6 +139,10 @@ async fn a_queued_schedule_applies_when_the_lane_reaches_it() {
 /// Reschedule moves a head and a queued index, cancels them (the lane
 /// moves on to its next queued index with that index's time), and leaves
 /// a started head alone.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reschedule_moves_and_cancels() {
     let Some(factory) = PgFactory::from_env("time_and_control") else {
@@ -222,6 +234,10 @@ async fn reschedule_moves_and_cancels() {
 /// A session pause hides the consumer's heads (not pending, `Settled`),
 /// a timed store-wide pause keeps them busy until its end, `cursors()` and
 /// `pauses()` report them, and resuming one scope leaves the other.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pauses_hold_heads_until_resumed_or_ended() {
     let Some(factory) = PgFactory::from_env("time_and_control") else {
@@ -293,6 +309,10 @@ async fn pauses_hold_heads_until_resumed_or_ended() {
 }
 
 /// A waiting cross-session claim wakes when a pause is lifted.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resume_wakes_a_waiting_work_claim() {
     let Some(factory) = PgFactory::from_env("time_and_control") else {
@@ -337,6 +357,10 @@ async fn resume_wakes_a_waiting_work_claim() {
 
 /// A lane-exact redrive takes that lane's dead letter; `redrive_all` pages
 /// by `(session, index, consumer, lane)` and says when more are left.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redrives_name_lanes_and_page() {
     let Some(factory) = PgFactory::from_env("time_and_control") else {
@@ -392,6 +416,10 @@ async fn redrives_name_lanes_and_page() {
 
 /// A fork copies the rows through an index, is listed with its origin,
 /// is seen by a subscriber registered before it, and continues its log.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_copies_rows_and_continues() {
     let Some(factory) = PgFactory::from_env("time_and_control") else {
@@ -439,6 +467,10 @@ async fn a_fork_copies_rows_and_continues() {
 /// A cross-session claim over listed sessions passes a session where the
 /// consumer is paused and answers `Busy` at a timed pause's end; an
 /// open-ended pause leaves it `Settled`.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listed_work_claims_apply_session_pauses() {
     let Some(factory) = PgFactory::from_env("time_and_control") else {
@@ -493,6 +525,10 @@ async fn listed_work_claims_apply_session_pauses() {
 
 /// Two bulk redrives racing over the same dead letters redrive each once:
 /// the second finds them again under the sessions' locks, already gone.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_bulk_redrives_take_each_dead_letter_once() {
     let Some(factory) = PgFactory::from_env("time_and_control") else {

@@ -66,6 +66,10 @@ async fn store_on(factory: &PgFactory, schema: &str, clock: ManualClock) -> Post
 /// finished session (`done`) opens at version 7 with each indexed: the
 /// listing reports them, `claim_work` claims the idle head, then answers
 /// `Busy` until the lease ends.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrading_from_version_6_indexes_pending_work() {
     let Some(factory) = PgFactory::from_env("work") else {
@@ -151,6 +155,10 @@ async fn upgrading_from_version_6_indexes_pending_work() {
 /// A claim waiting on one store wakes on an append through another store
 /// on the same schema (its own `LISTEN` connection): well before the 1 s
 /// fallback poll would have claimed again.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_waiting_claim_wakes_on_an_append_through_another_store() {
     let Some(factory) = PgFactory::from_env("work") else {
@@ -196,6 +204,10 @@ async fn a_waiting_claim_wakes_on_an_append_through_another_store() {
 /// A claimer passes a session whose work rows another transaction holds (a
 /// claimer serving it) without waiting for it, claims from the next one,
 /// and finds the held session's work once it is released.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claimer_passes_a_session_another_claimer_holds() {
     let Some(factory) = PgFactory::from_env("work") else {
@@ -240,6 +252,10 @@ async fn a_claimer_passes_a_session_another_claimer_holds() {
 /// Claimers (claim, then complete) and appenders race over a few sessions:
 /// no call fails (no deadlock surfaces as `Busy`), and every appended head
 /// is completed exactly once.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 8)]
 async fn claimers_and_writers_race_without_deadlock_or_sharing() {
     let Some(factory) = PgFactory::from_env("work") else {
@@ -345,6 +361,10 @@ fn work_rows_read(node: &Value, scans: &mut Vec<String>) -> f64 {
 /// for the values bound and with a generic plan (as a cached statement
 /// may run). The earliest-ready probe reads one row per consumer (and
 /// none for the pauses when nothing is paused).
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn finding_ready_sessions_reads_only_the_rows_returned() {
     let Some(factory) = PgFactory::from_env("work") else {
