@@ -625,6 +625,10 @@ fn postgres_store(test: &str) -> Option<(a2_store::postgres::ScratchSchemas, Str
     Some((scratch, format!("{url}{join}schema={schema}&pool_size=2")))
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[test]
 fn cross_session_views_and_bulk_redrive_on_postgres() {
     let Some((_scratch, url)) = postgres_store("cross_session_views_and_bulk_redrive_on_postgres")

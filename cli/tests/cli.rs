@@ -596,6 +596,10 @@ fn schemas_like(url: &str, prefix: &str) -> Vec<String> {
         .unwrap()
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[test]
 fn check_postgres_runs_on_scratch_schemas_and_drops_them() {
     let Some(url) = postgres_url("check_postgres") else {
@@ -611,6 +615,10 @@ fn check_postgres_runs_on_scratch_schemas_and_drops_them() {
     assert_eq!(after, before, "scratch schemas left behind");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[test]
 fn bench_and_inspect_postgres() {
     let Some(url) = postgres_url("bench_and_inspect_postgres") else {
@@ -760,6 +768,10 @@ fn inspect_opens_read_only_and_leaves_files_as_they_were() {
     );
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[test]
 fn guards_and_read_only_inspect_on_postgres() {
     let Some(url) = postgres_url("guards_and_read_only_inspect_on_postgres") else {

@@ -22,6 +22,10 @@ fn health_is_refused_for_stores_that_are_not_postgres() {
     assert!(err.contains("is not a PostgreSQL store"), "{err}");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[test]
 fn health_reports_tables_dead_tuples_and_the_oldest_transaction() {
     let url = match std::env::var("A2_POSTGRES_URL") {

@@ -312,6 +312,10 @@ fn postgres_url(test: &str) -> Option<String> {
     }
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[test]
 fn runtime_and_worker_on_postgres_use_a_scratch_schema_and_drop_it() {
     let Some(url) = postgres_url("runtime_and_worker_on_postgres") else {

@@ -47,6 +47,10 @@ async fn sqlite_file_matches_the_reference() {
     differential(&support::SqliteFile::new(), 64, SQLITE_KNOWN).await;
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_matches_the_reference() {
     let Some(factory) = support::Postgres::from_env("postgres_matches_the_reference") else {

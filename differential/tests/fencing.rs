@@ -22,6 +22,10 @@ async fn sqlite_file_fences_expired_leases() {
         .unwrap();
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_fences_expired_leases() {
     let Some(factory) = support::Postgres::from_env("postgres_fences_expired_leases") else {

@@ -35,6 +35,10 @@ impl Drop for DropSchema {
     }
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[test]
 fn postgres_processes_drain_targeted_load_exactly_once() {
     let Some(url) = support::postgres_url(TEST) else {

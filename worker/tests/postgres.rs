@@ -22,6 +22,10 @@ fn postgres_url(test: &str) -> Option<(ScratchSchemas, String)> {
     Some((scratch, format!("{server}{joiner}schema={schema}")))
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_workers_with_unruly_handlers() {
     let Some((scratch, url)) = postgres_url("three_workers_with_unruly_handlers") else {
@@ -31,6 +35,10 @@ async fn three_workers_with_unruly_handlers() {
     scratch.drop_all().await.expect("drop the schema");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shutdown_mid_work() {
     let Some((scratch, url)) = postgres_url("shutdown_mid_work") else {
@@ -40,6 +48,10 @@ async fn shutdown_mid_work() {
     scratch.drop_all().await.expect("drop the schema");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_worker_processes_one_killed() {
     let Some((scratch, url)) = postgres_url("three_worker_processes_one_killed") else {
@@ -49,6 +61,10 @@ async fn three_worker_processes_one_killed() {
     scratch.drop_all().await.expect("drop the schema");
 }
 
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn example_worker_program() {
     let Some((scratch, url)) = postgres_url("example_worker_program") else {
