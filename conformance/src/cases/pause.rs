@@ -12,11 +12,8 @@ use a2_store_api::{
     RenewRequest, ResumeRequest, Store,
 };
 
-use super::work::{spawn_wait, woken};
+use super::work::{spawn_wait, woken, work_busy, LONG_WAIT_MS};
 use crate::support::*;
-
-/// A wait far longer than any wake-up takes.
-const LONG_WAIT_MS: i64 = 20_000;
 
 fn pause(consumer: &str, session: Option<&str>, until_ms: Option<i64>, paused_at: i64) -> Pause {
     Pause {
@@ -39,14 +36,6 @@ async fn listed(
         .into_iter()
         .filter(|pause| consumers.contains(&pause.consumer.as_str()))
         .collect())
-}
-
-/// The `retry_at` of a `Busy` cross-session claim.
-fn work_busy(result: &ClaimWorkResult) -> std::result::Result<i64, Failure> {
-    match result {
-        ClaimWorkResult::Busy { retry_at } => Ok(*retry_at),
-        other => Err(Failure::Fail(format!("expected Busy, got {other:?}"))),
-    }
 }
 
 /// An end at or before now, a consumer with no cursor in the session and

@@ -7,15 +7,12 @@
 use std::time::Duration;
 
 use a2_store_api::{
-    ClaimWorkResult, ClearRequest, Dispatch, ErrorCode, NewEvent, NotBefore, RescheduleRequest,
-    RescheduleResult, ScheduleChange, Target,
+    ClearRequest, Dispatch, ErrorCode, NewEvent, NotBefore, RescheduleRequest, RescheduleResult,
+    ScheduleChange, Target,
 };
 
-use super::work::{spawn_wait, woken};
+use super::work::{spawn_wait, woken, work_busy, LONG_WAIT_MS};
 use crate::support::*;
-
-/// A wait far longer than any wake-up takes.
-const LONG_WAIT_MS: i64 = 20_000;
 
 /// An event `id` targeted at `target`.
 fn scheduled(id: &str, target: Target) -> NewEvent {
@@ -35,14 +32,6 @@ fn change(
 
 fn to(at: NotBefore) -> ScheduleChange {
     ScheduleChange::To(at)
-}
-
-/// The `retry_at` of a `Busy` cross-session claim.
-fn work_busy(result: &ClaimWorkResult) -> std::result::Result<i64, Failure> {
-    match result {
-        ClaimWorkResult::Busy { retry_at } => Ok(*retry_at),
-        other => Err(Failure::Fail(format!("expected Busy, got {other:?}"))),
-    }
 }
 
 /// A scheduled head is busy until its time, exactly like a retry delay:

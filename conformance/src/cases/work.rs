@@ -22,7 +22,7 @@ use crate::support::*;
 const WAKE_BOUND: Duration = Duration::from_secs(5);
 
 /// A wait longer than [`WAKE_BOUND`], so a claim that answers in time was woken.
-const LONG_WAIT_MS: i64 = 20_000;
+pub(crate) const LONG_WAIT_MS: i64 = 20_000;
 
 impl Cx {
     /// A consumer name unique to this case.
@@ -105,7 +105,7 @@ fn single(result: &ClaimWorkResult) -> std::result::Result<(String, Head), Failu
 }
 
 /// The `retry_at` of a `Busy` result; any other outcome fails the case.
-fn work_busy(result: &ClaimWorkResult) -> std::result::Result<i64, Failure> {
+pub(crate) fn work_busy(result: &ClaimWorkResult) -> std::result::Result<i64, Failure> {
     match result {
         ClaimWorkResult::Busy { retry_at } => Ok(*retry_at),
         other => Err(Failure::Fail(format!("expected Busy, got {other:?}"))),
