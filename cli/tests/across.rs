@@ -10,6 +10,8 @@ use std::sync::Arc;
 use a2_store::{Clock, ManualClock, OpenOptions, SystemClock};
 use serde_json::{json, Value};
 
+#[path = "fixture/postgres.rs"]
+mod postgres;
 #[path = "fixture/seed.rs"]
 mod seed;
 
@@ -607,31 +609,17 @@ fn cross_session_views_on_memory() {
     assert!(ok(&["redrive", "memory:", "--all", "--retry"]).contains("nothing to redrive"));
 }
 
-/// A fresh schema on the server of `A2_POSTGRES_URL` (dropped with the
-/// returned guard), or `None` when it is not set.
-fn postgres_store(test: &str) -> Option<(a2_store::postgres::ScratchSchemas, String)> {
-    let url = match std::env::var("A2_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => {
-            eprintln!(
-                "{test}: NOT run: set A2_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run it"
-            );
-            return None;
-        }
-    };
-    let scratch = a2_store::postgres::ScratchSchemas::new(url.clone(), "a2_clitest_");
-    let schema = scratch.fresh_schema().unwrap();
-    let join = if url.contains('?') { '&' } else { '?' };
-    Some((scratch, format!("{url}{join}schema={schema}&pool_size=2")))
-}
-
 #[cfg_attr(
     a2_postgres_unset,
     ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
 )]
 #[test]
 fn cross_session_views_and_bulk_redrive_on_postgres() {
-    let Some((_scratch, url)) = postgres_store("cross_session_views_and_bulk_redrive_on_postgres")
+    let Some(postgres::Scratch {
+        schemas: _schemas,
+        url,
+        ..
+    }) = postgres::scratch("cross_session_views_and_bulk_redrive_on_postgres")
     else {
         return;
     };

@@ -1,5 +1,8 @@
 //! Runs the real `a2-store` binary against memory and SQLite files.
 
+#[path = "fixture/postgres.rs"]
+mod postgres;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
@@ -575,20 +578,6 @@ fn usage_errors_exit_2() {
     assert!(help.contains("Workload"), "{help}");
 }
 
-/// The PostgreSQL server of `A2_POSTGRES_URL`, or `None` (said on stderr)
-/// when it is not set: then the PostgreSQL tests do not run.
-fn postgres_url(test: &str) -> Option<String> {
-    match std::env::var("A2_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            eprintln!(
-                "{test}: NOT run: set A2_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run it"
-            );
-            None
-        }
-    }
-}
-
 /// Schemas on the server whose name starts with `prefix`.
 fn schemas_like(url: &str, prefix: &str) -> Vec<String> {
     runtime()
@@ -602,7 +591,7 @@ fn schemas_like(url: &str, prefix: &str) -> Vec<String> {
 )]
 #[test]
 fn check_postgres_runs_on_scratch_schemas_and_drops_them() {
-    let Some(url) = postgres_url("check_postgres") else {
+    let Some(url) = postgres::server_url("check_postgres") else {
         return;
     };
     let before = schemas_like(&url, "a2_check_");
@@ -621,7 +610,7 @@ fn check_postgres_runs_on_scratch_schemas_and_drops_them() {
 )]
 #[test]
 fn bench_and_inspect_postgres() {
-    let Some(url) = postgres_url("bench_and_inspect_postgres") else {
+    let Some(url) = postgres::server_url("bench_and_inspect_postgres") else {
         return;
     };
     // Dropped when the test ends, passed or failed.
@@ -774,7 +763,7 @@ fn inspect_opens_read_only_and_leaves_files_as_they_were() {
 )]
 #[test]
 fn guards_and_read_only_inspect_on_postgres() {
-    let Some(url) = postgres_url("guards_and_read_only_inspect_on_postgres") else {
+    let Some(url) = postgres::server_url("guards_and_read_only_inspect_on_postgres") else {
         return;
     };
     let scratch = a2_store::postgres::ScratchSchemas::new(url.clone(), "a2_clitest_");

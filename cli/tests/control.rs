@@ -4,6 +4,9 @@
 //! `reschedule`, `fork` (and `forked from` in `inspect sessions`), and
 //! `redrive --lane`.
 
+#[path = "fixture/postgres.rs"]
+mod postgres;
+
 use std::process::{Command, Output};
 use std::time::Duration;
 
@@ -65,24 +68,6 @@ fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
         .block_on(future)
 }
 
-/// A fresh schema on the server of `A2_POSTGRES_URL` (dropped with the
-/// returned guard), or `None` when it is not set.
-fn postgres(test: &str) -> Option<(a2_store::postgres::ScratchSchemas, String)> {
-    let url = match std::env::var("A2_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => {
-            eprintln!(
-                "{test}: NOT run: set A2_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run it"
-            );
-            return None;
-        }
-    };
-    let scratch = a2_store::postgres::ScratchSchemas::new(url.clone(), "a2_clitest_");
-    let schema = scratch.fresh_schema().unwrap();
-    let join = if url.contains('?') { '&' } else { '?' };
-    Some((scratch, format!("{url}{join}schema={schema}&pool_size=2")))
-}
-
 /// Runs `test` on a new SQLite file, and on a fresh PostgreSQL schema when
 /// the server is given.
 fn on_each_backend(name: &str, test: fn(&str)) {
@@ -91,7 +76,12 @@ fn on_each_backend(name: &str, test: fn(&str)) {
         "sqlite:{}",
         dir.path().join("control.db").display()
     ));
-    if let Some((_scratch, url)) = postgres(name) {
+    if let Some(postgres::Scratch {
+        schemas: _schemas,
+        url,
+        ..
+    }) = postgres::scratch(name)
+    {
         test(&url);
     }
 }

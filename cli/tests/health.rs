@@ -2,6 +2,9 @@
 //! tables and oldest transaction (a fresh schema, when `A2_POSTGRES_URL` is
 //! set), and a clear refusal for other stores.
 
+#[path = "fixture/postgres.rs"]
+mod postgres;
+
 use std::process::{Command, Output};
 
 use a2_store::prelude::*;
@@ -28,18 +31,17 @@ fn health_is_refused_for_stores_that_are_not_postgres() {
 )]
 #[test]
 fn health_reports_tables_dead_tuples_and_the_oldest_transaction() {
-    let url = match std::env::var("A2_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => url,
-        _ => {
-            eprintln!("health_reports_tables_dead_tuples_and_the_oldest_transaction: NOT run: set A2_POSTGRES_URL to run it");
-            return;
-        }
+    let Some(postgres::Scratch {
+        schemas,
+        server,
+        schema,
+        url: store_url,
+    }) = postgres::scratch("health_reports_tables_dead_tuples_and_the_oldest_transaction")
+    else {
+        return;
     };
-    let scratch = a2_store::postgres::ScratchSchemas::new(url.clone(), "a2_clihealth_");
-    let schema = scratch.fresh_schema().unwrap();
-    let join = if url.contains('?') { '&' } else { '?' };
-    let store_url = format!("{url}{join}schema={schema}&pool_size=2");
-    let missing = format!("{url}{join}schema={schema}_missing");
+    let join = if server.contains('?') { '&' } else { '?' };
+    let missing = format!("{server}{join}schema={schema}_missing");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
         let store = a2_store::open(&store_url, OpenOptions::default())
@@ -106,5 +108,5 @@ fn health_reports_tables_dead_tuples_and_the_oldest_transaction() {
         err.contains("no schema") && err.contains("never creates one"),
         "{err}"
     );
-    drop(scratch);
+    drop(schemas);
 }

@@ -1,6 +1,9 @@
 //! The worker workloads of `a2-store bench` (runtime, worker, idle, fairness) in
 //! CI-sized forms: they complete and report numbers. Behaviour, not speed.
 
+#[path = "fixture/postgres.rs"]
+mod postgres;
+
 use std::process::{Command, Output};
 
 use serde_json::Value;
@@ -299,26 +302,13 @@ fn worker_workload_arguments_are_checked() {
     );
 }
 
-/// The PostgreSQL server of `A2_POSTGRES_URL`, or `None` (said on stderr).
-fn postgres_url(test: &str) -> Option<String> {
-    match std::env::var("A2_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            eprintln!(
-                "{test}: NOT run: set A2_POSTGRES_URL=postgres://USER@HOST:PORT/DB to run it"
-            );
-            None
-        }
-    }
-}
-
 #[cfg_attr(
     a2_postgres_unset,
     ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
 )]
 #[test]
 fn runtime_and_worker_on_postgres_use_a_scratch_schema_and_drop_it() {
-    let Some(url) = postgres_url("runtime_and_worker_on_postgres") else {
+    let Some(url) = postgres::server_url("runtime_and_worker_on_postgres") else {
         return;
     };
     let schemas = || {
