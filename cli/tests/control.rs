@@ -68,14 +68,19 @@ fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
         .block_on(future)
 }
 
-/// Runs `test` on a new SQLite file, and on a fresh PostgreSQL schema when
-/// the server is given.
-fn on_each_backend(name: &str, test: fn(&str)) {
+/// Runs `test` on a new SQLite file.
+fn on_sqlite(test: fn(&str)) {
     let dir = tempfile::tempdir().unwrap();
     test(&format!(
         "sqlite:{}",
         dir.path().join("control.db").display()
     ));
+}
+
+/// Runs `test` on a fresh PostgreSQL schema (a test built without
+/// `A2_POSTGRES_URL` is ignored, so this only returns early when the
+/// variable was unset after the build).
+fn on_postgres(name: &str, test: fn(&str)) {
     if let Some(postgres::Scratch {
         schemas: _schemas,
         url,
@@ -116,8 +121,20 @@ fn cursor<'a>(cursors: &'a Value, consumer: &str) -> &'a Value {
 }
 
 #[test]
-fn pause_and_resume_show_in_the_views() {
-    on_each_backend("pause_and_resume_show_in_the_views", pause_and_resume);
+fn pause_and_resume_show_in_the_views_on_sqlite() {
+    on_sqlite(pause_and_resume);
+}
+
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[test]
+fn pause_and_resume_show_in_the_views_on_postgres() {
+    on_postgres(
+        "pause_and_resume_show_in_the_views_on_postgres",
+        pause_and_resume,
+    );
 }
 
 fn pause_and_resume(url: &str) {
@@ -199,8 +216,20 @@ fn pause_and_resume(url: &str) {
 }
 
 #[test]
-fn reschedule_moves_cancels_and_refuses_what_ran() {
-    on_each_backend("reschedule_moves_cancels_and_refuses_what_ran", reschedule);
+fn reschedule_moves_cancels_and_refuses_what_ran_on_sqlite() {
+    on_sqlite(reschedule);
+}
+
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[test]
+fn reschedule_moves_cancels_and_refuses_what_ran_on_postgres() {
+    on_postgres(
+        "reschedule_moves_cancels_and_refuses_what_ran_on_postgres",
+        reschedule,
+    );
 }
 
 fn reschedule(url: &str) {
@@ -282,8 +311,20 @@ fn reschedule(url: &str) {
 }
 
 #[test]
-fn fork_copies_and_is_listed_with_its_origin() {
-    on_each_backend("fork_copies_and_is_listed_with_its_origin", fork);
+fn fork_copies_and_is_listed_with_its_origin_on_sqlite() {
+    on_sqlite(fork);
+}
+
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[test]
+fn fork_copies_and_is_listed_with_its_origin_on_postgres() {
+    on_postgres(
+        "fork_copies_and_is_listed_with_its_origin_on_postgres",
+        fork,
+    );
 }
 
 fn fork(url: &str) {
@@ -324,8 +365,17 @@ fn fork(url: &str) {
 }
 
 #[test]
-fn redrive_names_the_lane() {
-    on_each_backend("redrive_names_the_lane", redrive_lane);
+fn redrive_names_the_lane_on_sqlite() {
+    on_sqlite(redrive_lane);
+}
+
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[test]
+fn redrive_names_the_lane_on_postgres() {
+    on_postgres("redrive_names_the_lane_on_postgres", redrive_lane);
 }
 
 fn redrive_lane(url: &str) {
