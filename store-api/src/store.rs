@@ -29,6 +29,49 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<StoredEvent>> + Send + '
 ///
 /// Every method is one atomic step: an `Err` means nothing changed. Object
 /// safe, so `Arc<dyn Store>` works across tasks and threads.
+///
+/// # The methods as written
+///
+/// The trait is declared with `#[async_trait]`, which keeps it object safe
+/// (`Arc<dyn Store>`); rustdoc shows that expansion (`'life0`,
+/// `Pin<Box<dyn Future…>>`) below. Each method is written, implemented
+/// (with `#[async_trait]` on the `impl`) and called as the plain `async fn`
+/// it is:
+///
+/// ```
+/// # #![allow(async_fn_in_trait, dead_code)]
+/// # use std::collections::BTreeMap;
+/// # use a2_store_api::*;
+/// # use serde_json::Value;
+/// # trait Store {
+/// async fn append(&self, session_id: &str, events: Vec<NewEvent>, options: AppendOptions) -> Result<AppendResult>;
+/// async fn claim_available(&self, request: ClaimRequest) -> Result<ClaimResult>;
+/// async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult>;
+/// async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult>;
+/// async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult>;
+/// async fn dead_letters(&self, session_id: &str) -> Result<Vec<Head>>;
+/// async fn redrive(&self, request: RedriveRequest) -> Result<RedriveResult>;
+/// async fn clear(&self, request: ClearRequest) -> Result<ClearResult>;
+/// async fn reclaim(&self, session_id: &str) -> Result<ReclaimResult>;
+/// async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>>;
+/// async fn wake_log(&self, session_id: &str, consumer: &ConsumerDeclaration) -> Result<WakeLogResult>;
+/// async fn cursors(&self, session_id: &str) -> Result<Vec<Cursor>>;
+/// async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream>;
+/// async fn write_state(&self, session_id: &str, reducer: &str, writes: Vec<StateWrite>) -> Result<()>;
+/// async fn read_state(&self, session_id: &str, reducer: &str, options: ReadStateOptions) -> Result<StateRead>;
+/// async fn set_presence(&self, session_id: &str, participant: &str, values: BTreeMap<String, Value>, meta: PresenceMeta) -> Result<PresenceResult>;
+/// async fn read_presence(&self, session_id: &str) -> Result<Vec<PresenceRow>>;
+/// async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>>;
+/// async fn claim_work(&self, request: ClaimWorkRequest) -> Result<ClaimWorkResult>;
+/// async fn list_work(&self, request: ListWork) -> Result<Vec<SessionWork>>;
+/// async fn reschedule(&self, request: RescheduleRequest) -> Result<RescheduleResult>;
+/// async fn pause(&self, request: PauseRequest) -> Result<Pause>;
+/// async fn resume(&self, request: ResumeRequest) -> Result<ResumeResult>;
+/// async fn pauses(&self, session_id: Option<&str>) -> Result<Vec<Pause>>;
+/// async fn redrive_all(&self, request: BulkRedrive) -> Result<BulkRedriveResult>;
+/// async fn fork(&self, request: ForkRequest) -> Result<ForkResult>;
+/// # }
+/// ```
 #[async_trait]
 pub trait Store: Send + Sync {
     /// Appends a batch atomically (or replays it idempotently when every id
@@ -630,4 +673,40 @@ pub trait Store: Send + Sync {
     /// # }
     /// ```
     async fn fork(&self, request: ForkRequest) -> Result<ForkResult>;
+}
+
+#[cfg(test)]
+mod tests {
+    /// `text` with runs of whitespace as one space, and no space just inside
+    /// parentheses (how rustfmt's multi-line signatures read on one line).
+    fn one_line(text: &str) -> String {
+        text.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .replace("( ", "(")
+            .replace(", )", ")")
+    }
+
+    #[test]
+    fn the_overview_lists_every_method_as_declared() {
+        let source = include_str!("store.rs");
+        let (docs, body) = source
+            .split_once("pub trait Store: Send + Sync {")
+            .expect("the trait is declared in this file");
+        let listed: Vec<String> = docs
+            .lines()
+            .filter_map(|line| line.strip_prefix("/// async fn "))
+            .map(|line| format!("async fn {}", one_line(line)))
+            .collect();
+        let declared: Vec<String> = body
+            .split("\n    async fn ")
+            .skip(1)
+            .map(|rest| {
+                let signature = rest.split(';').next().unwrap_or(rest);
+                format!("async fn {};", one_line(signature))
+            })
+            .collect();
+        assert!(declared.len() >= 26, "found {declared:?}");
+        assert_eq!(listed, declared);
+    }
 }
