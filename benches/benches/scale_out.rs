@@ -118,6 +118,7 @@ async fn drain(store: Arc<dyn Store>, session: String, holder: String) -> u64 {
                 continue;
             }
             ClaimResult::Settled => return done,
+            other => panic!("claim answered {other:?}, an outcome this bench does not know"),
         };
         for head in heads {
             let result = store

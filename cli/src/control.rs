@@ -172,6 +172,9 @@ pub async fn reschedule(args: &RescheduleArgs) -> Result<(), Failure> {
             "nothing changed: the cursor of {head} in session '{session}' has moved past it (finished, skipped, cancelled or cleared), or no cursor waits on it; {look}"
         )),
         RescheduleResult::Rescheduled { .. } | RescheduleResult::Cancelled => None,
+        other => Some(format!(
+            "the store answered {other:?}, an outcome this build of a2-store does not know; {look}"
+        )),
     };
     if args.json {
         print_json(&json!({
@@ -196,7 +199,7 @@ pub async fn reschedule(args: &RescheduleArgs) -> Result<(), Failure> {
             RescheduleResult::Cancelled => print(&format!(
                 "cancelled {head} in session '{session}': the cursor moved past it (no completion recorded)\n"
             ))?,
-            RescheduleResult::Started | RescheduleResult::Gone => {}
+            _ => {}
         }
     }
     match unchanged {
@@ -244,17 +247,9 @@ mod tests {
 
     #[test]
     fn a_pause_says_until_when() {
-        let pause = Pause {
-            consumer: "c".into(),
-            session_id: None,
-            until_ms: None,
-            paused_at: 0,
-        };
+        let pause = Pause::new("c", None, None, 0);
         assert_eq!(until(&pause), "until resumed");
-        let timed = Pause {
-            until_ms: Some(0),
-            ..pause
-        };
+        let timed = Pause::new("c", None, Some(0), 0);
         assert_eq!(until(&timed), "until 1970-01-01T00:00:00.000Z");
         assert!(from_now(Duration::from_secs(60)) > SystemClock.now_ms());
     }

@@ -160,6 +160,9 @@ pub async fn clear(args: &ClearArgs) -> Result<(), Failure> {
             "not cleared: session '{shown}' ends at index {head}, not {} — look at its log, then rerun with --if-last-index {head}",
             args.if_last_index.map_or_else(|| "the index given".to_owned(), |n| n.to_string())
         ))),
+        other => Err(Failure::new(format!(
+            "session '{shown}': the store answered {other:?}, an outcome this build of a2-store does not know; use a CLI built from the same version as the store"
+        ))),
     }
 }
 

@@ -448,16 +448,7 @@ mod tests {
 
     #[test]
     fn summaries_are_compact() {
-        let cursor = Cursor {
-            pause: None,
-            consumer: "agent".into(),
-            lane: None,
-            kind: CursorKind::Event,
-            position: 2,
-            head: Some(3),
-            types: None,
-            dispatch: a2_store_api::Dispatch::default(),
-        };
+        let cursor = Cursor::new("agent", None, CursorKind::Event, 2).with_head(Some(3));
         assert_eq!(cursor_summaries(&[cursor]), ["agent/- event pos=2 head=3"]);
         assert_eq!(ref_summaries(&[at("c", Some("L"), 4)]), ["4 c/L"]);
     }

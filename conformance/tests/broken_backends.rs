@@ -72,21 +72,19 @@ impl Store for Broken {
                     .filter(|cursor| cursor.dispatch.claim_holder.is_some())
                     .filter_map(|cursor| {
                         let index = cursor.head?;
-                        Some(Head {
-                            event: StoredEvent {
-                                id: format!("early-{index}"),
-                                event_type: "msg".into(),
-                                payload: Value::Null.into(),
+                        Some(Head::new(
+                            StoredEvent::new(
+                                request.session_id.clone(),
                                 index,
-                                session_id: request.session_id.clone(),
-                                created_at: 0,
-                                cause: None,
-                            },
-                            consumer: cursor.consumer,
-                            lane: cursor.lane,
-                            dispatch: cursor.dispatch,
-                            clear_index: None,
-                        })
+                                format!("early-{index}"),
+                                "msg",
+                                Value::Null,
+                                0,
+                            ),
+                            cursor.consumer,
+                            cursor.lane,
+                            cursor.dispatch,
+                        ))
                     })
                     .collect();
                 Ok(ClaimResult::Claimed {

@@ -6,8 +6,8 @@ use std::collections::BTreeSet;
 use a2_store_api::pause::Hold;
 use a2_store_api::work::WorkSummary;
 use a2_store_api::{
-    log, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult, Cursor, CursorKind,
-    Dispatch, Head, CLEAR_EVENT_TYPE,
+    log, ClaimRequest, ClaimResult, ClaimWorkRequest, ClaimWorkResult, Cursor, CursorKind, Head,
+    CLEAR_EVENT_TYPE,
 };
 
 use crate::call::{Call, Outcome, Projection};
@@ -70,10 +70,8 @@ fn summary(state: &SessionState, consumers: &[String], now: i64, paused: bool) -
             if held.hides() {
                 continue;
             }
-            let dispatch = Dispatch {
-                claim_expires_at: cursor.dispatch.busy_until_held(now, held),
-                ..cursor.dispatch.clone()
-            };
+            let mut dispatch = cursor.dispatch.clone();
+            dispatch.claim_expires_at = cursor.dispatch.busy_until_held(now, held);
             summary.add(&dispatch, now);
         }
     }
@@ -105,9 +103,10 @@ fn work_listing_matches_heads(after: &StoreState) -> Result<(), String> {
     }
     let got: Vec<_> = listed
         .iter()
-        .map(|work| a2_store_api::SessionWork {
-            ready_since: None,
-            ..work.clone()
+        .map(|work| {
+            let mut work = work.clone();
+            work.ready_since = None;
+            work
         })
         .collect();
     if got != expected {
@@ -248,6 +247,11 @@ fn work_claims_keep_their_word(
                     ));
                 }
             }
+        }
+        other => {
+            return Err(format!(
+                "claim_work answered {other:?}, an outcome the model does not know"
+            ))
         }
     }
     Ok(())
@@ -519,28 +523,24 @@ mod tests {
     use super::*;
 
     fn row(index: u64, event_type: &str) -> StoredEvent {
-        StoredEvent {
-            id: format!("e{index}"),
-            event_type: event_type.to_owned(),
-            payload: json!(null).into(),
+        StoredEvent::new(
+            "s0".to_owned(),
             index,
-            session_id: "s0".to_owned(),
-            created_at: 0,
-            cause: None,
-        }
+            format!("e{index}"),
+            event_type.to_owned(),
+            json!(null),
+            0,
+        )
     }
 
     fn cursor(kind: CursorKind, consumer: &str, lane: Option<&str>, head: Option<u64>) -> Cursor {
-        Cursor {
-            pause: None,
-            consumer: consumer.to_owned(),
-            lane: lane.map(str::to_owned),
+        Cursor::new(
+            consumer.to_owned(),
+            lane.map(str::to_owned),
             kind,
-            position: head.map_or(0, |h| h - 1),
-            head,
-            types: None,
-            dispatch: Dispatch::default(),
-        }
+            head.map_or(0, |h| h - 1),
+        )
+        .with_head(head)
     }
 
     fn state(rows: Vec<StoredEvent>, cursors: Vec<Cursor>, clear: u64) -> StoreState {
@@ -551,13 +551,7 @@ mod tests {
             dead_letters: Ok(Vec::new()),
             presence: Ok(Vec::new()),
             states: Vec::new(),
-            info: Some(SessionInfo {
-                forked_from: None,
-                session_id: "s0".to_owned(),
-                head,
-                clear_index: clear,
-                reclaimed_through: 0,
-            }),
+            info: Some(SessionInfo::new("s0".to_owned(), head, clear, 0)),
         };
         let empty = SessionState {
             rows: Ok(Vec::new()),
@@ -663,9 +657,10 @@ mod tests {
             .contains("no declaration"));
         let skipped = state(
             vec![row(1, "msg"), row(2, "msg")],
-            vec![Cursor {
-                position: 0,
-                ..cursor(CursorKind::Log, "audit", Some("log"), Some(2))
+            vec![{
+                let mut cursor = cursor(CursorKind::Log, "audit", Some("log"), Some(2));
+                cursor.position = 0;
+                cursor
             }],
             0,
         );
@@ -702,13 +697,12 @@ mod tests {
             ..ClaimRequest::default()
         });
         let outcome = Ok(Outcome::Claim(ClaimResult::Claimed {
-            heads: vec![Head {
-                event: row(1, "msg"),
-                consumer: "agent".to_owned(),
-                lane: None,
-                dispatch: taken.dispatch,
-                clear_index: None,
-            }],
+            heads: vec![Head::new(
+                row(1, "msg"),
+                "agent".to_owned(),
+                None,
+                taken.dispatch,
+            )],
             dead_lettered: Vec::new(),
             head: 1,
         }));
@@ -729,13 +723,12 @@ mod tests {
             ..ClaimRequest::default()
         });
         let outcome = Ok(Outcome::Claim(ClaimResult::Claimed {
-            heads: vec![Head {
-                event: row(1, "msg"),
-                consumer: cursor.consumer.clone(),
-                lane: cursor.lane.clone(),
-                dispatch: cursor.dispatch.clone(),
-                clear_index: None,
-            }],
+            heads: vec![Head::new(
+                row(1, "msg"),
+                cursor.consumer.clone(),
+                cursor.lane.clone(),
+                cursor.dispatch.clone(),
+            )],
             dead_lettered: Vec::new(),
             head: 1,
         }));
@@ -763,12 +756,12 @@ mod tests {
         assert_eq!(check(&model, &call, &outcome, &before, &after, 100), Ok(()));
 
         let mut paused = cursor(CursorKind::Lane, "agent", Some("L1"), Some(1));
-        paused.pause = Some(a2_store_api::Pause {
-            consumer: "agent".to_owned(),
-            session_id: None,
-            until_ms: Some(80),
-            paused_at: 0,
-        });
+        paused.pause = Some(a2_store_api::Pause::new(
+            "agent".to_owned(),
+            None,
+            Some(80),
+            0,
+        ));
         let before = state(vec![row(1, "msg")], vec![paused], 0);
         let message = check(&model, &call, &outcome, &before, &after, 50).unwrap_err();
         assert!(message.contains("paused"), "{message}");

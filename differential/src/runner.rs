@@ -365,6 +365,7 @@ fn outcome_name(call: &Call, outcome: &Projection) -> String {
             FailOutcome::Failed => "Failed".to_owned(),
             FailOutcome::DeadLettered => "DeadLettered".to_owned(),
             FailOutcome::Superseded => "Superseded".to_owned(),
+            other => format!("{other:?}"),
         },
         Ok(Outcome::Redrive(result)) => format!("redriven={}", result.redriven),
         Ok(Outcome::Renew(result)) => format!(
@@ -374,6 +375,7 @@ fn outcome_name(call: &Call, outcome: &Projection) -> String {
         ),
         Ok(Outcome::Clear(a2_store_api::ClearResult::Cleared { .. })) => "Cleared".to_owned(),
         Ok(Outcome::Clear(a2_store_api::ClearResult::NotCleared { .. })) => "NotCleared".to_owned(),
+        Ok(Outcome::Clear(other)) => format!("{other:?}"),
         Ok(Outcome::Reclaim(result)) => format!("reclaimed>0={}", result.reclaimed > 0),
         Ok(Outcome::Reschedule(result)) => match result {
             RescheduleResult::Rescheduled { not_before } => {
@@ -382,6 +384,7 @@ fn outcome_name(call: &Call, outcome: &Projection) -> String {
             RescheduleResult::Cancelled => "Cancelled".to_owned(),
             RescheduleResult::Started => "Started".to_owned(),
             RescheduleResult::Gone => "Gone".to_owned(),
+            other => format!("{other:?}"),
         },
         Ok(Outcome::Pause(pause)) => format!(
             "{}{}",

@@ -35,6 +35,21 @@
 //! Backends: `a2-store-memory` (the reference), `a2-store-sqlite`,
 //! `a2-store-postgres`. The `a2-conformance` suite proves a backend
 //! implements the contract.
+//!
+//! # Versioning
+//!
+//! Requests are open structs (struct literals work; their constructors,
+//! like [`ClaimRequest::new`] and [`CompleteRequest::for_head`], keep
+//! working when a request gains an optional field). What a store returns
+//! is `#[non_exhaustive]`, so a later version can add to it without a
+//! breaking change: result structs ([`Head`], [`Cursor`], [`Dispatch`],
+//! [`StoredEvent`], [`AppendResult`], [`SessionInfo`], ...) are read by
+//! field and built, by backends and test doubles, with their constructors
+//! ([`Head::new`], [`StoredEvent::new`], [`Cursor::new`] with `with_*`
+//! methods, ...); a `match` on a result enum ([`ClaimResult`],
+//! [`ClaimWorkResult`], [`CompleteResult`], [`ClearResult`],
+//! [`RescheduleResult`], [`FailOutcome`], [`ErrorCode`]) keeps a wildcard
+//! arm.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
@@ -54,6 +69,7 @@ mod payload;
 pub mod presence;
 pub mod redrive;
 pub mod replay;
+mod results;
 pub mod schedule;
 pub mod sql;
 mod store;

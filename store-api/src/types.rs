@@ -155,6 +155,7 @@ impl NewEvent {
 
 /// An event as stored in a session's log.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StoredEvent {
     /// Unique within the session (above its clear).
     pub id: String,
@@ -264,6 +265,7 @@ pub enum CursorKind {
 
 /// Dispatch bookkeeping of one head; fresh each time a cursor moves to a new head.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Dispatch {
     /// Claims (and expiry dead-letters) so far; the current attempt number.
     pub attempt_count: u32,
@@ -289,6 +291,7 @@ pub struct Dispatch {
 
 /// A cursor with its position, head and bookkeeping.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Cursor {
     /// The consumer.
     pub consumer: String,
@@ -323,6 +326,7 @@ impl Cursor {
 
 /// A claimable or dead-lettered head: the stored event plus its cursor's bookkeeping.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Head {
     /// The event at the head.
     pub event: StoredEvent,
@@ -371,6 +375,7 @@ pub struct AppendOptions {
 
 /// Result of [`Store::append`](crate::Store::append).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct AppendResult {
     /// The stored rows in the batch's order.
     pub events: Vec<StoredEvent>,
@@ -411,6 +416,7 @@ pub struct ClaimRequest {
 /// Result of [`Store::claim_available`](crate::Store::claim_available).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ClaimResult {
     /// Something was claimed or dead-lettered.
     Claimed {
@@ -459,6 +465,7 @@ pub struct RenewRequest {
 
 /// Result of [`Store::renew_claims`](crate::Store::renew_claims), refs by `(index, consumer)`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RenewResult {
     /// Claims whose expiry was extended.
     pub renewed: Vec<CursorRef>,
@@ -491,6 +498,7 @@ pub struct CompleteRequest {
 /// Result of [`Store::complete_attempt`](crate::Store::complete_attempt).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum CompleteResult {
     /// Applied now, or a replay of the same completion.
     Completed {
@@ -528,6 +536,7 @@ pub struct FailRequest {
 /// How a failure was recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FailOutcome {
     /// Counted; the head can be claimed again (after the retry delay).
     Failed,
@@ -539,6 +548,7 @@ pub enum FailOutcome {
 
 /// Result of [`Store::fail_attempt`](crate::Store::fail_attempt).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct FailResult {
     /// What happened.
     pub outcome: FailOutcome,
@@ -593,6 +603,7 @@ pub struct RedriveRequest {
 
 /// Result of [`Store::redrive`](crate::Store::redrive).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RedriveResult {
     /// Whether a dead-lettered head was found and redriven.
     pub redriven: bool,
@@ -616,6 +627,7 @@ pub struct ClearRequest {
 /// Result of [`Store::clear`](crate::Store::clear).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ClearResult {
     /// The marker appended; its index is the new clear index.
     Cleared {
@@ -631,6 +643,7 @@ pub enum ClearResult {
 
 /// Result of [`Store::reclaim`](crate::Store::reclaim).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ReclaimResult {
     /// Rows deleted by this call (at most [`RECLAIM_BATCH`]).
     pub reclaimed: u64,
@@ -654,6 +667,7 @@ pub struct ReadOptions {
 
 /// Result of [`Store::wake_log`](crate::Store::wake_log).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct WakeLogResult {
     /// The log cursor (idle and not stored when nothing follows the clear).
     pub cursor: Cursor,
@@ -683,6 +697,7 @@ pub struct ReadStateOptions {
 
 /// A reducer snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Snapshot {
     /// The index it was folded through.
     pub index: u64,
@@ -692,6 +707,7 @@ pub struct Snapshot {
 
 /// Result of [`Store::read_state`](crate::Store::read_state).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct StateRead {
     /// The best snapshot at or below `at` and above the clear, if any.
     pub snapshot: Option<Snapshot>,
@@ -713,6 +729,7 @@ pub struct PresenceMeta {
 
 /// Result of [`Store::set_presence`](crate::Store::set_presence).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PresenceResult {
     /// Fields that were written (a `null` is a deletion).
     pub applied: BTreeMap<String, Value>,
@@ -722,6 +739,7 @@ pub struct PresenceResult {
 
 /// One live presence field.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PresenceRow {
     /// Who.
     pub participant: String,
@@ -750,6 +768,7 @@ pub struct ListSessions {
 
 /// A session as listed by [`Store::sessions`](crate::Store::sessions).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SessionInfo {
     /// The session id.
     pub session_id: String,
@@ -887,6 +906,7 @@ impl ClaimWorkRequest {
 
 /// What one session gave a [`Store::claim_work`](crate::Store::claim_work) call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SessionClaim {
     /// The session.
     pub session_id: String,
@@ -901,6 +921,7 @@ pub struct SessionClaim {
 /// Result of [`Store::claim_work`](crate::Store::claim_work).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ClaimWorkResult {
     /// Something was claimed or dead-lettered.
     Claimed {
@@ -965,6 +986,7 @@ impl ListWork {
 
 /// A session's work for the listed consumers, as [`Store::list_work`](crate::Store::list_work) reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct SessionWork {
     /// The session.
     pub session_id: String,
@@ -1022,6 +1044,7 @@ pub enum ScheduleChange {
 /// Result of [`Store::reschedule`](crate::Store::reschedule).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RescheduleResult {
     /// The head is now claimable from `not_before` (`None`: at once).
     Rescheduled {
@@ -1052,6 +1075,7 @@ pub struct PauseRequest {
 
 /// A pause in force: a consumer's heads are not claimed and not pending.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Pause {
     /// The paused consumer.
     pub consumer: String,
@@ -1077,6 +1101,7 @@ pub struct ResumeRequest {
 
 /// Result of [`Store::resume`](crate::Store::resume).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ResumeResult {
     /// Whether a pause in force was lifted.
     pub resumed: bool,
@@ -1130,6 +1155,7 @@ impl BulkRedrive {
 
 /// One head a [`Store::redrive_all`](crate::Store::redrive_all) redrove.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RedrivenHead {
     /// The session.
     pub session_id: String,
@@ -1142,6 +1168,7 @@ pub struct RedrivenHead {
 
 /// Result of [`Store::redrive_all`](crate::Store::redrive_all).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct BulkRedriveResult {
     /// The heads redriven, by `(session_id, index, consumer, lane)`.
     pub redriven: Vec<RedrivenHead>,
@@ -1181,6 +1208,7 @@ impl ForkRequest {
 
 /// Where a forked session came from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ForkOrigin {
     /// The session it was copied from.
     pub session_id: String,
@@ -1190,6 +1218,7 @@ pub struct ForkOrigin {
 
 /// Result of [`Store::fork`](crate::Store::fork).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ForkResult {
     /// The new session as [`Store::sessions`](crate::Store::sessions) lists it.
     pub session: SessionInfo,

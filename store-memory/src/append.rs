@@ -20,10 +20,10 @@ impl Session {
         let now = env.clock.now_ms();
         if events.is_empty() {
             self.refresh_log_types(consumers);
-            return Ok(AppendResult {
-                events: Vec::new(),
-                has_pending: self.has_pending(consumers, pauses, now),
-            });
+            return Ok(AppendResult::new(
+                Vec::new(),
+                self.has_pending(consumers, pauses, now),
+            ));
         }
         let owners = self.owners(&events);
         if !owners.is_empty() {
@@ -35,10 +35,10 @@ impl Session {
             }
             let stored = replay::append(&events, self.rows(&owners)?)?;
             self.refresh_log_types(consumers);
-            return Ok(AppendResult {
-                events: stored,
-                has_pending: self.has_pending(consumers, pauses, now),
-            });
+            return Ok(AppendResult::new(
+                stored,
+                self.has_pending(consumers, pauses, now),
+            ));
         }
         options.check_origin(&self.id, self.log.clear_index())?;
         for cause in events.iter().filter_map(|event| event.cause.as_ref()) {
@@ -46,9 +46,9 @@ impl Session {
         }
         self.check_lane_conflicts(&events, consumers)?;
         let stored = self.insert_batch(env, &events, None, consumers)?;
-        Ok(AppendResult {
-            events: stored,
-            has_pending: self.has_pending(consumers, pauses, now),
-        })
+        Ok(AppendResult::new(
+            stored,
+            self.has_pending(consumers, pauses, now),
+        ))
     }
 }

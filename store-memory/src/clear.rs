@@ -41,6 +41,6 @@ impl Session {
         if done {
             self.snapshots.drop_below(clear);
         }
-        ReclaimResult { reclaimed, done }
+        ReclaimResult::new(reclaimed, done)
     }
 }

@@ -217,19 +217,18 @@ impl CursorState {
 
     /// The public view of this cursor.
     pub fn to_cursor(&self) -> Cursor {
-        Cursor {
-            pause: None,
-            consumer: String::from(&*self.consumer),
-            lane: self.lane.as_deref().map(str::to_owned),
-            kind: self.kind,
-            position: self.position,
-            head: self.head,
-            types: if self.kind == CursorKind::Log {
-                self.types.clone()
-            } else {
-                None
-            },
-            dispatch: self.dispatch.clone(),
-        }
+        Cursor::new(
+            String::from(&*self.consumer),
+            self.lane.as_deref().map(str::to_owned),
+            self.kind,
+            self.position,
+        )
+        .with_head(self.head)
+        .with_types(if self.kind == CursorKind::Log {
+            self.types.clone()
+        } else {
+            None
+        })
+        .with_dispatch(self.dispatch.clone())
     }
 }

@@ -51,10 +51,10 @@ impl Session {
             None => {
                 let marker = self.log.clear_index();
                 if head == marker {
-                    return Ok(WakeLogResult {
-                        cursor: log::idle_log_cursor(consumer, marker),
+                    return Ok(WakeLogResult::new(
+                        log::idle_log_cursor(consumer, marker),
                         head,
-                    });
+                    ));
                 }
                 let position = log.start_position(marker, head);
                 let mut cursor =
@@ -71,6 +71,6 @@ impl Session {
             .get(id)
             .map(CursorState::to_cursor)
             .ok_or_else(|| self.inconsistent("an indexed cursor is missing"))?;
-        Ok(WakeLogResult { cursor, head })
+        Ok(WakeLogResult::new(cursor, head))
     }
 }

@@ -246,13 +246,13 @@ impl EventLog {
 
 /// The stored form of `row` at `index`.
 pub(crate) fn to_stored(session_id: &str, index: u64, row: &Row) -> StoredEvent {
-    StoredEvent {
-        id: String::from(&*row.id),
-        event_type: String::from(&*row.event_type),
-        payload: row.payload.clone(),
+    StoredEvent::new(
+        session_id.to_owned(),
         index,
-        session_id: session_id.to_owned(),
-        created_at: row.created_at,
-        cause: row.cause.clone(),
-    }
+        String::from(&*row.id),
+        String::from(&*row.event_type),
+        row.payload.clone(),
+        row.created_at,
+    )
+    .with_cause(row.cause.clone())
 }

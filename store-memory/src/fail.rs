@@ -103,16 +103,16 @@ impl Session {
         };
         self.refresh_log_types(consumers);
         let Some(id) = found else {
-            return Ok(RedriveResult {
-                redriven: false,
-                has_pending: self.has_pending(consumers, pauses, now),
-            });
+            return Ok(RedriveResult::new(
+                false,
+                self.has_pending(consumers, pauses, now),
+            ));
         };
         self.redrive_head(id, request.action);
-        Ok(RedriveResult {
-            redriven: true,
-            has_pending: self.has_pending(consumers, pauses, now),
-        })
+        Ok(RedriveResult::new(
+            true,
+            self.has_pending(consumers, pauses, now),
+        ))
     }
 
     /// Retries or skips the dead-lettered head of cursor `id`: a retry makes

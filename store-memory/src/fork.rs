@@ -50,10 +50,8 @@ impl MemoryStore {
         drop(source_guard);
         let stored = into_guard.take_fork(&plan, rows);
         into_guard.subscribers.notify(&stored);
-        Ok(ForkResult {
-            copied: plan.rows(),
-            session: plan.session,
-        })
+        let copied = plan.rows();
+        Ok(ForkResult::new(plan.session, copied))
     }
 
     fn fork_inconsistent(&self, into: &str) -> a2_store_api::StoreError {

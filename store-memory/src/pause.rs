@@ -215,9 +215,9 @@ impl MemoryStore {
             removed
         };
         self.shared.signal.notify();
-        Ok(ResumeResult {
-            resumed: removed.is_some_and(|pause| pause.in_force(now)),
-        })
+        Ok(ResumeResult::new(
+            removed.is_some_and(|pause| pause.in_force(now)),
+        ))
     }
 
     /// [`Store::pauses`](a2_store_api::Store::pauses).

@@ -56,10 +56,8 @@ impl PresenceTable {
         if fields.is_empty() {
             self.participants.remove(participant);
         }
-        PresenceResult {
-            applied_count: applied.len(),
-            applied,
-        }
+        let applied_count = applied.len();
+        PresenceResult::new(applied, applied_count)
     }
 
     /// Live rows at `now` by participant, then field; expired entries are
@@ -72,14 +70,14 @@ impl PresenceTable {
                 if entry.value.is_null() {
                     continue;
                 }
-                rows.push(PresenceRow {
-                    participant: participant.clone(),
-                    field: field.clone(),
-                    value: entry.value.clone(),
-                    seen: entry.seen,
-                    at: entry.at,
-                    expires_at: entry.expires_at,
-                });
+                rows.push(PresenceRow::new(
+                    participant.clone(),
+                    field.clone(),
+                    entry.value.clone(),
+                    entry.seen,
+                    entry.at,
+                    entry.expires_at,
+                ));
             }
             !fields.is_empty()
         });

@@ -15,12 +15,14 @@ impl Session {
     /// The session as `sessions` lists it; `None` for a session never
     /// appended to, which is not listed.
     pub fn info(&self) -> Option<SessionInfo> {
-        (!self.log.is_empty()).then(|| SessionInfo {
-            forked_from: self.forked_from.clone(),
-            session_id: self.id.clone(),
-            head: self.log.head(),
-            clear_index: self.log.clear_index(),
-            reclaimed_through: self.log.reclaimed_through(),
+        (!self.log.is_empty()).then(|| {
+            SessionInfo::new(
+                self.id.clone(),
+                self.log.head(),
+                self.log.clear_index(),
+                self.log.reclaimed_through(),
+            )
+            .with_forked_from(self.forked_from.clone())
         })
     }
 }

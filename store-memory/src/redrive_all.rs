@@ -72,7 +72,7 @@ impl MemoryStore {
             self.sync_work(&guard, Touch::All)?;
         }
         redriven.sort_by(order::compare_redriven);
-        Ok(BulkRedriveResult { redriven, more })
+        Ok(BulkRedriveResult::new(redriven, more))
     }
 }
 
@@ -93,11 +93,7 @@ impl Session {
                     .matches(&self.id, consumer, lane.as_deref(), failed_at)
                     .then(|| {
                         let cursor = CursorRef::new(&**consumer, lane.as_deref(), *index);
-                        let head = RedrivenHead {
-                            session_id: self.id.clone(),
-                            cursor,
-                            failed_at,
-                        };
+                        let head = RedrivenHead::new(self.id.clone(), cursor, failed_at);
                         (*id, head)
                     })
             })

@@ -220,13 +220,13 @@ impl Session {
             .log
             .stored(&self.id, index)
             .ok_or_else(|| self.corrupt(index))?;
-        Ok(Head {
+        Ok(Head::new(
             event,
-            consumer: String::from(&*cursor.consumer),
-            lane: cursor.lane.as_deref().map(str::to_owned),
-            dispatch: cursor.dispatch.clone(),
-            clear_index: self.reported_clear(),
-        })
+            String::from(&*cursor.consumer),
+            cursor.lane.as_deref().map(str::to_owned),
+            cursor.dispatch.clone(),
+        )
+        .with_clear_index(self.reported_clear()))
     }
 
     /// Appends an already validated, fenced and conflict-checked batch:

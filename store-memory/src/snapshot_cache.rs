@@ -86,10 +86,7 @@ impl SnapshotCache {
             (None, Some((c, checkpoint))) => (*c, &checkpoint.state),
             (None, None) => return None,
         };
-        Some(Snapshot {
-            index: best.0,
-            state: best.1.clone(),
-        })
+        Some(Snapshot::new(best.0, best.1.clone()))
     }
 
     /// Releases a pin: checkpoints it alone kept are dropped.

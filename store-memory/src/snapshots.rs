@@ -44,9 +44,6 @@ impl Session {
     /// The best snapshot at or below `at` and at or above the clear.
     pub fn read_state(&self, reducer: &str, options: ReadStateOptions) -> StateRead {
         let clear = self.log.clear_index();
-        StateRead {
-            snapshot: self.snapshots.read(reducer, clear, options.at),
-            clear_index: clear,
-        }
+        StateRead::new(self.snapshots.read(reducer, clear, options.at), clear)
     }
 }

@@ -58,15 +58,14 @@ mod tests {
     use futures::StreamExt;
 
     fn event(index: u64) -> StoredEvent {
-        StoredEvent {
-            id: format!("e{index}"),
-            event_type: "msg".into(),
-            payload: Payload::default(),
+        StoredEvent::new(
+            "s",
             index,
-            session_id: "s".into(),
-            created_at: 0,
-            cause: None,
-        }
+            format!("e{index}"),
+            "msg",
+            Payload::default(),
+            0,
+        )
     }
 
     #[tokio::test]

@@ -349,15 +349,17 @@ async fn insert(
             }
         };
         let index = base + offset;
-        stored.push(StoredEvent {
-            id,
-            event_type: event.event_type.clone(),
-            payload: event.payload.clone(),
-            index: u64::try_from(index).unwrap_or_default(),
-            session_id: session_id.to_owned(),
-            created_at: now,
-            cause: batch.cause.cloned().or_else(|| event.cause.clone()),
-        });
+        stored.push(
+            StoredEvent::new(
+                session_id.to_owned(),
+                u64::try_from(index).unwrap_or_default(),
+                id,
+                event.event_type.clone(),
+                event.payload.clone(),
+                now,
+            )
+            .with_cause(batch.cause.cloned().or_else(|| event.cause.clone())),
+        );
     }
     if !generated.is_empty() {
         let refs: Vec<&str> = generated.iter().map(String::as_str).collect();

@@ -41,15 +41,15 @@ pub(crate) fn decode_event(row: &Row, at: usize, session_id: &str) -> TxResult<S
             })
         }
     };
-    Ok(StoredEvent {
-        id: row.try_get(at + 1)?,
-        event_type: row.try_get(at + 2)?,
-        payload: payload.into(),
-        index: from_sql_int("event index", index)?,
-        session_id: session_id.to_owned(),
-        created_at: row.try_get(at + 4)?,
-        cause,
-    })
+    Ok(StoredEvent::new(
+        session_id.to_owned(),
+        from_sql_int("event index", index)?,
+        row.try_get::<_, String>(at + 1)?,
+        row.try_get::<_, String>(at + 2)?,
+        payload,
+        row.try_get(at + 4)?,
+    )
+    .with_cause(cause))
 }
 
 /// A stored index or count read back as `u64` (negative means a corrupt row).
@@ -152,20 +152,22 @@ impl CursorRow {
             position: row.try_get(at + 4)?,
             head: row.try_get(at + 5)?,
             types: types.map(|Json(types)| types),
-            dispatch: Dispatch {
-                attempt_count: from_sql_count("attempt count", row.try_get(at + 7)?)?,
-                first_claimed_at: row.try_get(at + 8)?,
-                last_claimed_at: row.try_get(at + 9)?,
-                claim_holder: row.try_get(at + 10)?,
-                claim_expires_at: row.try_get(at + 11)?,
-                failure_count: from_sql_count("failure count", row.try_get(at + 12)?)?,
-                last_failed_at: row.try_get(at + 13)?,
-                last_failed_attempt: row
+            dispatch: {
+                let mut dispatch = Dispatch::default();
+                dispatch.attempt_count = from_sql_count("attempt count", row.try_get(at + 7)?)?;
+                dispatch.first_claimed_at = row.try_get(at + 8)?;
+                dispatch.last_claimed_at = row.try_get(at + 9)?;
+                dispatch.claim_holder = row.try_get(at + 10)?;
+                dispatch.claim_expires_at = row.try_get(at + 11)?;
+                dispatch.failure_count = from_sql_count("failure count", row.try_get(at + 12)?)?;
+                dispatch.last_failed_at = row.try_get(at + 13)?;
+                dispatch.last_failed_attempt = row
                     .try_get::<_, Option<i64>>(at + 14)?
                     .map(|attempt| from_sql_count("failed attempt", attempt))
-                    .transpose()?,
-                last_error: row.try_get(at + 15)?,
-                failed_at: row.try_get(at + 16)?,
+                    .transpose()?;
+                dispatch.last_error = row.try_get(at + 15)?;
+                dispatch.failed_at = row.try_get(at + 16)?;
+                dispatch
             },
         })
     }
@@ -189,31 +191,30 @@ impl CursorRow {
 
     /// The API view of the cursor.
     pub(crate) fn to_cursor(&self) -> Result<Cursor> {
-        Ok(Cursor {
-            pause: None,
-            consumer: self.consumer.clone(),
-            lane: self.lane(),
-            kind: self.kind,
-            position: from_sql_int("cursor position", self.position)?,
-            head: self.head_index()?,
-            types: if self.kind == CursorKind::Log {
-                self.types.clone()
-            } else {
-                None
-            },
-            dispatch: self.dispatch.clone(),
+        Ok(Cursor::new(
+            self.consumer.clone(),
+            self.lane(),
+            self.kind,
+            from_sql_int("cursor position", self.position)?,
+        )
+        .with_head(self.head_index()?)
+        .with_types(if self.kind == CursorKind::Log {
+            self.types.clone()
+        } else {
+            None
         })
+        .with_dispatch(self.dispatch.clone()))
     }
 
     /// The head as claims and dead letters return it, with `event` at the head.
     pub(crate) fn to_head(&self, event: StoredEvent, clear_index: i64) -> Result<Head> {
-        Ok(Head {
+        Ok(Head::new(
             event,
-            consumer: self.consumer.clone(),
-            lane: self.lane(),
-            dispatch: self.dispatch.clone(),
-            clear_index: clear_of(clear_index)?,
-        })
+            self.consumer.clone(),
+            self.lane(),
+            self.dispatch.clone(),
+        )
+        .with_clear_index(clear_of(clear_index)?))
     }
 
     /// Resets the bookkeeping for a new head.

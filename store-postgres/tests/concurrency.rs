@@ -65,7 +65,7 @@ async fn work(store: PostgresStore, holder: String, session: String, ledger: Arc
             .expect("claim");
         let heads = match claimed {
             ClaimResult::Claimed { heads, .. } => heads,
-            ClaimResult::Busy { .. } | ClaimResult::Settled => {
+            _ => {
                 idle += 1;
                 if idle > 20 {
                     return;

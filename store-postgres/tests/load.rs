@@ -216,7 +216,7 @@ async fn work(store: PostgresStore, holder: String, total: u64) -> Vec<String> {
             .expect("claim");
         let heads = match claimed {
             ClaimResult::Claimed { heads, .. } => heads,
-            ClaimResult::Busy { .. } | ClaimResult::Settled => {
+            _ => {
                 let sessions = store
                     .sessions(ListSessions::default())
                     .await

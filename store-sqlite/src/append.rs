@@ -37,15 +37,10 @@ pub(crate) fn append(
     }
     if events.is_empty() {
         return Ok(Appended {
-            result: AppendResult {
-                events: Vec::new(),
-                has_pending: has_pending(
-                    tx,
-                    existing_session.as_ref(),
-                    consumers,
-                    ctx.clock.now_ms(),
-                )?,
-            },
+            result: AppendResult::new(
+                Vec::new(),
+                has_pending(tx, existing_session.as_ref(), consumers, ctx.clock.now_ms())?,
+            ),
             wrote: false,
             wake: Wake::default(),
         });
@@ -63,10 +58,10 @@ pub(crate) fn append(
             if stored.len() == events.len() {
                 let replayed = replay::append(events, stored)?;
                 return Ok(Appended {
-                    result: AppendResult {
-                        events: replayed,
-                        has_pending: has_pending(tx, Some(session), consumers, ctx.clock.now_ms())?,
-                    },
+                    result: AppendResult::new(
+                        replayed,
+                        has_pending(tx, Some(session), consumers, ctx.clock.now_ms())?,
+                    ),
                     wrote: false,
                     wake: Wake::default(),
                 });
@@ -91,10 +86,10 @@ pub(crate) fn append(
     let mut wake = Wake::default();
     let rows = batch::insert(tx, ctx, &mut session, events, consumers, None, &mut wake)?;
     Ok(Appended {
-        result: AppendResult {
-            events: rows,
-            has_pending: has_pending(tx, Some(&session), consumers, ctx.clock.now_ms())?,
-        },
+        result: AppendResult::new(
+            rows,
+            has_pending(tx, Some(&session), consumers, ctx.clock.now_ms())?,
+        ),
         wrote: true,
         wake,
     })

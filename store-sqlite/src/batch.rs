@@ -43,15 +43,15 @@ pub(crate) fn insert(
             Some(id) => id.clone(),
             None => ctx.ids.next_id(),
         };
-        let row = StoredEvent {
+        let row = StoredEvent::new(
+            session.name.clone(),
+            base + offset,
             id,
-            event_type: event.event_type.clone(),
-            payload: event.payload.clone(),
-            index: base + offset,
-            session_id: session.name.clone(),
-            created_at: now,
-            cause: cause.cloned().or_else(|| event.cause.clone()),
-        };
+            event.event_type.clone(),
+            event.payload.clone(),
+            now,
+        )
+        .with_cause(cause.cloned().or_else(|| event.cause.clone()));
         writer.write(&session.name, &row)?;
         rows.push(row);
     }

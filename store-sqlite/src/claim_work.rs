@@ -233,12 +233,12 @@ fn earliest_of(
         .and_then(|mut stmt| {
             stmt.query_map([consumer], |row| {
                 let session: String = row.get(1)?;
-                Ok(Pause {
-                    consumer: row.get(0)?,
-                    session_id: Some(session),
-                    until_ms: row.get(2)?,
-                    paused_at: row.get(3)?,
-                })
+                Ok(Pause::new(
+                    row.get::<_, String>(0)?,
+                    Some(session),
+                    row.get(2)?,
+                    row.get(3)?,
+                ))
             })?
             .collect()
         })

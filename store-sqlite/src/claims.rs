@@ -278,10 +278,7 @@ fn earliest_busy(
         if held.hides() {
             continue;
         }
-        let own = Dispatch {
-            claim_expires_at: Some(expiry),
-            ..Dispatch::default()
-        };
+        let own = Dispatch::leased_until(Some(expiry));
         if let Some(until) = own.busy_until_held(now, held) {
             earliest = Some(earliest.map_or(until, |early| early.min(until)));
         }

@@ -111,5 +111,5 @@ pub(crate) fn reclaim(tx: &Connection, session_id: &str) -> Result<ReclaimResult
     if done {
         snapshots::drop_below(tx, &session)?;
     }
-    Ok(ReclaimResult { reclaimed, done })
+    Ok(ReclaimResult::new(reclaimed, done))
 }

@@ -73,16 +73,15 @@ impl CursorRow {
 
     /// The public view of this cursor.
     pub(crate) fn to_cursor(&self) -> Cursor {
-        Cursor {
-            pause: None,
-            consumer: self.consumer.clone(),
-            lane: self.lane.clone(),
-            kind: self.kind,
-            position: self.position,
-            head: self.head,
-            types: self.types.clone(),
-            dispatch: self.dispatch.clone(),
-        }
+        Cursor::new(
+            self.consumer.clone(),
+            self.lane.clone(),
+            self.kind,
+            self.position,
+        )
+        .with_head(self.head)
+        .with_types(self.types.clone())
+        .with_dispatch(self.dispatch.clone())
     }
 
     /// The head as returned by claims and dead letters.
@@ -95,13 +94,13 @@ impl CursorRow {
             message: "internal error: a cursor without a head was reported as one".to_owned(),
             source: None,
         })?;
-        Ok(Head {
-            event: head_row(tx, session, index)?,
-            consumer: self.consumer.clone(),
-            lane: self.lane.clone(),
-            dispatch: self.dispatch.clone(),
-            clear_index: session.clear_index(),
-        })
+        Ok(Head::new(
+            head_row(tx, session, index)?,
+            self.consumer.clone(),
+            self.lane.clone(),
+            self.dispatch.clone(),
+        )
+        .with_clear_index(session.clear_index()))
     }
 }
 
@@ -121,17 +120,19 @@ fn decode_row(row: &Row<'_>) -> rusqlite::Result<CursorRow> {
         position: row.get::<_, SqlIndex>(5)?.get(),
         head: row.get::<_, Option<SqlIndex>>(6)?.map(SqlIndex::get),
         types: row.get::<_, Option<Json<_>>>(7)?.map(|types| types.0),
-        dispatch: Dispatch {
-            attempt_count: row.get::<_, SqlCount>(8)?.0,
-            first_claimed_at: row.get(9)?,
-            last_claimed_at: row.get(10)?,
-            claim_holder: row.get(11)?,
-            claim_expires_at: row.get(12)?,
-            failure_count: row.get::<_, SqlCount>(13)?.0,
-            last_failed_at: row.get(14)?,
-            last_failed_attempt: row.get::<_, Option<SqlCount>>(15)?.map(|count| count.0),
-            last_error: row.get(16)?,
-            failed_at: row.get(17)?,
+        dispatch: {
+            let mut dispatch = Dispatch::default();
+            dispatch.attempt_count = row.get::<_, SqlCount>(8)?.0;
+            dispatch.first_claimed_at = row.get(9)?;
+            dispatch.last_claimed_at = row.get(10)?;
+            dispatch.claim_holder = row.get(11)?;
+            dispatch.claim_expires_at = row.get(12)?;
+            dispatch.failure_count = row.get::<_, SqlCount>(13)?.0;
+            dispatch.last_failed_at = row.get(14)?;
+            dispatch.last_failed_attempt = row.get::<_, Option<SqlCount>>(15)?.map(|count| count.0);
+            dispatch.last_error = row.get(16)?;
+            dispatch.failed_at = row.get(17)?;
+            dispatch
         },
     })
 }

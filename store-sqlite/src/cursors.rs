@@ -30,10 +30,7 @@ pub(crate) fn wake_log(
 ) -> Result<(WakeLogResult, Wake), StoreError> {
     let mut wake = Wake::default();
     let Some(session) = session::find(tx, session_id)? else {
-        let result = WakeLogResult {
-            cursor: idle_log_cursor(consumer, 0),
-            head: 0,
-        };
+        let result = WakeLogResult::new(idle_log_cursor(consumer, 0), 0);
         return Ok((result, wake));
     };
     let found = cursor_rows::find(tx, &session, &consumer.name, Some(&log.lane), 0)?;
@@ -56,10 +53,8 @@ pub(crate) fn wake_log(
         }
         None => {
             if session.head == session.clear {
-                let result = WakeLogResult {
-                    cursor: idle_log_cursor(consumer, session.clear),
-                    head: session.head,
-                };
+                let result =
+                    WakeLogResult::new(idle_log_cursor(consumer, session.clear), session.head);
                 return Ok((result, wake));
             }
             let position = log.start_position(session.clear, session.head);
@@ -79,10 +74,7 @@ pub(crate) fn wake_log(
             )?
         }
     };
-    let result = WakeLogResult {
-        cursor: row.to_cursor(),
-        head: session.head,
-    };
+    let result = WakeLogResult::new(row.to_cursor(), session.head);
     Ok((result, wake))
 }
 

@@ -11,15 +11,15 @@ use crate::values::{Json, SqlIndex, SqlLimit};
 /// The event of `session` in a row selected as `idx, id, type, payload,
 /// created_at, cause`.
 fn event_of(session: &str, row: &Row<'_>) -> rusqlite::Result<StoredEvent> {
-    Ok(StoredEvent {
-        index: row.get::<_, SqlIndex>(0)?.get(),
-        id: row.get(1)?,
-        event_type: row.get(2)?,
-        payload: row.get::<_, Json<Payload>>(3)?.0,
-        created_at: row.get(4)?,
-        cause: row.get::<_, Option<Json<Cause>>>(5)?.map(|cause| cause.0),
-        session_id: session.to_owned(),
-    })
+    Ok(StoredEvent::new(
+        session.to_owned(),
+        row.get::<_, SqlIndex>(0)?.get(),
+        row.get::<_, String>(1)?,
+        row.get::<_, String>(2)?,
+        row.get::<_, Json<Payload>>(3)?.0,
+        row.get(4)?,
+    )
+    .with_cause(row.get::<_, Option<Json<Cause>>>(5)?.map(|cause| cause.0)))
 }
 
 /// The stored row at `index`, if it exists (never appended or reclaimed: `None`).

@@ -114,10 +114,7 @@ pub(crate) fn redrive(
     let mut wake = Wake::default();
     let consumers = request.consumers.as_deref();
     let Some(session) = session::find(tx, &request.session_id)? else {
-        let result = RedriveResult {
-            redriven: false,
-            has_pending: false,
-        };
+        let result = RedriveResult::new(false, false);
         return Ok((result, wake));
     };
     refresh_log_types(tx, &session, consumers)?;
@@ -129,17 +126,11 @@ pub(crate) fn redrive(
     };
     let now = ctx.clock.now_ms();
     let Some(mut found) = target else {
-        let result = RedriveResult {
-            redriven: false,
-            has_pending: has_pending(tx, Some(&session), consumers, now)?,
-        };
+        let result = RedriveResult::new(false, has_pending(tx, Some(&session), consumers, now)?);
         return Ok((result, wake));
     };
     redrive_head(tx, &session, &mut found, request.action, now, &mut wake)?;
-    let result = RedriveResult {
-        redriven: true,
-        has_pending: has_pending(tx, Some(&session), consumers, now)?,
-    };
+    let result = RedriveResult::new(true, has_pending(tx, Some(&session), consumers, now)?);
     Ok((result, wake))
 }
 

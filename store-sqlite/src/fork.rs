@@ -15,12 +15,13 @@ use crate::values::SqlIndex;
 /// presence are copied.
 pub(crate) fn fork(tx: &Connection, request: &ForkRequest) -> Result<ForkResult, StoreError> {
     let source = session::find(tx, &request.session_id)?;
-    let info = source.as_ref().map(|source| SessionInfo {
-        session_id: source.name.clone(),
-        head: source.head,
-        clear_index: source.clear,
-        reclaimed_through: source.reclaimed,
-        forked_from: None,
+    let info = source.as_ref().map(|source| {
+        SessionInfo::new(
+            source.name.clone(),
+            source.head,
+            source.clear,
+            source.reclaimed,
+        )
     });
     let into_head = session::find(tx, &request.into)?.map_or(0, |into| into.head);
     let plan = request.plan(info.as_ref(), into_head)?;
@@ -67,8 +68,6 @@ pub(crate) fn fork(tx: &Connection, request: &ForkRequest) -> Result<ForkResult,
     )
     .and_then(|mut stmt| stmt.execute(bounds))
     .ctx("copying a session's event ids")?;
-    Ok(ForkResult {
-        copied: plan.rows(),
-        session: plan.session,
-    })
+    let copied = plan.rows();
+    Ok(ForkResult::new(plan.session, copied))
 }

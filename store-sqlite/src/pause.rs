@@ -20,12 +20,12 @@ fn scope(session_id: Option<&str>) -> &str {
 /// A row selected as `consumer, session, until_ms, paused_at`.
 fn decode(row: &Row<'_>) -> rusqlite::Result<Pause> {
     let session: String = row.get(1)?;
-    Ok(Pause {
-        consumer: row.get(0)?,
-        session_id: (!session.is_empty()).then_some(session),
-        until_ms: row.get(2)?,
-        paused_at: row.get(3)?,
-    })
+    Ok(Pause::new(
+        row.get::<_, String>(0)?,
+        (!session.is_empty()).then_some(session),
+        row.get(2)?,
+        row.get(3)?,
+    ))
 }
 
 /// The pauses covering the session `?1`: its own and the store-wide ones.
@@ -115,9 +115,9 @@ pub(crate) fn resume(
             .optional()
         })
         .ctx("lifting a pause")?;
-    Ok(ResumeResult {
-        resumed: removed.is_some_and(|pause| pause.in_force(now)),
-    })
+    Ok(ResumeResult::new(
+        removed.is_some_and(|pause| pause.in_force(now)),
+    ))
 }
 
 /// The pauses in force at `now`: the store-wide ones and `session_id`'s,

@@ -63,10 +63,8 @@ pub(crate) fn set_presence(
         .ctx("writing presence")?;
         applied.insert(field.clone(), value.clone());
     }
-    Ok(PresenceResult {
-        applied_count: applied.len(),
-        applied,
-    })
+    let applied_count = applied.len();
+    Ok(PresenceResult::new(applied, applied_count))
 }
 
 /// Live rows at `now` (unexpired, not tombstones), by participant then field.
@@ -85,14 +83,14 @@ pub(crate) fn read_presence(
     )
     .and_then(|mut stmt| {
         stmt.query_map((session.sid, now), |row| {
-            Ok(PresenceRow {
-                participant: row.get(0)?,
-                field: row.get(1)?,
-                value: row.get::<_, Json<Value>>(2)?.0,
-                seen: row.get::<_, Option<Bits>>(3)?.map(|seen| seen.0),
-                at: row.get(4)?,
-                expires_at: row.get(5)?,
-            })
+            Ok(PresenceRow::new(
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, Json<Value>>(2)?.0,
+                row.get::<_, Option<Bits>>(3)?.map(|seen| seen.0),
+                row.get(4)?,
+                row.get(5)?,
+            ))
         })?
         .collect()
     })

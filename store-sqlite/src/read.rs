@@ -93,17 +93,13 @@ pub(crate) fn sessions(
     Ok(raws
         .into_iter()
         .map(
-            |(session_id, head, clear, reclaimed, origin, origin_index)| SessionInfo {
-                forked_from: origin
-                    .zip(origin_index)
-                    .map(|(session_id, index)| ForkOrigin {
-                        session_id,
-                        index: index.get(),
-                    }),
-                session_id,
-                head: head.get(),
-                clear_index: clear.get(),
-                reclaimed_through: reclaimed.get(),
+            |(session_id, head, clear, reclaimed, origin, origin_index)| {
+                SessionInfo::new(session_id, head.get(), clear.get(), reclaimed.get())
+                    .with_forked_from(
+                        origin
+                            .zip(origin_index)
+                            .map(|(session_id, index)| ForkOrigin::new(session_id, index.get())),
+                    )
             },
         )
         .collect())

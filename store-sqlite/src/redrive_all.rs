@@ -71,13 +71,13 @@ pub(crate) fn redrive_all(
             continue;
         };
         redrive_head(tx, session, &mut cursor, request.action, now, &mut wake)?;
-        redriven.push(RedrivenHead {
-            cursor: CursorRef::new(cursor.consumer.clone(), cursor.lane.as_deref(), index),
+        redriven.push(RedrivenHead::new(
             session_id,
+            CursorRef::new(cursor.consumer.clone(), cursor.lane.as_deref(), index),
             failed_at,
-        });
+        ));
     }
-    Ok((BulkRedriveResult { redriven, more }, wake))
+    Ok((BulkRedriveResult::new(redriven, more), wake))
 }
 
 /// Up to `limit` dead-lettered cursors matching `request`, with their

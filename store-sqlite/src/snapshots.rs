@@ -98,15 +98,9 @@ pub(crate) fn read_state(
     at: Option<u64>,
 ) -> Result<StateRead, StoreError> {
     let Some(session) = session::find(tx, session_id)? else {
-        return Ok(StateRead {
-            snapshot: None,
-            clear_index: 0,
-        });
+        return Ok(StateRead::new(None, 0));
     };
-    let none = StateRead {
-        snapshot: None,
-        clear_index: session.clear,
-    };
+    let none = StateRead::new(None, session.clear);
     let at = at.unwrap_or(u64::MAX);
     if at < session.clear {
         return Ok(none);
@@ -142,16 +136,13 @@ pub(crate) fn read_state(
             .ctx("reading a checkpoint")?,
         None => None,
     };
-    Ok(StateRead {
-        snapshot: pinned.or(head),
-        clear_index: session.clear,
-    })
+    Ok(StateRead::new(pinned.or(head), session.clear))
 }
 
 /// The snapshot in a row selected as `idx, state`.
 fn snapshot_of(row: &Row<'_>) -> rusqlite::Result<Snapshot> {
-    Ok(Snapshot {
-        index: row.get::<_, SqlIndex>(0)?.get(),
-        state: row.get::<_, Json<Value>>(1)?.0,
-    })
+    Ok(Snapshot::new(
+        row.get::<_, SqlIndex>(0)?.get(),
+        row.get::<_, Json<Value>>(1)?.0,
+    ))
 }

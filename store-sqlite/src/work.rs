@@ -186,13 +186,7 @@ fn row_summary(
         })
         .ctx("reading a consumer's earliest head")?;
     if let Some(claim_expires_at) = first {
-        summary.add(
-            &Dispatch {
-                claim_expires_at,
-                ..Dispatch::default()
-            },
-            now,
-        );
+        summary.add(&Dispatch::leased_until(claim_expires_at), now);
         return Ok(summary);
     }
     let dead = tx
@@ -210,10 +204,7 @@ fn row_summary(
 
 /// The bookkeeping of a dead-lettered head, as far as a summary looks at it.
 fn dead_letter() -> Dispatch {
-    Dispatch {
-        failed_at: Some(0),
-        ..Dispatch::default()
-    }
+    Dispatch::dead_lettered_at(0)
 }
 
 /// The full summary of `consumer`'s heads in `session` at `now`, for
@@ -237,13 +228,7 @@ pub(crate) fn full_summary(
         .ctx("counting a consumer's heads")?;
     while let Some(row) = rows.next().ctx("counting a consumer's heads")? {
         let claim_expires_at: Option<i64> = row.get(0).ctx("counting a consumer's heads")?;
-        summary.add(
-            &Dispatch {
-                claim_expires_at,
-                ..Dispatch::default()
-            },
-            now,
-        );
+        summary.add(&Dispatch::leased_until(claim_expires_at), now);
     }
     let dead: i64 = tx
         .prepare_cached(

@@ -39,6 +39,7 @@ async fn drain(store: Arc<dyn Store>, holder: String) -> Vec<(String, Option<Str
                 continue;
             }
             ClaimResult::Settled => return claimed,
+            other => panic!("unexpected outcome {other:?}"),
         };
         for head in heads {
             claimed.push((head.consumer.clone(), head.lane.clone(), head.event.index));

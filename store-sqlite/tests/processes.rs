@@ -156,6 +156,7 @@ async fn claimer(role: &str, db: &Path, log: &Path) {
                 continue;
             }
             ClaimResult::Settled => return,
+            other => panic!("unexpected outcome {other:?}"),
         };
         for head in heads {
             let lane = head.lane.clone().unwrap_or_default();

@@ -76,23 +76,15 @@
 //!             for session in sessions {
 //!                 for head in session.heads {
 //!                     // ... run the handler, then complete with what it returned:
-//!                     store
-//!                         .complete_attempt(CompleteRequest {
-//!                             session_id: session.session_id.clone(),
-//!                             consumer: head.consumer.clone(),
-//!                             lane: head.lane.clone(),
-//!                             index: head.event.index,
-//!                             attempt: head.dispatch.attempt_count,
-//!                             events: vec![],
-//!                             consumers: None,
-//!                         })
-//!                         .await?;
+//!                     store.complete_attempt(CompleteRequest::for_head(&head, vec![])).await?;
 //!                     handled += 1;
 //!                 }
 //!             }
 //!         }
-//!         // The wait ended with nothing claimable: wait again (or stop).
-//!         ClaimWorkResult::Busy { .. } | ClaimWorkResult::Settled => {}
+//!         // Busy or Settled: the wait ended with nothing claimable, so wait
+//!         // again (or stop). The enum is non-exhaustive: a later version may
+//!         // add outcomes, so a match keeps a wildcard arm.
+//!         _ => {}
 //!     }
 //! }
 //! # Ok(())

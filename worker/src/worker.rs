@@ -638,7 +638,8 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
                     }
                 }
             }
-            Ok(ClaimWorkResult::Busy { .. } | ClaimWorkResult::Settled) => {
+            // Busy, Settled, or an outcome added later: nothing to start.
+            Ok(_) => {
                 pause = CLAIM_ERROR_PAUSE;
             }
             Err(claim_error) if is_fatal(claim_error.code()) => {
@@ -944,6 +945,10 @@ impl Attempt {
                 bump(&counters.superseded);
                 tracing::warn!(target: TARGET, "completion superseded: the attempt is no longer current, nothing applied");
             }
+            Ok(other) => {
+                bump(&counters.unsettled);
+                tracing::error!(target: TARGET, outcome = ?other, "completion answered with an outcome this worker does not know; the lease will expire");
+            }
             Err(error) => match error.code() {
                 ErrorCode::SessionCleared
                 | ErrorCode::NoSuchEvent
@@ -1016,6 +1021,10 @@ impl Attempt {
                 FailOutcome::Superseded => {
                     bump(&counters.superseded);
                     tracing::warn!(target: TARGET, error = %message, "failure superseded: the attempt is no longer current");
+                }
+                other => {
+                    bump(&counters.unsettled);
+                    tracing::error!(target: TARGET, outcome = ?other, error = %message, "failure answered with an outcome this worker does not know; the lease will expire");
                 }
             },
             Err(error) => {

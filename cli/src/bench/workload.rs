@@ -193,6 +193,12 @@ impl Session<'_> {
                         self.session_id
                     )))
                 }
+                other => {
+                    return Err(Failure::new(format!(
+                        "claim in session '{}' answered {other:?}, an outcome this build of a2-store does not know: use a CLI built from the same version as the store",
+                        self.session_id
+                    )))
+                }
             }
         }
         Err(Failure::new(format!(
@@ -244,6 +250,7 @@ impl Session<'_> {
         match result.map_err(|e| self.failed(Operation::Complete, &e))? {
             CompleteResult::Completed { .. } => Ok(()),
             CompleteResult::Superseded => Err(self.unexpected("complete", index, "Superseded")),
+            other => Err(self.unexpected("complete", index, &format!("{other:?}"))),
         }
     }
 

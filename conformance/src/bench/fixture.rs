@@ -161,9 +161,9 @@ pub(crate) async fn complete(
     };
     match must("complete_attempt", store.complete_attempt(request).await) {
         CompleteResult::Completed { .. } => {}
-        CompleteResult::Superseded => {
+        other => {
             panic!(
-                "benchmark completion of index {} was superseded",
+                "benchmark completion of index {} was not applied: {other:?}",
                 head.event.index
             )
         }

@@ -235,7 +235,7 @@ async fn claim_batches(store: &dyn Store, holder: &str, finish: bool) {
         };
         let heads = match must("claim_available", store.claim_available(request).await) {
             ClaimResult::Claimed { heads, .. } => heads,
-            ClaimResult::Busy { .. } | ClaimResult::Settled => return,
+            _ => return,
         };
         if heads.is_empty() {
             return;

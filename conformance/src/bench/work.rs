@@ -477,8 +477,9 @@ async fn worker(store: Arc<dyn Store>, clock: ManualClock, shared: Arc<Shared>, 
             };
             match store.complete_attempt(request).await {
                 Ok(CompleteResult::Completed { .. }) => {}
-                Ok(CompleteResult::Superseded) => {
-                    return shared.fail("complete_attempt", &"the completion was superseded");
+                Ok(other) => {
+                    let error = format!("the completion was not applied: {other:?}");
+                    return shared.fail("complete_attempt", &error);
                 }
                 Err(error) => return shared.fail("complete_attempt", &error),
             }

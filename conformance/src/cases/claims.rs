@@ -41,17 +41,15 @@ pub(crate) async fn claim_sets_bookkeeping_and_reports_log_head(cx: Cx) -> CaseR
     ensure_eq!(claimed_head.consumer, "agent");
     ensure_eq!(claimed_head.lane.as_deref(), Some("L1"));
     ensure_eq!(claimed_head.clear_index, None);
-    ensure_eq!(
-        claimed_head.dispatch,
-        Dispatch {
-            attempt_count: 1,
-            first_claimed_at: Some(T0),
-            last_claimed_at: Some(T0),
-            claim_holder: Some("w1".into()),
-            claim_expires_at: Some(T0 + TTL),
-            ..Dispatch::default()
-        }
-    );
+    ensure_eq!(claimed_head.dispatch, {
+        let mut expected = Dispatch::default();
+        expected.attempt_count = 1;
+        expected.first_claimed_at = Some(T0);
+        expected.last_claimed_at = Some(T0);
+        expected.claim_holder = Some("w1".into());
+        expected.claim_expires_at = Some(T0 + TTL);
+        expected
+    });
     Ok(())
 }
 
@@ -291,18 +289,16 @@ pub(crate) async fn expired_claim_counts_failure_and_is_reclaimed(cx: Cx) -> Cas
     cx.claim_heads(&s, "w1").await?;
     cx.advance(TTL);
     let head = nth(&cx.claim_heads(&s, "w2").await?, 0)?;
-    ensure_eq!(
-        head.dispatch,
-        Dispatch {
-            attempt_count: 2,
-            first_claimed_at: Some(T0),
-            last_claimed_at: Some(T0 + TTL),
-            claim_holder: Some("w2".into()),
-            claim_expires_at: Some(T0 + 2 * TTL),
-            failure_count: 1,
-            ..Dispatch::default()
-        }
-    );
+    ensure_eq!(head.dispatch, {
+        let mut expected = Dispatch::default();
+        expected.attempt_count = 2;
+        expected.first_claimed_at = Some(T0);
+        expected.last_claimed_at = Some(T0 + TTL);
+        expected.claim_holder = Some("w2".into());
+        expected.claim_expires_at = Some(T0 + 2 * TTL);
+        expected.failure_count = 1;
+        expected
+    });
     Ok(())
 }
 
@@ -322,20 +318,18 @@ pub(crate) async fn expired_claim_at_max_failures_is_dead_lettered(cx: Cx) -> Ca
     ensure_eq!(log_head, 1);
     let dead_head = nth(&dead, 0)?;
     ensure_eq!(head_summaries(&dead), strs(&["1 agent/L1 #2"]));
-    ensure_eq!(
-        dead_head.dispatch,
-        Dispatch {
-            attempt_count: 2,
-            first_claimed_at: Some(T0),
-            last_claimed_at: Some(T0),
-            claim_holder: None,
-            claim_expires_at: None,
-            failure_count: 1,
-            last_failed_at: None,
-            failed_at: Some(T0 + TTL),
-            ..Dispatch::default()
-        }
-    );
+    ensure_eq!(dead_head.dispatch, {
+        let mut expected = Dispatch::default();
+        expected.attempt_count = 2;
+        expected.first_claimed_at = Some(T0);
+        expected.last_claimed_at = Some(T0);
+        expected.claim_holder = None;
+        expected.claim_expires_at = None;
+        expected.failure_count = 1;
+        expected.last_failed_at = None;
+        expected.failed_at = Some(T0 + TTL);
+        expected
+    });
     ensure_eq!(cx.store.dead_letters(&s).await?, dead);
     settled(cx.store.claim_available(request).await?)?;
     let result = cx.append(&s, vec![]).await?;

@@ -57,6 +57,12 @@ async fn worker(
                     ));
                 }
             }
+            other => {
+                return Err(StoreError::backend(
+                    "claim_available",
+                    format!("unexpected claim result {other:?}"),
+                ))
+            }
         }
     }
 }

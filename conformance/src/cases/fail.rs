@@ -8,10 +8,7 @@ use a2_store_api::{
 use crate::support::*;
 
 fn failed(outcome: FailOutcome, failure_count: u32) -> FailResult {
-    FailResult {
-        outcome,
-        failure_count,
-    }
+    FailResult::new(outcome, failure_count)
 }
 
 fn redrive(s: &str, consumer: &str, index: u64, action: RedriveAction) -> RedriveRequest {
@@ -36,21 +33,20 @@ pub(crate) async fn fail_counts_failure_and_releases_holder(cx: Cx) -> CaseResul
         failed(FailOutcome::Failed, 1)
     );
     let cursor = only(&cx.cursors(&s).await?)?;
-    ensure_eq!(
-        cursor.dispatch,
-        Dispatch {
-            attempt_count: 1,
-            first_claimed_at: Some(T0),
-            last_claimed_at: Some(T0),
-            claim_holder: None,
-            claim_expires_at: None,
-            failure_count: 1,
-            last_failed_at: Some(T0 + 30),
-            last_failed_attempt: Some(1),
-            last_error: Some("boom".into()),
-            failed_at: None,
-        }
-    );
+    ensure_eq!(cursor.dispatch, {
+        let mut expected = Dispatch::default();
+        expected.attempt_count = 1;
+        expected.first_claimed_at = Some(T0);
+        expected.last_claimed_at = Some(T0);
+        expected.claim_holder = None;
+        expected.claim_expires_at = None;
+        expected.failure_count = 1;
+        expected.last_failed_at = Some(T0 + 30);
+        expected.last_failed_attempt = Some(1);
+        expected.last_error = Some("boom".into());
+        expected.failed_at = None;
+        expected
+    });
     let again = nth(&cx.claim_heads(&s, "w2").await?, 0)?;
     ensure_eq!(again.dispatch.attempt_count, 2);
     ensure_eq!(again.dispatch.failure_count, 1);
@@ -345,13 +341,7 @@ pub(crate) async fn redrive_retry_keeps_attempt_count(cx: Cx) -> CaseResult {
         .store
         .redrive(redrive(&s, "agent", 1, RedriveAction::Retry))
         .await?;
-    ensure_eq!(
-        result,
-        RedriveResult {
-            redriven: true,
-            has_pending: true
-        }
-    );
+    ensure_eq!(result, RedriveResult::new(true, true));
     let cursor = only(&cx.cursors(&s).await?)?;
     ensure_eq!(cursor.dispatch.failed_at, None);
     ensure_eq!(cursor.dispatch.failure_count, 0);
@@ -377,13 +367,7 @@ pub(crate) async fn redrive_skip_advances_cursor(cx: Cx) -> CaseResult {
         .store
         .redrive(redrive(&s, "agent", 1, RedriveAction::Skip))
         .await?;
-    ensure_eq!(
-        result,
-        RedriveResult {
-            redriven: true,
-            has_pending: true
-        }
-    );
+    ensure_eq!(result, RedriveResult::new(true, true));
     ensure_eq!(
         cursor_summaries(&cx.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=2"])
@@ -405,13 +389,7 @@ pub(crate) async fn redrive_skip_finishes_event_cursor(cx: Cx) -> CaseResult {
         .store
         .redrive(redrive(&s, "agent", 1, RedriveAction::Skip))
         .await?;
-    ensure_eq!(
-        result,
-        RedriveResult {
-            redriven: true,
-            has_pending: false
-        }
-    );
+    ensure_eq!(result, RedriveResult::new(true, false));
     ensure_eq!(cx.cursors(&s).await?, vec![]);
     settled(cx.claim(&s, "w1").await?)
 }
@@ -433,10 +411,7 @@ pub(crate) async fn redrive_without_dead_head_is_not_redriven(cx: Cx) -> CaseRes
                     .await?;
                 ensure_eq!(
                     result,
-                    RedriveResult {
-                        redriven: false,
-                        has_pending: true
-                    },
+                    RedriveResult::new(false, true),
                     "redrive {consumer} {index} {action:?}"
                 );
             }
@@ -472,10 +447,7 @@ pub(crate) async fn redrive_takes_the_first_dead_letter_at_an_index(cx: Cx) -> C
         cx.store
             .redrive(redrive(&s, "agent", 1, RedriveAction::Skip))
             .await?,
-        RedriveResult {
-            redriven: true,
-            has_pending: false
-        }
+        RedriveResult::new(true, false)
     );
     ensure_eq!(
         head_summaries(&cx.store.dead_letters(&s).await?),
@@ -487,10 +459,7 @@ pub(crate) async fn redrive_takes_the_first_dead_letter_at_an_index(cx: Cx) -> C
         cx.store
             .redrive(redrive(&s, "agent", 1, RedriveAction::Retry))
             .await?,
-        RedriveResult {
-            redriven: true,
-            has_pending: true
-        }
+        RedriveResult::new(true, true)
     );
     ensure_eq!(
         head_summaries(&cx.store.dead_letters(&s).await?),
@@ -506,10 +475,7 @@ pub(crate) async fn redrive_takes_the_first_dead_letter_at_an_index(cx: Cx) -> C
         cx.store
             .redrive(redrive(&s, "agent", 1, RedriveAction::Skip))
             .await?,
-        RedriveResult {
-            redriven: true,
-            has_pending: true
-        }
+        RedriveResult::new(true, true)
     );
     ensure_eq!(cx.store.dead_letters(&s).await?, vec![]);
     ensure_eq!(
@@ -520,10 +486,7 @@ pub(crate) async fn redrive_takes_the_first_dead_letter_at_an_index(cx: Cx) -> C
         cx.store
             .redrive(redrive(&s, "agent", 1, RedriveAction::Skip))
             .await?,
-        RedriveResult {
-            redriven: false,
-            has_pending: true
-        }
+        RedriveResult::new(false, true)
     );
     Ok(())
 }
@@ -541,10 +504,7 @@ pub(crate) async fn redrive_has_pending_respects_consumers(cx: Cx) -> CaseResult
     };
     ensure_eq!(
         cx.store.redrive(request).await?,
-        RedriveResult {
-            redriven: true,
-            has_pending: false
-        }
+        RedriveResult::new(true, false)
     );
     Ok(())
 }
@@ -627,10 +587,7 @@ pub(crate) async fn redrive_names_the_lane(cx: Cx) -> CaseResult {
     let retry = redrive(&s, "agent", 1, RedriveAction::Retry).on_lane("L2");
     ensure_eq!(
         cx.store.redrive(retry).await?,
-        RedriveResult {
-            redriven: true,
-            has_pending: true
-        }
+        RedriveResult::new(true, true)
     );
     ensure_eq!(
         head_summaries(&cx.store.dead_letters(&s).await?),
@@ -676,11 +633,11 @@ fn redriven(
     index: u64,
     failed_at: i64,
 ) -> RedrivenHead {
-    RedrivenHead {
-        session_id: session.to_owned(),
-        cursor: CursorRef::new(consumer, lane, index),
+    RedrivenHead::new(
+        session.to_owned(),
+        CursorRef::new(consumer, lane, index),
         failed_at,
-    }
+    )
 }
 
 /// `redrive_all` takes the dead letters matching every filter, by session,

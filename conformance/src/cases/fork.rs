@@ -13,9 +13,10 @@ use crate::support::*;
 fn moved(events: &[StoredEvent], into: &str) -> Vec<StoredEvent> {
     events
         .iter()
-        .map(|event| StoredEvent {
-            session_id: into.to_owned(),
-            ..event.clone()
+        .map(|event| {
+            let mut event = event.clone();
+            event.session_id = into.to_owned();
+            event
         })
         .collect()
 }
@@ -47,16 +48,8 @@ pub(crate) async fn fork_copies_the_log_through_an_index(cx: Cx) -> CaseResult {
     cx.append(&a, vec![msg("e3")]).await?;
     let source = cx.read_all(&a).await?;
     let fork = cx.store.fork(ForkRequest::new(&a, &b).through(2)).await?;
-    let expected = SessionInfo {
-        session_id: b.clone(),
-        head: 2,
-        clear_index: 0,
-        reclaimed_through: 0,
-        forked_from: Some(ForkOrigin {
-            session_id: a.clone(),
-            index: 2,
-        }),
-    };
+    let expected =
+        SessionInfo::new(b.clone(), 2, 0, 0).with_forked_from(Some(ForkOrigin::new(a.clone(), 2)));
     ensure_eq!((fork.session.clone(), fork.copied), (expected.clone(), 2));
     ensure_eq!(cx.read_all(&b).await?, moved(&source[..2], &b));
     ensure_eq!(listing(&cx, &b).await?, Some(expected));

@@ -155,14 +155,14 @@ pub(crate) async fn hostile_strings_round_trip_through_every_operation(cx: Cx) -
                 ensure_eq!(result.applied, fields);
                 ensure_eq!(
                     cx.store.read_presence(&s).await?,
-                    vec![PresenceRow {
-                        participant: h.clone(),
-                        field: h.clone(),
-                        value: json!(h),
-                        seen: Some(1),
-                        at: 1,
-                        expires_at: cx.now() + TTL,
-                    }]
+                    vec![PresenceRow::new(
+                        h.clone(),
+                        h.clone(),
+                        json!(h),
+                        Some(1),
+                        1,
+                        cx.now() + TTL
+                    )]
                 );
             }
             None => ensure_eq!(cx.store.read_presence(&s).await?, vec![]),
@@ -178,10 +178,7 @@ pub(crate) async fn hostile_strings_round_trip_through_every_operation(cx: Cx) -
             "write_state",
             cx.store.write_state(&s, h, vec![write.clone()]).await,
         )? {
-            Some(()) => Some(a2_store_api::Snapshot {
-                index: 1,
-                state: write.state,
-            }),
+            Some(()) => Some(a2_store_api::Snapshot::new(1, write.state)),
             None => None,
         };
         ensure_eq!(

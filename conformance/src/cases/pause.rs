@@ -16,12 +16,12 @@ use super::work::{spawn_wait, woken, work_busy, LONG_WAIT_MS};
 use crate::support::*;
 
 fn pause(consumer: &str, session: Option<&str>, until_ms: Option<i64>, paused_at: i64) -> Pause {
-    Pause {
-        consumer: consumer.to_owned(),
-        session_id: session.map(str::to_owned),
+    Pause::new(
+        consumer.to_owned(),
+        session.map(str::to_owned),
         until_ms,
         paused_at,
-    }
+    )
 }
 
 /// The pauses in force of the given consumers, as `pauses(session)` lists them.

@@ -71,19 +71,14 @@ pub(crate) async fn presence_write_is_read_back(cx: Cx) -> CaseResult {
         .await?;
     ensure_eq!(
         result,
-        PresenceResult {
-            applied: values(&[("cursor", json!({"line": 3})), ("typing", json!(true))]),
-            applied_count: 2
-        }
+        PresenceResult::new(
+            values(&[("cursor", json!({"line": 3})), ("typing", json!(true))]),
+            2
+        )
     );
     let rows = cx.store.read_presence(&s).await?;
-    let expected = |field: &str, value: Value| PresenceRow {
-        participant: "ann".into(),
-        field: field.into(),
-        value,
-        seen: Some(4),
-        at: 7,
-        expires_at: T0 + 50 + 2_000,
+    let expected = |field: &str, value: Value| {
+        PresenceRow::new("ann", field, value, Some(4), 7, T0 + 50 + 2_000)
     };
     ensure_eq!(
         rows,
@@ -138,10 +133,7 @@ pub(crate) async fn presence_older_at_is_skipped(cx: Cx) -> CaseResult {
     .await?;
     ensure_eq!(
         result,
-        PresenceResult {
-            applied: values(&[("mood", json!("ok"))]),
-            applied_count: 1
-        }
+        PresenceResult::new(values(&[("mood", json!("ok"))]), 1)
     );
     ensure_eq!(
         live(&cx, &s).await?,
@@ -219,10 +211,7 @@ pub(crate) async fn presence_null_is_a_tombstone(cx: Cx) -> CaseResult {
     let result = set(&cx, &s, "ann", &[("status", Value::Null)], 11).await?;
     ensure_eq!(
         result,
-        PresenceResult {
-            applied: values(&[("status", Value::Null)]),
-            applied_count: 1
-        }
+        PresenceResult::new(values(&[("status", Value::Null)]), 1)
     );
     ensure_eq!(live(&cx, &s).await?, vec![row("ann", "x", json!(1))]);
     Ok(())

@@ -14,7 +14,7 @@ fn write(index: u64, state: Value, pins: Vec<CursorRef>) -> StateWrite {
 }
 
 fn snap(index: u64, state: Value) -> Option<Snapshot> {
-    Some(Snapshot { index, state })
+    Some(Snapshot::new(index, state))
 }
 
 async fn read(cx: &Cx, s: &str, at: Option<u64>) -> std::result::Result<StateRead, Failure> {
@@ -42,13 +42,7 @@ async fn clear(cx: &Cx, s: &str) -> CaseResult {
 /// A reducer never written reads no snapshot and clear index 0.
 pub(crate) async fn read_state_without_writes_is_empty(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
-    ensure_eq!(
-        read(&cx, &s, None).await?,
-        StateRead {
-            snapshot: None,
-            clear_index: 0
-        }
-    );
+    ensure_eq!(read(&cx, &s, None).await?, StateRead::new(None, 0));
     Ok(())
 }
 
@@ -205,13 +199,7 @@ pub(crate) async fn pin_released_on_clear(cx: Cx) -> CaseResult {
     )
     .await?;
     clear(&cx, &s).await?;
-    ensure_eq!(
-        read(&cx, &s, None).await?,
-        StateRead {
-            snapshot: None,
-            clear_index: 3
-        }
-    );
+    ensure_eq!(read(&cx, &s, None).await?, StateRead::new(None, 3));
     ensure_eq!(read(&cx, &s, Some(1)).await?.snapshot, None);
     Ok(())
 }
@@ -272,13 +260,7 @@ pub(crate) async fn read_state_never_returns_below_clear(cx: Cx) -> CaseResult {
     cx.append(&s, vec![msg("a"), msg("b")]).await?;
     put(&cx, &s, vec![write(2, json!("two"), vec![])]).await?;
     clear(&cx, &s).await?;
-    ensure_eq!(
-        read(&cx, &s, None).await?,
-        StateRead {
-            snapshot: None,
-            clear_index: 3
-        }
-    );
+    ensure_eq!(read(&cx, &s, None).await?, StateRead::new(None, 3));
     Ok(())
 }
 
@@ -293,10 +275,7 @@ pub(crate) async fn writes_below_clear_are_ignored(cx: Cx) -> CaseResult {
     put(&cx, &s, vec![write(1, json!("one"), vec![])]).await?;
     ensure_eq!(
         read(&cx, &s, None).await?,
-        StateRead {
-            snapshot: snap(3, json!("three")),
-            clear_index: 3
-        }
+        StateRead::new(snap(3, json!("three")), 3)
     );
     Ok(())
 }

@@ -183,6 +183,12 @@ async fn work(
                 continue;
             }
             ClaimWorkResult::Claimed { sessions } => sessions,
+            other => {
+                report.unexpected.push(format!(
+                    "claim_work answered {other:?}, an outcome this test does not know"
+                ));
+                return Ok(report);
+            }
         };
         for claimed in sessions {
             let session = claimed.session_id;
@@ -255,6 +261,10 @@ async fn handle(
                 FailOutcome::Superseded => report
                     .unexpected
                     .push(format!("{session}: failing {:?} superseded", head.cause())),
+                other => report.unexpected.push(format!(
+                    "{session}: failing {:?} answered {other:?}",
+                    head.cause()
+                )),
             }
         }
         Action::Stall => {
@@ -287,6 +297,10 @@ async fn handle(
                 CompleteResult::Superseded => report
                     .stalls_superseded
                     .push((session.to_owned(), head.event.index)),
+                other => report.unexpected.push(format!(
+                    "{session}: the late completion of {:?} answered {other:?}",
+                    head.cause()
+                )),
             }
         }
         Action::Complete => {
@@ -301,6 +315,10 @@ async fn handle(
                 }
                 CompleteResult::Superseded => report.unexpected.push(format!(
                     "{session}: completing {:?} superseded",
+                    head.cause()
+                )),
+                other => report.unexpected.push(format!(
+                    "{session}: completing {:?} answered {other:?}",
                     head.cause()
                 )),
             }

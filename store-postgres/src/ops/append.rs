@@ -45,13 +45,7 @@ pub(crate) async fn append(
         let events = replay::append(events, rows)?;
         refresh_log_types(tx, session_id, consumers).await?;
         let has_pending = has_pending(tx, session_id, consumers, inner.clock.now_ms()).await?;
-        return Ok((
-            AppendResult {
-                events,
-                has_pending,
-            },
-            Wrote::default(),
-        ));
+        return Ok((AppendResult::new(events, has_pending), Wrote::default()));
     }
     options.check_origin(session_id, index_of(state.clear)?)?;
     for cause in events.iter().filter_map(|event| event.cause.as_ref()) {
@@ -92,10 +86,7 @@ pub(crate) async fn append(
     let work = plan.finish(&mut answers, &work)?;
     let stored = prepared.map(|p| p.stored).unwrap_or_default();
     Ok((
-        AppendResult {
-            events: stored,
-            has_pending,
-        },
+        AppendResult::new(stored, has_pending),
         Wrote { events: true, work },
     ))
 }
@@ -151,8 +142,8 @@ pub(crate) async fn append_nothing(
     let consumers = options.consumers.as_deref();
     // Only the declared log cursors' rows change (each under its row lock).
     refresh_log_types(tx, session_id, consumers).await?;
-    Ok(AppendResult {
-        events: Vec::new(),
-        has_pending: has_pending(tx, session_id, consumers, inner.clock.now_ms()).await?,
-    })
+    Ok(AppendResult::new(
+        Vec::new(),
+        has_pending(tx, session_id, consumers, inner.clock.now_ms()).await?,
+    ))
 }

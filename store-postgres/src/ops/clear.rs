@@ -111,8 +111,5 @@ pub(crate) async fn reclaim(tx: &Tx<'_>, session_id: &str) -> TxResult<ReclaimRe
             execute(tx, sql, &[&session_id, &state.clear]).await?;
         }
     }
-    Ok(ReclaimResult {
-        reclaimed: index_of(count)?,
-        done,
-    })
+    Ok(ReclaimResult::new(index_of(count)?, done))
 }

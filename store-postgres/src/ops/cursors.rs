@@ -65,10 +65,8 @@ pub(crate) async fn wake_log(
             cursor
         }
         None if state.head == state.clear => {
-            let result = WakeLogResult {
-                cursor: idle_log_cursor(consumer, index_of(state.clear)?),
-                head,
-            };
+            let result =
+                WakeLogResult::new(idle_log_cursor(consumer, index_of(state.clear)?), head);
             return Ok((result, false));
         }
         None => {
@@ -95,9 +93,6 @@ pub(crate) async fn wake_log(
     let mut touched = Touched::new(now);
     touched.cursor(&cursor);
     let ready = touched.flush(tx, session_id).await?;
-    let result = WakeLogResult {
-        cursor: cursor.to_cursor()?,
-        head,
-    };
+    let result = WakeLogResult::new(cursor.to_cursor()?, head);
     Ok((result, ready))
 }

@@ -127,20 +127,14 @@ pub(crate) async fn redrive(
     }
     refresh_log_types(tx, session_id, consumers).await?;
     let Some(mut cursor) = found else {
-        let result = RedriveResult {
-            redriven: false,
-            has_pending: has_pending(tx, session_id, consumers, now).await?,
-        };
+        let result = RedriveResult::new(false, has_pending(tx, session_id, consumers, now).await?);
         return Ok((result, false));
     };
     refresh_loaded_types(&mut cursor, consumers);
     let mut touched = Touched::new(now);
     redrive_cursor(tx, session_id, &mut cursor, request.action, &mut touched).await?;
     let ready = touched.flush(tx, session_id).await?;
-    let result = RedriveResult {
-        redriven: true,
-        has_pending: has_pending(tx, session_id, consumers, now).await?,
-    };
+    let result = RedriveResult::new(true, has_pending(tx, session_id, consumers, now).await?);
     Ok((result, ready))
 }
 
@@ -251,15 +245,15 @@ pub(crate) async fn redrive_all(
             .entry(session_id.clone())
             .or_insert_with(|| Touched::new(now));
         redrive_cursor(tx, &session_id, &mut cursor, request.action, touched).await?;
-        redriven.push(RedrivenHead {
+        redriven.push(RedrivenHead::new(
             session_id,
-            cursor: CursorRef {
+            CursorRef {
                 consumer: cursor.consumer.clone(),
                 lane,
                 index,
             },
             failed_at,
-        });
+        ));
     }
     let mut ready = false;
     for (session_id, touched) in by_session {
@@ -267,5 +261,5 @@ pub(crate) async fn redrive_all(
     }
     redriven.sort_by(compare_redriven);
     let more = locked.len() > page || found.len() > page;
-    Ok((BulkRedriveResult { redriven, more }, ready))
+    Ok((BulkRedriveResult::new(redriven, more), ready))
 }

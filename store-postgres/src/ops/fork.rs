@@ -75,10 +75,7 @@ pub(crate) async fn fork(
     .await?;
     let copied = plan.rows();
     Ok((
-        ForkResult {
-            session: plan.session,
-            copied,
-        },
+        ForkResult::new(plan.session, copied),
         Wrote {
             events: true,
             work: false,
@@ -110,17 +107,14 @@ pub(crate) fn session_info(
     let origin: Option<String> = row.try_get(at + 3)?;
     let origin_index: Option<i64> = row.try_get(at + 4)?;
     let forked_from = match (origin, origin_index) {
-        (Some(session_id), Some(index)) => Some(ForkOrigin {
-            session_id,
-            index: index_of(index)?,
-        }),
+        (Some(session_id), Some(index)) => Some(ForkOrigin::new(session_id, index_of(index)?)),
         _ => None,
     };
-    Ok(SessionInfo {
+    Ok(SessionInfo::new(
         session_id,
-        head: index_of(row.try_get(at)?)?,
-        clear_index: index_of(row.try_get(at + 1)?)?,
-        reclaimed_through: index_of(row.try_get(at + 2)?)?,
-        forked_from,
-    })
+        index_of(row.try_get(at)?)?,
+        index_of(row.try_get(at + 1)?)?,
+        index_of(row.try_get(at + 2)?)?,
+    )
+    .with_forked_from(forked_from))
 }

@@ -21,12 +21,12 @@ const PAUSE_COLUMNS: &str = "session_id, consumer, until_ms, paused_at";
 /// A `pauses` row as the API spells it.
 fn decode_pause(row: &Row) -> TxResult<Pause> {
     let session_id: String = row.try_get(0)?;
-    Ok(Pause {
-        session_id: (session_id != EVERY_SESSION).then_some(session_id),
-        consumer: row.try_get(1)?,
-        until_ms: row.try_get(2)?,
-        paused_at: row.try_get(3)?,
-    })
+    Ok(Pause::new(
+        row.try_get::<_, String>(1)?,
+        (session_id != EVERY_SESSION).then_some(session_id),
+        row.try_get(2)?,
+        row.try_get(3)?,
+    ))
 }
 
 /// The body of [`Store::pause`](a2_store_api::Store::pause) for a
@@ -73,9 +73,9 @@ pub(crate) async fn resume(
     );
     let row = query_opt(tx, &sql, &[&scope, &request.consumer]).await?;
     let lifted = row.as_ref().map(decode_pause).transpose()?;
-    Ok(ResumeResult {
-        resumed: lifted.is_some_and(|pause| pause.in_force(now)),
-    })
+    Ok(ResumeResult::new(
+        lifted.is_some_and(|pause| pause.in_force(now)),
+    ))
 }
 
 /// The stored pauses that may cover `session_id` (its own and the

@@ -82,14 +82,14 @@ pub(crate) async fn read_presence(
     for row in &rows {
         let Json(value): Json<Value> = row.try_get(2)?;
         let seen: Option<i64> = row.try_get(3)?;
-        presence.push(PresenceRow {
-            participant: row.try_get(0)?,
-            field: row.try_get(1)?,
+        presence.push(PresenceRow::new(
+            row.try_get::<_, String>(0)?,
+            row.try_get::<_, String>(1)?,
             value,
-            seen: seen.map(index_of).transpose()?,
-            at: row.try_get(4)?,
-            expires_at: row.try_get(5)?,
-        });
+            seen.map(index_of).transpose()?,
+            row.try_get(4)?,
+            row.try_get(5)?,
+        ));
     }
     Ok(presence)
 }

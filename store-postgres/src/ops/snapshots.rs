@@ -150,14 +150,8 @@ pub(crate) async fn read_state(
         }
     }
     let snapshot = match best {
-        Some((index, state)) => Some(Snapshot {
-            index: index_of(index)?,
-            state,
-        }),
+        Some((index, state)) => Some(Snapshot::new(index_of(index)?, state)),
         None => None,
     };
-    Ok(StateRead {
-        snapshot,
-        clear_index: index_of(clear)?,
-    })
+    Ok(StateRead::new(snapshot, index_of(clear)?))
 }

@@ -392,6 +392,8 @@ impl Outcome {
                 ..Self::labelled(Label::Busy)
             },
             ClaimResult::Settled => Self::labelled(Label::Settled),
+            // An outcome added to the API later: counted, not labelled.
+            _ => Self::OK,
         }
     }
 
@@ -407,6 +409,8 @@ impl Outcome {
                 ..Self::labelled(Label::Busy)
             },
             ClaimWorkResult::Settled => Self::labelled(Label::Settled),
+            // An outcome added to the API later: counted, not labelled.
+            _ => Self::OK,
         }
     }
 
@@ -427,6 +431,8 @@ impl Outcome {
                 superseded: 1,
                 ..Self::labelled(Label::Superseded)
             },
+            // An outcome added to the API later: counted, not labelled.
+            _ => Self::OK,
         }
     }
 
@@ -445,6 +451,8 @@ impl Outcome {
                 superseded: 1,
                 ..Self::labelled(Label::Superseded)
             },
+            // An outcome added to the API later: counted, not labelled.
+            _ => Self::OK,
         }
     }
 
@@ -460,6 +468,8 @@ impl Outcome {
         match result {
             ClearResult::Cleared { .. } => Self::labelled(Label::Cleared),
             ClearResult::NotCleared { .. } => Self::labelled(Label::NotCleared),
+            // An outcome added to the API later: counted, not labelled.
+            _ => Self::OK,
         }
     }
 
