@@ -28,10 +28,7 @@ impl MemoryStore {
         let (source, into) = {
             let mut sessions = lock(&self.shared.sessions, "sessions map")?;
             let source = sessions.get(&request.session_id).cloned();
-            let into = sessions
-                .entry(request.into.clone())
-                .or_insert_with(|| Arc::new(Mutex::new(Session::new(&request.into))))
-                .clone();
+            let into = sessions.get_or_create(&request.into);
             (source, into)
         };
         // A source never written to is planned as the empty session it is

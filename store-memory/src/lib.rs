@@ -45,6 +45,7 @@ mod redrive_all;
 mod renew;
 mod reschedule;
 mod session;
+mod session_map;
 mod snapshot_cache;
 mod snapshots;
 mod store;

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use a2_store_api::{
@@ -24,6 +23,7 @@ use serde_json::Value;
 
 use crate::pause::PauseTable;
 use crate::session::{Env, Session};
+use crate::session_map::SessionMap;
 use crate::work::{Touch, WorkIndex};
 
 /// What a [`MemoryStore`] runs on: its clock and id generator.
@@ -59,7 +59,8 @@ pub struct MemoryStore {
 pub(crate) struct Shared {
     pub(crate) clock: Arc<dyn Clock>,
     ids: Arc<dyn IdGenerator>,
-    pub(crate) sessions: Mutex<BTreeMap<String, Arc<Mutex<Session>>>>,
+    /// Every session by id (see [`crate::session_map`]).
+    pub(crate) sessions: Mutex<SessionMap>,
     /// The work rows of every session (see [`crate::work`]).
     pub(crate) work: Mutex<WorkIndex>,
     /// Wakes claimers waiting for work.
@@ -115,7 +116,7 @@ impl MemoryStore {
             shared: Arc::new(Shared {
                 clock: options.clock,
                 ids: options.ids,
-                sessions: Mutex::new(BTreeMap::new()),
+                sessions: Mutex::new(SessionMap::default()),
                 work: Mutex::new(WorkIndex::default()),
                 signal: WorkSignal::new(),
                 pauses: Mutex::new(PauseTable::default()),
@@ -154,16 +155,7 @@ impl MemoryStore {
         session_id: &str,
         op: impl FnOnce(&mut Session, Env<'_>) -> Result<R>,
     ) -> Result<R> {
-        let session = {
-            let mut sessions = lock(&self.shared.sessions, "sessions map")?;
-            match sessions.get(session_id) {
-                Some(session) => session.clone(),
-                None => sessions
-                    .entry(session_id.to_owned())
-                    .or_insert_with(|| Arc::new(Mutex::new(Session::new(session_id))))
-                    .clone(),
-            }
-        };
+        let session = lock(&self.shared.sessions, "sessions map")?.get_or_create(session_id);
         let mut guard = lock(&session, "session")?;
         op(&mut guard, self.env())
     }
@@ -383,13 +375,9 @@ impl Store for MemoryStore {
     }
 
     async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>> {
-        let lower = match &options.after {
-            Some(after) => Bound::Excluded(after.clone()),
-            None => Bound::Unbounded,
-        };
         let candidates: Vec<Arc<Mutex<Session>>> = lock(&self.shared.sessions, "sessions map")?
-            .range((lower, Bound::Unbounded))
-            .map(|(_, session)| session.clone())
+            .after(options.after.as_deref())
+            .cloned()
             .collect();
         let limit = options.limit.unwrap_or(usize::MAX);
         let mut listed = Vec::new();

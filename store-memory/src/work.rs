@@ -66,14 +66,25 @@ impl WorkIndex {
         }
         match row {
             Some(row) => {
-                self.rows
-                    .entry(session.clone())
-                    .or_default()
-                    .insert(consumer.clone(), row);
-                self.listed
-                    .entry(consumer.clone())
-                    .or_default()
-                    .insert(session.clone());
+                let stored = self
+                    .rows
+                    .get_mut(&**session)
+                    .and_then(|rows| rows.get_mut(&**consumer));
+                if let Some(stored) = stored {
+                    // The pair had a row, so it is listed already: only
+                    // the row changes (a claim's rewrite walks no
+                    // ordered set of session ids).
+                    *stored = row;
+                } else {
+                    self.rows
+                        .entry(session.clone())
+                        .or_default()
+                        .insert(consumer.clone(), row);
+                    self.listed
+                        .entry(consumer.clone())
+                        .or_default()
+                        .insert(session.clone());
+                }
                 if let WorkRow::Ready(at) = row {
                     self.ready
                         .entry(consumer.clone())
