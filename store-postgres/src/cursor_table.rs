@@ -614,7 +614,8 @@ pub(crate) fn refresh_loaded_types(
 /// `$3` lane, `$4` types (`NULL`: every type). Writes (and locks) the row
 /// only when its types differ.
 pub(crate) const REFRESH_TYPES: &str = "UPDATE cursors SET types = $4 WHERE session_id = $1 \
-    AND consumer = $2 AND lane = $3 AND slot = 0 AND kind = 2 AND types IS DISTINCT FROM $4";
+    AND consumer = $2 AND lane = $3 AND slot = 0 AND kind = 2 AND types IS DISTINCT FROM $4 \
+    RETURNING 1";
 
 /// One declared log consumer's refresh: its name, lane and types.
 type LogRefresh<'c> = (&'c str, &'c str, Option<Json<&'c Vec<String>>>);

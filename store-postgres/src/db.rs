@@ -168,6 +168,34 @@ impl<'a> Tx<'a> {
         self.send(&[], true).await.map(drop)
     }
 
+    /// Runs a read-only statement on its own, outside the transaction
+    /// (autocommit: no `BEGIN`, no `COMMIT`); only before the transaction's
+    /// first statement, which then opens it as usual.
+    pub(crate) async fn query_alone(&self, sql: &str, params: &Params<'_>) -> TxResult<Vec<Row>> {
+        if self.state.load(Ordering::Acquire) != IDLE {
+            return Err(a2_store_api::StoreError::Backend {
+                message: "internal error: a statement alone inside a transaction".into(),
+                source: None,
+            }
+            .into());
+        }
+        let statement = self.prepare_cached(sql).await?;
+        Ok(self.client.query(&statement, params).await?)
+    }
+
+    /// Ends a transaction that wrote nothing and holds no lock (every
+    /// statement it ran only read, or locked and changed no row) without
+    /// waiting: `ROLLBACK` is queued on the connection, which sends it
+    /// before any later request, so the next call on the pooled connection
+    /// finds no transaction open, and the caller answers at once. A later
+    /// [`commit`](Self::commit) does nothing.
+    pub(crate) fn end_unwaited(&self) {
+        if self.state.swap(DONE, Ordering::AcqRel) == OPEN {
+            // Sent on this first poll; the connection discards the answer.
+            let _ = self.client.batch_execute("ROLLBACK").now_or_never();
+        }
+    }
+
     async fn send(&self, statements: &[Stmt<'_>], commit: bool) -> TxResult<Vec<Vec<Row>>> {
         // Prepared first (a cache miss costs one round trip per connection
         // and statement, once), so everything below is sent on first poll.
@@ -248,10 +276,7 @@ impl<'a> Tx<'a> {
 
 impl Drop for Tx<'_> {
     fn drop(&mut self) {
-        if self.state.swap(DONE, Ordering::AcqRel) == OPEN {
-            // Sent on this first poll; the connection discards the answer.
-            let _ = self.client.batch_execute("ROLLBACK").now_or_never();
-        }
+        self.end_unwaited();
     }
 }
 

@@ -34,6 +34,9 @@ pub(crate) struct Inner {
     pub(crate) wakes: broadcast::Sender<Arc<str>>,
     /// Started by the first `subscribe`.
     pub(crate) listener: OnceCell<Listener>,
+    /// What this store's last claims of each session found (see
+    /// [`crate::ops::claims::Hints`]).
+    pub(crate) claim_hints: crate::ops::claims::Hints,
 }
 
 impl Inner {

@@ -148,6 +148,7 @@ impl PostgresStore {
                 tls,
                 wakes,
                 listener: OnceCell::new(),
+                claim_hints: ops::claims::Hints::default(),
             }),
         })
     }
@@ -196,7 +197,7 @@ impl Store for PostgresStore {
         let now = self.inner.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
         transact!(self.inner, "claiming heads", |tx| {
-            ops::claims::claim(&tx, &request, now, expires_at).await?
+            ops::claims::claim(&tx, &request, now, expires_at, &self.inner.claim_hints).await?
         })
     }
 

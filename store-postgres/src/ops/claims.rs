@@ -10,6 +10,8 @@ mod sql;
 use std::collections::BTreeSet;
 
 use a2_store_api::order::compare_heads;
+use a2_store_api::sql::from_sql_int;
+use a2_store_api::work::{WorkRow, WorkSummary};
 use a2_store_api::{ClaimRequest, ClaimResult, ClaimStep};
 use tokio_postgres::types::ToSql;
 
@@ -97,35 +99,103 @@ impl<'a> Candidates<'a> {
 /// lock is taken by then, see `ops::work`), and rewritten to what is left.
 ///
 /// Two round trips: `BEGIN`, the log type refresh, the promotion's
-/// selection of due heads and the walk go in one; the cursor writes, the
-/// session read (or the `Busy` answer), the work rewrite and `COMMIT` in
-/// the other. Only when heads are due (a lease or retry delay ran out) are
-/// they promoted and the walk run again, and only when dead letters used up
-/// the rows a limited walk fetched is it run once more.
+/// selection of due heads, the walk and the empty claim's answer
+/// ([`sql::empty_answer`]) go in one; the cursor writes, the session read
+/// (or the `Busy` answer), the work rewrite and `COMMIT` in the other. Only
+/// when heads are due (a lease or retry delay ran out) are they promoted
+/// and the walk run again, and only when dead letters used up the rows a
+/// limited walk fetched is it run once more.
+///
+/// One round trip when the claim finds nothing and has nothing to write:
+/// no type refreshed, no head due, none walked, and the work rewrite would
+/// store the rows already stored (`WorkSummary::served_row` of each served
+/// pair's summary is its row). Then the answer is the first round trip's,
+/// and the transaction, which holds no lock and wrote nothing, is rolled
+/// back without waiting ([`Tx::end_unwaited`]). The empty claim's answer
+/// ([`sql::empty_answer`]) is sent only when the store's last claim of the
+/// session (with the same consumers) took nothing ([`Hint::NothingTaken`]),
+/// so claims that find work do not pay for it.
+///
+/// When that last claim found no work row with a time at all
+/// ([`Hint::NoWork`]: nothing claimable, busy or scheduled), the claim
+/// first reads only that ([`sql::ANY_WORK`], one index probe, outside any
+/// transaction): still none, and the answer is `Settled` at once, one
+/// small round trip; some, and the claim runs as above (one round trip
+/// more, once, when work arrives). By the work index's invariant (every
+/// live head's pair has a row with a time: `ready_at` no later than when
+/// it is claimable, or its expiry while busy) no row means no head to
+/// claim or wait for, and the rewrite of rows that do not exist has
+/// nothing to change. Declared log consumers, whose types a claim
+/// refreshes (a write), always take the full path.
 pub(crate) async fn claim(
     tx: &Tx<'_>,
     request: &ClaimRequest,
     now: i64,
     expires_at: i64,
+    hints: &Hints,
 ) -> TxResult<ClaimResult> {
     let session_id = request.session_id.as_str();
     let candidates = Candidates::new(request, now);
-    let walk = walk_sql();
-    let wanted = wanted(request, 0);
     let refresh = TypeRefresh::new(session_id, request.consumers.as_deref());
     let refresh_params = refresh.params();
+    let key = Hints::key(session_id, candidates.served.as_deref());
+    let hint = if refresh_params.is_empty() {
+        hints.get(key)
+    } else {
+        None
+    };
+    if hint == Some(Hint::NoWork) {
+        let any = tx
+            .query_alone(sql::ANY_WORK, &[&session_id, &candidates.served])
+            .await?;
+        let any: bool = match any.first() {
+            Some(row) => row.try_get(0)?,
+            None => false,
+        };
+        if !any {
+            return Ok(ClaimResult::Settled);
+        }
+    }
+    let walk = walk_sql();
+    let wanted = wanted(request, 0);
     let due_params: [&(dyn ToSql + Sync); 2] = [&session_id, &now];
     let walk_params = candidates.params(Some(&wanted));
+    let empty_params = candidates.params(None);
     let mut statements: Vec<Stmt<'_>> = refresh_params
         .iter()
         .map(|params| Stmt::new(REFRESH_TYPES, params))
         .collect();
     statements.push(Stmt::new(sql::DUE, &due_params));
     statements.push(Stmt::new(&walk, &walk_params));
+    let probed = hint.is_some();
+    if probed {
+        statements.push(Stmt::new(empty_answer_sql(), &empty_params));
+    }
     let mut answers = tx.pipeline(&statements).await?;
+    let empty = if probed {
+        answers.pop().unwrap_or_default()
+    } else {
+        Vec::new()
+    };
     let walked = answers.pop().unwrap_or_default();
     let due = answers.pop().unwrap_or_default();
+    let refreshed = answers.iter().any(|rows| !rows.is_empty());
     drop(walk_params);
+    drop(empty_params);
+    if probed && !refreshed && due.is_empty() && walked.is_empty() {
+        if let Some((result, timed)) = settled_empty(&empty, now)? {
+            tx.end_unwaited();
+            hints.set(
+                key,
+                Some(if timed {
+                    Hint::NothingTaken
+                } else {
+                    Hint::NoWork
+                }),
+            );
+            return Ok(result);
+        }
+    }
     let walked = if due.is_empty() {
         walked
     } else {
@@ -139,7 +209,117 @@ pub(crate) async fn claim(
     let served = served_list(request);
     let rewrite = RewriteArgs::new(session_id, served.as_deref(), now, Rule::Served);
     let (result, _) = taken.finish(tx, request, Some(&rewrite)).await?;
+    hints.set(
+        key,
+        match result {
+            ClaimResult::Claimed { .. } => None,
+            _ => Some(Hint::NothingTaken),
+        },
+    );
     Ok(result)
+}
+
+/// What a store's last claim of a session (with the same served consumers)
+/// found, so the next one can skip work that is likely wasted: only ever a
+/// guess about cost, never about the answer (every path reads the rows it
+/// answers from; a hint of another session, say after a hash collision,
+/// only costs a round trip or a statement). At most [`Hints::MOST`] kept,
+/// all forgotten when full.
+#[derive(Debug, Default)]
+pub(crate) struct Hints {
+    seen: std::sync::Mutex<std::collections::HashMap<u64, Hint>>,
+}
+
+/// See [`Hints`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hint {
+    /// The claim took nothing: send the empty claim's answer with the walk.
+    NothingTaken,
+    /// No served pair had a work row with a time: read only that first.
+    NoWork,
+}
+
+impl Hints {
+    /// The most sessions remembered.
+    const MOST: usize = 4096;
+
+    /// The key of a session and its served consumers (`None`: every one).
+    fn key(session_id: &str, served: Option<&[&str]>) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        session_id.hash(&mut hasher);
+        served.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    fn get(&self, key: u64) -> Option<Hint> {
+        let seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        seen.get(&key).copied()
+    }
+
+    fn set(&self, key: u64, hint: Option<Hint>) {
+        let mut seen = self
+            .seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match hint {
+            Some(hint) => {
+                if seen.len() >= Self::MOST && !seen.contains_key(&key) {
+                    seen.clear();
+                }
+                seen.insert(key, hint);
+            }
+            None => {
+                seen.remove(&key);
+            }
+        }
+    }
+}
+
+/// The answer of a claim that took nothing, from [`sql::empty_answer`]'s
+/// rows, when its work rewrite would change no row: `Busy` at the
+/// `retry_at` found, else `Settled`, and whether a served pair has a row
+/// with a time. `None` when a free candidate was left (another transaction
+/// holds it: the claim answers `Busy` now, and its rewrite moves the row)
+/// or a served pair's row is not what `WorkSummary::served_row` gives for
+/// its heads: the claim goes on to its second round trip.
+fn settled_empty(rows: &[Row], now: i64) -> TxResult<Option<(ClaimResult, bool)>> {
+    let Some(first) = rows.first() else {
+        return Ok(None);
+    };
+    let ready: bool = first.try_get(0)?;
+    if ready {
+        return Ok(None);
+    }
+    let mut timed = false;
+    for row in rows {
+        // No served pair (no consumer named, no work row): nothing to rewrite.
+        let Some(_consumer) = row.try_get::<_, Option<String>>(2)? else {
+            continue;
+        };
+        let stored: bool = row.try_get(3)?;
+        let ready_at: Option<i64> = row.try_get(4)?;
+        let summary = WorkSummary {
+            claimable: from_sql_int("claimable heads", row.try_get(5)?)?,
+            busy: from_sql_int("busy heads", row.try_get(6)?)?,
+            dead_lettered: from_sql_int("dead-lettered heads", row.try_get(7)?)?,
+            next_expiry: row.try_get(8)?,
+        };
+        let stored = stored.then(|| WorkRow::from_ready_at(ready_at));
+        if summary.served_row(now) != stored {
+            return Ok(None);
+        }
+        timed |= ready_at.is_some();
+    }
+    let retry_at: Option<i64> = first.try_get(1)?;
+    let result = match retry_at {
+        Some(retry_at) => ClaimResult::Busy { retry_at },
+        None => ClaimResult::Settled,
+    };
+    Ok(Some((result, timed)))
 }
 
 /// One session's claim of [`Store::claim_work`](a2_store_api::Store::claim_work)
@@ -188,6 +368,12 @@ fn served_list(request: &ClaimRequest) -> Option<Vec<String>> {
         let names: BTreeSet<String> = consumers.iter().map(|c| c.name.clone()).collect();
         names.into_iter().collect()
     })
+}
+
+/// [`sql::empty_answer`], formatted once.
+fn empty_answer_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(sql::empty_answer)
 }
 
 /// The walk's statement with the columns a claim decodes.

@@ -85,6 +85,13 @@ pub(crate) fn walk(columns: &str) -> String {
     )
 }
 
+/// Whether session `$1` has a work row with a time (`ready_at` set) of a
+/// served consumer (`$2`, `NULL`: any): one probe of the primary key. None
+/// means no head of those consumers is claimable, busy or scheduled (the
+/// work index's invariant): a claim finding none answers `Settled`.
+pub(crate) const ANY_WORK: &str = "SELECT EXISTS (SELECT 1 FROM work \
+    WHERE session_id = $1 AND ready_at IS NOT NULL AND ($2::text[] IS NULL OR consumer = ANY($2)))";
+
 /// The `Busy` answer once a claim took nothing: `$7` when a free ready
 /// candidate is left (another transaction holds it locked, it may be free
 /// now), else the earliest of the unpromoted busy heads' expiries (`$7` for
@@ -104,10 +111,27 @@ pub(crate) fn walk(columns: &str) -> String {
 /// pause is in force.
 pub(crate) fn retry_at() -> String {
     format!(
-        "SELECT CASE WHEN EXISTS (SELECT 1 FROM (SELECT 1 FROM cursors c \
+        "SELECT CASE WHEN {ready} THEN $7 ELSE {later} END",
+        ready = ready_left(),
+        later = later_free()
+    )
+}
+
+/// Whether a free ready candidate is left (another transaction may hold
+/// it locked): the first part of [`retry_at`].
+fn ready_left() -> String {
+    format!(
+        "EXISTS (SELECT 1 FROM (SELECT 1 FROM cursors c \
              WHERE {CANDIDATES} AND {UNHELD} AND {READY} AND {FREE} \
-             ORDER BY c.head, c.consumer, c.lane LIMIT 1) AS ready) THEN $7 \
-           ELSE LEAST( \
+             ORDER BY c.head, c.consumer, c.lane LIMIT 1) AS ready)"
+    )
+}
+
+/// The earliest time a busy candidate frees (`NULL`: none): the rest of
+/// [`retry_at`], when no free ready candidate is left.
+fn later_free() -> String {
+    format!(
+        "LEAST( \
              (SELECT GREATEST(c.claim_expires_at, $7) FROM cursors c WHERE {CANDIDATES} \
                AND {UNHELD} AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
                ORDER BY c.claim_expires_at LIMIT 1), \
@@ -120,6 +144,66 @@ pub(crate) fn retry_at() -> String {
                  WHERE p.session_id IN ($1, '') AND (p.until_ms IS NULL OR p.until_ms > $7) \
                  GROUP BY p.consumer HAVING bool_and(p.until_ms IS NOT NULL)) AS h \
                CROSS JOIN LATERAL (SELECT GREATEST(c.claim_expires_at, h.until_ms) AS at \
-                 FROM cursors c WHERE {CANDIDATES} AND c.consumer = h.consumer) AS x)) END"
+                 FROM cursors c WHERE {CANDIDATES} AND c.consumer = h.consumer) AS x))"
+    )
+}
+
+/// The empty claim's answer, sent with the walk in the claim's first round
+/// trip (the same parameters as [`retry_at`]), so a claim that finds
+/// nothing needs no second one when it has nothing to write. One row: `ready`
+/// (a free ready candidate is left: the claim may not be empty, and nothing
+/// else is computed), then [`retry_at`]'s answer; and, unless `ready`, one
+/// row per served consumer (`$3`, or `NULL`: those with a work row, as
+/// `rewrite_work` takes them) with its stored work row (whether there is
+/// one, its `ready_at`) and the summary of its heads, counted as
+/// `rewrite_work` counts them. The caller skips the rewrite only when
+/// `WorkSummary::served_row` of every summary is the row stored: then the
+/// claim changed nothing and its rewrite would change nothing.
+///
+/// All in one statement, so the answer, the rows and the summaries are of
+/// one snapshot. The summary's scans are gated by `ready` (a one-time
+/// filter: a claim that walks a backlog never counts it).
+pub(crate) fn empty_answer() -> String {
+    format!(
+        "WITH e AS MATERIALIZED (SELECT {ready} AS ready), \
+         names AS ( \
+           SELECT x.consumer FROM unnest($3::text[]) AS x(consumer) \
+           UNION SELECT w.consumer FROM work w WHERE w.session_id = $1 AND $3::text[] IS NULL), \
+         summed AS ( \
+           SELECT h.consumer, \
+             count(*) FILTER (WHERE h.failed_at IS NULL \
+               AND (h.claim_expires_at IS NULL OR h.claim_expires_at <= $7)) AS claimable, \
+             count(*) FILTER (WHERE h.failed_at IS NULL AND h.claim_expires_at > $7) AS busy, \
+             count(*) FILTER (WHERE h.failed_at IS NOT NULL) AS dead, \
+             min(h.claim_expires_at) FILTER (WHERE h.failed_at IS NULL \
+               AND h.claim_expires_at > $7) AS next_expiry \
+           FROM ( \
+             SELECT c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
+               WHERE NOT (SELECT e.ready FROM e) AND c.session_id = $1 \
+                 AND c.consumer IN (SELECT consumer FROM names) \
+                 AND c.head IS NOT NULL AND c.failed_at IS NULL \
+                 AND (c.claim_expires_at IS NULL OR c.expired) \
+             UNION ALL \
+             SELECT c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
+               WHERE NOT (SELECT e.ready FROM e) AND c.session_id = $1 \
+                 AND c.consumer IN (SELECT consumer FROM names) \
+                 AND c.head IS NOT NULL AND c.failed_at IS NULL \
+                 AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
+             UNION ALL \
+             SELECT c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
+               WHERE NOT (SELECT e.ready FROM e) AND c.session_id = $1 \
+                 AND c.consumer IN (SELECT consumer FROM names) \
+                 AND c.head IS NOT NULL AND c.failed_at IS NOT NULL \
+           ) AS h GROUP BY h.consumer) \
+         SELECT e.ready, CASE WHEN e.ready THEN $7 ELSE {later} END, \
+           n.consumer::text, n.stored, n.ready_at, n.claimable, n.busy, n.dead, n.next_expiry \
+         FROM e LEFT JOIN ( \
+           SELECT names.consumer, w.consumer IS NOT NULL AS stored, w.ready_at, \
+             COALESCE(s.claimable, 0) AS claimable, COALESCE(s.busy, 0) AS busy, \
+             COALESCE(s.dead, 0) AS dead, s.next_expiry \
+           FROM names LEFT JOIN work w ON w.session_id = $1 AND w.consumer = names.consumer \
+             LEFT JOIN summed s ON s.consumer = names.consumer) AS n ON NOT e.ready",
+        ready = ready_left(),
+        later = later_free()
     )
 }
