@@ -69,7 +69,8 @@
 //! ## What the worker does
 //!
 //! - **Claims** heads of its consumers across sessions with
-//!   `Store::claim_work`, as many as it has free slots
+//!   `Store::claim_work`, one head per claim by default
+//!   ([`claim_batch`](WorkerBuilder::claim_batch)) while it has free slots
 //!   ([`max_in_flight`](WorkerBuilder::max_in_flight)), waiting in the store
 //!   for work ([`claim_wait`](WorkerBuilder::claim_wait)) when there is none:
 //!   an idle worker makes one call per wait and is woken by the store.
@@ -119,6 +120,7 @@
 //! | lease ttl | 30 s | a dead worker's heads are taken up within half a minute; renewals every 10 s cost one small call per running head |
 //! | renewal | every third of the ttl | two renewals in a row may fail (a slow or briefly unreachable store) before the lease lapses |
 //! | max in flight | 16 | enough to overlap I/O-bound handlers (model calls), few enough to keep one process's memory and store connections small |
+//! | claim batch | 1 head | a store hands a claim's heads over together once the last is claimed (PostgreSQL: one transaction per session), so a batch delays its first heads by the others' claims; while one head's handler runs or completes, the next claim already runs. Measured on PostgreSQL (paced 200 msg/s, 3 workers, 16 in flight): batches up to the free slots gave append→start p99 0.9-2.2 s on a loaded 2-core machine, one head per claim 0.24-1.3 s in the same runs |
 //! | claim wait | 30 s | an idle worker makes two calls a minute; the store wakes it on new work at once |
 //! | per-session limit | 1 | sessions take turns: a session with a backlog does not crowd out the others |
 //! | retry | exponential from 1 s, ×2, capped at 5 min, jitter 0.5 | short outages are retried quickly, long ones are not hammered, and heads that failed together do not retry together |
@@ -155,5 +157,5 @@ pub use job::{Job, LeaseToken};
 pub use retry::{Backoff, RetryPolicy};
 pub use worker::{
     ShutdownSummary, ShutdownTrigger, Worker, WorkerBuilder, WorkerHandle, WorkerStats,
-    CLAIM_ERROR_PAUSE, CLAIM_ERROR_PAUSE_MAX, RENEW_FRACTION,
+    CLAIM_ERROR_PAUSE, CLAIM_ERROR_PAUSE_MAX, DEFAULT_CLAIM_BATCH, RENEW_FRACTION,
 };

@@ -540,37 +540,45 @@ async fn appends_of_a_superseded_attempt_are_refused() {
     worker.shutdown().await;
 }
 
+/// The in-flight bound holds, and is reached, whether claims ask for one
+/// head (the default) or for a batch of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_flight_heads_stay_within_the_bound() {
-    let store = memory();
-    let running = Arc::new(AtomicUsize::new(0));
-    let most = Arc::new(AtomicUsize::new(0));
-    let handler = {
-        let (running, most) = (Arc::clone(&running), Arc::clone(&most));
-        handler_fn(move |job: Job| {
+    for batch in [None, Some(3)] {
+        let store = memory();
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let handler = {
             let (running, most) = (Arc::clone(&running), Arc::clone(&most));
-            async move {
-                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
-                most.fetch_max(now, Ordering::SeqCst);
-                tokio::time::sleep(Duration::from_millis(30)).await;
-                running.fetch_sub(1, Ordering::SeqCst);
-                Ok(vec![NewEvent::new(DONE, json!({"source": job.index()}))])
-            }
-        })
-    };
-    let worker = Worker::builder(Arc::clone(&store))
-        .consumer(ConsumerDeclaration::targeted(CONSUMER), handler)
-        .max_in_flight(3)
-        .build()
-        .unwrap()
-        .spawn()
-        .unwrap();
-    let sessions = common::session_ids("bound", 10);
-    let expected = common::produce(store.as_ref(), &sessions, 2, 2).await;
-    common::wait_for_done(store.as_ref(), &sessions, expected, Duration::from_secs(20)).await;
-    worker.shutdown().await;
-    assert_eq!(most.load(Ordering::SeqCst), 3);
-    common::assert_exactly_once_in_order(store.as_ref(), &sessions, 4).await;
+            handler_fn(move |job: Job| {
+                let (running, most) = (Arc::clone(&running), Arc::clone(&most));
+                async move {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                    Ok(vec![NewEvent::new(DONE, json!({"source": job.index()}))])
+                }
+            })
+        };
+        let mut builder = Worker::builder(Arc::clone(&store))
+            .consumer(ConsumerDeclaration::targeted(CONSUMER), handler)
+            .max_in_flight(3);
+        if let Some(batch) = batch {
+            builder = builder.claim_batch(batch);
+        }
+        let worker = builder.build().unwrap().spawn().unwrap();
+        let sessions = common::session_ids("bound", 10);
+        let expected = common::produce(store.as_ref(), &sessions, 2, 2).await;
+        common::wait_for_done(store.as_ref(), &sessions, expected, Duration::from_secs(20)).await;
+        let stats = worker.shutdown().await.stats;
+        assert_eq!(most.load(Ordering::SeqCst), 3, "claim batch {batch:?}");
+        if batch.is_none() {
+            // One head per claim: at least one claim per head.
+            assert!(stats.claim_calls >= stats.claimed, "{stats:?}");
+        }
+        common::assert_exactly_once_in_order(store.as_ref(), &sessions, 4).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -617,6 +625,11 @@ async fn bad_options_are_invalid_input() {
     );
     assert_eq!(
         code(one().max_in_flight(1001).build()),
+        ErrorCode::InvalidInput
+    );
+    assert_eq!(code(one().claim_batch(0).build()), ErrorCode::InvalidInput);
+    assert_eq!(
+        code(one().claim_batch(1001).build()),
         ErrorCode::InvalidInput
     );
     assert_eq!(
