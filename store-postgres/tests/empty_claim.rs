@@ -8,6 +8,7 @@
 mod support;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use a2_store_api::{
     AppendOptions, ClaimRequest, ClaimResult, CompleteRequest, ListWork, ManualClock, NewEvent,
@@ -20,12 +21,7 @@ use support::PgFactory;
 const START: i64 = 1_000_000;
 
 fn claim(session: &str) -> ClaimRequest {
-    ClaimRequest {
-        session_id: session.into(),
-        holder: "w".into(),
-        ttl_ms: Some(1_000),
-        ..ClaimRequest::default()
-    }
+    ClaimRequest::new(session, "w", Duration::from_secs(1))
 }
 
 fn job() -> NewEvent {
@@ -44,20 +40,24 @@ async fn two_stores(factory: &PgFactory, clock: &ManualClock) -> (PostgresStore,
     (open().await, open().await)
 }
 
-async fn complete(store: &PostgresStore, session: &str, result: ClaimResult) {
+async fn complete(store: &PostgresStore, result: ClaimResult) {
     for head in result.into_heads() {
         store
-            .complete_attempt(CompleteRequest {
-                session_id: session.into(),
-                consumer: head.consumer.clone(),
-                lane: head.lane.clone(),
-                index: head.event.index,
-                attempt: head.dispatch.attempt_count,
-                events: Vec::new(),
-                consumers: None,
-            })
+            .complete_attempt(CompleteRequest::for_head(&head, Vec::new()))
             .await
             .expect("complete");
+    }
+}
+
+/// Claims with `request` `times` times in a row, each answering `expected`
+/// (the polls after the first take the shortcuts the last claim chose).
+async fn polls(store: &PostgresStore, request: &ClaimRequest, times: usize, expected: ClaimResult) {
+    for poll in 1..=times {
+        assert_eq!(
+            store.claim_available(request.clone()).await.expect("claim"),
+            expected,
+            "poll {poll} of {times}"
+        );
     }
 }
 
@@ -72,12 +72,7 @@ async fn a_polled_empty_session_claims_work_appended_through_another_store() {
     };
     let clock = ManualClock::new(START);
     let (poller, writer) = two_stores(&factory, &clock).await;
-    for _ in 0..4 {
-        assert_eq!(
-            poller.claim_available(claim("s")).await.expect("claim"),
-            ClaimResult::Settled
-        );
-    }
+    polls(&poller, &claim("s"), 4, ClaimResult::Settled).await;
     writer
         .append("s", vec![job()], AppendOptions::default())
         .await
@@ -85,22 +80,12 @@ async fn a_polled_empty_session_claims_work_appended_through_another_store() {
     let claimed = poller.claim_available(claim("s")).await.expect("claim");
     let indexes: Vec<u64> = claimed.heads().iter().map(|h| h.event.index).collect();
     assert_eq!(indexes, vec![1], "the poll after the append claims it");
-    complete(&poller, "s", claimed).await;
-    for _ in 0..3 {
-        assert_eq!(
-            poller.claim_available(claim("s")).await.expect("claim"),
-            ClaimResult::Settled
-        );
-    }
+    complete(&poller, claimed).await;
+    polls(&poller, &claim("s"), 3, ClaimResult::Settled).await;
     // Served consumers named: another key, the same answers.
     let mut named = claim("s");
     named.consumers = Some(vec![a2_store_api::ConsumerDeclaration::targeted("agent")]);
-    for _ in 0..3 {
-        assert_eq!(
-            poller.claim_available(named.clone()).await.expect("claim"),
-            ClaimResult::Settled
-        );
-    }
+    polls(&poller, &named, 3, ClaimResult::Settled).await;
     writer
         .append("s", vec![job()], AppendOptions::default())
         .await
@@ -126,14 +111,10 @@ async fn a_polled_busy_session_answers_busy_until_the_lease_ends() {
         .expect("append");
     let first = poller.claim_available(claim("s")).await.expect("claim");
     assert_eq!(first.heads().len(), 1);
-    for _ in 0..4 {
-        assert_eq!(
-            poller.claim_available(claim("s")).await.expect("claim"),
-            ClaimResult::Busy {
-                retry_at: START + 1_000
-            }
-        );
-    }
+    let busy_until_first_lease = ClaimResult::Busy {
+        retry_at: START + 1_000,
+    };
+    polls(&poller, &claim("s"), 4, busy_until_first_lease.clone()).await;
     clock.advance(500);
     writer
         .append("s", vec![job()], AppendOptions::default())
@@ -146,28 +127,17 @@ async fn a_polled_busy_session_answers_busy_until_the_lease_ends() {
         vec![2],
         "a poll after an append takes the new head"
     );
-    for _ in 0..3 {
-        assert_eq!(
-            poller.claim_available(claim("s")).await.expect("claim"),
-            ClaimResult::Busy {
-                retry_at: START + 1_000
-            }
-        );
-    }
+    polls(&poller, &claim("s"), 3, busy_until_first_lease).await;
     clock.advance(500);
     let again = poller.claim_available(claim("s")).await.expect("claim");
     let indexes: Vec<u64> = again.heads().iter().map(|h| h.event.index).collect();
     assert_eq!(indexes, vec![1], "the first lease ran out");
-    complete(&poller, "s", again).await;
-    for _ in 0..3 {
-        assert_eq!(
-            poller.claim_available(claim("s")).await.expect("claim"),
-            ClaimResult::Busy {
-                retry_at: START + 1_500
-            },
-            "index 2 is leased until then"
-        );
-    }
+    complete(&poller, again).await;
+    // Index 2 is leased until then.
+    let busy_until_second_lease = ClaimResult::Busy {
+        retry_at: START + 1_500,
+    };
+    polls(&poller, &claim("s"), 3, busy_until_second_lease).await;
 }
 
 /// A consumer paused in the session: its head is claimable but held, so a
