@@ -16,13 +16,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use a2_store_api::{
-    AppendOptions, ClaimRequest, ClaimResult, CompleteRequest, NewEvent, RandomIds, Store,
-    StoreError, SystemClock, Target,
-};
+use a2_store_api::{ClaimResult, CompleteRequest, RandomIds, Store, StoreError, SystemClock};
 use a2_store_postgres::scratch::fresh_schema_name;
 use a2_store_postgres::{PostgresOptions, PostgresStore};
 use tokio_postgres::NoTls;
+
+mod support;
+use support::{append_jobs, claim_one};
 
 /// The tables a cycle writes.
 const TABLES: [&str; 6] = [
@@ -142,26 +142,8 @@ async fn main() -> a2_store_api::Result<()> {
 /// each one.
 async fn run(store: &PostgresStore, cycles: usize) -> a2_store_api::Result<()> {
     let session = "bloat";
-    let mut left = cycles;
-    while left > 0 {
-        let batch = left.min(100);
-        let events = (0..batch)
-            .map(|_| {
-                NewEvent::new("job", serde_json::json!({})).with_target(Target::event("agent"))
-            })
-            .collect();
-        store
-            .append(session, events, AppendOptions::default())
-            .await?;
-        left -= batch;
-    }
-    let request = ClaimRequest {
-        session_id: session.into(),
-        holder: "w".into(),
-        ttl_ms: Some(60_000),
-        limit: Some(1),
-        ..ClaimRequest::default()
-    };
+    append_jobs(store, session, cycles).await?;
+    let request = claim_one(session);
     loop {
         let ClaimResult::Claimed { heads, .. } = store.claim_available(request.clone()).await?
         else {
@@ -169,15 +151,7 @@ async fn run(store: &PostgresStore, cycles: usize) -> a2_store_api::Result<()> {
         };
         for head in heads {
             store
-                .complete_attempt(CompleteRequest {
-                    session_id: session.into(),
-                    consumer: head.consumer.clone(),
-                    lane: head.lane.clone(),
-                    index: head.event.index,
-                    attempt: head.dispatch.attempt_count,
-                    events: Vec::new(),
-                    consumers: None,
-                })
+                .complete_attempt(CompleteRequest::for_head(&head, Vec::new()))
                 .await?;
         }
     }

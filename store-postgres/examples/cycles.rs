@@ -15,12 +15,12 @@
 
 use std::sync::Arc;
 
-use a2_store_api::{
-    AppendOptions, ClaimRequest, ClaimResult, CompleteRequest, NewEvent, RandomIds, Store,
-    SystemClock, Target,
-};
+use a2_store_api::{ClaimResult, CompleteRequest, RandomIds, Store, SystemClock};
 use a2_store_postgres::scratch::fresh_schema_name;
 use a2_store_postgres::{PostgresOptions, PostgresStore};
+
+mod support;
+use support::{append_jobs, claim_one};
 
 fn main() -> a2_store_api::Result<()> {
     // `A2_CYCLES_THREADS=1`: a current-thread runtime, where the driver's
@@ -104,47 +104,20 @@ async fn work(
     empty: bool,
 ) -> a2_store_api::Result<usize> {
     let session = session.as_str();
-    let mut left = heads;
-    while left > 0 {
-        let batch = left.min(100);
-        let events = (0..batch)
-            .map(|_| {
-                NewEvent::new("job", serde_json::json!({})).with_target(Target::event("agent"))
-            })
-            .collect();
-        store
-            .append(session, events, AppendOptions::default())
-            .await?;
-        left -= batch;
-    }
-    let request = |session: &str| ClaimRequest {
-        session_id: session.into(),
-        holder: "w".into(),
-        ttl_ms: Some(60_000),
-        limit: Some(1),
-        ..ClaimRequest::default()
-    };
+    append_jobs(&store, session, heads).await?;
     let mut done = 0;
     for _ in 0..cycles {
         if empty {
-            store.claim_available(request("nothing-here")).await?;
+            store.claim_available(claim_one("nothing-here")).await?;
             continue;
         }
-        let ClaimResult::Claimed { heads, .. } = store.claim_available(request(session)).await?
+        let ClaimResult::Claimed { heads, .. } = store.claim_available(claim_one(session)).await?
         else {
             break;
         };
         for head in heads {
             store
-                .complete_attempt(CompleteRequest {
-                    session_id: session.into(),
-                    consumer: head.consumer.clone(),
-                    lane: head.lane.clone(),
-                    index: head.event.index,
-                    attempt: head.dispatch.attempt_count,
-                    events: Vec::new(),
-                    consumers: None,
-                })
+                .complete_attempt(CompleteRequest::for_head(&head, Vec::new()))
                 .await?;
             done += 1;
         }
