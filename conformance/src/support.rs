@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use a2_store_api::{
     AppendOptions, AppendResult, ClaimRequest, ClaimResult, CompleteRequest, CompleteResult,
-    ConsumerDeclaration, Cursor, CursorKind, CursorRef, FailRequest, FailResult, Head, ManualClock,
-    NewEvent, ReadOptions, Result as StoreResult, Store, StoreError, StoredEvent, Target,
+    ConsumerDeclaration, Cursor, CursorKind, CursorRef, Dispatch, FailRequest, FailResult, Head,
+    ManualClock, NewEvent, ReadOptions, Result as StoreResult, Store, StoreError, StoredEvent,
+    Target,
 };
 use serde_json::json;
 
@@ -316,6 +317,18 @@ pub(crate) fn completed(result: CompleteResult) -> std::result::Result<Vec<Store
         CompleteResult::Completed { events } => Ok(events),
         other => Err(Failure::Fail(format!("expected Completed, got {other:?}"))),
     }
+}
+
+/// The bookkeeping of a head claimed once, by `holder` at [`T0`], under a
+/// [`TTL`] lease, and never failed.
+pub(crate) fn claimed_once(holder: &str) -> Dispatch {
+    let mut dispatch = Dispatch::default();
+    dispatch.attempt_count = 1;
+    dispatch.first_claimed_at = Some(T0);
+    dispatch.last_claimed_at = Some(T0);
+    dispatch.claim_holder = Some(holder.into());
+    dispatch.claim_expires_at = Some(T0 + TTL);
+    dispatch
 }
 
 /// The head at position `n` of `heads`, or a failure naming what was there.

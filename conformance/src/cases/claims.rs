@@ -41,15 +41,7 @@ pub(crate) async fn claim_sets_bookkeeping_and_reports_log_head(cx: Cx) -> CaseR
     ensure_eq!(claimed_head.consumer, "agent");
     ensure_eq!(claimed_head.lane.as_deref(), Some("L1"));
     ensure_eq!(claimed_head.clear_index, None);
-    ensure_eq!(claimed_head.dispatch, {
-        let mut expected = Dispatch::default();
-        expected.attempt_count = 1;
-        expected.first_claimed_at = Some(T0);
-        expected.last_claimed_at = Some(T0);
-        expected.claim_holder = Some("w1".into());
-        expected.claim_expires_at = Some(T0 + TTL);
-        expected
-    });
+    ensure_eq!(claimed_head.dispatch, claimed_once("w1"));
     Ok(())
 }
 
