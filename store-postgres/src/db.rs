@@ -183,12 +183,13 @@ impl<'a> Tx<'a> {
         Ok(self.client.query(&statement, params).await?)
     }
 
-    /// Ends a transaction that wrote nothing and holds no lock (every
-    /// statement it ran only read, or locked and changed no row) without
-    /// waiting: `ROLLBACK` is queued on the connection, which sends it
-    /// before any later request, so the next call on the pooled connection
-    /// finds no transaction open, and the caller answers at once. A later
-    /// [`commit`](Self::commit) does nothing.
+    /// Ends a transaction that wrote nothing (every statement it ran only
+    /// read, or locked and changed no row) without waiting: `ROLLBACK` is
+    /// queued on the connection, which sends it at once and before any
+    /// later request, so row locks it took are released a moment later,
+    /// the next call on the pooled connection finds no transaction open,
+    /// and the caller answers at once. A later [`commit`](Self::commit)
+    /// does nothing.
     pub(crate) fn end_unwaited(&self) {
         if self.state.swap(DONE, Ordering::AcqRel) == OPEN {
             // Sent on this first poll; the connection discards the answer.

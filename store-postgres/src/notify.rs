@@ -166,16 +166,21 @@ pub(crate) fn work_notifier(pool: Pool, channel: String) -> watch::Sender<u64> {
 }
 
 /// One `NOTIFY` on `channel`, in a transaction that does not wait for its
-/// WAL flush (a notice need not survive a crash).
+/// WAL flush (a notice need not survive a crash): `BEGIN` with `SET LOCAL
+/// synchronous_commit = off`, the `pg_notify` and `COMMIT` pipelined, one
+/// round trip. A failed `pg_notify` aborts the transaction, whose `COMMIT`
+/// then rolls back: nothing is sent, which only delays waiters elsewhere.
 async fn send_work_notice(
     pool: &Pool,
     channel: &str,
 ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let mut client = pool.get().await?;
-    let tx = client.transaction().await?;
-    tx.batch_execute("SET LOCAL synchronous_commit = off")
-        .await?;
-    tx.execute("SELECT pg_notify($1, '')", &[&channel]).await?;
-    tx.commit().await?;
+    let client = pool.get().await?;
+    let notify = client.prepare_cached("SELECT pg_notify($1, '')").await?;
+    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&channel];
+    futures::try_join!(
+        client.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
+        client.execute(&notify, &params),
+        client.batch_execute("COMMIT"),
+    )?;
     Ok(())
 }

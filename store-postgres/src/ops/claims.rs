@@ -19,13 +19,12 @@ use a2_store_api::Head;
 use tokio_postgres::Row;
 
 use crate::cursor_table::{
-    refresh_log_types, served_names, CursorWrites, TypeRefresh, PUT_ALL, REFRESH_TYPES,
-    RELEASE_PINS,
+    served_names, CursorWrites, TypeRefresh, PUT_ALL, REFRESH_TYPES, RELEASE_PINS,
 };
 use crate::db::{bound, decode_state, execute, query, SessionState, Stmt, Tx, READ_SESSION};
 use crate::error::TxResult;
 use crate::ops::work::{
-    lock_rows, rewrite, rewrite_now, rewritten, RewriteArgs, Rule, Wait, REWRITE,
+    held_elsewhere, rewrite_now, rewritten, RewriteArgs, Rule, REWRITE, TRY_LOCK, VISIBLE,
 };
 use crate::rows::{
     clear_of, decode_event, index_of, key_of, CursorKey, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH,
@@ -328,6 +327,16 @@ fn settled_empty(rows: &[Row], now: i64) -> TxResult<Option<(ClaimResult, bool)>
 /// holds one (a claimer or writer on this session's work) the session is
 /// left to it: `Settled`, nothing changed. The only lock a claim may wait
 /// for, the log type refresh's, is taken before them.
+///
+/// Two round trips: `BEGIN`, the log type refresh, the work rows' lock
+/// ([`TRY_LOCK`] with [`VISIBLE`]), the promotion's selection of due heads
+/// and the walk go in one; the cursor writes, the session read (or the
+/// `Busy` answer), the work rewrite ([`REWRITE`], on the rows already
+/// locked) and `COMMIT` in the other. A session left to another
+/// transaction costs the first only: its transaction, which wrote nothing
+/// when no type was refreshed, is rolled back without waiting. Heads due
+/// (a lease or retry delay ran out) are promoted and walked again in one
+/// more.
 pub(crate) async fn claim_session(
     tx: &Tx<'_>,
     request: &ClaimRequest,
@@ -335,30 +344,45 @@ pub(crate) async fn claim_session(
     expires_at: i64,
 ) -> TxResult<ClaimResult> {
     let session_id = request.session_id.as_str();
-    refresh_log_types(tx, session_id, request.consumers.as_deref()).await?;
-    let served = served_list(request);
-    let Some(locked) = lock_rows(tx, session_id, served.as_deref(), Wait::Skip).await? else {
-        return Ok(ClaimResult::Settled);
-    };
-    promote(tx, session_id, now).await?;
     let candidates = Candidates::new(request, now);
-    let walked = query(
-        tx,
-        &walk_sql(),
-        &candidates.params(Some(&wanted(request, 0))),
-    )
-    .await?;
+    let refresh = TypeRefresh::new(session_id, request.consumers.as_deref());
+    let refresh_params = refresh.params();
+    let served = served_list(request);
+    let lock_params: [&(dyn ToSql + Sync); 2] = [&session_id, &served];
+    let walk = walk_sql();
+    let wanted = wanted(request, 0);
+    let due_params: [&(dyn ToSql + Sync); 2] = [&session_id, &now];
+    let walk_params = candidates.params(Some(&wanted));
+    let mut statements: Vec<Stmt<'_>> = refresh_params
+        .iter()
+        .map(|params| Stmt::new(REFRESH_TYPES, params))
+        .collect();
+    statements.push(Stmt::new(TRY_LOCK, &lock_params));
+    statements.push(Stmt::new(VISIBLE, &lock_params));
+    statements.push(Stmt::new(sql::DUE, &due_params));
+    statements.push(Stmt::new(&walk, &walk_params));
+    let mut answers = tx.pipeline(&statements).await?;
+    let walked = answers.pop().unwrap_or_default();
+    let due = answers.pop().unwrap_or_default();
+    let visible = answers.pop().unwrap_or_default();
+    let locked = answers.pop().unwrap_or_default();
+    drop(walk_params);
+    if held_elsewhere(&locked, &visible)? {
+        if refresh_params.is_empty() {
+            tx.end_unwaited();
+        }
+        return Ok(ClaimResult::Settled);
+    }
+    let walked = if due.is_empty() {
+        walked
+    } else {
+        // Heads ran out: promote them and walk again, so the walk sees them.
+        promote_rows(tx, session_id, &due).await?;
+        query(tx, &walk, &candidates.params(Some(&wanted))).await?
+    };
     let taken = take(tx, request, candidates, walked, now, expires_at).await?;
-    let (result, _) = taken.finish(tx, request, None).await?;
-    rewrite(
-        tx,
-        session_id,
-        served.as_deref(),
-        &locked,
-        now,
-        Rule::Served,
-    )
-    .await?;
+    let rewrite = RewriteArgs::new(session_id, served.as_deref(), now, Rule::Served);
+    let (result, _) = taken.finish(tx, request, Some(&rewrite)).await?;
     Ok(result)
 }
 
@@ -564,14 +588,6 @@ impl Taken<'_> {
         };
         Ok((result, sooner))
     }
-}
-
-/// Moves the session's busy heads whose expiry passed by `now` to the ready
-/// heads (see [`sql::DUE`]). Nothing is written when none is due, the usual
-/// case.
-async fn promote(tx: &Tx<'_>, session_id: &str, now: i64) -> TxResult<()> {
-    let due = query(tx, sql::DUE, &[&session_id, &now]).await?;
-    promote_rows(tx, session_id, &due).await
 }
 
 /// Marks the heads [`sql::DUE`] selected (`due`, locked) as promoted.

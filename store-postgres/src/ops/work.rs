@@ -8,7 +8,7 @@
 //! Writers upsert their rows after their cursor writes ([`Touched::flush`]);
 //! claims lock their rows after their cursor locks (`claim_available`) or
 //! before taking any that may wait (`claim_work`: `SKIP LOCKED`, see
-//! [`lock_rows`]). So no two transactions wait on each other in a cycle.
+//! [`TRY_LOCK`]). So no two transactions wait on each other in a cycle.
 
 mod sql;
 
@@ -228,55 +228,49 @@ impl Touched {
 const LOCK: &str = "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
     AND ($2::text[] IS NULL OR consumer = ANY($2)) ORDER BY consumer FOR UPDATE";
 
-/// How [`lock_rows`] treats rows another transaction holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wait {
-    /// Wait for them (the caller holds every cursor lock it needs).
-    Wait,
-    /// Skip them; then the caller leaves the session to that transaction.
-    Skip,
-}
-
 /// The stored work rows of a session the caller locked, by consumer.
 pub(crate) type Locked = BTreeMap<String, Option<WorkRow>>;
 
+/// Locks what it can of a session's rows (`$1`) of `$2` consumers (`NULL`:
+/// every one), in consumer order, passing over rows another transaction
+/// holds; with [`VISIBLE`] it tells whether any was passed over
+/// ([`held_elsewhere`]).
+pub(crate) const TRY_LOCK: &str = "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
+    AND ($2::text[] IS NULL OR consumer = ANY($2)) ORDER BY consumer FOR UPDATE SKIP LOCKED";
+
+/// How many of a session's rows (`$1`) of `$2` consumers (`NULL`: every
+/// one) exist, locked or not (see [`TRY_LOCK`]).
+pub(crate) const VISIBLE: &str = "SELECT count(*) FROM work WHERE session_id = $1 \
+    AND ($2::text[] IS NULL OR consumer = ANY($2))";
+
+/// Whether another transaction holds one of the rows [`TRY_LOCK`] passed
+/// over: fewer rows locked (`locked`) than [`VISIBLE`] counts (`visible`).
+pub(crate) fn held_elsewhere(
+    locked: &[tokio_postgres::Row],
+    visible: &[tokio_postgres::Row],
+) -> TxResult<bool> {
+    let visible: i64 = match visible.first() {
+        Some(row) => row.try_get(0)?,
+        None => 0,
+    };
+    Ok(visible > i64::try_from(locked.len()).unwrap_or(i64::MAX))
+}
+
 /// Locks the session's work rows of `consumers` (`None`: every row), in
-/// consumer order. With [`Wait::Skip`], `None` when another transaction
-/// holds one of them (a claimer or a writer is on this session's work).
+/// consumer order, waiting for rows another transaction holds (the caller
+/// holds every cursor lock it needs).
 pub(crate) async fn lock_rows(
     tx: &Tx<'_>,
     session_id: &str,
     consumers: Option<&[String]>,
-    wait: Wait,
-) -> TxResult<Option<Locked>> {
-    const TRY_LOCK: &str = "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
-        AND ($2::text[] IS NULL OR consumer = ANY($2)) ORDER BY consumer FOR UPDATE SKIP LOCKED";
-    const VISIBLE: &str = "SELECT count(*) FROM work WHERE session_id = $1 \
-        AND ($2::text[] IS NULL OR consumer = ANY($2))";
-    let (rows, visible) = match wait {
-        Wait::Wait => (query(tx, LOCK, &[&session_id, &consumers]).await?, None),
-        Wait::Skip => {
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 2] = [&session_id, &consumers];
-            let (rows, visible) = futures::try_join!(
-                query(tx, TRY_LOCK, &params),
-                query_opt(tx, VISIBLE, &params),
-            )?;
-            let visible: i64 = match visible {
-                Some(row) => row.try_get(0)?,
-                None => 0,
-            };
-            (rows, Some(visible))
-        }
-    };
-    if visible.is_some_and(|visible| visible > i64::try_from(rows.len()).unwrap_or(i64::MAX)) {
-        return Ok(None);
-    }
+) -> TxResult<Locked> {
+    let rows = query(tx, LOCK, &[&session_id, &consumers]).await?;
     let mut locked = Locked::new();
     for row in &rows {
         let ready_at: Option<i64> = row.try_get(1)?;
         locked.insert(row.try_get(0)?, Some(WorkRow::from_ready_at(ready_at)));
     }
-    Ok(Some(locked))
+    Ok(locked)
 }
 
 /// The statement of [`summaries`]: `$1` sessions, `$2` consumers (`NULL`:
@@ -345,28 +339,7 @@ pub(crate) enum Rule {
     Touched,
 }
 
-/// Rewrites the session's rows of `consumers` (`None`: the `locked` ones)
-/// from its cursors at `now` by `rule`. `locked` holds the rows the caller
-/// locked: each is overwritten or deleted. A pair without a locked row that
-/// now needs one is inserted, merged as `work::sooner` with a row a
-/// concurrent writer may have inserted meanwhile (never deleted: that
-/// writer's cursors may not be in this transaction's view). Returns
-/// whether a row was made ready sooner (inserted, or moved earlier).
-pub(crate) async fn rewrite(
-    tx: &Tx<'_>,
-    session_id: &str,
-    consumers: Option<&[String]>,
-    locked: &Locked,
-    now: i64,
-    rule: Rule,
-) -> TxResult<bool> {
-    let listed: Option<Vec<&str>> =
-        consumers.map(|names| names.iter().map(String::as_str).collect());
-    let found = summaries(tx, &[session_id], listed.as_deref(), now).await?;
-    apply(tx, session_id, consumers, locked, &found, now, rule).await
-}
-
-/// [`lock_rows`] (waiting) and [`rewrite`] in one round trip: the two
+/// [`lock_rows`] and a rewrite of the rows from the summed heads in one round trip: the two
 /// statements are pipelined, and the server runs the summary after the
 /// lock (so its snapshot sees every change committed by a writer that held
 /// one of the rows). For callers holding every cursor lock they need.
@@ -384,10 +357,9 @@ pub(crate) async fn lock_and_rewrite(
     // `try_join` polls in argument order, so the lock runs first.
     futures::try_join!(tx.prepare_cached(LOCK), tx.prepare_cached(SUMMARIES))?;
     let (locked, found) = futures::try_join!(
-        lock_rows(tx, session_id, consumers, Wait::Wait),
+        lock_rows(tx, session_id, consumers),
         summaries(tx, &sessions, listed.as_deref(), now),
     )?;
-    let locked = locked.unwrap_or_default();
     apply(tx, session_id, consumers, &locked, &found, now, rule).await
 }
 
@@ -564,6 +536,9 @@ async fn apply(
 /// its earliest row), merged and cut to `limit` sessions here, so the cost
 /// is `O(consumers × (log n + limit + skipped))` whatever the number of
 /// sessions. A session list: one primary-key probe per listed pair.
+///
+/// One statement on its own, outside any transaction (a read: no `BEGIN`
+/// or `COMMIT` to wait for), so one round trip.
 pub(crate) async fn ready_sessions(
     tx: &Tx<'_>,
     request: &ClaimWorkRequest,
@@ -577,10 +552,12 @@ pub(crate) async fn ready_sessions(
     let consumers = request.consumer_names();
     let fetch = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = match &request.sessions {
-        None => query(tx, sql::READY, &[&consumers, &now, &skip, &fetch]).await?,
+        None => {
+            tx.query_alone(sql::READY, &[&consumers, &now, &skip, &fetch])
+                .await?
+        }
         Some(sessions) => {
-            query(
-                tx,
+            tx.query_alone(
                 sql::READY_LISTED,
                 &[sessions, &consumers, &now, &skip, &fetch],
             )
@@ -603,20 +580,22 @@ pub(crate) async fn ready_sessions(
 /// The earliest `ready_at` among the ready rows `request` serves at `now`,
 /// a pair held by a pause counted from the pause's end and one held until
 /// resumed left out (see [`sql::EARLIEST`]): one ordered probe of
-/// `work_ready` per consumer (or of the primary key per listed pair).
+/// `work_ready` per consumer (or of the primary key per listed pair). One
+/// statement on its own, outside any transaction: one round trip.
 pub(crate) async fn earliest_ready(
     tx: &Tx<'_>,
     request: &ClaimWorkRequest,
     now: i64,
 ) -> TxResult<Option<i64>> {
     let consumers = request.consumer_names();
-    let row = match &request.sessions {
-        None => query_opt(tx, sql::EARLIEST, &[&consumers, &now]).await?,
+    let rows = match &request.sessions {
+        None => tx.query_alone(sql::EARLIEST, &[&consumers, &now]).await?,
         Some(sessions) => {
-            query_opt(tx, sql::EARLIEST_LISTED, &[sessions, &consumers, &now]).await?
+            tx.query_alone(sql::EARLIEST_LISTED, &[sessions, &consumers, &now])
+                .await?
         }
     };
-    match row {
+    match rows.first() {
         Some(row) => Ok(row.try_get(0)?),
         None => Ok(None),
     }
