@@ -336,7 +336,9 @@ fn settled_empty(rows: &[Row], now: i64) -> TxResult<Option<(ClaimResult, bool)>
 /// transaction costs the first only: its transaction, which wrote nothing
 /// when no type was refreshed, is rolled back without waiting. Heads due
 /// (a lease or retry delay ran out) are promoted and walked again in one
-/// more.
+/// more. A session whose locked rows are none of them ready by now (a
+/// claimer served it since the ready sessions were read) has nothing to
+/// claim or rewrite: also left after the first, unwaited.
 pub(crate) async fn claim_session(
     tx: &Tx<'_>,
     request: &ClaimRequest,
@@ -367,7 +369,9 @@ pub(crate) async fn claim_session(
     let visible = answers.pop().unwrap_or_default();
     let locked = answers.pop().unwrap_or_default();
     drop(walk_params);
-    if held_elsewhere(&locked, &visible)? {
+    if held_elsewhere(&locked, &visible)?
+        || (due.is_empty() && walked.is_empty() && !any_due(&locked, now)?)
+    {
         if refresh_params.is_empty() {
             tx.end_unwaited();
         }
@@ -384,6 +388,22 @@ pub(crate) async fn claim_session(
     let rewrite = RewriteArgs::new(session_id, served.as_deref(), now, Rule::Served);
     let (result, _) = taken.finish(tx, request, Some(&rewrite)).await?;
     Ok(result)
+}
+
+/// Whether one of the work rows [`TRY_LOCK`] locked (`locked`) is ready by
+/// `now`. When none is, nothing is claimable (by the work index's
+/// invariant a claimable head's row is ready no later than now, an expired
+/// lease's no later than its end) and the rows are already what a claim
+/// would leave: typically another claimer served the session between the
+/// ready-session read and this claim.
+fn any_due(locked: &[Row], now: i64) -> TxResult<bool> {
+    for row in locked {
+        let ready_at: Option<i64> = row.try_get(1)?;
+        if ready_at.is_some_and(|at| at <= now) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// The consumer names a claim serves, sorted, without repeats (`None`: every one).
