@@ -2,7 +2,8 @@
 //! written before it opens with its pending work indexed; a waiting claim
 //! wakes on another store's append through `NOTIFY`; claimers pass a
 //! session whose work rows another transaction holds instead of queueing;
-//! claimers and writers racing never deadlock or share a head; and finding
+//! a claimer leaves a session another claimer served since it read it as
+//! ready; claimers and writers racing never deadlock or share a head; and finding
 //! ready sessions reads only the rows it returns, however many sessions
 //! have rows (`EXPLAIN` of the very statement, included from the source).
 
@@ -247,6 +248,114 @@ async fn a_claimer_passes_a_session_another_claimer_holds() {
     holder.rollback().await.expect("release");
     let claimed = store.claim_work(only_a).await.expect("claim");
     assert_eq!(only(&claimed).0, "a");
+}
+
+/// A claimer that read a session as ready just before another claimer
+/// served it (its only head now leased, its row ready at the lease's end)
+/// leaves it as it is: `Settled`, the head still the other holder's, the
+/// row unchanged. Work that is due is still found: a new head, and the
+/// leased head once its lease ends; and a row that is early (ready with
+/// nothing claimable) is still corrected.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_served_since_the_ready_read_is_left_as_it_is() {
+    use a2_store_api::work::WorkSource;
+    let Some(factory) = PgFactory::from_env("work") else {
+        return;
+    };
+    let schema = factory.schema();
+    let clock = ManualClock::new(T0);
+    let store = store_on(&factory, &schema, clock.clone()).await;
+    store
+        .append("a", vec![targeted("agent")], AppendOptions::default())
+        .await
+        .expect("append");
+    let (_, served) = only(&store.claim_work(work("other", 1_000)).await.expect("claim"));
+    let late = || ClaimRequest {
+        consumers: Some(vec![ConsumerDeclaration::targeted("agent")]),
+        ..ClaimRequest::new("a", "w", Duration::from_secs(1)).with_limit(1)
+    };
+    let listed = || async {
+        store
+            .list_work(ListWork::new(["agent"]))
+            .await
+            .expect("list")
+    };
+    let before = listed().await;
+    let answer = store.claim_session(late()).await.expect("claim");
+    assert!(
+        matches!(answer, a2_store_api::ClaimResult::Settled),
+        "nothing to take: {answer:?}"
+    );
+    assert_eq!(listed().await, before, "the row is left as it was");
+    assert_eq!(before.len(), 1);
+    assert_eq!(
+        (before[0].busy, before[0].next_expiry),
+        (1, Some(T0 + 1_000))
+    );
+    let cursors = store.cursors("a").await.expect("cursors");
+    let holders: Vec<Option<&str>> = cursors
+        .iter()
+        .map(|c| c.dispatch.claim_holder.as_deref())
+        .collect();
+    assert_eq!(
+        holders,
+        vec![Some("other")],
+        "the head is still the other holder's"
+    );
+
+    clock.advance(1);
+    store
+        .append("a", vec![targeted("agent")], AppendOptions::default())
+        .await
+        .expect("append");
+    match store.claim_session(late()).await.expect("claim") {
+        a2_store_api::ClaimResult::Claimed { heads, .. } => {
+            assert_eq!(heads.len(), 1);
+            assert_eq!(heads[0].event.index, served.event.index + 1, "the new head");
+        }
+        other => panic!("a new head is claimed: {other:?}"),
+    }
+    clock.advance(1_000);
+    match store.claim_session(late()).await.expect("claim") {
+        a2_store_api::ClaimResult::Claimed { heads, .. } => {
+            assert_eq!(heads.len(), 1);
+            assert_eq!(
+                heads[0].event.index, served.event.index,
+                "the expired lease's head"
+            );
+            assert_eq!(heads[0].dispatch.attempt_count, 2);
+        }
+        other => panic!("a head whose lease ended is claimed: {other:?}"),
+    }
+
+    // An early row (ready now with nothing claimable; the operations keep
+    // rows exact, so it is made here by hand) is still corrected by the
+    // claim: `Busy` until the lease ends, not at once.
+    store
+        .append("b", vec![targeted("agent")], AppendOptions::default())
+        .await
+        .expect("append");
+    let mut only_b = work("other", 1_000);
+    only_b.sessions = Some(vec!["b".into()]);
+    only(&store.claim_work(only_b.clone()).await.expect("claim"));
+    let leased_until = a2_store_api::Clock::now_ms(&clock) + 1_000;
+    clock.advance(1);
+    let client = support::raw_client(factory.url()).await;
+    let early = format!("UPDATE \"{schema}\".work SET ready_at = $1 WHERE session_id = 'b'");
+    let moved = client
+        .execute(&early, &[&a2_store_api::Clock::now_ms(&clock)])
+        .await
+        .expect("make b's row early");
+    assert_eq!(moved, 1);
+    let answer = store.claim_work(only_b).await.expect("claim");
+    assert!(
+        matches!(answer, ClaimWorkResult::Busy { retry_at } if retry_at == leased_until),
+        "the lane waits for its lease: {answer:?}"
+    );
 }
 
 /// Claimers (claim, then complete) and appenders race over a few sessions:
