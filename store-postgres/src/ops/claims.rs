@@ -165,7 +165,7 @@ pub(crate) async fn claim(
         .map(|params| Stmt::new(REFRESH_TYPES, params))
         .collect();
     statements.push(Stmt::new(sql::DUE, &due_params));
-    statements.push(Stmt::new(&walk, &walk_params));
+    statements.push(Stmt::new(walk, &walk_params));
     let probed = hint.is_some();
     if probed {
         statements.push(Stmt::new(empty_answer_sql(), &empty_params));
@@ -195,19 +195,13 @@ pub(crate) async fn claim(
             return Ok(result);
         }
     }
-    let walked = if due.is_empty() {
-        walked
-    } else {
-        // Heads ran out: promote them and walk again, so the walk sees them.
-        // The first walk's rows stay locked until the commit (they are
-        // candidates again, so this walk may take them).
-        promote_rows(tx, session_id, &due).await?;
-        query(tx, &walk, &candidates.params(Some(&wanted))).await?
-    };
-    let taken = take(tx, request, candidates, walked, now, expires_at).await?;
     let served = served_list(request);
-    let rewrite = RewriteArgs::new(session_id, served.as_deref(), now, Rule::Served);
-    let (result, _) = taken.finish(tx, request, Some(&rewrite)).await?;
+    let walks = Walks {
+        candidates,
+        walked,
+        due,
+    };
+    let result = take_and_commit(tx, request, walks, served.as_deref(), now, expires_at).await?;
     hints.set(
         key,
         match result {
@@ -362,7 +356,7 @@ pub(crate) async fn claim_session(
     statements.push(Stmt::new(TRY_LOCK, &lock_params));
     statements.push(Stmt::new(VISIBLE, &lock_params));
     statements.push(Stmt::new(sql::DUE, &due_params));
-    statements.push(Stmt::new(&walk, &walk_params));
+    statements.push(Stmt::new(walk, &walk_params));
     let mut answers = tx.pipeline(&statements).await?;
     let walked = answers.pop().unwrap_or_default();
     let due = answers.pop().unwrap_or_default();
@@ -377,15 +371,55 @@ pub(crate) async fn claim_session(
         }
         return Ok(ClaimResult::Settled);
     }
+    let walks = Walks {
+        candidates,
+        walked,
+        due,
+    };
+    take_and_commit(tx, request, walks, served.as_deref(), now, expires_at).await
+}
+
+/// What a claim's first round trip found: the candidates, the walk's rows
+/// and the due heads' (both locked).
+struct Walks<'r> {
+    candidates: Candidates<'r>,
+    walked: Vec<Row>,
+    due: Vec<Row>,
+}
+
+/// The rest of a claim after its first round trip, for both claims: the
+/// due heads promoted and the walk run again when any are due (the first
+/// walk's rows stay locked until the commit; they are candidates again, so
+/// this walk may take them), each free head's step decided ([`take`]), and
+/// the writes, the answer, the rewrite of the `served` consumers' work
+/// rows (`None`: every row of the session) and `COMMIT` sent together.
+async fn take_and_commit(
+    tx: &Tx<'_>,
+    request: &ClaimRequest,
+    walks: Walks<'_>,
+    served: Option<&[String]>,
+    now: i64,
+    expires_at: i64,
+) -> TxResult<ClaimResult> {
+    let session_id = request.session_id.as_str();
+    let Walks {
+        candidates,
+        walked,
+        due,
+    } = walks;
     let walked = if due.is_empty() {
         walked
     } else {
-        // Heads ran out: promote them and walk again, so the walk sees them.
         promote_rows(tx, session_id, &due).await?;
-        query(tx, &walk, &candidates.params(Some(&wanted))).await?
+        query(
+            tx,
+            walk_sql(),
+            &candidates.params(Some(&wanted(request, 0))),
+        )
+        .await?
     };
     let taken = take(tx, request, candidates, walked, now, expires_at).await?;
-    let rewrite = RewriteArgs::new(session_id, served.as_deref(), now, Rule::Served);
+    let rewrite = RewriteArgs::new(session_id, served, now, Rule::Served);
     let (result, _) = taken.finish(tx, request, Some(&rewrite)).await?;
     Ok(result)
 }
@@ -420,9 +454,10 @@ fn empty_answer_sql() -> &'static str {
     SQL.get_or_init(sql::empty_answer)
 }
 
-/// The walk's statement with the columns a claim decodes.
-fn walk_sql() -> String {
-    sql::walk(&format!("{CURSOR_COLUMNS}, {EVENT_COLUMNS}"))
+/// The walk's statement with the columns a claim decodes, formatted once.
+fn walk_sql() -> &'static str {
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SQL.get_or_init(|| sql::walk(&format!("{CURSOR_COLUMNS}, {EVENT_COLUMNS}")))
 }
 
 /// The walk's limit once `taken` heads are taken (`None`: no limit).
@@ -504,7 +539,7 @@ async fn take<'r>(
             break;
         }
         let again = wanted(request, heads.len());
-        walked = query(tx, &walk_sql(), &candidates.params(Some(&again))).await?;
+        walked = query(tx, walk_sql(), &candidates.params(Some(&again))).await?;
     }
     Ok(Taken {
         candidates,

@@ -339,10 +339,11 @@ pub(crate) enum Rule {
     Touched,
 }
 
-/// [`lock_rows`] and a rewrite of the rows from the summed heads in one round trip: the two
-/// statements are pipelined, and the server runs the summary after the
-/// lock (so its snapshot sees every change committed by a writer that held
-/// one of the rows). For callers holding every cursor lock they need.
+/// [`lock_rows`] and a rewrite of the rows from the summed heads in one
+/// round trip: the two statements are pipelined, and the server runs the
+/// summary after the lock (so its snapshot sees every change committed by
+/// a writer that held one of the rows). For callers holding every cursor
+/// lock they need.
 pub(crate) async fn lock_and_rewrite(
     tx: &Tx<'_>,
     session_id: &str,
