@@ -276,7 +276,9 @@ pub trait WorkSource: Send + Sync {
     /// [`Store::claim_available`](crate::Store::claim_available), rows of
     /// the served consumers rewritten as [`WorkSummary::served_row`] says.
     /// A backend whose session is held by another claimer may answer
-    /// `Settled` to skip it.
+    /// `Settled` to skip it, and so may one whose served rows are none of
+    /// them ready by the claim's time (by the work index's invariant nothing is
+    /// claimable then, and the rows are what the claim would leave).
     async fn claim_session(&self, request: ClaimRequest) -> Result<ClaimResult>;
 
     /// The earliest `ready_at` among `Ready` rows served by `request`.
