@@ -88,4 +88,4 @@ pub use payload::Payload;
 pub use schedule::{RescheduleStep, ScheduledAt};
 pub use store::{EventStream, Store};
 pub use types::*;
-pub use work::{WorkRow, WorkSignal, WorkSource, WorkSummary};
+pub use work::{ReadyWork, WorkRow, WorkSignal, WorkSource, WorkSummary};

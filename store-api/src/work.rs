@@ -247,6 +247,17 @@ impl WorkSignal {
     }
 }
 
+/// What [`WorkSource::ready_or_earliest`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReadyWork {
+    /// Ready sessions in fairness order, at least one.
+    Sessions(Vec<String>),
+    /// No session ready: the earliest `ready_at` among the rows served
+    /// (what [`WorkSource::earliest_ready`] answers), `None` when there is
+    /// none.
+    Earliest(Option<i64>),
+}
+
 /// How many candidate sessions beyond those still wanted a claim asks for
 /// in one round, so a few early rows do not cost a round each.
 pub const CANDIDATE_SLACK: usize = 8;
@@ -272,13 +283,34 @@ pub trait WorkSource: Send + Sync {
         limit: usize,
     ) -> Result<Vec<String>>;
 
+    /// [`ready_sessions`](Self::ready_sessions), and when it finds none,
+    /// [`earliest_ready`](Self::earliest_ready): what an empty claim
+    /// answers. A backend that can read both in one step overrides this
+    /// (the default makes the two calls).
+    async fn ready_or_earliest(
+        &self,
+        request: &ClaimWorkRequest,
+        now_ms: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> Result<ReadyWork> {
+        let sessions = self.ready_sessions(request, now_ms, skip, limit).await?;
+        if sessions.is_empty() {
+            return Ok(ReadyWork::Earliest(self.earliest_ready(request).await?));
+        }
+        Ok(ReadyWork::Sessions(sessions))
+    }
+
     /// One session's claim (a validated request): exactly
     /// [`Store::claim_available`](crate::Store::claim_available), rows of
     /// the served consumers rewritten as [`WorkSummary::served_row`] says.
-    /// A backend whose session is held by another claimer may answer
-    /// `Settled` to skip it, and so may one whose served rows are none of
-    /// them ready by the claim's time (by the work index's invariant nothing is
-    /// claimable then, and the rows are what the claim would leave).
+    /// A backend whose session is held by another claimer may skip it by
+    /// answering `Busy { retry_at }` with the claim's time (the holder may
+    /// leave work claimable: [`claim_work`] answers `Busy` at once and a
+    /// waiter claims again after [`CONTENDED_RETRY`]), and one whose served
+    /// rows are none of them ready by the claim's time may answer `Settled`
+    /// (by the work index's invariant nothing is claimable then, and the
+    /// rows are what the claim would leave).
     async fn claim_session(&self, request: ClaimRequest) -> Result<ClaimResult>;
 
     /// The earliest `ready_at` among `Ready` rows served by `request`.
@@ -368,10 +400,24 @@ async fn claim_once<S: WorkSource + ?Sized>(
     let mut visited: Vec<String> = Vec::new();
     let mut served: Vec<SessionClaim> = Vec::new();
     let mut claimed = 0usize;
+    // The earliest answer read with the last round's (empty) ready read.
+    let mut earliest = None;
+    // The earliest `retry_at` at or before its claim's time: a session that
+    // another claimer held.
+    let mut contended: Option<i64> = None;
     'rounds: loop {
         let want = session_limit.saturating_sub(served.len()) + CANDIDATE_SLACK;
         let now = source.clock().now_ms();
-        let batch = source.ready_sessions(request, now, &visited, want).await?;
+        let batch = match source
+            .ready_or_earliest(request, now, &visited, want)
+            .await?
+        {
+            ReadyWork::Sessions(sessions) => sessions,
+            ReadyWork::Earliest(at) => {
+                earliest = Some(at);
+                break;
+            }
+        };
         let more = batch.len() >= want;
         for session_id in batch {
             if visited.contains(&session_id) {
@@ -379,22 +425,27 @@ async fn claim_once<S: WorkSource + ?Sized>(
             }
             let claim = request.session_request(&session_id, head_limit - claimed);
             visited.push(session_id.clone());
-            if let ClaimResult::Claimed {
-                heads,
-                dead_lettered,
-                head,
-            } = source.claim_session(claim).await?
-            {
-                claimed += heads.len();
-                served.push(SessionClaim {
-                    session_id,
+            match source.claim_session(claim).await? {
+                ClaimResult::Claimed {
                     heads,
                     dead_lettered,
                     head,
-                });
-                if claimed >= head_limit || served.len() >= session_limit {
-                    break 'rounds;
+                } => {
+                    claimed += heads.len();
+                    served.push(SessionClaim {
+                        session_id,
+                        heads,
+                        dead_lettered,
+                        head,
+                    });
+                    if claimed >= head_limit || served.len() >= session_limit {
+                        break 'rounds;
+                    }
                 }
+                ClaimResult::Busy { retry_at } if retry_at <= now => {
+                    contended = Some(contended.map_or(retry_at, |at| at.min(retry_at)));
+                }
+                _ => {}
             }
         }
         if !more {
@@ -404,7 +455,17 @@ async fn claim_once<S: WorkSource + ?Sized>(
     if !served.is_empty() {
         return Ok(ClaimWorkResult::Claimed { sessions: served });
     }
-    Ok(match source.earliest_ready(request).await? {
+    // Held work may be claimable again as soon as its holder commits: that
+    // is the answer, without reading the earliest time (it would be in the
+    // past too, or the holder's lease, which the next claim finds).
+    if let Some(retry_at) = contended {
+        return Ok(ClaimWorkResult::Busy { retry_at });
+    }
+    let earliest = match earliest {
+        Some(earliest) => earliest,
+        None => source.earliest_ready(request).await?,
+    };
+    Ok(match earliest {
         Some(retry_at) => ClaimWorkResult::Busy { retry_at },
         None => ClaimWorkResult::Settled,
     })
@@ -420,6 +481,137 @@ mod tests {
             claim_holder: Some("w".into()),
             claim_expires_at: Some(until),
             ..Dispatch::default()
+        }
+    }
+
+    /// A scripted source: `ready` answers the ready reads in turn (the
+    /// default `ready_or_earliest` then asks `earliest_ready` when one is
+    /// empty), `claims` the session claims; every call is logged.
+    struct Scripted {
+        clock: crate::ManualClock,
+        signal: WorkSignal,
+        ready: std::sync::Mutex<Vec<Vec<String>>>,
+        claims: std::sync::Mutex<Vec<ClaimResult>>,
+        earliest: Option<i64>,
+        calls: std::sync::Mutex<Vec<&'static str>>,
+    }
+
+    impl Scripted {
+        fn new(ready: Vec<Vec<&str>>, claims: Vec<ClaimResult>, earliest: Option<i64>) -> Self {
+            let ready = ready
+                .into_iter()
+                .rev()
+                .map(|batch| batch.into_iter().map(String::from).collect())
+                .collect();
+            Self {
+                clock: crate::ManualClock::new(1_000),
+                signal: WorkSignal::new(),
+                ready: std::sync::Mutex::new(ready),
+                claims: std::sync::Mutex::new(claims.into_iter().rev().collect()),
+                earliest,
+                calls: std::sync::Mutex::new(Vec::new()),
+            }
+        }
+
+        fn log(&self, call: &'static str) {
+            self.calls.lock().map(|mut calls| calls.push(call)).ok();
+        }
+
+        fn calls(&self) -> Vec<&'static str> {
+            self.calls
+                .lock()
+                .map(|calls| calls.clone())
+                .unwrap_or_default()
+        }
+    }
+
+    #[async_trait]
+    impl WorkSource for Scripted {
+        async fn ready_sessions(
+            &self,
+            _: &ClaimWorkRequest,
+            _: i64,
+            _: &[String],
+            _: usize,
+        ) -> Result<Vec<String>> {
+            self.log("ready");
+            Ok(self
+                .ready
+                .lock()
+                .ok()
+                .and_then(|mut r| r.pop())
+                .unwrap_or_default())
+        }
+
+        async fn claim_session(&self, _: ClaimRequest) -> Result<ClaimResult> {
+            self.log("claim");
+            Ok(self
+                .claims
+                .lock()
+                .ok()
+                .and_then(|mut c| c.pop())
+                .unwrap_or(ClaimResult::Settled))
+        }
+
+        async fn earliest_ready(&self, _: &ClaimWorkRequest) -> Result<Option<i64>> {
+            self.log("earliest");
+            Ok(self.earliest)
+        }
+
+        fn clock(&self) -> &dyn Clock {
+            &self.clock
+        }
+
+        fn signal(&self) -> &WorkSignal {
+            &self.signal
+        }
+
+        fn fallback_poll(&self) -> Option<Duration> {
+            None
+        }
+    }
+
+    fn request() -> ClaimWorkRequest {
+        ClaimWorkRequest::new(
+            "w",
+            vec![crate::ConsumerDeclaration::targeted("agent")],
+            1_000,
+        )
+    }
+
+    #[test]
+    fn an_empty_claim_answers_the_earliest_time_read_with_it() {
+        let source = Scripted::new(vec![vec![]], vec![], Some(5_000));
+        let answer = futures::executor::block_on(claim_work(&source, &request()));
+        assert!(
+            matches!(answer, Ok(ClaimWorkResult::Busy { retry_at: 5_000 })),
+            "{answer:?}"
+        );
+        assert_eq!(source.calls(), ["ready", "earliest"]);
+    }
+
+    #[test]
+    fn a_held_session_answers_busy_at_once_without_reading_the_earliest_time() {
+        let held = ClaimResult::Busy { retry_at: 1_000 };
+        let source = Scripted::new(vec![vec!["a"]], vec![held], Some(900));
+        let answer = futures::executor::block_on(claim_work(&source, &request()));
+        assert!(
+            matches!(answer, Ok(ClaimWorkResult::Busy { retry_at: 1_000 })),
+            "contended: busy at the claim's time: {answer:?}"
+        );
+        assert_eq!(source.calls(), ["ready", "claim"]);
+    }
+
+    #[test]
+    fn a_session_busy_later_or_settled_asks_the_earliest_time() {
+        for answer in [ClaimResult::Busy { retry_at: 1_500 }, ClaimResult::Settled] {
+            let source = Scripted::new(vec![vec!["a"]], vec![answer], Some(1_200));
+            let result = futures::executor::block_on(claim_work(&source, &request()));
+            assert!(
+                matches!(result, Ok(ClaimWorkResult::Busy { retry_at: 1_200 })),
+                "{result:?}"
+            );
+            assert_eq!(source.calls(), ["ready", "claim", "earliest"]);
         }
     }
 

@@ -229,7 +229,7 @@ pub mod prelude {
 pub mod backend {
     pub use a2_store_api::{
         dispatch, fork, log, order, pause, presence, redrive, replay, schedule, sql, validate,
-        work, ClaimStep, CompleteVerdict, ForkPlan, Hold, RenewVerdict, RescheduleStep,
+        work, ClaimStep, CompleteVerdict, ForkPlan, Hold, ReadyWork, RenewVerdict, RescheduleStep,
         ScheduledAt, WorkRow, WorkSignal, WorkSource, WorkSummary,
     };
 }
