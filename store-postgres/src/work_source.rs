@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use a2_store_api::work::{WorkSignal, WorkSource};
+use a2_store_api::work::{ReadyWork, WorkSignal, WorkSource};
 use a2_store_api::{ClaimRequest, ClaimResult, ClaimWorkRequest, Clock, Result};
 use async_trait::async_trait;
 
@@ -26,6 +26,20 @@ impl WorkSource for PostgresStore {
     ) -> Result<Vec<String>> {
         transact!(self.inner, "finding ready sessions", |tx| {
             ops::work::ready_sessions(&tx, request, now_ms, skip, limit).await?
+        })
+    }
+
+    /// One statement: the ready sessions, or the earliest time when there
+    /// are none.
+    async fn ready_or_earliest(
+        &self,
+        request: &ClaimWorkRequest,
+        now_ms: i64,
+        skip: &[String],
+        limit: usize,
+    ) -> Result<ReadyWork> {
+        transact!(self.inner, "finding ready sessions", |tx| {
+            ops::work::ready_or_earliest(&tx, request, now_ms, skip, limit).await?
         })
     }
 

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use a2_store_api::{
-    AppendOptions, ClaimRequest, ClaimWorkRequest, ClaimWorkResult, CompleteRequest,
+    AppendOptions, ClaimRequest, ClaimWorkRequest, ClaimWorkResult, Clock, CompleteRequest,
     ConsumerDeclaration, CounterIds, FailRequest, Head, ListWork, ManualClock, NewEvent, RandomIds,
     Store, SystemClock, Target,
 };
@@ -236,18 +236,34 @@ async fn a_claimer_passes_a_session_another_claimer_holds() {
     let mut only_a = work("w", 1_000);
     only_a.sessions = Some(vec!["a".into()]);
     let passed = store.claim_work(only_a.clone()).await.expect("claim");
+    let now = clock.now_ms();
     assert!(
-        !matches!(passed, ClaimWorkResult::Claimed { .. }),
-        "a held session is passed: {passed:?}"
+        matches!(passed, ClaimWorkResult::Busy { retry_at } if retry_at == now),
+        "a held session is passed, contended: Busy at the claim's time: {passed:?}"
     );
     assert!(
         started.elapsed() < Duration::from_secs(2),
         "no claim waited for the held rows: {:?}",
         started.elapsed()
     );
+    // A waiting claim tries the held session again shortly, not at the
+    // fallback poll: a rollback notifies nobody.
+    let mut waiting = only_a.clone();
+    waiting.wait_ms = Some(5_000);
+    let claim = tokio::spawn({
+        let store = store.clone();
+        async move { store.claim_work(waiting).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let released = Instant::now();
     holder.rollback().await.expect("release");
-    let claimed = store.claim_work(only_a).await.expect("claim");
+    let claimed = claim.await.expect("join").expect("claim");
     assert_eq!(only(&claimed).0, "a");
+    assert!(
+        released.elapsed() < Duration::from_millis(900),
+        "claimed {:?} after the release, before the fallback poll",
+        released.elapsed()
+    );
 }
 
 /// A claimer that read a session as ready just before another claimer
@@ -572,4 +588,135 @@ async fn finding_ready_sessions_reads_only_the_rows_returned() {
             assert_eq!(probes, ["work_ready"], "{plan} {what}: {scans:?}");
         }
     }
+}
+
+/// The ready sessions, or the earliest time when none is ready, in one
+/// statement: its rows are the ready read's when something is ready (and
+/// its plan reads the same work rows, the earliest probe never run), and
+/// the earliest probe's answer when nothing is (one row read); the same
+/// for a session list.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_or_earliest_is_one_of_the_two_reads() {
+    let Some(factory) = PgFactory::from_env("work") else {
+        return;
+    };
+    let schema = factory.schema();
+    let _store = store_on(&factory, &schema, ManualClock::new(T0)).await;
+    let mut client = support::raw_client(factory.url()).await;
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\"; \
+             INSERT INTO work (session_id, consumer, ready_at) \
+               SELECT 's' || n, 'agent', CASE WHEN n % 100 = 0 THEN n ELSE 1000000 + n END \
+               FROM generate_series(1, 100000) AS n; \
+             INSERT INTO work (session_id, consumer, ready_at) \
+               SELECT 's' || n, 'other', n FROM generate_series(1, 100000) AS n; \
+             ANALYZE work;"
+        ))
+        .await
+        .expect("fill the work table");
+    let consumers = vec!["agent".to_owned()];
+    let skip: Vec<String> = vec!["s100".into()];
+    let limit: i64 = 9;
+    let listed: Vec<String> = ["s5", "s300", "s200", "s100", "s7"]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let ids = |rows: &[tokio_postgres::Row]| -> Vec<Option<String>> {
+        rows.iter().map(|row| row.get(0)).collect()
+    };
+    let tx = client.transaction().await.expect("begin");
+    tx.batch_execute(&format!("SET LOCAL search_path TO \"{schema}\""))
+        .await
+        .expect("search path");
+    for now in [500_000_i64, 250, 50] {
+        let ready = tx
+            .query(work_sql::READY, &[&consumers, &now, &skip, &limit])
+            .await
+            .expect("ready");
+        let both = tx
+            .query(
+                work_sql::READY_OR_EARLIEST,
+                &[&consumers, &now, &skip, &limit],
+            )
+            .await
+            .expect("ready or earliest");
+        let ready_listed = tx
+            .query(
+                work_sql::READY_LISTED,
+                &[&listed, &consumers, &now, &skip, &limit],
+            )
+            .await
+            .expect("ready listed");
+        let both_listed = tx
+            .query(
+                work_sql::READY_OR_EARLIEST_LISTED,
+                &[&listed, &consumers, &now, &skip, &limit],
+            )
+            .await
+            .expect("ready or earliest listed");
+        let earliest: Option<i64> = tx
+            .query_one(work_sql::EARLIEST, &[&consumers, &now])
+            .await
+            .expect("earliest")
+            .get(0);
+        let earliest_listed: Option<i64> = tx
+            .query_one(work_sql::EARLIEST_LISTED, &[&listed, &consumers, &now])
+            .await
+            .expect("earliest listed")
+            .get(0);
+        for (what, ready, both, earliest, column) in [
+            ("every session", &ready, &both, earliest, 3),
+            ("listed", &ready_listed, &both_listed, earliest_listed, 2),
+        ] {
+            if ready.is_empty() {
+                assert_eq!(both.len(), 1, "{what} at {now}: one earliest row");
+                assert_eq!(both[0].get::<_, Option<String>>(0), None, "{what} at {now}");
+                assert_eq!(
+                    both[0].get::<_, Option<i64>>(column),
+                    earliest,
+                    "{what} at {now}: the earliest probe's answer"
+                );
+                assert!(earliest.is_some(), "{what} at {now}: the fixture has rows");
+            } else {
+                assert_eq!(ids(both), ids(ready), "{what} at {now}: the ready rows");
+            }
+        }
+        assert_eq!(ready.is_empty(), now == 50, "the fixture at {now}");
+    }
+    let explain = |statement: &str| format!("EXPLAIN (ANALYZE, FORMAT JSON) {statement}");
+    for (now, most) in [(500_000_i64, 12.0), (50, 1.0)] {
+        let ready = tx
+            .query_one(
+                &explain(work_sql::READY),
+                &[&consumers, &now, &skip, &limit],
+            )
+            .await
+            .expect("explain ready");
+        let both = tx
+            .query_one(
+                &explain(work_sql::READY_OR_EARLIEST),
+                &[&consumers, &now, &skip, &limit],
+            )
+            .await
+            .expect("explain ready or earliest");
+        let (mut ready_scans, mut both_scans) = (Vec::new(), Vec::new());
+        let ready_read = work_rows_read(&ready.get::<_, Value>(0)[0]["Plan"], &mut ready_scans);
+        let both_read = work_rows_read(&both.get::<_, Value>(0)[0]["Plan"], &mut both_scans);
+        assert!(
+            both_read <= most,
+            "at {now}: read {both_read} work rows through {both_scans:?}"
+        );
+        if now == 500_000 {
+            assert_eq!(
+                both_read, ready_read,
+                "with sessions ready the earliest probe is not run: {both_scans:?}"
+            );
+        }
+    }
+    tx.rollback().await.expect("rollback");
 }

@@ -319,8 +319,9 @@ fn settled_empty(rows: &[Row], now: i64) -> TxResult<Option<(ClaimResult, bool)>
 /// (`WorkSource::claim_session`): [`claim`], but the served consumers' work
 /// rows are locked first without waiting, and when another transaction
 /// holds one (a claimer or writer on this session's work) the session is
-/// left to it: `Settled`, nothing changed. The only lock a claim may wait
-/// for, the log type refresh's, is taken before them.
+/// left to it: `Busy { retry_at: now }` (contended: `claim_work` tries
+/// again shortly), nothing changed. The only lock a claim may wait for,
+/// the log type refresh's, is taken before them.
 ///
 /// Two round trips: `BEGIN`, the log type refresh, the work rows' lock
 /// ([`TRY_LOCK`] with [`VISIBLE`]), the promotion's selection of due heads
@@ -363,13 +364,16 @@ pub(crate) async fn claim_session(
     let visible = answers.pop().unwrap_or_default();
     let locked = answers.pop().unwrap_or_default();
     drop(walk_params);
-    if held_elsewhere(&locked, &visible)?
-        || (due.is_empty() && walked.is_empty() && !any_due(&locked, now)?)
-    {
+    let held = held_elsewhere(&locked, &visible)?;
+    if held || (due.is_empty() && walked.is_empty() && !any_due(&locked, now)?) {
         if refresh_params.is_empty() {
             tx.end_unwaited();
         }
-        return Ok(ClaimResult::Settled);
+        return Ok(if held {
+            ClaimResult::Busy { retry_at: now }
+        } else {
+            ClaimResult::Settled
+        });
     }
     let walks = Walks {
         candidates,

@@ -15,7 +15,7 @@ mod sql;
 use std::collections::{BTreeMap, BTreeSet};
 
 use a2_store_api::sql::from_sql_int;
-use a2_store_api::work::{WorkRow, WorkSummary};
+use a2_store_api::work::{ReadyWork, WorkRow, WorkSummary};
 use a2_store_api::{ClaimWorkRequest, ListWork, SessionWork};
 
 use crate::db::{execute, query, query_opt, Stmt, Tx};
@@ -576,6 +576,56 @@ pub(crate) async fn ready_sessions(
         }
     }
     Ok(ready)
+}
+
+/// [`ready_sessions`], and when it finds none, [`earliest_ready`], in one
+/// statement ([`sql::READY_OR_EARLIEST`], the earliest probe run only when
+/// nothing is ready) outside any transaction: an empty claim costs one
+/// round trip.
+pub(crate) async fn ready_or_earliest(
+    tx: &Tx<'_>,
+    request: &ClaimWorkRequest,
+    now: i64,
+    skip: &[String],
+    limit: usize,
+) -> TxResult<ReadyWork> {
+    let consumers = request.consumer_names();
+    let fetch = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
+    let (rows, earliest_column) = match &request.sessions {
+        None => (
+            tx.query_alone(sql::READY_OR_EARLIEST, &[&consumers, &now, &skip, &fetch])
+                .await?,
+            3,
+        ),
+        Some(sessions) => (
+            tx.query_alone(
+                sql::READY_OR_EARLIEST_LISTED,
+                &[sessions, &consumers, &now, &skip, &fetch],
+            )
+            .await?,
+            2,
+        ),
+    };
+    let mut ready: Vec<String> = Vec::with_capacity(limit);
+    for row in &rows {
+        let Some(session_id) = row.try_get::<_, Option<String>>(0)? else {
+            if ready.is_empty() {
+                return Ok(ReadyWork::Earliest(row.try_get(earliest_column)?));
+            }
+            break;
+        };
+        if !ready.contains(&session_id) {
+            ready.push(session_id);
+            if ready.len() >= limit {
+                break;
+            }
+        }
+    }
+    Ok(if ready.is_empty() {
+        ReadyWork::Earliest(None)
+    } else {
+        ReadyWork::Sessions(ready)
+    })
 }
 
 /// The earliest `ready_at` among the ready rows `request` serves at `now`,

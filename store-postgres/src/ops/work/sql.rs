@@ -19,7 +19,15 @@
 /// consumer paused store-wide (session `''` in `pauses`) is not scanned at
 /// all, a row of a session where it is paused is passed over (one `pauses`
 /// primary-key probe per row read). Work rows are not changed by pauses.
-pub(crate) const READY: &str = "SELECT r.session_id FROM unnest($1::text[]) AS k(consumer) \
+pub(crate) const READY: &str = concat!(
+    ready_rows!(),
+    " ORDER BY r.ready_at, r.session_id, k.consumer"
+);
+
+/// The rows of [`READY`], unordered: `session_id`, `ready_at`, `consumer`.
+macro_rules! ready_rows {
+    () => {
+        "SELECT r.session_id, r.ready_at, k.consumer FROM unnest($1::text[]) AS k(consumer) \
     CROSS JOIN LATERAL (SELECT w.session_id, w.ready_at FROM work w \
       WHERE w.consumer = k.consumer AND w.ready_at IS NOT NULL AND w.ready_at <= $2 \
         AND NOT (w.session_id = ANY($3)) \
@@ -27,19 +35,56 @@ pub(crate) const READY: &str = "SELECT r.session_id FROM unnest($1::text[]) AS k
           AND p.consumer = k.consumer AND (p.until_ms IS NULL OR p.until_ms > $2)) \
       ORDER BY w.ready_at, w.session_id LIMIT $4) AS r \
     WHERE NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = '' \
-      AND p.consumer = k.consumer AND (p.until_ms IS NULL OR p.until_ms > $2)) \
-    ORDER BY r.ready_at, r.session_id, k.consumer";
+      AND p.consumer = k.consumer AND (p.until_ms IS NULL OR p.until_ms > $2))"
+    };
+}
+use ready_rows;
+
+/// [`READY`] and, only when it finds no row, [`EARLIEST`], in one
+/// statement (same parameters): rows `(session_id, ready_at, consumer,
+/// NULL)` in fairness order, or one row `(NULL, NULL, NULL, earliest)`. The
+/// earliest probe is an init plan under a one-time filter, so it runs only
+/// when nothing is ready.
+pub(crate) const READY_OR_EARLIEST: &str = concat!(
+    "WITH ready AS MATERIALIZED (",
+    ready_rows!(),
+    ") SELECT session_id, ready_at, consumer, NULL::bigint FROM ready \
+    UNION ALL SELECT NULL, NULL, NULL, (",
+    earliest!(),
+    ") WHERE NOT EXISTS (SELECT 1 FROM ready) ORDER BY 2, 1, 3"
+);
 
 /// The ready rows of listed sessions: `$1` sessions, `$2` consumers, `$3`
 /// now, `$4` sessions to leave out, `$5` limit; primary-key probes, each
 /// session by its earliest ready row. Pairs a pause in force at `$3` holds
 /// (the session's or a store-wide one) are left out.
-pub(crate) const READY_LISTED: &str = "SELECT w.session_id FROM work w \
+pub(crate) const READY_LISTED: &str = ready_listed_rows!();
+
+/// The rows of [`READY_LISTED`]: `session_id` and its earliest ready
+/// `ready_at`, in fairness order.
+macro_rules! ready_listed_rows {
+    () => {
+        "SELECT w.session_id, min(w.ready_at) AS ready_at FROM work w \
     WHERE w.session_id = ANY($1) AND w.consumer = ANY($2) \
       AND w.ready_at IS NOT NULL AND w.ready_at <= $3 AND NOT (w.session_id = ANY($4)) \
       AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id IN (w.session_id, '') \
         AND p.consumer = w.consumer AND (p.until_ms IS NULL OR p.until_ms > $3)) \
-    GROUP BY w.session_id ORDER BY min(w.ready_at), w.session_id LIMIT $5";
+    GROUP BY w.session_id ORDER BY min(w.ready_at), w.session_id LIMIT $5"
+    };
+}
+use ready_listed_rows;
+
+/// [`READY_LISTED`] and, only when it finds no row, [`EARLIEST_LISTED`],
+/// in one statement (same parameters), as [`READY_OR_EARLIEST`]: rows
+/// `(session_id, ready_at, NULL)` or one row `(NULL, NULL, earliest)`.
+pub(crate) const READY_OR_EARLIEST_LISTED: &str = concat!(
+    "WITH ready AS MATERIALIZED (",
+    ready_listed_rows!(),
+    ") SELECT session_id, ready_at, NULL::bigint FROM ready \
+    UNION ALL SELECT NULL, NULL, (",
+    earliest_listed!(),
+    ") WHERE NOT EXISTS (SELECT 1 FROM ready) ORDER BY 2, 1"
+);
 
 /// The earliest time a ready row of `$1` consumers may be claimed, at `$2`
 /// now: per consumer, one ordered probe of `work_ready` for its first row
@@ -49,7 +94,12 @@ pub(crate) const READY_LISTED: &str = "SELECT w.session_id FROM work w \
 /// left out, one held until an end counts from `max(ready_at, end)` (the
 /// latest end in force of its store-wide and session pauses), so a waiter
 /// wakes when a pause ends.
-pub(crate) const EARLIEST: &str = "SELECT min(r.at) FROM unnest($1::text[]) AS k(consumer) \
+pub(crate) const EARLIEST: &str = earliest!();
+
+/// The text of [`EARLIEST`].
+macro_rules! earliest {
+    () => {
+        "SELECT min(r.at) FROM unnest($1::text[]) AS k(consumer) \
     CROSS JOIN LATERAL (SELECT max(p.until_ms) AS until_ms, \
         bool_or(p.until_ms IS NULL) AS open FROM pauses p \
       WHERE p.session_id = '' AND p.consumer = k.consumer \
@@ -65,17 +115,28 @@ pub(crate) const EARLIEST: &str = "SELECT min(r.at) FROM unnest($1::text[]) AS k
         JOIN work w ON w.session_id = p.session_id AND w.consumer = p.consumer \
         WHERE p.consumer = k.consumer AND p.session_id <> '' AND p.until_ms > $2 \
           AND w.ready_at IS NOT NULL)) AS r \
-    WHERE g.open IS NOT TRUE";
+    WHERE g.open IS NOT TRUE"
+    };
+}
+use earliest;
 
 /// The earliest time a ready row of `$2` consumers in `$1` sessions may be
 /// claimed, at `$3` now, as [`EARLIEST`] counts it.
-pub(crate) const EARLIEST_LISTED: &str = "SELECT min(GREATEST(w.ready_at, h.until_ms)) \
+pub(crate) const EARLIEST_LISTED: &str = earliest_listed!();
+
+/// The text of [`EARLIEST_LISTED`].
+macro_rules! earliest_listed {
+    () => {
+        "SELECT min(GREATEST(w.ready_at, h.until_ms)) \
     FROM work w CROSS JOIN LATERAL (SELECT max(p.until_ms) AS until_ms, \
         bool_or(p.until_ms IS NULL) AS open FROM pauses p \
       WHERE p.session_id IN (w.session_id, '') AND p.consumer = w.consumer \
         AND (p.until_ms IS NULL OR p.until_ms > $3)) AS h \
     WHERE w.session_id = ANY($1) AND w.consumer = ANY($2) AND w.ready_at IS NOT NULL \
-      AND h.open IS NOT TRUE";
+      AND h.open IS NOT TRUE"
+    };
+}
+use earliest_listed;
 
 /// Up to `$3` sessions after `$2` (or from the first, `NULL`: every id sorts
 /// after `''`, an empty id is invalid) with a row of `$1` consumers, by id,
