@@ -269,9 +269,10 @@ async fn a_claimer_passes_a_session_another_claimer_holds() {
 /// A claimer that read a session as ready just before another claimer
 /// served it (its only head now leased, its row ready at the lease's end)
 /// leaves it as it is: `Settled`, the head still the other holder's, the
-/// row unchanged. Work that is due is still found: a new head, and the
-/// leased head once its lease ends; and a row that is early (ready with
-/// nothing claimable) is still corrected.
+/// row unchanged, and without trying its lock (another transaction
+/// holding it changes nothing). Work that is due is still found: a new
+/// head, and the leased head once its lease ends; and a row that is early
+/// (ready with nothing claimable) is still corrected.
 #[cfg_attr(
     a2_postgres_unset,
     ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
@@ -322,6 +323,18 @@ async fn a_session_served_since_the_ready_read_is_left_as_it_is() {
         vec![Some("other")],
         "the head is still the other holder's"
     );
+    // Nothing is ready, so the claim does not even try the row's lock: a
+    // row another transaction holds makes no difference (not contended).
+    let mut client = support::raw_client(factory.url()).await;
+    let holder = client.transaction().await.expect("begin");
+    let sql = format!("SELECT consumer FROM \"{schema}\".work WHERE session_id = $1 FOR UPDATE");
+    assert_eq!(holder.query(&sql, &[&"a"]).await.expect("lock").len(), 1);
+    let answer = store.claim_session(late()).await.expect("claim");
+    assert!(
+        matches!(answer, a2_store_api::ClaimResult::Settled),
+        "a held row with nothing ready: {answer:?}"
+    );
+    holder.rollback().await.expect("release");
 
     clock.advance(1);
     store

@@ -331,9 +331,10 @@ fn settled_empty(rows: &[Row], now: i64) -> TxResult<Option<(ClaimResult, bool)>
 /// transaction costs the first only: its transaction, which wrote nothing
 /// when no type was refreshed, is rolled back without waiting. Heads due
 /// (a lease or retry delay ran out) are promoted and walked again in one
-/// more. A session whose locked rows are none of them ready by now (a
-/// claimer served it since the ready sessions were read) has nothing to
-/// claim or rewrite: also left after the first, unwaited.
+/// more. A session whose rows are none of them ready by now (a claimer
+/// served it since the ready sessions were read) has nothing to claim or
+/// rewrite: its rows are not locked at all, and it is left after the
+/// first step, unwaited.
 pub(crate) async fn claim_session(
     tx: &Tx<'_>,
     request: &ClaimRequest,
@@ -345,7 +346,7 @@ pub(crate) async fn claim_session(
     let refresh = TypeRefresh::new(session_id, request.consumers.as_deref());
     let refresh_params = refresh.params();
     let served = served_list(request);
-    let lock_params: [&(dyn ToSql + Sync); 2] = [&session_id, &served];
+    let lock_params: [&(dyn ToSql + Sync); 3] = [&session_id, &served, &now];
     let walk = walk_sql();
     let wanted = wanted(request, 0);
     let due_params: [&(dyn ToSql + Sync); 2] = [&session_id, &now];

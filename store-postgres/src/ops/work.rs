@@ -234,14 +234,36 @@ pub(crate) type Locked = BTreeMap<String, Option<WorkRow>>;
 /// Locks what it can of a session's rows (`$1`) of `$2` consumers (`NULL`:
 /// every one), in consumer order, passing over rows another transaction
 /// holds; with [`VISIBLE`] it tells whether any was passed over
-/// ([`held_elsewhere`]).
-pub(crate) const TRY_LOCK: &str = "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
-    AND ($2::text[] IS NULL OR consumer = ANY($2)) ORDER BY consumer FOR UPDATE SKIP LOCKED";
+/// ([`held_elsewhere`]). Only when one of those rows is ready by `$3` (now)
+/// in the statement's snapshot (an uncorrelated `EXISTS`: a one-time filter): a session
+/// another claimer served since it was read as ready has nothing to claim
+/// (the work index's invariant), and locking its rows would only cost a
+/// transaction id and WAL for a transaction that is rolled back.
+pub(crate) const TRY_LOCK: &str = concat!(
+    "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
+    AND ($2::text[] IS NULL OR consumer = ANY($2)) AND ",
+    ready_by!(),
+    " ORDER BY consumer FOR UPDATE SKIP LOCKED"
+);
 
 /// How many of a session's rows (`$1`) of `$2` consumers (`NULL`: every
-/// one) exist, locked or not (see [`TRY_LOCK`]).
-pub(crate) const VISIBLE: &str = "SELECT count(*) FROM work WHERE session_id = $1 \
-    AND ($2::text[] IS NULL OR consumer = ANY($2))";
+/// one) exist, locked or not, when one of them is ready by `$3` (see
+/// [`TRY_LOCK`]); else 0.
+pub(crate) const VISIBLE: &str = concat!(
+    "SELECT count(*) FROM work WHERE session_id = $1 \
+    AND ($2::text[] IS NULL OR consumer = ANY($2)) AND ",
+    ready_by!()
+);
+
+/// The condition [`TRY_LOCK`] and [`VISIBLE`] share: one of session `$1`'s
+/// rows of `$2` consumers is ready by `$3`.
+macro_rules! ready_by {
+    () => {
+        "EXISTS (SELECT 1 FROM work r WHERE r.session_id = $1 \
+        AND ($2::text[] IS NULL OR r.consumer = ANY($2)) AND r.ready_at <= $3)"
+    };
+}
+use ready_by;
 
 /// Whether another transaction holds one of the rows [`TRY_LOCK`] passed
 /// over: fewer rows locked (`locked`) than [`VISIBLE`] counts (`visible`).
