@@ -23,9 +23,7 @@ use crate::cursor_table::{
 };
 use crate::db::{bound, decode_state, execute, query, SessionState, Stmt, Tx, READ_SESSION};
 use crate::error::TxResult;
-use crate::ops::work::{
-    held_elsewhere, rewrite_now, rewritten, RewriteArgs, Rule, REWRITE, TRY_LOCK, VISIBLE,
-};
+use crate::ops::work::{rewrite_now, rewritten, RewriteArgs, Rule, TryLocked, REWRITE, TRY_LOCK};
 use crate::rows::{
     clear_of, decode_event, index_of, key_of, CursorKey, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH,
     EVENT_COLUMNS,
@@ -324,8 +322,8 @@ fn settled_empty(rows: &[Row], now: i64) -> TxResult<Option<(ClaimResult, bool)>
 /// the log type refresh's, is taken before them.
 ///
 /// Two round trips: `BEGIN`, the log type refresh, the work rows' lock
-/// ([`TRY_LOCK`] with [`VISIBLE`]), the promotion's selection of due heads
-/// and the walk go in one; the cursor writes, the session read (or the
+/// ([`TRY_LOCK`], which counts them too), the promotion's selection of
+/// due heads and the walk go in one; the cursor writes, the session read (or the
 /// `Busy` answer), the work rewrite ([`REWRITE`], on the rows already
 /// locked) and `COMMIT` in the other. A session left to another
 /// transaction costs the first only: its transaction, which wrote nothing
@@ -356,17 +354,20 @@ pub(crate) async fn claim_session(
         .map(|params| Stmt::new(REFRESH_TYPES, params))
         .collect();
     statements.push(Stmt::new(TRY_LOCK, &lock_params));
-    statements.push(Stmt::new(VISIBLE, &lock_params));
     statements.push(Stmt::new(sql::DUE, &due_params));
     statements.push(Stmt::new(walk, &walk_params));
     let mut answers = tx.pipeline(&statements).await?;
     let walked = answers.pop().unwrap_or_default();
     let due = answers.pop().unwrap_or_default();
-    let visible = answers.pop().unwrap_or_default();
-    let locked = answers.pop().unwrap_or_default();
+    let locked = TryLocked::read(&answers.pop().unwrap_or_default())?;
     drop(walk_params);
-    let held = held_elsewhere(&locked, &visible)?;
-    if held || (due.is_empty() && walked.is_empty() && !any_due(&locked, now)?) {
+    // None of the rows locked ready by now: nothing is claimable (by the
+    // work index's invariant a claimable head's row is ready no later than
+    // now, an expired lease's no later than its end) and the rows are
+    // already what a claim would leave; typically another claimer served
+    // the session between the ready-session read and this claim.
+    let held = locked.held_elsewhere();
+    if held || (due.is_empty() && walked.is_empty() && !locked.any_due(now)) {
         if refresh_params.is_empty() {
             tx.end_unwaited();
         }
@@ -427,22 +428,6 @@ async fn take_and_commit(
     let rewrite = RewriteArgs::new(session_id, served, now, Rule::Served);
     let (result, _) = taken.finish(tx, request, Some(&rewrite)).await?;
     Ok(result)
-}
-
-/// Whether one of the work rows [`TRY_LOCK`] locked (`locked`) is ready by
-/// `now`. When none is, nothing is claimable (by the work index's
-/// invariant a claimable head's row is ready no later than now, an expired
-/// lease's no later than its end) and the rows are already what a claim
-/// would leave: typically another claimer served the session between the
-/// ready-session read and this claim.
-fn any_due(locked: &[Row], now: i64) -> TxResult<bool> {
-    for row in locked {
-        let ready_at: Option<i64> = row.try_get(1)?;
-        if ready_at.is_some_and(|at| at <= now) {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 /// The consumer names a claim serves, sorted, without repeats (`None`: every one).

@@ -233,30 +233,28 @@ pub(crate) type Locked = BTreeMap<String, Option<WorkRow>>;
 
 /// Locks what it can of a session's rows (`$1`) of `$2` consumers (`NULL`:
 /// every one), in consumer order, passing over rows another transaction
-/// holds; with [`VISIBLE`] it tells whether any was passed over
-/// ([`held_elsewhere`]). Only when one of those rows is ready by `$3` (now)
-/// in the statement's snapshot (an uncorrelated `EXISTS`: a one-time filter): a session
-/// another claimer served since it was read as ready has nothing to claim
-/// (the work index's invariant), and locking its rows would only cost a
-/// transaction id and WAL for a transaction that is rolled back.
+/// holds, and counts the rows there are, locked or not, in one statement:
+/// rows `(consumer, ready_at, NULL)` for the rows locked, then one row
+/// `(NULL, NULL, count)` (read by [`TryLocked::read`]). Only when one of
+/// those rows is ready by `$3` (now) in the statement's snapshot (an
+/// uncorrelated `EXISTS`: a one-time filter); else nothing is locked and
+/// the count is 0. A session another claimer served since it was read as
+/// ready has nothing to claim (the work index's invariant), and locking
+/// its rows would only cost a transaction id and WAL for a transaction
+/// that is rolled back.
 pub(crate) const TRY_LOCK: &str = concat!(
-    "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
+    "WITH locked AS (SELECT consumer, ready_at FROM work WHERE session_id = $1 \
     AND ($2::text[] IS NULL OR consumer = ANY($2)) AND ",
     ready_by!(),
-    " ORDER BY consumer FOR UPDATE SKIP LOCKED"
-);
-
-/// How many of a session's rows (`$1`) of `$2` consumers (`NULL`: every
-/// one) exist, locked or not, when one of them is ready by `$3` (see
-/// [`TRY_LOCK`]); else 0.
-pub(crate) const VISIBLE: &str = concat!(
-    "SELECT count(*) FROM work WHERE session_id = $1 \
+    " ORDER BY consumer FOR UPDATE SKIP LOCKED) \
+    SELECT consumer, ready_at, NULL::bigint FROM locked \
+    UNION ALL SELECT NULL, NULL, count(*) FROM work WHERE session_id = $1 \
     AND ($2::text[] IS NULL OR consumer = ANY($2)) AND ",
     ready_by!()
 );
 
-/// The condition [`TRY_LOCK`] and [`VISIBLE`] share: one of session `$1`'s
-/// rows of `$2` consumers is ready by `$3`.
+/// The condition [`TRY_LOCK`] locks and counts under: one of session
+/// `$1`'s rows of `$2` consumers is ready by `$3`.
 macro_rules! ready_by {
     () => {
         "EXISTS (SELECT 1 FROM work r WHERE r.session_id = $1 \
@@ -265,17 +263,42 @@ macro_rules! ready_by {
 }
 use ready_by;
 
-/// Whether another transaction holds one of the rows [`TRY_LOCK`] passed
-/// over: fewer rows locked (`locked`) than [`VISIBLE`] counts (`visible`).
-pub(crate) fn held_elsewhere(
-    locked: &[tokio_postgres::Row],
-    visible: &[tokio_postgres::Row],
-) -> TxResult<bool> {
-    let visible: i64 = match visible.first() {
-        Some(row) => row.try_get(0)?,
-        None => 0,
-    };
-    Ok(visible > i64::try_from(locked.len()).unwrap_or(i64::MAX))
+/// What [`TRY_LOCK`] answered.
+pub(crate) struct TryLocked {
+    /// The rows locked: their consumer and `ready_at`.
+    pub(crate) rows: Vec<(String, Option<i64>)>,
+    /// The rows there are, locked or not.
+    visible: i64,
+}
+
+impl TryLocked {
+    /// Reads [`TRY_LOCK`]'s rows.
+    pub(crate) fn read(rows: &[tokio_postgres::Row]) -> TxResult<Self> {
+        let mut locked = Self {
+            rows: Vec::with_capacity(rows.len()),
+            visible: 0,
+        };
+        for row in rows {
+            match row.try_get::<_, Option<String>>(0)? {
+                Some(consumer) => locked.rows.push((consumer, row.try_get(1)?)),
+                None => locked.visible = row.try_get::<_, Option<i64>>(2)?.unwrap_or(0),
+            }
+        }
+        Ok(locked)
+    }
+
+    /// Whether another transaction holds one of the rows passed over: fewer
+    /// rows locked than there are.
+    pub(crate) fn held_elsewhere(&self) -> bool {
+        self.visible > i64::try_from(self.rows.len()).unwrap_or(i64::MAX)
+    }
+
+    /// Whether one of the rows locked is ready by `now`.
+    pub(crate) fn any_due(&self, now: i64) -> bool {
+        self.rows
+            .iter()
+            .any(|(_, ready_at)| ready_at.is_some_and(|at| at <= now))
+    }
 }
 
 /// Locks the session's work rows of `consumers` (`None`: every row), in
