@@ -149,8 +149,11 @@ impl WorkWake {
 }
 
 /// `PRAGMA data_version`: changes whenever another connection committed.
+/// The statement is prepared once per connection (the watcher runs it
+/// every `poll_interval`, 200 times a second by default).
 fn data_version(conn: &Connection) -> Option<i64> {
-    conn.query_row("PRAGMA data_version", [], |row| row.get(0))
+    conn.prepare_cached("PRAGMA data_version")
+        .and_then(|mut statement| statement.query_row([], |row| row.get(0)))
         .ok()
 }
 
