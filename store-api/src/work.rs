@@ -402,8 +402,8 @@ async fn claim_once<S: WorkSource + ?Sized>(
     let mut claimed = 0usize;
     // The earliest answer read with the last round's (empty) ready read.
     let mut earliest = None;
-    // The earliest `retry_at` at or before its claim's time: a session that
-    // another claimer held.
+    // The earliest `retry_at` at or before the time its claim answered: a
+    // session that another claimer held.
     let mut contended: Option<i64> = None;
     'rounds: loop {
         let want = session_limit.saturating_sub(served.len()) + CANDIDATE_SLACK;
@@ -442,7 +442,9 @@ async fn claim_once<S: WorkSource + ?Sized>(
                         break 'rounds;
                     }
                 }
-                ClaimResult::Busy { retry_at } if retry_at <= now => {
+                // Compared with the clock after the claim: a backend's
+                // claim reads the time itself, later than `now`.
+                ClaimResult::Busy { retry_at } if retry_at <= source.clock().now_ms() => {
                     contended = Some(contended.map_or(retry_at, |at| at.min(retry_at)));
                 }
                 _ => {}
@@ -493,6 +495,8 @@ mod tests {
         ready: std::sync::Mutex<Vec<Vec<String>>>,
         claims: std::sync::Mutex<Vec<ClaimResult>>,
         earliest: Option<i64>,
+        /// How far each session claim moves the clock (a claim takes time).
+        claim_takes_ms: i64,
         calls: std::sync::Mutex<Vec<&'static str>>,
     }
 
@@ -509,6 +513,7 @@ mod tests {
                 ready: std::sync::Mutex::new(ready),
                 claims: std::sync::Mutex::new(claims.into_iter().rev().collect()),
                 earliest,
+                claim_takes_ms: 0,
                 calls: std::sync::Mutex::new(Vec::new()),
             }
         }
@@ -545,6 +550,7 @@ mod tests {
 
         async fn claim_session(&self, _: ClaimRequest) -> Result<ClaimResult> {
             self.log("claim");
+            self.clock.advance(self.claim_takes_ms);
             Ok(self
                 .claims
                 .lock()
@@ -592,11 +598,13 @@ mod tests {
 
     #[test]
     fn a_held_session_answers_busy_at_once_without_reading_the_earliest_time() {
-        let held = ClaimResult::Busy { retry_at: 1_000 };
-        let source = Scripted::new(vec![vec!["a"]], vec![held], Some(900));
+        // The claim reads the clock itself, 3 ms after the round's time.
+        let held = ClaimResult::Busy { retry_at: 1_003 };
+        let mut source = Scripted::new(vec![vec!["a"]], vec![held], Some(900));
+        source.claim_takes_ms = 3;
         let answer = futures::executor::block_on(claim_work(&source, &request()));
         assert!(
-            matches!(answer, Ok(ClaimWorkResult::Busy { retry_at: 1_000 })),
+            matches!(answer, Ok(ClaimWorkResult::Busy { retry_at: 1_003 })),
             "contended: busy at the claim's time: {answer:?}"
         );
         assert_eq!(source.calls(), ["ready", "claim"]);
