@@ -323,9 +323,9 @@ fn settled_empty(rows: &[Row], now: i64) -> TxResult<Option<(ClaimResult, bool)>
 ///
 /// Two round trips: `BEGIN`, the log type refresh, the work rows' lock
 /// ([`TRY_LOCK`], which counts them too), the promotion's selection of
-/// due heads and the walk go in one; the cursor writes, the session read (or the
-/// `Busy` answer), the work rewrite ([`REWRITE`], on the rows already
-/// locked) and `COMMIT` in the other. A session left to another
+/// due heads and the walk go in one; the cursor writes, the session read
+/// (or the `Busy` answer), the work rewrite ([`REWRITE`], on the rows
+/// already locked) and `COMMIT` in the other. A session left to another
 /// transaction costs the first only: its transaction, which wrote nothing
 /// when no type was refreshed, is rolled back without waiting. Heads due
 /// (a lease or retry delay ran out) are promoted and walked again in one

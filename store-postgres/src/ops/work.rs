@@ -265,8 +265,8 @@ use ready_by;
 
 /// What [`TRY_LOCK`] answered.
 pub(crate) struct TryLocked {
-    /// The rows locked: their consumer and `ready_at`.
-    pub(crate) rows: Vec<(String, Option<i64>)>,
+    /// The `ready_at` of each row locked.
+    locked: Vec<Option<i64>>,
     /// The rows there are, locked or not.
     visible: i64,
 }
@@ -274,30 +274,30 @@ pub(crate) struct TryLocked {
 impl TryLocked {
     /// Reads [`TRY_LOCK`]'s rows.
     pub(crate) fn read(rows: &[tokio_postgres::Row]) -> TxResult<Self> {
-        let mut locked = Self {
-            rows: Vec::with_capacity(rows.len()),
+        let mut answer = Self {
+            locked: Vec::with_capacity(rows.len()),
             visible: 0,
         };
         for row in rows {
-            match row.try_get::<_, Option<String>>(0)? {
-                Some(consumer) => locked.rows.push((consumer, row.try_get(1)?)),
-                None => locked.visible = row.try_get::<_, Option<i64>>(2)?.unwrap_or(0),
+            match row.try_get::<_, Option<&str>>(0)? {
+                Some(_) => answer.locked.push(row.try_get(1)?),
+                None => answer.visible = row.try_get::<_, Option<i64>>(2)?.unwrap_or(0),
             }
         }
-        Ok(locked)
+        Ok(answer)
     }
 
     /// Whether another transaction holds one of the rows passed over: fewer
     /// rows locked than there are.
     pub(crate) fn held_elsewhere(&self) -> bool {
-        self.visible > i64::try_from(self.rows.len()).unwrap_or(i64::MAX)
+        self.visible > i64::try_from(self.locked.len()).unwrap_or(i64::MAX)
     }
 
     /// Whether one of the rows locked is ready by `now`.
     pub(crate) fn any_due(&self, now: i64) -> bool {
-        self.rows
+        self.locked
             .iter()
-            .any(|(_, ready_at)| ready_at.is_some_and(|at| at <= now))
+            .any(|ready_at| ready_at.is_some_and(|at| at <= now))
     }
 }
 
@@ -610,14 +610,23 @@ pub(crate) async fn ready_sessions(
             .await?
         }
     };
-    let mut ready: Vec<String> = Vec::with_capacity(limit);
-    for row in &rows {
-        let session_id: String = row.try_get(0)?;
+    distinct_sessions(&rows, limit)
+}
+
+/// The session ids of a ready read's rows (column 0), each once, in the
+/// rows' order, up to `limit`; a row without one (the earliest-time row of
+/// [`sql::READY_OR_EARLIEST`]) ends them.
+fn distinct_sessions(rows: &[tokio_postgres::Row], limit: usize) -> TxResult<Vec<String>> {
+    let mut ready: Vec<String> = Vec::with_capacity(limit.min(rows.len()));
+    for row in rows {
+        if ready.len() >= limit {
+            break;
+        }
+        let Some(session_id) = row.try_get::<_, Option<String>>(0)? else {
+            break;
+        };
         if !ready.contains(&session_id) {
             ready.push(session_id);
-            if ready.len() >= limit {
-                break;
-            }
         }
     }
     Ok(ready)
@@ -635,7 +644,7 @@ pub(crate) async fn ready_or_earliest(
     limit: usize,
 ) -> TxResult<ReadyWork> {
     let consumers = request.consumer_names();
-    let fetch = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
+    let fetch = i64::try_from(limit).unwrap_or(i64::MAX);
     let (rows, earliest_column) = match &request.sessions {
         None => (
             tx.query_alone(sql::READY_OR_EARLIEST, &[&consumers, &now, &skip, &fetch])
@@ -651,26 +660,15 @@ pub(crate) async fn ready_or_earliest(
             2,
         ),
     };
-    let mut ready: Vec<String> = Vec::with_capacity(limit);
-    for row in &rows {
-        let Some(session_id) = row.try_get::<_, Option<String>>(0)? else {
-            if ready.is_empty() {
-                return Ok(ReadyWork::Earliest(row.try_get(earliest_column)?));
-            }
-            break;
-        };
-        if !ready.contains(&session_id) {
-            ready.push(session_id);
-            if ready.len() >= limit {
-                break;
-            }
-        }
+    let ready = distinct_sessions(&rows, limit)?;
+    if !ready.is_empty() {
+        return Ok(ReadyWork::Sessions(ready));
     }
-    Ok(if ready.is_empty() {
-        ReadyWork::Earliest(None)
-    } else {
-        ReadyWork::Sessions(ready)
-    })
+    // Nothing ready: the statement's one row carries the earliest time.
+    Ok(ReadyWork::Earliest(match rows.last() {
+        Some(row) => row.try_get(earliest_column)?,
+        None => None,
+    }))
 }
 
 /// The earliest `ready_at` among the ready rows `request` serves at `now`,
