@@ -577,6 +577,11 @@ mod tests {
         }
     }
 
+    /// `claim_work` without a wait on `source`.
+    fn claim(source: &Scripted) -> Result<ClaimWorkResult> {
+        futures::executor::block_on(claim_work(source, &request()))
+    }
+
     fn request() -> ClaimWorkRequest {
         ClaimWorkRequest::new(
             "w",
@@ -588,7 +593,7 @@ mod tests {
     #[test]
     fn an_empty_claim_answers_the_earliest_time_read_with_it() {
         let source = Scripted::new(vec![vec![]], vec![], Some(5_000));
-        let answer = futures::executor::block_on(claim_work(&source, &request()));
+        let answer = claim(&source);
         assert!(
             matches!(answer, Ok(ClaimWorkResult::Busy { retry_at: 5_000 })),
             "{answer:?}"
@@ -602,7 +607,7 @@ mod tests {
         let held = ClaimResult::Busy { retry_at: 1_003 };
         let mut source = Scripted::new(vec![vec!["a"]], vec![held], Some(900));
         source.claim_takes_ms = 3;
-        let answer = futures::executor::block_on(claim_work(&source, &request()));
+        let answer = claim(&source);
         assert!(
             matches!(answer, Ok(ClaimWorkResult::Busy { retry_at: 1_003 })),
             "contended: busy at the claim's time: {answer:?}"
@@ -614,7 +619,7 @@ mod tests {
     fn a_session_busy_later_or_settled_asks_the_earliest_time() {
         for answer in [ClaimResult::Busy { retry_at: 1_500 }, ClaimResult::Settled] {
             let source = Scripted::new(vec![vec!["a"]], vec![answer], Some(1_200));
-            let result = futures::executor::block_on(claim_work(&source, &request()));
+            let result = claim(&source);
             assert!(
                 matches!(result, Ok(ClaimWorkResult::Busy { retry_at: 1_200 })),
                 "{result:?}"

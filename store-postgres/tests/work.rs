@@ -493,6 +493,27 @@ fn work_rows_read(node: &Value, scans: &mut Vec<String>) -> f64 {
     read
 }
 
+/// A raw client on `schema` whose work table holds 100,000 sessions' rows
+/// of `agent`, 1% of them (`s100`, `s200`, …) ready at their number and
+/// the rest at 1,000,000 + it, and 100,000 rows of `other` ready at their
+/// number; analyzed.
+async fn filled_work_table(factory: &PgFactory, schema: &str) -> tokio_postgres::Client {
+    let client = support::raw_client(factory.url()).await;
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\"; \
+             INSERT INTO work (session_id, consumer, ready_at) \
+               SELECT 's' || n, 'agent', CASE WHEN n % 100 = 0 THEN n ELSE 1000000 + n END \
+               FROM generate_series(1, 100000) AS n; \
+             INSERT INTO work (session_id, consumer, ready_at) \
+               SELECT 's' || n, 'other', n FROM generate_series(1, 100000) AS n; \
+             ANALYZE work;"
+        ))
+        .await
+        .expect("fill the work table");
+    client
+}
+
 /// Finding ready sessions among 100,000 sessions with rows, 1% of them
 /// ready, and 100,000 rows of another consumer all ready, reads about as
 /// many work rows as it returns, through `work_ready`, both with the plan
@@ -510,19 +531,7 @@ async fn finding_ready_sessions_reads_only_the_rows_returned() {
     };
     let schema = factory.schema();
     let _store = store_on(&factory, &schema, ManualClock::new(T0)).await;
-    let mut client = support::raw_client(factory.url()).await;
-    client
-        .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; \
-             INSERT INTO work (session_id, consumer, ready_at) \
-               SELECT 's' || n, 'agent', CASE WHEN n % 100 = 0 THEN n ELSE 1000000 + n END \
-               FROM generate_series(1, 100000) AS n; \
-             INSERT INTO work (session_id, consumer, ready_at) \
-               SELECT 's' || n, 'other', n FROM generate_series(1, 100000) AS n; \
-             ANALYZE work;"
-        ))
-        .await
-        .expect("fill the work table");
+    let mut client = filled_work_table(&factory, &schema).await;
     let limit: i64 = 9;
     let skip: Vec<String> = vec!["s100".into()];
     let consumers = vec!["agent".to_owned()];
@@ -619,19 +628,7 @@ async fn ready_or_earliest_is_one_of_the_two_reads() {
     };
     let schema = factory.schema();
     let _store = store_on(&factory, &schema, ManualClock::new(T0)).await;
-    let mut client = support::raw_client(factory.url()).await;
-    client
-        .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; \
-             INSERT INTO work (session_id, consumer, ready_at) \
-               SELECT 's' || n, 'agent', CASE WHEN n % 100 = 0 THEN n ELSE 1000000 + n END \
-               FROM generate_series(1, 100000) AS n; \
-             INSERT INTO work (session_id, consumer, ready_at) \
-               SELECT 's' || n, 'other', n FROM generate_series(1, 100000) AS n; \
-             ANALYZE work;"
-        ))
-        .await
-        .expect("fill the work table");
+    let mut client = filled_work_table(&factory, &schema).await;
     let consumers = vec!["agent".to_owned()];
     let skip: Vec<String> = vec!["s100".into()];
     let limit: i64 = 9;
