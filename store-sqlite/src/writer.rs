@@ -464,7 +464,7 @@ impl Core {
             let may_begin = self.turnstile.may_begin(&mut held, starving);
             if held && !was_held {
                 // Only the busy handler's pace changes: nothing to undo
-                // should it fail.
+                // should it fail (as in `let_go`).
                 let _ = conn.busy_handler(Some(wait_for_turn));
             }
             let tried = if may_begin {
@@ -488,10 +488,7 @@ impl Core {
                 job.reset();
             }
         };
-        if held {
-            self.turnstile.release(&mut held);
-            let _ = conn.busy_handler(Some(wait_for_lock));
-        }
+        let_go(&self.turnstile, conn, &mut held);
         if !conn.is_autocommit() {
             // The rollback failed: closing the connection rolls back, and
             // the next batch opens another.
@@ -593,9 +590,8 @@ fn attempt(
     held: &mut bool,
 ) -> Attempt {
     let begun = exec(conn, "BEGIN IMMEDIATE", "starting a transaction");
-    if begun.is_ok() && *held {
-        turnstile.release(held);
-        let _ = conn.busy_handler(Some(wait_for_lock));
+    if begun.is_ok() {
+        let_go(turnstile, conn, held);
     }
     if let Err(error) = begun {
         return if is_busy(&error) {
@@ -719,6 +715,16 @@ impl Turnstile {
     }
 }
 
+/// Lets go of the turnstile when this writer holds it (`held`), and goes
+/// back to the busy handler's usual pace.
+fn let_go(turnstile: &Turnstile, conn: &Connection, held: &mut bool) {
+    if *held {
+        turnstile.release(held);
+        // Only the pace changes: nothing to undo should it fail.
+        let _ = conn.busy_handler(Some(wait_for_lock));
+    }
+}
+
 /// The answer of a try that found another process's writer starving.
 fn not_our_turn() -> StoreError {
     StoreError::Busy {
@@ -839,6 +845,17 @@ mod tests {
         (job, answered)
     }
 
+    /// Runs a batch of one call inserting `key`, which must succeed;
+    /// returns how long the batch took.
+    fn insert_alone(core: &Core, key: &'static str) -> Duration {
+        let (call, reply) = insert(key, &Arc::new(AtomicUsize::new(0)));
+        let started = Instant::now();
+        let slot = core.slot.lock().unwrap();
+        core.run_batch(slot, vec![call]);
+        assert_eq!(reply.blocking_recv().unwrap().unwrap(), 1);
+        started.elapsed()
+    }
+
     fn keys(conn: &Connection) -> Vec<String> {
         let mut stmt = conn.prepare("SELECT k FROM t ORDER BY k").unwrap();
         let rows = stmt.query_map([], |row| row.get(0)).unwrap();
@@ -924,16 +941,10 @@ mod tests {
             std::thread::sleep(hold);
             other.release(&mut held);
         });
-        let ran = Arc::new(AtomicUsize::new(0));
-        let (a, a_reply) = insert("a", &ran);
-        let started = Instant::now();
-        let slot = core.slot.lock().unwrap();
-        core.run_batch(slot, vec![a]);
-        assert_eq!(a_reply.blocking_recv().unwrap().unwrap(), 1);
+        let waited = insert_alone(&core, "a");
         assert!(
-            started.elapsed() >= hold,
-            "committed after {:?}, while another process's writer had its turn",
-            started.elapsed()
+            waited >= hold,
+            "committed after {waited:?}, while another process's writer had its turn"
         );
         releaser.join().unwrap();
         assert_eq!(keys(&reader), ["a"]);
@@ -951,13 +962,7 @@ mod tests {
             std::thread::sleep(hold);
             blocker.execute_batch("COMMIT").unwrap();
         });
-        let ran = Arc::new(AtomicUsize::new(0));
-        let (a, a_reply) = insert("a", &ran);
-        let started = Instant::now();
-        let slot = core.slot.lock().unwrap();
-        core.run_batch(slot, vec![a]);
-        assert_eq!(a_reply.blocking_recv().unwrap().unwrap(), 1);
-        let waited = started.elapsed();
+        let waited = insert_alone(&core, "a");
         assert!(waited >= hold, "{waited:?}");
         committer.join().unwrap();
         assert_eq!(keys(&reader), ["a"]);
