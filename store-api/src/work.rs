@@ -259,7 +259,8 @@ pub enum ReadyWork {
 }
 
 /// How many candidate sessions beyond those still wanted a claim asks for
-/// in one round, so a few early rows do not cost a round each.
+/// in one round by default ([`WorkSource::candidate_slack`]), so a few
+/// sessions taken by other claimers do not cost a round each.
 pub const CANDIDATE_SLACK: usize = 8;
 
 /// A real-time pause before claiming again when a claim answered `Busy`
@@ -325,6 +326,16 @@ pub trait WorkSource: Send + Sync {
     /// How often a waiter claims again without a wake-up (for changes the
     /// signal may miss, such as another process's), `None`: never.
     fn fallback_poll(&self) -> Option<Duration>;
+
+    /// How many candidate sessions beyond those still wanted one ready read
+    /// asks for: a cost knob, never an answer's. A backend whose ready read
+    /// is a round trip reads a few spares ([`CANDIDATE_SLACK`]), so
+    /// sessions lost to other claimers cost no round each; one whose ready
+    /// read is an in-process lookup reads none and reads again when it
+    /// loses one.
+    fn candidate_slack(&self) -> usize {
+        CANDIDATE_SLACK
+    }
 }
 
 /// [`Store::claim_work`](crate::Store::claim_work) of a validated request
@@ -406,7 +417,7 @@ async fn claim_once<S: WorkSource + ?Sized>(
     // session that another claimer held.
     let mut contended: Option<i64> = None;
     'rounds: loop {
-        let want = session_limit.saturating_sub(served.len()) + CANDIDATE_SLACK;
+        let want = session_limit.saturating_sub(served.len()) + source.candidate_slack();
         let now = source.clock().now_ms();
         let batch = match source
             .ready_or_earliest(request, now, &visited, want)
@@ -497,6 +508,10 @@ mod tests {
         earliest: Option<i64>,
         /// How far each session claim moves the clock (a claim takes time).
         claim_takes_ms: i64,
+        /// What `candidate_slack` answers.
+        slack: usize,
+        /// The `limit` of every ready read.
+        limits: std::sync::Mutex<Vec<usize>>,
         calls: std::sync::Mutex<Vec<&'static str>>,
     }
 
@@ -514,6 +529,8 @@ mod tests {
                 claims: std::sync::Mutex::new(claims.into_iter().rev().collect()),
                 earliest,
                 claim_takes_ms: 0,
+                slack: CANDIDATE_SLACK,
+                limits: std::sync::Mutex::new(Vec::new()),
                 calls: std::sync::Mutex::new(Vec::new()),
             }
         }
@@ -537,9 +554,10 @@ mod tests {
             _: &ClaimWorkRequest,
             _: i64,
             _: &[String],
-            _: usize,
+            limit: usize,
         ) -> Result<Vec<String>> {
             self.log("ready");
+            self.limits.lock().map(|mut l| l.push(limit)).ok();
             Ok(self
                 .ready
                 .lock()
@@ -574,6 +592,10 @@ mod tests {
 
         fn fallback_poll(&self) -> Option<Duration> {
             None
+        }
+
+        fn candidate_slack(&self) -> usize {
+            self.slack
         }
     }
 
@@ -625,6 +647,49 @@ mod tests {
                 "{result:?}"
             );
             assert_eq!(source.calls(), ["ready", "claim", "earliest"]);
+        }
+    }
+
+    fn claimed(session: &str) -> ClaimResult {
+        ClaimResult::Claimed {
+            heads: vec![crate::Head {
+                event: crate::StoredEvent::new(session, 0, "e0", "t", serde_json::Value::Null, 0),
+                consumer: "agent".into(),
+                lane: None,
+                dispatch: busy(2_000),
+                clear_index: None,
+            }],
+            dead_lettered: Vec::new(),
+            head: 1,
+        }
+    }
+
+    #[test]
+    fn ready_reads_ask_for_the_sessions_wanted_and_the_sources_slack() {
+        for slack in [CANDIDATE_SLACK, 0] {
+            // The first candidate was taken by another claimer in between.
+            let mut source = Scripted::new(
+                vec![vec!["a"], vec!["b"]],
+                vec![ClaimResult::Settled, claimed("b")],
+                None,
+            );
+            source.slack = slack;
+            let answer = claim(&source);
+            let limits = source.limits.lock().map(|l| l.clone()).unwrap_or_default();
+            if slack == 0 {
+                // A full read may leave more: the loop reads again.
+                assert!(
+                    matches!(&answer, Ok(ClaimWorkResult::Claimed { sessions }) if sessions[0].session_id == "b"),
+                    "{answer:?}"
+                );
+                assert_eq!(source.calls(), ["ready", "claim", "ready", "claim"]);
+                assert_eq!(limits, [1, 1]);
+            } else {
+                // A short read was all there is.
+                assert!(matches!(answer, Ok(ClaimWorkResult::Settled)), "{answer:?}");
+                assert_eq!(source.calls(), ["ready", "claim", "earliest"]);
+                assert_eq!(limits, [1 + CANDIDATE_SLACK]);
+            }
         }
     }
 

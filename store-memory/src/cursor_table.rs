@@ -77,6 +77,11 @@ impl CursorTable {
         self.names.keys()
     }
 
+    /// The table's own copy of `consumer`'s name, when it has cursors here.
+    pub fn consumer_name(&self, consumer: &str) -> Option<&Arc<str>> {
+        self.names.get_key_value(consumer).map(|(name, _)| name)
+    }
+
     /// What `consumer`'s unfinished heads add up to at `now` (see
     /// [`WorkSummary`]): its ready heads and expired claims are claimable,
     /// unexpired ones busy; read off the head indexes, without a walk over

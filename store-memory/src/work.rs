@@ -33,13 +33,67 @@ pub(crate) enum Touch<'a> {
     Served(Option<&'a [String]>),
 }
 
+/// A session id as the fairness order compares it: by its first
+/// [`SessionKey::INLINE`] bytes kept in the key, then, only when those are
+/// equal, by the whole id. Rows ready at the same time are ordered by
+/// session id, so a walk of the ready set compares ids at every step; kept
+/// inline, most comparisons read no id from the heap (with thousands of
+/// sessions, each such read is a cache miss).
+///
+/// The order is exactly `str`'s: the inline bytes are the id's, padded
+/// with zeros, and zero is the smallest byte, so two ids whose inline bytes
+/// differ first differ at that byte, or there one of them ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SessionKey {
+    inline: [u8; SessionKey::INLINE],
+    id: Arc<str>,
+}
+
+impl SessionKey {
+    /// The bytes of an id kept in the key.
+    const INLINE: usize = 16;
+
+    fn new(id: &Arc<str>) -> Self {
+        let mut inline = [0u8; Self::INLINE];
+        let bytes = id.as_bytes();
+        let kept = bytes.len().min(Self::INLINE);
+        inline[..kept].copy_from_slice(&bytes[..kept]);
+        Self {
+            inline,
+            id: id.clone(),
+        }
+    }
+
+    /// The smallest key: sorts before every id.
+    fn smallest() -> Self {
+        Self {
+            inline: [0; Self::INLINE],
+            id: Arc::from(""),
+        }
+    }
+}
+
+impl Ord for SessionKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.inline
+            .cmp(&other.inline)
+            .then_with(|| self.id.cmp(&other.id))
+    }
+}
+
+impl PartialOrd for SessionKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 /// The rows of every session, with the orders claims and listings read.
 #[derive(Debug, Default)]
 pub(crate) struct WorkIndex {
     /// Session → consumer → row.
     rows: HashMap<Arc<str>, BTreeMap<Arc<str>, WorkRow>>,
     /// Consumer → its `Ready` rows in fairness order `(ready_at, session)`.
-    ready: HashMap<Arc<str>, BTreeSet<(i64, Arc<str>)>>,
+    ready: HashMap<Arc<str>, BTreeSet<(i64, SessionKey)>>,
     /// Consumer → sessions with a row, by id (listings).
     listed: HashMap<Arc<str>, BTreeSet<Arc<str>>>,
     /// Sessions with a dead-lettered head, by id (bulk redrive reads only
@@ -53,57 +107,65 @@ impl WorkIndex {
     }
 
     /// Stores `row` for `(session, consumer)` (`None` deletes it); returns
-    /// whether work became claimable sooner than it was.
+    /// whether work became claimable sooner than it was. A pair that keeps
+    /// a row is found once and changed in place; only a new or deleted row
+    /// touches the listing.
     fn set(&mut self, session: &Arc<str>, consumer: &Arc<str>, row: Option<WorkRow>) -> bool {
-        let old = self.row(session, consumer);
+        let Self {
+            rows,
+            ready,
+            listed,
+            ..
+        } = self;
+        let pairs = rows.get_mut(&**session);
+        let stored = pairs.and_then(|pairs| pairs.get_mut(&**consumer));
+        let old = stored.as_deref().copied();
         if old == row {
             return false;
         }
+        let key = SessionKey::new(session);
         if let Some(WorkRow::Ready(at)) = old {
-            if let Some(ready) = self.ready.get_mut(consumer) {
-                ready.remove(&(at, session.clone()));
+            if let Some(ready) = ready.get_mut(&**consumer) {
+                ready.remove(&(at, key.clone()));
             }
         }
-        match row {
-            Some(row) => {
-                let stored = self
-                    .rows
-                    .get_mut(&**session)
-                    .and_then(|rows| rows.get_mut(&**consumer));
-                if let Some(stored) = stored {
-                    // The pair had a row, so it is listed already: only
-                    // the row changes (a claim's rewrite walks no
-                    // ordered set of session ids).
-                    *stored = row;
-                } else {
-                    self.rows
-                        .entry(session.clone())
-                        .or_default()
-                        .insert(consumer.clone(), row);
-                    self.listed
-                        .entry(consumer.clone())
-                        .or_default()
-                        .insert(session.clone());
+        match (row, stored) {
+            (Some(row), Some(stored)) => {
+                // The pair had a row, so it is listed already: only the row
+                // changes (a claim's rewrite walks no ordered set of ids).
+                *stored = row;
+            }
+            (Some(row), None) => {
+                rows.entry(session.clone())
+                    .or_default()
+                    .insert(consumer.clone(), row);
+                listed
+                    .entry(consumer.clone())
+                    .or_default()
+                    .insert(session.clone());
+            }
+            (None, _) => {
+                if let Some(pairs) = rows.get_mut(&**session) {
+                    pairs.remove(&**consumer);
+                    if pairs.is_empty() {
+                        rows.remove(&**session);
+                    }
                 }
-                if let WorkRow::Ready(at) = row {
-                    self.ready
-                        .entry(consumer.clone())
-                        .or_default()
-                        .insert((at, session.clone()));
+                if let Some(sessions) = listed.get_mut(&**consumer) {
+                    sessions.remove(&**session);
+                    if sessions.is_empty() {
+                        listed.remove(&**consumer);
+                    }
                 }
             }
-            None => {
-                if let Some(rows) = self.rows.get_mut(session) {
-                    rows.remove(consumer);
-                    if rows.is_empty() {
-                        self.rows.remove(session);
-                    }
+        }
+        if let Some(WorkRow::Ready(at)) = row {
+            match ready.get_mut(&**consumer) {
+                Some(ready) => {
+                    ready.insert((at, key));
                 }
-                if let Some(listed) = self.listed.get_mut(consumer) {
-                    listed.remove(session);
-                    if listed.is_empty() {
-                        self.listed.remove(consumer);
-                    }
+                None => {
+                    ready.insert(consumer.clone(), BTreeSet::from([(at, key)]));
                 }
             }
         }
@@ -174,7 +236,7 @@ impl WorkIndex {
                 .filter_map(|name| Some((name.as_str(), self.ready.get(name.as_str())?)))
                 .map(|(name, ready)| {
                     let due = ready
-                        .range(..(now.saturating_add(1), Arc::<str>::from("")))
+                        .range(..(now.saturating_add(1), SessionKey::smallest()))
                         .peekable();
                     (name, due)
                 })
@@ -190,10 +252,11 @@ impl WorkIndex {
                 let Some((name, source)) = sources.get_mut(position) else {
                     break;
                 };
-                let Some((at, session)) = source.next() else {
+                let Some((at, key)) = source.next() else {
                     break;
                 };
-                if skip.iter().any(|skipped| skipped.as_str() == &**session) {
+                let session = &*key.id;
+                if skip.iter().any(|skipped| skipped.as_str() == session) {
                     continue;
                 }
                 if !free(name, session) {
@@ -264,7 +327,7 @@ impl WorkIndex {
                         if best.is_some_and(|best| (*at).max(floor) >= best) {
                             break;
                         }
-                        if let Some(at) = held(*at, name, session) {
+                        if let Some(at) = held(*at, name, &session.id) {
                             best = Some(best.map_or(at, |best| best.min(at)));
                         }
                     }
@@ -298,12 +361,21 @@ impl MemoryStore {
     /// Runs under the session's lock.
     pub(crate) fn sync_work(&self, session: &Session, touch: Touch<'_>) -> Result<()> {
         let now = self.shared.clock.now_ms();
-        let id: Arc<str> = Arc::from(session.id.as_str());
         let mut index = lock(&self.shared.work, "work index")?;
+        // The index's own copies of the names when it has them: a claim's
+        // rewrite allocates nothing.
+        let id: Arc<str> = match index.rows.get_key_value(session.id.as_str()) {
+            Some((id, _)) => id.clone(),
+            None => Arc::from(session.id.as_str()),
+        };
         let mut consumers: BTreeSet<Arc<str>> = match touch {
-            Touch::Served(Some(served)) => {
-                served.iter().map(|name| Arc::from(name.as_str())).collect()
-            }
+            Touch::Served(Some(served)) => served
+                .iter()
+                .map(|name| match session.cursors.consumer_name(name) {
+                    Some(name) => name.clone(),
+                    None => Arc::from(name.as_str()),
+                })
+                .collect(),
             _ => session.cursors.consumer_names().cloned().collect(),
         };
         if !matches!(touch, Touch::Served(Some(_))) {
@@ -466,5 +538,47 @@ impl WorkSource for MemoryStore {
     /// Every change is made in this process and fires the signal.
     fn fallback_poll(&self) -> Option<Duration> {
         None
+    }
+
+    /// A ready read is a range of the in-process index: reading spares
+    /// would copy ids a claim drops, and a session lost to another claimer
+    /// costs one more range.
+    fn candidate_slack(&self) -> usize {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn key(id: &str) -> SessionKey {
+        SessionKey::new(&Arc::from(id))
+    }
+
+    /// Ids around the inline length, sharing long prefixes, with zero bytes.
+    fn id() -> impl Strategy<Value = String> {
+        let byte = prop_oneof![Just('\0'), Just('a'), Just('b'), Just('\u{e9}')];
+        (0usize..3, prop::collection::vec(byte, 0..24)).prop_map(|(shared, tail)| {
+            let mut id = "session-".repeat(shared);
+            id.extend(tail);
+            id
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn session_keys_order_as_their_ids(a in id(), b in id()) {
+            prop_assert_eq!(key(&a).cmp(&key(&b)), a.as_str().cmp(b.as_str()));
+            prop_assert_eq!(key(&a) == key(&b), a == b);
+        }
+    }
+
+    #[test]
+    fn the_smallest_key_sorts_first() {
+        for id in ["", "\0", "a", "work-000001", &"z".repeat(40)] {
+            assert!(SessionKey::smallest() <= key(id), "{id:?}");
+        }
     }
 }
