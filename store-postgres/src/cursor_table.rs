@@ -60,6 +60,10 @@ pub(crate) struct Attempted {
     /// The cursor, locked; `None` when the head is superseded (at or below
     /// the clear, or an event whose cursor is gone).
     pub cursor: Option<CursorRow>,
+    /// With [`attempted_pipelined`]'s `next_queued`: the lane's first
+    /// queued index after `index` ([`NEXT_QUEUED`], read after the lock),
+    /// for [`advance_in_memory`].
+    pub queued: Option<Option<tokio_postgres::Row>>,
 }
 
 /// Finds and locks the cursor a completion or failure names, locking the
@@ -94,7 +98,10 @@ pub(crate) async fn attempted(
 /// [`attempted`] for a claimer (no session lock) in one round trip: the
 /// cursor's lock, the session read after it and the declared log types'
 /// `refresh` are pipelined (with `BEGIN` when nothing ran yet). Only a
-/// missing cursor costs one more (whether an event is at `index`).
+/// missing cursor costs one more (whether an event is at `index`). With
+/// `next_queued` and a lane, the lane's next queued index after `index` is
+/// read in the same round trip (what moving a lane cursor past `index`
+/// needs, see [`advance_in_memory`]).
 pub(crate) async fn attempted_pipelined(
     tx: &Tx<'_>,
     session_id: &str,
@@ -102,6 +109,7 @@ pub(crate) async fn attempted_pipelined(
     lane: Option<&str>,
     index: u64,
     refresh: &TypeRefresh<'_>,
+    next_queued: bool,
 ) -> TxResult<Attempted> {
     let Ok(stored) = i64::try_from(index) else {
         return Err(StoreError::no_such_event(session_id, index).into());
@@ -114,17 +122,27 @@ pub(crate) async fn attempted_pipelined(
     );
     let load_params: [&(dyn ToSql + Sync); 4] = [&session_id, &consumer, &lane_stored, &slot];
     let read_params: [&(dyn ToSql + Sync); 1] = [&session_id];
+    let next_params: [&(dyn ToSql + Sync); 4] = [&session_id, &consumer, &lane_stored, &stored];
     let refresh_params = refresh.params();
     let mut statements = vec![
         Stmt::new(&load, &load_params),
         Stmt::new(READ_SESSION, &read_params),
     ];
+    let next_queued = next_queued && lane.is_some();
+    if next_queued {
+        statements.push(Stmt::new(NEXT_QUEUED, &next_params));
+    }
     statements.extend(
         refresh_params
             .iter()
             .map(|params| Stmt::new(REFRESH_TYPES, params)),
     );
-    let answers = tx.pipeline(&statements).await?;
+    let mut answers = tx.pipeline(&statements).await?;
+    let queued = if next_queued {
+        Some(answers.get_mut(2).and_then(|rows| rows.drain(..).next()))
+    } else {
+        None
+    };
     let cursor = answers
         .first()
         .and_then(|rows| rows.first())
@@ -136,7 +154,9 @@ pub(crate) async fn attempted_pipelined(
         .map(decode_state)
         .transpose()?
         .unwrap_or_default();
-    settle_attempted(tx, session_id, index, stored, state, cursor).await
+    let mut attempted = settle_attempted(tx, session_id, index, stored, state, cursor).await?;
+    attempted.queued = queued;
+    Ok(attempted)
 }
 
 /// The end of [`attempted`] and [`attempted_pipelined`]: a head at or
@@ -168,36 +188,43 @@ async fn settle_attempted(
         state,
         index: stored,
         cursor,
+        queued: None,
     })
 }
 
 /// Moves a cursor past its head in memory as [`advance`] does, sending
 /// only the statements whose answers decide its next head (a lane's queue,
-/// a log follower's next event): none for an event cursor. The caller
-/// then sends the old head's pin release ([`RELEASE_PINS`], with the key)
-/// and the cursor's write ([`PUT_ALL`]), as [`advance`] does.
+/// a log follower's next event): none for an event cursor, and none for a
+/// lane cursor whose next queued index was read already (`queued`, the
+/// [`NEXT_QUEUED`] row after this head; the lane's trim, [`TRIM_LANE`], is
+/// then left to the caller). The caller then sends the old head's pin
+/// release ([`RELEASE_PINS`], with the key) and the cursor's write
+/// ([`PUT_ALL`]), as [`advance`] does. Returns whether the caller must
+/// send [`TRIM_LANE`] with the finished head.
 pub(crate) async fn advance_in_memory(
     tx: &Tx<'_>,
     session_id: &str,
     cursor: &mut CursorRow,
-) -> TxResult<()> {
+    queued: Option<Option<&tokio_postgres::Row>>,
+) -> TxResult<bool> {
     let Some(done) = cursor.head else {
-        return Ok(());
+        return Ok(false);
     };
     cursor.position = done;
     cursor.fresh_dispatch();
+    let mut trim = false;
     cursor.head = match cursor.kind {
         CursorKind::Event => None,
+        CursorKind::Lane if queued.is_some() => {
+            trim = true;
+            next_queued(cursor, queued.flatten())?
+        }
         CursorKind::Lane => {
             let params: [&(dyn ToSql + Sync); 4] =
                 [&session_id, &cursor.consumer, &cursor.lane, &done];
             let answers = tx
                 .pipeline(&[
-                    Stmt::new(
-                        "DELETE FROM lane_queue WHERE session_id = $1 AND consumer = $2 \
-                         AND lane = $3 AND idx <= $4",
-                        &params,
-                    ),
+                    Stmt::new(TRIM_LANE, &params),
                     Stmt::new(NEXT_QUEUED, &params),
                 ])
                 .await?;
@@ -205,8 +232,13 @@ pub(crate) async fn advance_in_memory(
         }
         CursorKind::Log => next_log_head(tx, session_id, done, cursor.types.as_deref()).await?,
     };
-    Ok(())
+    Ok(trim)
 }
+
+/// Drops a lane's queued indexes up to the head it finished: `$1` session,
+/// `$2` consumer, `$3` lane, `$4` the finished head.
+pub(crate) const TRIM_LANE: &str = "DELETE FROM lane_queue WHERE session_id = $1 \
+    AND consumer = $2 AND lane = $3 AND idx <= $4";
 
 /// A lane's first queued index after the head it finished, with its
 /// not-before time: `$1` session, `$2` consumer, `$3` lane, `$4` the

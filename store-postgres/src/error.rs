@@ -43,6 +43,18 @@ impl TxError {
         }
     }
 
+    /// Whether a call decided on a row this store remembered found the row
+    /// changed (`ops::claims::claimed`): nothing was written, and running
+    /// the call again reads the row.
+    pub(crate) fn missed_guess(&self) -> bool {
+        match self {
+            Self::Store(_) => false,
+            Self::Db(error) => error
+                .code()
+                .is_some_and(|code| code.code() == crate::ops::claims::claimed::MISSED),
+        }
+    }
+
     /// The typed error a caller sees for this failure while doing `what`.
     pub(crate) fn into_store(self, what: &str) -> StoreError {
         match self {

@@ -37,6 +37,9 @@ pub(crate) struct Inner {
     /// What this store's last claims of each session found (see
     /// [`crate::ops::claims::Hints`]).
     pub(crate) claim_hints: crate::ops::claims::Hints,
+    /// The cursor rows this store's claims and renewals last wrote (see
+    /// [`crate::ops::claims::claimed`]).
+    pub(crate) claimed: crate::ops::claims::claimed::Claimed,
 }
 
 impl Inner {

@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 9;
+pub const SCHEMA_VERSION: i32 = 10;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -357,6 +357,22 @@ ALTER TABLE sessions ADD COLUMN forked_session text COLLATE "C",
 DROP INDEX cursors_dead;
 CREATE INDEX cursors_dead ON cursors (session_id, head, consumer, lane, slot)
     WHERE head IS NOT NULL AND failed_at IS NOT NULL;
+"#,
+    // Version 10: the guard of a completion decided on the cursor row this
+    // store's claim wrote (`ops::claims::claimed`): it raises SQLSTATE
+    // A2S01, aborting the transaction, unless the row read after the lock
+    // is still the one remembered. It reads no table itself.
+    r#"
+CREATE FUNCTION expect_unchanged(p_unchanged boolean) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_unchanged IS NOT TRUE THEN
+        RAISE EXCEPTION 'the cursor changed since this store claimed it'
+            USING ERRCODE = 'A2S01';
+    END IF;
+    RETURN true;
+END
+$$;
 "#,
 ];
 

@@ -149,6 +149,7 @@ impl PostgresStore {
                 wakes,
                 listener: OnceCell::new(),
                 claim_hints: ops::claims::Hints::default(),
+                claimed: ops::claims::claimed::Claimed::default(),
             }),
         })
     }
@@ -197,7 +198,15 @@ impl Store for PostgresStore {
         let now = self.inner.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
         transact!(self.inner, "claiming heads", |tx| {
-            ops::claims::claim(&tx, &request, now, expires_at, &self.inner.claim_hints).await?
+            ops::claims::claim(
+                &tx,
+                &request,
+                now,
+                expires_at,
+                &self.inner.claim_hints,
+                &self.inner.claimed,
+            )
+            .await?
         })
     }
 
@@ -213,6 +222,7 @@ impl Store for PostgresStore {
                 &request.claims,
                 now,
                 expires_at,
+                &self.inner.claimed,
             )
             .await?
         })?;
@@ -239,7 +249,7 @@ impl Store for PostgresStore {
         validate::fail_attempt(&request)?;
         let now = self.inner.clock.now_ms();
         let (result, work) = transact!(self.inner, "failing an attempt", |tx| {
-            ops::fail::fail(&tx, &request, now).await?
+            ops::fail::fail(&tx, &request, now, &self.inner.claimed).await?
         })?;
         self.inner.committed(
             &request.session_id,

@@ -1,5 +1,6 @@
 //! `transact!`: every store call's transaction, run again after a
-//! deadlock or serialization failure (up to `MAX_RETRIES` times).
+//! deadlock or serialization failure (up to `MAX_RETRIES` times), and once
+//! at once when a guess about a row it decided on was out of date.
 
 use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
@@ -12,6 +13,7 @@ macro_rules! transact {
         let inner: &$crate::inner::Inner = &$inner;
         let what: &str = $what;
         let mut tries: u32 = 0;
+        let mut missed = false;
         loop {
             let client = inner
                 .pool
@@ -27,6 +29,12 @@ macro_rules! transact {
             .await;
             match outcome {
                 Ok(value) => break Ok::<_, a2_store_api::StoreError>(value),
+                // A guess about a row was out of date (it is forgotten): at
+                // once, and once only.
+                Err(error) if error.missed_guess() && !missed => {
+                    missed = true;
+                    drop(client);
+                }
                 Err(error) if error.retryable() && tries < $crate::store::MAX_RETRIES => {
                     tries += 1;
                     drop(client);

@@ -48,7 +48,7 @@ impl WorkSource for PostgresStore {
         let now = self.inner.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
         transact!(self.inner, "claiming heads of a session", |tx| {
-            ops::claims::claim_session(&tx, &request, now, expires_at).await?
+            ops::claims::claim_session(&tx, &request, now, expires_at, &self.inner.claimed).await?
         })
     }
 

@@ -12,7 +12,7 @@ use a2_store_api::{
 };
 use a2_store_postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
 use serde_json::json;
-use support::{PgFactory, UNDO_9};
+use support::{PgFactory, UNDO_10, UNDO_9};
 
 fn options(schema: &str) -> PostgresOptions {
     support::options(schema, Arc::new(SystemClock), Arc::new(RandomIds))
@@ -148,7 +148,7 @@ async fn upgrading_from_version_4_counts_existing_live_heads() {
     // Undo migrations 6 and 5 by hand: the schema as a version-4 build left it.
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_9} {UNDO_7} {UNDO_6} DROP TABLE pending_counts; \
+            "SET search_path TO \"{schema}\"; {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} DROP TABLE pending_counts; \
              DROP FUNCTION count_pending() CASCADE; \
              CREATE INDEX cursors_pending ON cursors (session_id, consumer) \
                WHERE head IS NOT NULL AND failed_at IS NULL; \
@@ -224,7 +224,7 @@ async fn upgrading_from_version_5_keeps_leases_and_promotes_expired_ones() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_9} {UNDO_7} {UNDO_6} \
+            "SET search_path TO \"{schema}\"; {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
              UPDATE schema_version SET version = 5"
         ))
         .await
@@ -453,7 +453,7 @@ async fn upgrading_from_version_7_finds_pending_work() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_9} DROP FUNCTION rewrite_work; \
+            "SET search_path TO \"{schema}\"; {UNDO_10} {UNDO_9} DROP FUNCTION rewrite_work; \
              UPDATE schema_version SET version = 7"
         ))
         .await
@@ -552,7 +552,7 @@ async fn upgrading_from_version_8_keeps_lanes_and_dead_letters() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_9} UPDATE schema_version SET version = 8"
+            "SET search_path TO \"{schema}\"; {UNDO_10} {UNDO_9} UPDATE schema_version SET version = 8"
         ))
         .await
         .expect("downgrade to version 8");

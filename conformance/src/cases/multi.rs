@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use a2_store_api::{
-    AppendOptions, ClaimResult, ClearRequest, CompleteRequest, ErrorCode, ReadOptions, Store,
-    StoreError,
+    AppendOptions, ClaimResult, ClearRequest, CompleteRequest, CompleteResult, ErrorCode,
+    FailRequest, HeldClaim, ReadOptions, RenewRequest, Store, StoreError,
 };
 
 use super::subscribe::take;
@@ -143,6 +143,101 @@ pub(crate) async fn completion_applies_once_across_instances(cx: Cx) -> CaseResu
         cursor_summaries(&b.cursors(&s).await?),
         strs(&["agent/L1 lane pos=1 head=2"])
     );
+    Ok(())
+}
+
+/// A completion through the instance that claimed a head, after the other
+/// instance renewed the claim, completes it once: the renewal is no reason
+/// to refuse it (an instance deciding on the row it wrote at the claim must
+/// find the renewed one).
+pub(crate) async fn completion_after_renewal_on_other_instance_applies(cx: Cx) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let s = cx.session_id("s");
+    a.append(&s, vec![to_event("x", "agent")], AppendOptions::default())
+        .await?;
+    let (heads, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
+    let head = nth(&heads, 0)?;
+    cx.advance(TTL / 2);
+    let renewed = b
+        .renew_claims(RenewRequest {
+            session_id: s.clone(),
+            holder: "w1".into(),
+            claims: vec![HeldClaim {
+                cursor: head.cursor_ref(),
+                attempt: head.dispatch.attempt_count,
+            }],
+            ttl_ms: Some(TTL),
+            expires_at_ms: None,
+        })
+        .await?;
+    ensure_eq!(ref_summaries(&renewed.renewed), strs(&["1 agent/-"]));
+    let reply = a
+        .complete_attempt(CompleteRequest::for_head(&head, Vec::new()))
+        .await?;
+    ensure_eq!(completed(reply)?, vec![]);
+    ensure_eq!(b.cursors(&s).await?, vec![]);
+    settled(claim(&b, &cx, &s, "w2").await?)?;
+    settled(claim(&a, &cx, &s, "w2").await?)?;
+    Ok(())
+}
+
+/// A late completion through the instance that claimed first, after the
+/// lease ran out and the other instance claimed the head again, is
+/// superseded and changes nothing; the new attempt completes, and the old
+/// instance then replays it.
+pub(crate) async fn late_completion_after_reclaim_on_other_instance_is_superseded(
+    cx: Cx,
+) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let s = cx.session_id("s");
+    a.append(&s, vec![to_event("x", "agent")], AppendOptions::default())
+        .await?;
+    let (first, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
+    let first = nth(&first, 0)?;
+    cx.advance(TTL);
+    let (second, _, _) = claimed(claim(&b, &cx, &s, "w2").await?)?;
+    let second = nth(&second, 0)?;
+    ensure_eq!(second.dispatch.attempt_count, 2);
+    let before = b.cursors(&s).await?;
+    ensure_eq!(
+        a.complete_attempt(CompleteRequest::for_head(&first, Vec::new()))
+            .await?,
+        CompleteResult::Superseded
+    );
+    ensure_eq!(a.cursors(&s).await?, before);
+    let done = b
+        .complete_attempt(CompleteRequest::for_head(&second, Vec::new()))
+        .await?;
+    ensure_eq!(completed(done)?, vec![]);
+    let again = a
+        .complete_attempt(CompleteRequest::for_head(&second, Vec::new()))
+        .await?;
+    ensure_eq!(completed(again)?, vec![]);
+    ensure_eq!(a.cursors(&s).await?, vec![]);
+    Ok(())
+}
+
+/// A completion through the instance that claimed a head, after the other
+/// instance failed that attempt, is superseded: the failure stands (the
+/// head waits for its retry) and nothing is completed.
+pub(crate) async fn completion_after_failure_on_other_instance_is_superseded(cx: Cx) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let s = cx.session_id("s");
+    a.append(&s, vec![to_event("x", "agent")], AppendOptions::default())
+        .await?;
+    let (heads, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
+    let head = nth(&heads, 0)?;
+    b.fail_attempt(FailRequest::for_head(&head, "down", None))
+        .await?;
+    let before = b.cursors(&s).await?;
+    ensure_eq!(
+        a.complete_attempt(CompleteRequest::for_head(&head, Vec::new()))
+            .await?,
+        CompleteResult::Superseded
+    );
+    ensure_eq!(a.cursors(&s).await?, before);
+    let (again, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
+    ensure_eq!(nth(&again, 0)?.dispatch.attempt_count, 2);
     Ok(())
 }
 

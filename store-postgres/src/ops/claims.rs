@@ -5,6 +5,7 @@
 //! statements and the indexes they use), so the heads other holders have in
 //! flight cost it nothing.
 
+pub(crate) mod claimed;
 mod sql;
 
 use std::collections::BTreeSet;
@@ -28,6 +29,7 @@ use crate::rows::{
     clear_of, decode_event, index_of, key_of, CursorKey, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH,
     EVENT_COLUMNS,
 };
+use claimed::Claimed;
 
 /// The heads a claim may take: the parameters `$1` to `$7` of the walk and
 /// the `Busy` answer (see [`sql`]).
@@ -130,6 +132,7 @@ pub(crate) async fn claim(
     now: i64,
     expires_at: i64,
     hints: &Hints,
+    claimed: &Claimed,
 ) -> TxResult<ClaimResult> {
     let session_id = request.session_id.as_str();
     let candidates = Candidates::new(request, now);
@@ -199,7 +202,9 @@ pub(crate) async fn claim(
         walked,
         due,
     };
-    let result = take_and_commit(tx, request, walks, served.as_deref(), now, expires_at).await?;
+    let result = take_and_commit(tx, request, walks, served.as_deref(), now, expires_at)
+        .await?
+        .remembered_in(claimed, session_id);
     hints.set(
         key,
         match result {
@@ -338,6 +343,7 @@ pub(crate) async fn claim_session(
     request: &ClaimRequest,
     now: i64,
     expires_at: i64,
+    claimed: &Claimed,
 ) -> TxResult<ClaimResult> {
     let session_id = request.session_id.as_str();
     let candidates = Candidates::new(request, now);
@@ -382,7 +388,11 @@ pub(crate) async fn claim_session(
         walked,
         due,
     };
-    take_and_commit(tx, request, walks, served.as_deref(), now, expires_at).await
+    Ok(
+        take_and_commit(tx, request, walks, served.as_deref(), now, expires_at)
+            .await?
+            .remembered_in(claimed, session_id),
+    )
 }
 
 /// What a claim's first round trip found: the candidates, the walk's rows
@@ -406,7 +416,7 @@ async fn take_and_commit(
     served: Option<&[String]>,
     now: i64,
     expires_at: i64,
-) -> TxResult<ClaimResult> {
+) -> TxResult<Finished> {
     let session_id = request.session_id.as_str();
     let Walks {
         candidates,
@@ -426,8 +436,28 @@ async fn take_and_commit(
     };
     let taken = take(tx, request, candidates, walked, now, expires_at).await?;
     let rewrite = RewriteArgs::new(session_id, served, now, Rule::Served);
-    let (result, _) = taken.finish(tx, request, Some(&rewrite)).await?;
-    Ok(result)
+    let finished = taken.finish(tx, request, Some(&rewrite)).await?;
+    Ok(finished)
+}
+
+/// A claim's answer with the cursor rows it wrote and the session's clear
+/// index it read, committed.
+struct Finished {
+    result: ClaimResult,
+    changed: Vec<CursorRow>,
+    clear: i64,
+}
+
+impl Finished {
+    /// Remembers the claimed rows (see [`Claimed`]) and returns the answer.
+    fn remembered_in(self, claimed: &Claimed, session_id: &str) -> ClaimResult {
+        if matches!(self.result, ClaimResult::Claimed { .. }) {
+            for cursor in &self.changed {
+                claimed.remember(session_id, cursor, self.clear);
+            }
+        }
+        self.result
+    }
 }
 
 /// The consumer names a claim serves, sorted, without repeats (`None`: every one).
@@ -548,13 +578,13 @@ impl Taken<'_> {
     /// they live under) or, when nothing was taken, the `Busy` answer. With
     /// `rewrite`, the work rewrite follows and the transaction commits, all
     /// in one round trip; without, the caller continues the transaction.
-    /// Also returns whether the rewrite made a row ready sooner.
+    /// Also returns the rows written and the clear index read.
     async fn finish(
         mut self,
         tx: &Tx<'_>,
         request: &ClaimRequest,
         rewrite: Option<&RewriteArgs<'_>>,
-    ) -> TxResult<(ClaimResult, bool)> {
+    ) -> TxResult<Finished> {
         let session_id = request.session_id.as_str();
         let pins: Vec<[&(dyn ToSql + Sync); 4]> = self
             .released
@@ -591,7 +621,9 @@ impl Taken<'_> {
         } else {
             tx.pipeline(&statements).await?
         };
-        let sooner = match rewrite {
+        // Whether the rewrite made a row ready sooner is checked, not used:
+        // a claim makes no row ready sooner.
+        let _sooner = match rewrite {
             Some(rewrite) => rewritten(
                 &answers.pop().unwrap_or_default(),
                 rewrite_now(rewrite),
@@ -612,14 +644,15 @@ impl Taken<'_> {
             }
             self.heads.sort_by(compare_heads);
             self.dead_lettered.sort_by(compare_heads);
-            return Ok((
-                ClaimResult::Claimed {
+            return Ok(Finished {
+                result: ClaimResult::Claimed {
                     heads: self.heads,
                     dead_lettered: self.dead_lettered,
                     head: index_of(state.head)?,
                 },
-                sooner,
-            ));
+                changed: self.changed,
+                clear: state.clear,
+            });
         }
         // Nothing taken: busy heads free at their expiry; a head another
         // transaction holds locked right now may free now.
@@ -631,7 +664,11 @@ impl Taken<'_> {
             Some(retry_at) => ClaimResult::Busy { retry_at },
             None => ClaimResult::Settled,
         };
-        Ok((result, sooner))
+        Ok(Finished {
+            result,
+            changed: Vec::new(),
+            clear: 0,
+        })
     }
 }
 

@@ -2,6 +2,7 @@
 //! returns, its completion is recorded (for replays) and the cursor moves
 //! to its next head; a repeat of a recorded completion replays it.
 
+use a2_store_api::dispatch::cleared;
 use a2_store_api::sql::{count_to_sql, from_sql_count};
 use a2_store_api::{
     replay, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, StoreError,
@@ -13,13 +14,14 @@ use tokio_postgres::types::ToSql;
 
 use crate::cursor_table::{
     advance, advance_in_memory, attempted, attempted_pipelined, refresh_loaded_types,
-    refresh_log_types, CursorWrites, TypeRefresh, PUT_ALL, RELEASE_PINS,
+    refresh_log_types, CursorWrites, TypeRefresh, PUT_ALL, RELEASE_PINS, TRIM_LANE,
 };
 use crate::db::{execute, query_opt, Stmt, Tx};
 use crate::error::TxResult;
 use crate::inner::{Inner, Wrote};
+use crate::ops::claims::claimed::{self, Known};
 use crate::ops::work::{Touched, TouchedPlan};
-use crate::rows::lane_key;
+use crate::rows::{index_of, lane_key, CursorRow};
 
 /// The body of [`Store::complete_attempt`](a2_store_api::Store::complete_attempt)
 /// for a validated request. Returns the result and what it wrote.
@@ -134,7 +136,8 @@ const FORGET_LOG: &str =
 /// read (and the declared log types' refresh) first; then the completion
 /// record, the pin release, the cursor's write, its consumer's work row
 /// and `COMMIT` together. A lane or log cursor's next head costs one more
-/// in between (its queue or the log is read).
+/// in between (its queue or the log is read). An event cursor this store
+/// claimed takes one round trip ([`complete_known`]).
 async fn complete_quietly(
     tx: &Tx<'_>,
     inner: &Inner,
@@ -144,9 +147,29 @@ async fn complete_quietly(
     let consumers = request.consumers.as_deref();
     let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
     let refresh = TypeRefresh::new(session_id, consumers);
-    let named =
-        attempted_pipelined(tx, session_id, consumer, lane, request.index, &refresh).await?;
-    let (mut state, index) = (named.state, named.index);
+    let declares_logs = consumers.is_some_and(|c| c.iter().any(|c| c.log.is_some()));
+    if lane.is_none() && !declares_logs && refresh.params().is_empty() {
+        let known = match i64::try_from(request.index) {
+            Ok(slot) => inner.claimed.take(session_id, consumer, "", slot),
+            Err(_) => None,
+        };
+        if let Some(known) = known {
+            if let Some(done) = complete_known(tx, inner, request, known).await? {
+                return Ok(done);
+            }
+        }
+    }
+    let named = attempted_pipelined(
+        tx,
+        session_id,
+        consumer,
+        lane,
+        request.index,
+        &refresh,
+        true,
+    )
+    .await?;
+    let (mut state, index, queued) = (named.state, named.index, named.queued);
     let Some(mut cursor) = named.cursor else {
         return Ok((CompleteResult::Superseded, Wrote::default()));
     };
@@ -158,7 +181,10 @@ async fn complete_quietly(
         CompleteVerdict::Superseded => return Ok((CompleteResult::Superseded, Wrote::default())),
     }
     let mut touched = Touched::new(inner.clock.now_ms());
-    if consumers.is_some_and(|c| c.iter().any(|c| c.log.is_some())) {
+    // The lane queue read with the lock is the one after this head only
+    // while no declared log's write (below) could have queued more.
+    let queued = if declares_logs { None } else { queued };
+    if declares_logs {
         // The declarations are still checked for lane conflicts.
         let cause = request.cause();
         let batch = Batch {
@@ -169,9 +195,75 @@ async fn complete_quietly(
         };
         write(tx, inner, &mut state, &batch, &mut touched).await?;
     }
+    record_quietly(tx, request, cursor, index, touched, queued, &[]).await
+}
+
+/// A completion decided on the row this store's claim (or renewal) wrote
+/// (see [`crate::ops::claims::claimed`]), in one round trip: `BEGIN`, the
+/// cursor's lock, the guard that the row and the session's clear index are
+/// still the ones remembered, then what [`record_quietly`] sends, and
+/// `COMMIT`. `None` (nothing sent) when the remembered row does not decide
+/// `Apply`: the caller reads the row as usual. A stale row aborts the
+/// transaction at the guard; `transact!` then runs the call again, which
+/// finds nothing remembered.
+async fn complete_known(
+    tx: &Tx<'_>,
+    inner: &Inner,
+    request: &CompleteRequest,
+    known: Known,
+) -> TxResult<Option<(CompleteResult, Wrote)>> {
+    let session_id = request.session_id.as_str();
+    let Known { cursor, clear } = known;
+    let Ok(index) = i64::try_from(request.index) else {
+        return Ok(None);
+    };
+    if cleared(request.index, index_of(clear)?) {
+        return Ok(None);
+    }
+    let on_head = cursor.head == Some(index);
+    if !matches!(
+        cursor.dispatch.complete_verdict(on_head, request.attempt),
+        CompleteVerdict::Apply
+    ) {
+        return Ok(None);
+    }
+    let expected = CursorWrites::new(session_id, [&cursor]);
+    let Some(expected) = expected.as_ref().map(CursorWrites::params) else {
+        return Ok(None);
+    };
+    let mut guard: Vec<&(dyn ToSql + Sync)> = expected.to_vec();
+    guard.push(&clear);
+    let (lock_consumer, lock_lane, lock_slot) = cursor.key();
+    let lock: [&(dyn ToSql + Sync); 4] = [&session_id, &lock_consumer, &lock_lane, &lock_slot];
+    let prefix = [
+        Stmt::new(claimed::LOCK, &lock),
+        Stmt::new(claimed::UNCHANGED, &guard),
+    ];
+    let touched = Touched::new(inner.clock.now_ms());
+    let done = record_quietly(tx, request, cursor.clone(), index, touched, None, &prefix).await?;
+    Ok(Some(done))
+}
+
+/// The end of a completion without events once its verdict is `Apply`:
+/// the cursor moved past its head (a lane's with its next queued index
+/// already read, `queued`, when given), then `prefix`, the completion
+/// record, the pin release, the lane's trim, the cursor's write, its
+/// consumer's work row and `COMMIT` sent together.
+async fn record_quietly(
+    tx: &Tx<'_>,
+    request: &CompleteRequest,
+    mut cursor: CursorRow,
+    index: i64,
+    mut touched: Touched,
+    queued: Option<Option<tokio_postgres::Row>>,
+    prefix: &[Stmt<'_>],
+) -> TxResult<(CompleteResult, Wrote)> {
+    let session_id = request.session_id.as_str();
+    let lane = request.lane.as_deref();
     // The pins of the head completed, released before the cursor moves on.
     let (pin_consumer, pin_lane, pin_slot) = cursor.key();
-    advance_in_memory(tx, session_id, &mut cursor).await?;
+    let queued = queued.as_ref().map(Option::as_ref);
+    let trim = advance_in_memory(tx, session_id, &mut cursor, queued).await?;
     touched.cursor(&cursor);
     let lane_stored = lane_key(lane);
     let returned: Vec<Option<&str>> = Vec::new();
@@ -191,17 +283,23 @@ async fn complete_quietly(
     let write_params = writes.as_ref().map(CursorWrites::params);
     let plan = touched.plan(session_id);
     let work = plan.params();
-    let mut statements = Vec::with_capacity(6);
+    let mut statements = Vec::with_capacity(prefix.len() + 6);
+    statements.extend(prefix.iter().map(|s| Stmt::new(s.sql, s.params)));
     if cursor.kind == CursorKind::Log {
         statements.push(Stmt::new(FORGET_LOG, &forget));
     }
     statements.push(Stmt::new(RECORD, &record));
     statements.push(Stmt::new(RELEASE_PINS, &pins));
+    let trim_params: [&(dyn ToSql + Sync); 4] = [&session_id, &pin_consumer, &pin_lane, &index];
+    if trim {
+        statements.push(Stmt::new(TRIM_LANE, &trim_params));
+    }
     if let Some(params) = &write_params {
         statements.push(Stmt::new(PUT_ALL, params));
     }
     TouchedPlan::push(&work, &mut statements);
     let mut answers = tx.commit_with(&statements).await?;
+    answers.drain(..prefix.len().min(answers.len()));
     let work = plan.finish(&mut answers, &work)?;
     Ok((
         CompleteResult::Completed { events: Vec::new() },

@@ -20,6 +20,7 @@ use crate::cursor_table::{
 };
 use crate::db::{lock_session, query, query_opt, read_session, Stmt, Tx};
 use crate::error::TxResult;
+use crate::ops::claims::claimed::Claimed;
 use crate::ops::work::{Touched, TouchedPlan};
 use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS};
 
@@ -28,17 +29,27 @@ use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, CURSOR_WIDT
 /// then reads the clear (one round trip), then writes (one more, with
 /// `COMMIT`). The consumer's work row is rewritten from its
 /// heads (ready at once, or when the retry delay ends; a dead letter's row
-/// is kept); returns whether a row was made ready.
+/// is kept); returns whether a row was made ready. A row `claimed`
+/// remembers is forgotten.
 pub(crate) async fn fail(
     tx: &Tx<'_>,
     request: &FailRequest,
     now: i64,
+    claimed: &Claimed,
 ) -> TxResult<(FailResult, bool)> {
     let session_id = request.session_id.as_str();
     let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
     let refresh = TypeRefresh::new(session_id, None);
-    let named =
-        attempted_pipelined(tx, session_id, consumer, lane, request.index, &refresh).await?;
+    let named = attempted_pipelined(
+        tx,
+        session_id,
+        consumer,
+        lane,
+        request.index,
+        &refresh,
+        false,
+    )
+    .await?;
     let Some(mut cursor) = named.cursor else {
         return Ok((FailResult::superseded(), false));
     };
@@ -67,6 +78,8 @@ pub(crate) async fn fail(
     TouchedPlan::push(&work, &mut statements);
     let mut answers = tx.commit_with(&statements).await?;
     let ready = plan.finish(&mut answers, &work)?;
+    // No longer held: forgotten.
+    claimed.remember(session_id, &cursor, named.state.clear);
     Ok((result, ready))
 }
 

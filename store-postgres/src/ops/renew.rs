@@ -13,6 +13,7 @@ use tokio_postgres::types::ToSql;
 use crate::cursor_table::{load_many_sql, CursorWrites, PUT_ALL};
 use crate::db::{decode_state, Stmt, Tx, READ_SESSION};
 use crate::error::TxResult;
+use crate::ops::claims::claimed::Claimed;
 use crate::ops::work::{Touched, TouchedPlan};
 use crate::rows::{index_of, key_of, CursorKey, CursorRow};
 
@@ -20,7 +21,7 @@ use crate::rows::{index_of, key_of, CursorKey, CursorRow};
 /// for a validated request, with `now` and the new `expires_at`; the
 /// renewed consumers' work rows are rewritten from their heads (a lease
 /// ended sooner is found when it ends). Also returns whether a work row was
-/// made ready.
+/// made ready. The rows renewed are remembered in `claimed` once committed.
 pub(crate) async fn renew(
     tx: &Tx<'_>,
     session_id: &str,
@@ -28,6 +29,7 @@ pub(crate) async fn renew(
     claims: &[HeldClaim],
     now: i64,
     expires_at: i64,
+    claimed: &Claimed,
 ) -> TxResult<(RenewResult, bool)> {
     let mut ordered: Vec<&HeldClaim> = claims.iter().collect();
     ordered.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
@@ -112,5 +114,8 @@ pub(crate) async fn renew(
     TouchedPlan::push(&work, &mut statements);
     let mut answers = tx.commit_with(&statements).await?;
     let ready = plan.finish(&mut answers, &work)?;
+    for cursor in renewed.iter().filter_map(|key| cursors.get(key)) {
+        claimed.remember(session_id, cursor, state.clear);
+    }
     Ok((result, ready))
 }

@@ -62,6 +62,10 @@ pub fn options(schema: &str, clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>) -
     }
 }
 
+/// Undoes migration 10 (in a connection whose `search_path` is the
+/// schema): the completion guard's function goes.
+pub const UNDO_10: &str = "DROP FUNCTION expect_unchanged(boolean);";
+
 /// Undoes migration 9 (in a connection whose `search_path` is the schema),
 /// for the tests that open a store at an older version: version 8's
 /// `cursors_dead` comes back.
