@@ -457,6 +457,31 @@ impl<'c> CursorWrites<'c> {
             &self.failed_at,
         ]
     }
+
+    /// The first row's columns as scalars, in [`PUT_ALL`]'s order (`$1` the
+    /// session, `$2`..`$18` the columns); `None` without rows.
+    pub(crate) fn first_row(&self) -> Option<[&(dyn ToSql + Sync); 18]> {
+        Some([
+            &self.session_id,
+            self.consumers.first()?,
+            self.lanes.first()?,
+            self.slots.first()?,
+            self.kinds.first()?,
+            self.positions.first()?,
+            self.heads.first()?,
+            self.types.first()?,
+            self.attempts.first()?,
+            self.first_claimed.first()?,
+            self.last_claimed.first()?,
+            self.holders.first()?,
+            self.expires.first()?,
+            self.failures.first()?,
+            self.last_failed.first()?,
+            self.failed_attempts.first()?,
+            self.errors.first()?,
+            self.failed_at.first()?,
+        ])
+    }
 }
 
 /// The statement of [`release_pins`]: `$1` session, `$2`..`$4` the cursor key.

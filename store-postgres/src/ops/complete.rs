@@ -228,7 +228,7 @@ async fn complete_known(
         return Ok(None);
     }
     let expected = CursorWrites::new(session_id, [&cursor]);
-    let Some(expected) = expected.as_ref().map(CursorWrites::params) else {
+    let Some(expected) = expected.as_ref().and_then(CursorWrites::first_row) else {
         return Ok(None);
     };
     let mut guard: Vec<&(dyn ToSql + Sync)> = expected.to_vec();

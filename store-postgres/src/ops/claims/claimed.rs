@@ -21,25 +21,19 @@ use crate::rows::CursorRow;
 pub(crate) const MISSED: &str = "A2S01";
 
 /// The guard of a completion decided on a remembered row: `$1` session,
-/// `$2`..`$18` the row's columns as [`crate::cursor_table::PUT_ALL`] binds
-/// them (one row), `$19` the clear index remembered. Sent after the row's
-/// lock ([`LOCK`]), so its snapshot sees the row this transaction holds.
+/// `$2`..`$18` the row's columns in [`crate::cursor_table::PUT_ALL`]'s
+/// order (one row, as scalars: `CursorWrites::first_row`), `$19` the clear
+/// index remembered. Sent after the row's lock ([`LOCK`]), so its snapshot
+/// sees the row this transaction holds.
 pub(crate) const UNCHANGED: &str = "SELECT expect_unchanged(\
-    EXISTS (SELECT 1 FROM cursors c, unnest($2::text[], $3::text[], $4::bigint[], \
-       $5::smallint[], $6::bigint[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::bigint[], \
-       $11::bigint[], $12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], \
-       $17::text[], $18::bigint[]) AS r(consumer, lane, slot, kind, position, head, types, \
-       attempt_count, first_claimed_at, last_claimed_at, claim_holder, claim_expires_at, \
-       failure_count, last_failed_at, last_failed_attempt, last_error, failed_at) \
-     WHERE c.session_id = $1 AND c.consumer = r.consumer AND c.lane = r.lane \
-       AND c.slot = r.slot \
+    EXISTS (SELECT 1 FROM cursors c WHERE c.session_id = $1 AND c.consumer = $2 \
+       AND c.lane = $3 AND c.slot = $4 \
        AND (c.kind, c.position, c.head, c.types, c.attempt_count, c.first_claimed_at, \
             c.last_claimed_at, c.claim_holder, c.claim_expires_at, c.failure_count, \
             c.last_failed_at, c.last_failed_attempt, c.last_error, c.failed_at) \
-       IS NOT DISTINCT FROM (r.kind, r.position, r.head, r.types, r.attempt_count, \
-            r.first_claimed_at, r.last_claimed_at, r.claim_holder, r.claim_expires_at, \
-            r.failure_count, r.last_failed_at, r.last_failed_attempt, r.last_error, \
-            r.failed_at)) \
+       IS NOT DISTINCT FROM ($5::smallint, $6::bigint, $7::bigint, $8::jsonb, $9::bigint, \
+            $10::bigint, $11::bigint, $12::text, $13::bigint, $14::bigint, $15::bigint, \
+            $16::bigint, $17::text, $18::bigint)) \
     AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = $1 AND s.clear_index = $19))";
 
 /// The lock of the cursor a remembered row names, taken before
