@@ -173,6 +173,10 @@ const INSERT_ROWS: &str = "INSERT INTO events (session_id, idx, id, type, payloa
     FROM unnest($3::bigint[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[], \
       $9::bigint[], $10::bigint[]) AS r(idx, id, type, payload, cc, cl, ci, ca)";
 
+/// The statements of appends that a new connection prepares before its
+/// first call (see `crate::warm`).
+pub(crate) const HOT_STATEMENTS: [&str; 2] = [INSERT_ROWS, ENQUEUE];
+
 /// The lane queue's new entries: `$1` session, `$2`..`$5` consumers, lanes,
 /// indexes and not-before times (`NULL`: claimable once the lane reaches it).
 const ENQUEUE: &str = "INSERT INTO lane_queue (session_id, consumer, lane, idx, not_before) \

@@ -235,6 +235,17 @@ pub(crate) async fn advance_in_memory(
     Ok(trim)
 }
 
+/// The cursor statements that a new connection prepares before its first
+/// call (see `crate::warm`).
+pub(crate) const HOT_STATEMENTS: [&str; 6] = [
+    PUT_ALL,
+    RELEASE_PINS,
+    NEXT_QUEUED,
+    TRIM_LANE,
+    HAS_PENDING,
+    IMMEDIATE,
+];
+
 /// Drops a lane's queued indexes up to the head it finished: `$1` session,
 /// `$2` consumer, `$3` lane, `$4` the finished head.
 pub(crate) const TRIM_LANE: &str = "DELETE FROM lane_queue WHERE session_id = $1 \

@@ -59,6 +59,7 @@ mod schema;
 pub mod scratch;
 mod store;
 pub mod tls;
+mod warm;
 mod work_source;
 
 pub use health::{Health, OpenTransaction, TableHealth};

@@ -1,23 +1,35 @@
-//! The connection pool: its size, how long a call waits for a connection,
-//! and how long a connection may live or sit unused.
+//! The connection pool: its size, how many connections it keeps open, how
+//! long a call waits for a connection, and how long a connection may live
+//! or sit unused.
 //!
 //! Timeouts are deadpool's own (`wait`, `create`, `recycle`, run on the
-//! tokio runtime). Idle and lifetime limits are enforced twice, each where
-//! it is exact: a `pre_recycle` hook refuses to hand out a connection past
-//! either limit (deadpool then takes another or opens a new one), so no
-//! call ever runs on one; and a reaper task closes idle connections past
-//! them, so the server sees them go without waiting for the next call. The
-//! reaper holds the pool weakly and ends once the pool is gone.
+//! tokio runtime). The `min_idle` connections are opened ahead of need and
+//! warmed ([`crate::warm`]) before they are handed out; connections opened
+//! on demand are not (a call waiting for one would wait for its warm-up
+//! too, and the cold statements' costs spread over its first calls are
+//! the smaller tail). Idle and lifetime limits are
+//! enforced twice, each where it is exact: a `pre_recycle` hook refuses to
+//! hand out a connection past either limit (deadpool then takes another or
+//! opens a new one), so no call ever runs on one; and a keeper task closes
+//! connections past them, so the server sees them go without waiting for
+//! the next call, and opens connections up to `min_idle` again whenever the
+//! pool is idle (a kept connection past a limit is so replaced by a fresh
+//! one). The keeper
+//! holds the pool weakly and ends once the pool is gone.
 
 use std::time::Duration;
 
 use a2_store_api::{Result, StoreError};
-use deadpool_postgres::{Hook, HookError, Manager, Metrics, Pool};
+use deadpool_postgres::{Hook, HookError, Manager, Metrics, Object, Pool};
 
 use crate::options::PostgresOptions;
 
-/// The shortest pause between two passes of the reaper.
+/// The shortest pause between two passes of the keeper.
 const MIN_REAP_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The longest pause between two passes of the keeper when it keeps
+/// connections open.
+const KEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Builds the pool of `options.pool_size` connections with the options'
 /// timeouts and limits, and starts its reaper when a limit is set.
@@ -26,6 +38,7 @@ pub(crate) fn build(manager: Manager, options: &PostgresOptions) -> Result<Pool>
         idle: options.idle_timeout,
         lifetime: options.max_lifetime,
     };
+    let read_only = options.read_only;
     let mut builder = Pool::builder(manager)
         .max_size(options.pool_size)
         .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -49,18 +62,60 @@ pub(crate) fn build(manager: Manager, options: &PostgresOptions) -> Result<Pool>
     let pool = builder
         .build()
         .map_err(|error| StoreError::backend("building the connection pool", error))?;
-    if let Some(interval) = limits.reap_interval() {
+    let keep = options.min_idle.min(options.pool_size);
+    if let Some(interval) = limits.keeper_interval(keep) {
         let weak = pool.weak();
         tokio::spawn(async move {
             loop {
                 tokio::time::sleep(interval).await;
                 let Some(pool) = weak.upgrade() else { break };
                 // Dropping the removed clients closes their connections.
-                drop(pool.retain(|_, metrics| !limits.expired(&metrics)));
+                // Closed connections (the server ended them) go too, when
+                // connections are kept open, so they are replaced.
+                drop(pool.retain(|client, metrics| {
+                    !limits.expired(&metrics) && (keep == 0 || !client.is_closed())
+                }));
+                let status = pool.status();
+                if status.size < keep && status.available == status.size {
+                    // Best effort: a failure here is the next call's to report.
+                    let _ = fill(&pool, keep, read_only).await;
+                }
             }
         });
     }
     Ok(pool)
+}
+
+/// Opens connections until the pool holds `count`, by taking `count` at
+/// once and handing them back, and warms the ones it opened
+/// ([`crate::warm`]; `read_only`: the store's). A connection whose warm-up
+/// failed is closed, not handed back. Errors as a call's would be.
+pub(crate) async fn fill(pool: &Pool, count: usize, read_only: bool) -> Result<()> {
+    if count == 0 {
+        return Ok(());
+    }
+    let doing = "opening the pool's connections";
+    let taken = futures::future::try_join_all((0..count).map(|_| pool.get()))
+        .await
+        .map_err(|error| crate::error::pool_error(doing, error))?;
+    let warmed = futures::future::join_all(taken.into_iter().map(|client| async move {
+        if Object::metrics(&client).recycle_count > 0 {
+            return Ok(());
+        }
+        match crate::warm::warm(&client, read_only).await {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                // Its session may be left inside the warm-up's transaction.
+                drop(Object::take(client));
+                Err(error)
+            }
+        }
+    }))
+    .await;
+    for outcome in warmed {
+        outcome.map_err(|error| crate::error::db_error(doing, error))?;
+    }
+    Ok(())
 }
 
 /// How long a pooled connection may sit unused and live in all.
@@ -91,6 +146,18 @@ impl Limits {
             (None, None) => return None,
         };
         Some((shortest / 2).max(MIN_REAP_INTERVAL))
+    }
+
+    /// How often the keeper looks: as the reaper, or every
+    /// [`KEEP_INTERVAL`] (at most) when connections are kept open (`keep`
+    /// above 0); `None` when there is nothing to do.
+    fn keeper_interval(&self, keep: usize) -> Option<Duration> {
+        match (self.reap_interval(), keep > 0) {
+            (Some(reap), true) => Some(reap.min(KEEP_INTERVAL)),
+            (Some(reap), false) => Some(reap),
+            (None, true) => Some(KEEP_INTERVAL),
+            (None, false) => None,
+        }
     }
 }
 

@@ -67,9 +67,11 @@ impl PostgresStore {
     /// Connects to `url` (a `postgres://` URL or a key=value string), creates
     /// `options.schema` and its tables when missing (versioned migrations
     /// under an advisory lock), and returns a store over a pool of
-    /// `options.pool_size` connections whose `search_path` is that schema.
+    /// `options.pool_size` connections whose `search_path` is that schema,
+    /// `options.min_idle` of them already open and warmed.
     ///
-    /// Errors: `InvalidInput` for a bad URL, schema name or pool size;
+    /// Errors: `InvalidInput` for a bad URL, schema name, pool size or
+    /// `min_idle` above the pool size;
     /// `IncompatibleSchema` when the schema was written by a newer version;
     /// `Backend` (or `Busy`) when the server cannot be reached.
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self> {
@@ -78,6 +80,12 @@ impl PostgresStore {
             return Err(StoreError::invalid_input(
                 "pool_size is 0: a store needs at least one connection",
             ));
+        }
+        if options.min_idle > options.pool_size {
+            return Err(StoreError::invalid_input(format!(
+                "min_idle is {}, above pool_size {}: keep at most pool_size connections open",
+                options.min_idle, options.pool_size
+            )));
         }
         let (mut config, tls) = crate::tls::prepare(url)?;
         let timeout_ms = options.statement_timeout.as_millis().max(1);
@@ -131,6 +139,7 @@ impl PostgresStore {
             },
         );
         let pool = crate::pool::build(manager, &options)?;
+        crate::pool::fill(&pool, options.min_idle, options.read_only).await?;
         let (wakes, _) = broadcast::channel(1024);
         let work_channel = work_channel(&schema);
         let work_notices = crate::notify::work_notifier(pool.clone(), work_channel.clone());

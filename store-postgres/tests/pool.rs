@@ -1,6 +1,7 @@
 //! Pool options against a server (when `A2_POSTGRES_URL` is set): an
 //! exhausted pool answers `Busy` within its acquire timeout, connections
-//! carry the application name, and idle or old connections are closed.
+//! carry the application name, idle or old connections are closed, and
+//! `min_idle` connections are open from the start and replaced when they go.
 
 mod support;
 
@@ -218,4 +219,119 @@ async fn the_urls_application_name_reaches_the_server() {
     assert_eq!(connections_named(&observer, &name).await, 1);
     drop(store);
     scratch.drop_all().await.expect("drop schemas");
+}
+
+/// The pids of the connections named `name`, sorted.
+async fn pids_named(client: &tokio_postgres::Client, name: &str) -> Vec<i32> {
+    let rows = client
+        .query(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1 ORDER BY pid",
+            &[&name],
+        )
+        .await
+        .expect("pids");
+    rows.iter().map(|row| row.get(0)).collect()
+}
+
+/// Waits (at most 10 s) until `name` has `count` connections other than
+/// `gone`; returns their pids.
+async fn await_connections(
+    client: &tokio_postgres::Client,
+    name: &str,
+    count: usize,
+    gone: &[i32],
+) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let pids = pids_named(client, name).await;
+        let fresh = pids.iter().all(|pid| !gone.contains(pid));
+        if (pids.len() == count && fresh) || Instant::now() >= deadline {
+            return pids;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_idle_connections_are_opened_at_connect_and_kept() {
+    let Some(url) = support::url_or_skip("pool") else {
+        return;
+    };
+    let name = unique_name("keep");
+    let scratch = scratch(
+        &url,
+        PostgresOptions {
+            pool_size: 4,
+            min_idle: 3,
+            idle_timeout: Some(Duration::from_millis(300)),
+            application_name: Some(name.clone()),
+            ..PostgresOptions::default()
+        },
+    );
+    let store = scratch
+        .create(Arc::new(SystemClock), Arc::new(RandomIds))
+        .await
+        .expect("store");
+    let observer = support::raw_client(&url).await;
+    // Open before any call, and warmed without writing anything.
+    let first = pids_named(&observer, &name).await;
+    assert_eq!(first.len(), 3, "{first:?}");
+    assert_eq!(
+        store
+            .read("s", ReadOptions::default())
+            .await
+            .expect("read")
+            .len(),
+        0
+    );
+    assert!(store
+        .sessions(Default::default())
+        .await
+        .expect("sessions")
+        .is_empty());
+    // Past the idle timeout they are replaced by fresh ones, not dropped.
+    let replaced = await_connections(&observer, &name, 3, &first).await;
+    assert_eq!(replaced.len(), 3, "{replaced:?}");
+    assert!(
+        replaced.iter().all(|pid| !first.contains(pid)),
+        "{first:?} then {replaced:?}"
+    );
+    // One the server ends is replaced too.
+    observer
+        .execute("SELECT pg_terminate_backend($1)", &[&replaced[0]])
+        .await
+        .expect("terminate");
+    let after = await_connections(&observer, &name, 3, &replaced[..1]).await;
+    assert_eq!(after.len(), 3, "{after:?}");
+    assert!(!after.contains(&replaced[0]), "{after:?}");
+    store
+        .append(
+            "s",
+            vec![NewEvent::new("e", json!({}))],
+            AppendOptions::default(),
+        )
+        .await
+        .expect("append on the kept connections");
+    drop(store);
+    scratch.drop_all().await.expect("drop schemas");
+}
+
+#[tokio::test]
+async fn min_idle_above_the_pool_size_is_invalid_input() {
+    let error = a2_store_postgres::PostgresStore::connect(
+        "postgres://nobody@127.0.0.1:1/none",
+        PostgresOptions {
+            pool_size: 2,
+            min_idle: 3,
+            ..PostgresOptions::default()
+        },
+    )
+    .await
+    .expect_err("refused");
+    assert_eq!(error.code(), ErrorCode::InvalidInput, "{error}");
+    assert!(error.to_string().contains("min_idle"), "{error}");
 }

@@ -36,7 +36,7 @@ use crate::options::OpenOptions;
 use crate::url::PostgresUrlOptions;
 
 /// The backend options a PostgreSQL URL asks for: its `schema`,
-/// `pool_size`, `statement_timeout_ms`, `pool_timeout_ms`,
+/// `pool_size`, `min_idle`, `statement_timeout_ms`, `pool_timeout_ms`,
 /// `idle_timeout_ms` and `max_lifetime_ms` where given, the backend's
 /// defaults elsewhere, with the clock and ids of `options`. This is what
 /// [`open`](crate::open) connects with. (`application_name`,
@@ -53,6 +53,9 @@ pub fn options(url_options: &PostgresUrlOptions, options: OpenOptions) -> Postgr
     }
     if let Some(size) = url_options.pool_size {
         postgres.pool_size = size;
+    }
+    if let Some(count) = url_options.min_idle {
+        postgres.min_idle = count;
     }
     if let Some(ms) = url_options.statement_timeout_ms {
         postgres.statement_timeout = Duration::from_millis(ms);

@@ -30,8 +30,9 @@ pub const URL_FORMS: &str =
 /// contain `?`.
 ///
 /// PostgreSQL URLs take the store's options `schema=NAME` (default `a2`),
-/// `pool_size=N` (at least 1), `statement_timeout_ms=N` (at least 1),
-/// `pool_timeout_ms=N` (how long a call waits for a free pooled connection
+/// `pool_size=N` (at least 1), `min_idle=N` (connections opened at
+/// connect and kept open, warmed; at most `pool_size`; default 0),
+/// `statement_timeout_ms=N` (at least 1), `pool_timeout_ms=N` (how long a call waits for a free pooled connection
 /// before failing with `Busy`; default the statement timeout),
 /// `idle_timeout_ms=N` and `max_lifetime_ms=N` (pooled connections unused
 /// or open longer are closed; default never); every other query parameter
@@ -95,6 +96,9 @@ pub struct PostgresUrlOptions {
     pub schema: Option<String>,
     /// `pool_size=N`: most connections open at once (at least 1).
     pub pool_size: Option<usize>,
+    /// `min_idle=N`: connections opened at connect and kept open, each
+    /// warmed before its first call (at most `pool_size`; default 0).
+    pub min_idle: Option<usize>,
     /// `statement_timeout_ms=N`: a statement running or waiting longer fails
     /// with `Busy` (at least 1).
     pub statement_timeout_ms: Option<u64>,
@@ -250,6 +254,9 @@ impl fmt::Display for StoreUrl {
                 }
                 if let Some(size) = options.pool_size {
                     pairs.push(format!("pool_size={size}"));
+                }
+                if let Some(count) = options.min_idle {
+                    pairs.push(format!("min_idle={count}"));
                 }
                 if let Some(ms) = options.statement_timeout_ms {
                     pairs.push(format!("statement_timeout_ms={ms}"));
@@ -498,6 +505,13 @@ fn parse_postgres(url: &str, shown: &str) -> Result<StoreUrl, StoreError> {
                 })?;
                 set_once(shown, key, &mut options.pool_size, size)?;
             }
+            "min_idle" => {
+                let count = number(shown, key, value, 0)?;
+                let count = usize::try_from(count).map_err(|_| {
+                    StoreError::invalid_input(format!("min_idle={value} in '{shown}' is too large"))
+                })?;
+                set_once(shown, key, &mut options.min_idle, count)?;
+            }
             "statement_timeout_ms" => {
                 let ms = number(shown, key, value, 1)?;
                 set_once(shown, key, &mut options.statement_timeout_ms, ms)?;
@@ -707,7 +721,7 @@ mod tests {
 
     #[test]
     fn postgres_pool_keys_parse_and_print() {
-        let url = parse("postgres://h/db?pool_timeout_ms=5&idle_timeout_ms=6&max_lifetime_ms=7&application_name=x");
+        let url = parse("postgres://h/db?pool_timeout_ms=5&idle_timeout_ms=6&max_lifetime_ms=7&application_name=x&min_idle=2");
         let StoreUrl::Postgres { url: conn, options } = &url else {
             panic!("{url:?}")
         };
@@ -715,7 +729,9 @@ mod tests {
         assert_eq!(options.pool_timeout_ms, Some(5));
         assert_eq!(options.idle_timeout_ms, Some(6));
         assert_eq!(options.max_lifetime_ms, Some(7));
+        assert_eq!(options.min_idle, Some(2));
         assert_eq!(parse(&url.to_string()), url);
+        assert!(error("postgres://h/db?min_idle=-1").contains("whole number"));
         assert!(error("postgres://h/db?pool_timeout_ms=0").contains("at least 1"));
         assert!(error("postgres://h/db?idle_timeout_ms=soon").contains("whole number"));
         assert!(

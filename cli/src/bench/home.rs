@@ -16,7 +16,8 @@ use crate::target;
 pub const SCHEMA_PREFIX: &str = "a2_bench_";
 
 /// Connections of a worker process's pool when the URL sets no `pool_size`:
-/// one claim and one completion at a time, plus the listener.
+/// one claim and one completion at a time, plus the listener. Unless the
+/// URL sets `min_idle`, all of them are opened when the worker starts.
 pub const WORKER_POOL_SIZE: usize = 4;
 
 /// A store URL the worker workloads run against.
@@ -233,7 +234,11 @@ pub fn worker_url(base_url: &str, place: &Place) -> Result<StoreUrl, Failure> {
         }),
         (StoreUrl::Postgres { url, mut options }, Place::Schema(schema)) => {
             options.schema = Some(schema.clone());
-            options.pool_size = options.pool_size.or(Some(WORKER_POOL_SIZE));
+            let size = options.pool_size.unwrap_or(WORKER_POOL_SIZE);
+            options.pool_size = Some(size);
+            // Every connection open and warmed before the run, as the
+            // worker guide advises: none is opened mid-run.
+            options.min_idle = options.min_idle.or(Some(size));
             Ok(StoreUrl::Postgres { url, options })
         }
         (other, _) => Err(Failure::new(format!(

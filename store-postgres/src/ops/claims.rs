@@ -468,6 +468,19 @@ fn served_list(request: &ClaimRequest) -> Option<Vec<String>> {
     })
 }
 
+/// The statements of the claims that a new connection prepares before its
+/// first call (see `crate::warm`).
+pub(crate) fn hot_statements() -> [&'static str; 6] {
+    [
+        sql::DUE,
+        walk_sql(),
+        empty_answer_sql(),
+        sql::ANY_WORK,
+        claimed::LOCK,
+        claimed::UNCHANGED,
+    ]
+}
+
 /// [`sql::empty_answer`], formatted once.
 fn empty_answer_sql() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();

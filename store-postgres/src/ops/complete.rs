@@ -125,6 +125,10 @@ const RECORD: &str =
     ON CONFLICT (session_id, consumer, lane, idx) DO UPDATE \
     SET attempt = EXCLUDED.attempt, returned_ids = EXCLUDED.returned_ids";
 
+/// The statements of completions that a new connection prepares before its
+/// first call (see `crate::warm`).
+pub(crate) const HOT_STATEMENTS: [&str; 1] = [RECORD];
+
 /// A log cursor keeps only its latest completion: `$1` session, `$2`
 /// consumer, `$3` lane.
 const FORGET_LOG: &str =

@@ -420,6 +420,11 @@ pub(crate) async fn lock_and_rewrite(
 pub(crate) const REWRITE: &str = "SELECT r_consumer, r_locked, r_old_at, r_claimable, r_busy, \
     r_dead, r_next_expiry, r_keep, r_new_at FROM rewrite_work($1, $2, $3, $4)";
 
+/// The statements of the work index that a new connection prepares before
+/// its first call (see `crate::warm`).
+pub(crate) const HOT_STATEMENTS: [&str; 4] =
+    [sql::READY_OR_EARLIEST, sql::READY, TRY_LOCK, REWRITE];
+
 /// The bound values of [`REWRITE`].
 pub(crate) struct RewriteArgs<'a> {
     session_id: &'a str,
