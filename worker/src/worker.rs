@@ -40,11 +40,13 @@ pub const CLAIM_ERROR_PAUSE_MAX: Duration = Duration::from_secs(5);
 
 const TARGET: &str = "a2_worker";
 
-/// The default of [`WorkerBuilder::claim_batch`]: one head per claim. A
+/// The default of [`WorkerBuilder::claim_batch`]: a claim asks for at most
+/// 16 heads (the default in-flight bound), and only while claims keep
+/// coming back full; after one that came back short it asks for one. A
 /// store hands a claim's heads over together once the last is claimed (on
-/// PostgreSQL one transaction per session), so each head it adds delays
-/// the others.
-pub const DEFAULT_CLAIM_BATCH: usize = 1;
+/// PostgreSQL one transaction per session), so each head a claim adds
+/// delays the others: worth it over a backlog, not when work trickles in.
+pub const DEFAULT_CLAIM_BATCH: usize = 16;
 
 /// How many times the claim loop yields, while handlers run and fewer slots
 /// than a batch (or half of them) are free, before it claims for the free ones.
@@ -269,13 +271,17 @@ impl WorkerBuilder {
     }
 
     /// The most heads one claim asks for (default [`DEFAULT_CLAIM_BATCH`]:
-    /// 1; at least 1, and never more than the free slots). A store claims
-    /// the heads of one claim one session at a time and hands them over
-    /// together once the last is claimed (on PostgreSQL, one transaction
-    /// per session), so a larger batch saves the search for ready sessions
-    /// that starts each claim but delays every head of it by the claims of
-    /// the others, and the worker waits for slots to free up to fill it.
-    /// Raise it for throughput over a backlog when latency matters less.
+    /// 16; at least 1, and never more than the free slots). A claim asks
+    /// for one head after a claim that came back short (fewer heads than
+    /// asked, or none), and for twice as many as the last one after a claim
+    /// that came back full, up to this bound: one at a time while work
+    /// trickles in, batches over a backlog. A store claims the heads of one
+    /// claim one session at a time and hands them over together once the
+    /// last is claimed (on PostgreSQL, one transaction per session), so a
+    /// batch saves the search for ready sessions that starts each claim but
+    /// delays every head of it by the claims of the others, and the worker
+    /// waits for slots to free up to fill it. Set 1 for one head per claim
+    /// always.
     pub fn claim_batch(mut self, batch: usize) -> Self {
         self.config.claim_batch = batch;
         self
@@ -594,6 +600,9 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
     let mut jobs = Jobs(FuturesUnordered::new());
     let mut error = None;
     let mut pause = CLAIM_ERROR_PAUSE;
+    // The next claim's batch: 1 after a short claim, doubled after a full one.
+    let most = shared.config.claim_batch.min(shared.config.max_in_flight);
+    let mut ramp = 1;
     tracing::info!(target: TARGET, holder = %shared.config.holder, "worker started");
     loop {
         let first = jobs
@@ -609,7 +618,7 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
         // With a batch of more than one head, give the handlers about to
         // finish a moment to free their slots, so one claim fetches several
         // heads instead of one call per freed slot.
-        let batch = shared.config.claim_batch.min(shared.config.max_in_flight);
+        let batch = ramp.min(most);
         let enough = batch.min(shared.config.max_in_flight.div_ceil(2));
         for _ in 0..BATCH_YIELDS {
             if 1 + slots.available_permits() >= enough {
@@ -617,7 +626,8 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
             }
             jobs.alongside(tokio::task::yield_now()).await;
         }
-        let request = shared.claim_request(batch.min(1 + slots.available_permits()));
+        let asked = batch.min(1 + slots.available_permits());
+        let request = shared.claim_request(asked);
         bump(&shared.counters.claim_calls);
         let claimed = jobs
             .alongside(async {
@@ -632,6 +642,12 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
         match claimed {
             Ok(ClaimWorkResult::Claimed { sessions }) => {
                 pause = CLAIM_ERROR_PAUSE;
+                let got: usize = sessions.iter().map(|s| s.heads.len()).sum();
+                ramp = if got >= asked {
+                    (batch * 2).min(most)
+                } else {
+                    1
+                };
                 let mut first = Some(first);
                 for session in sessions {
                     for dead in &session.dead_lettered {
@@ -671,6 +687,7 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
             // Busy, Settled, or an outcome added later: nothing to start.
             Ok(_) => {
                 pause = CLAIM_ERROR_PAUSE;
+                ramp = 1;
             }
             Err(claim_error) if is_fatal(claim_error.code()) => {
                 tracing::error!(target: TARGET, error = %claim_error, "claim refused; the worker stops");
@@ -678,6 +695,7 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
                 break;
             }
             Err(claim_error) => {
+                ramp = 1;
                 tracing::warn!(target: TARGET, error = %claim_error, pause_ms = millis(pause), "claim failed; trying again");
                 let stopped = jobs
                     .alongside(async {
