@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use a2_store_api::{
-    AppendOptions, ClaimRequest, CompleteRequest, CompleteResult, CounterIds, HeldClaim,
-    ManualClock, NewEvent, RenewRequest, Store, Target,
+    AppendOptions, ClaimRequest, CompleteRequest, CompleteResult, CounterIds, FailOutcome,
+    FailRequest, HeldClaim, ManualClock, NewEvent, RenewRequest, Store, Target,
 };
 use serde_json::json;
 use support::PgFactory;
@@ -148,13 +148,28 @@ async fn completions_of_heads_this_store_claimed_are_guarded_in_one_step() {
         .await
         .expect("complete through the other store");
     assert!(matches!(done, CompleteResult::Completed { .. }), "{done:?}");
+    // A failure of a head this store claimed takes the guarded path too.
+    a.append("s", vec![event(6)], AppendOptions::default())
+        .await
+        .expect("append");
+    let head = a
+        .claim_available(claim("s"))
+        .await
+        .expect("claim")
+        .into_heads()
+        .remove(0);
+    let failed = a
+        .fail_attempt(FailRequest::for_head(&head, "down", None))
+        .await
+        .expect("fail");
+    assert_eq!(failed.outcome, FailOutcome::Failed);
     drop((a, b));
     // PostgreSQL counts only calls that return: the stale guard raised (the
     // conformance case `late_completion_after_reclaim_on_other_instance_is_superseded`
-    // shows it refusing), so three.
+    // shows it refusing), so three completions and one failure.
     assert_eq!(
-        guard_calls(&plain, &schema, 3).await,
-        3,
-        "three guarded completions passed, none through the other store"
+        guard_calls(&plain, &schema, 4).await,
+        4,
+        "three guarded completions and a guarded failure passed, none through the other store"
     );
 }

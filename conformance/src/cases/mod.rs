@@ -393,6 +393,7 @@ macro_rules! __a2_cases {
                 multi::completion_after_renewal_on_other_instance_applies,
                 multi::late_completion_after_reclaim_on_other_instance_is_superseded,
                 multi::completion_after_failure_on_other_instance_is_superseded,
+                multi::failure_after_renewal_or_reclaim_on_other_instance,
                 multi::clear_on_one_instance_fences_the_other,
                 multi::subscribe_sees_appends_from_other_instance,
                 multi::work_wait_wakes_on_append_from_other_instance,

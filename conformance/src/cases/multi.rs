@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use a2_store_api::{
     AppendOptions, ClaimResult, ClearRequest, CompleteRequest, CompleteResult, ErrorCode,
-    FailRequest, HeldClaim, ReadOptions, RenewRequest, Store, StoreError,
+    FailOutcome, FailRequest, HeldClaim, ReadOptions, RenewRequest, Store, StoreError,
 };
 
 use super::subscribe::take;
@@ -178,6 +178,48 @@ pub(crate) async fn completion_after_renewal_on_other_instance_applies(cx: Cx) -
     ensure_eq!(b.cursors(&s).await?, vec![]);
     settled(claim(&b, &cx, &s, "w2").await?)?;
     settled(claim(&a, &cx, &s, "w2").await?)?;
+    Ok(())
+}
+
+/// A failure through the instance that claimed a head, after the other
+/// instance renewed the claim, is counted once, and after a late reclaim
+/// through the other instance it is superseded and changes nothing.
+pub(crate) async fn failure_after_renewal_or_reclaim_on_other_instance(cx: Cx) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let s = cx.session_id("s");
+    a.append(&s, vec![to_event("x", "agent")], AppendOptions::default())
+        .await?;
+    let (heads, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
+    let head = nth(&heads, 0)?;
+    cx.advance(TTL / 2);
+    b.renew_claims(RenewRequest {
+        session_id: s.clone(),
+        holder: "w1".into(),
+        claims: vec![HeldClaim {
+            cursor: head.cursor_ref(),
+            attempt: head.dispatch.attempt_count,
+        }],
+        ttl_ms: Some(TTL),
+        expires_at_ms: None,
+    })
+    .await?;
+    let failed = a
+        .fail_attempt(FailRequest::for_head(&head, "down", None))
+        .await?;
+    ensure_eq!(failed.outcome, FailOutcome::Failed);
+    ensure_eq!(failed.failure_count, 1);
+    let (again, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
+    let again = nth(&again, 0)?;
+    ensure_eq!(again.dispatch.attempt_count, 2);
+    cx.advance(TTL);
+    let (third, _, _) = claimed(claim(&b, &cx, &s, "w2").await?)?;
+    ensure_eq!(nth(&third, 0)?.dispatch.attempt_count, 3);
+    let before = b.cursors(&s).await?;
+    let late = a
+        .fail_attempt(FailRequest::for_head(&again, "late", None))
+        .await?;
+    ensure_eq!(late.outcome, FailOutcome::Superseded);
+    ensure_eq!(a.cursors(&s).await?, before);
     Ok(())
 }
 

@@ -20,7 +20,7 @@ use crate::cursor_table::{
 };
 use crate::db::{lock_session, query, query_opt, read_session, Stmt, Tx};
 use crate::error::TxResult;
-use crate::ops::claims::claimed::Claimed;
+use crate::ops::claims::claimed::{self, Claimed, Known};
 use crate::ops::work::{Touched, TouchedPlan};
 use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS};
 
@@ -29,8 +29,10 @@ use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, CURSOR_WIDT
 /// then reads the clear (one round trip), then writes (one more, with
 /// `COMMIT`). The consumer's work row is rewritten from its
 /// heads (ready at once, or when the retry delay ends; a dead letter's row
-/// is kept); returns whether a row was made ready. A row `claimed`
-/// remembers is forgotten.
+/// is kept); returns whether a row was made ready. An event head whose row
+/// `claimed` remembers is failed in one round trip, decided on that row
+/// behind the guard (as [`crate::ops::complete`] does); the row is
+/// forgotten either way.
 pub(crate) async fn fail(
     tx: &Tx<'_>,
     request: &FailRequest,
@@ -39,6 +41,15 @@ pub(crate) async fn fail(
 ) -> TxResult<(FailResult, bool)> {
     let session_id = request.session_id.as_str();
     let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
+    let known = match (lane, i64::try_from(request.index)) {
+        (None, Ok(slot)) => claimed.take(session_id, consumer, "", slot),
+        _ => None,
+    };
+    if let Some(known) = known {
+        if let Some(done) = fail_known(tx, request, now, known).await? {
+            return Ok(done);
+        }
+    }
     let refresh = TypeRefresh::new(session_id, None);
     let named = attempted_pipelined(
         tx,
@@ -58,17 +69,75 @@ pub(crate) async fn fail(
         return Ok((result, false));
     }
     let result = cursor.dispatch.record_failure(request, now);
-    // One more round trip: the pins released (a dead letter's), the
-    // cursor written, its consumer's work row rewritten, and `COMMIT`.
+    let ready = write_failure(tx, session_id, &cursor, &result, now, &[]).await?;
+    Ok((result, ready))
+}
+
+/// A failure decided on the row this store's claim (or renewal) wrote, in
+/// one round trip: `BEGIN`, the cursor's lock, the guard, the writes of
+/// [`write_failure`] and `COMMIT`. `None` (nothing sent) when that row does
+/// not decide to record the failure: the caller reads the row as usual.
+async fn fail_known(
+    tx: &Tx<'_>,
+    request: &FailRequest,
+    now: i64,
+    known: Known,
+) -> TxResult<Option<(FailResult, bool)>> {
+    let session_id = request.session_id.as_str();
+    let Known { mut cursor, clear } = known;
+    let Ok(index) = i64::try_from(request.index) else {
+        return Ok(None);
+    };
+    if cleared(request.index, index_of(clear)?) {
+        return Ok(None);
+    }
+    let on_head = cursor.head == Some(index);
+    if cursor
+        .dispatch
+        .fail_verdict(on_head, request.attempt)
+        .is_some()
+    {
+        return Ok(None);
+    }
+    let remembered = cursor.clone();
+    let expected = CursorWrites::new(session_id, [&remembered]);
+    let Some(expected) = expected.as_ref().and_then(CursorWrites::first_row) else {
+        return Ok(None);
+    };
+    let mut guard: Vec<&(dyn ToSql + Sync)> = expected.to_vec();
+    guard.push(&clear);
+    let (lock_consumer, lock_lane, lock_slot) = remembered.key();
+    let lock: [&(dyn ToSql + Sync); 4] = [&session_id, &lock_consumer, &lock_lane, &lock_slot];
+    let prefix = [
+        Stmt::new(claimed::LOCK, &lock),
+        Stmt::new(claimed::UNCHANGED, &guard),
+    ];
+    let result = cursor.dispatch.record_failure(request, now);
+    let ready = write_failure(tx, session_id, &cursor, &result, now, &prefix).await?;
+    Ok(Some((result, ready)))
+}
+
+/// The writes of a failure recorded on `cursor`, after `prefix`, with
+/// `COMMIT`: the pins released (a dead letter's), the cursor written, its
+/// consumer's work row rewritten. Returns whether a row was made ready.
+async fn write_failure(
+    tx: &Tx<'_>,
+    session_id: &str,
+    cursor: &CursorRow,
+    result: &FailResult,
+    now: i64,
+    prefix: &[Stmt<'_>],
+) -> TxResult<bool> {
     let (pin_consumer, pin_lane, pin_slot) = cursor.key();
     let pins: [&(dyn ToSql + Sync); 4] = [&session_id, &pin_consumer, &pin_lane, &pin_slot];
-    let writes = CursorWrites::new(session_id, [&cursor]);
+    let writes = CursorWrites::new(session_id, [cursor]);
     let write_params = writes.as_ref().map(CursorWrites::params);
     let mut touched = Touched::new(now);
-    touched.rewrite(&cursor);
+    touched.rewrite(cursor);
     let plan = touched.plan(session_id);
     let work = plan.params();
-    let mut statements = Vec::with_capacity(4);
+    let mut statements = Vec::with_capacity(prefix.len() + 4);
+    statements.extend(prefix.iter().map(|s| Stmt::new(s.sql, s.params)));
     if result.outcome == FailOutcome::DeadLettered {
         statements.push(Stmt::new(RELEASE_PINS, &pins));
     }
@@ -77,10 +146,8 @@ pub(crate) async fn fail(
     }
     TouchedPlan::push(&work, &mut statements);
     let mut answers = tx.commit_with(&statements).await?;
-    let ready = plan.finish(&mut answers, &work)?;
-    // No longer held: forgotten.
-    claimed.remember(session_id, &cursor, named.state.clear);
-    Ok((result, ready))
+    answers.drain(..prefix.len().min(answers.len()));
+    plan.finish(&mut answers, &work)
 }
 
 /// The body of [`Store::dead_letters`](a2_store_api::Store::dead_letters).
