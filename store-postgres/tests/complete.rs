@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 
 use a2_store_api::{
     AppendOptions, ClaimRequest, CompleteRequest, CompleteResult, CounterIds, FailOutcome,
-    FailRequest, HeldClaim, ManualClock, NewEvent, RenewRequest, Store, Target,
+    FailRequest, Head, HeldClaim, ManualClock, NewEvent, RenewRequest, Store, Target,
 };
+use a2_store_postgres::PostgresStore;
 use serde_json::json;
 use support::PgFactory;
 
@@ -31,6 +32,22 @@ fn claim(session: &str) -> ClaimRequest {
         ttl_ms: Some(10_000),
         ..ClaimRequest::default()
     }
+}
+
+/// Appends message `n` for consumer `agent` to session `s` and claims it
+/// through `store`.
+async fn append_and_claim(store: &PostgresStore, n: i64) -> Head {
+    let event = NewEvent::new("e", json!(n)).with_target(Target::event("agent"));
+    store
+        .append("s", vec![event], AppendOptions::default())
+        .await
+        .expect("append");
+    store
+        .claim_available(claim("s"))
+        .await
+        .expect("claim")
+        .into_heads()
+        .remove(0)
 }
 
 /// How often the guard ran in `schema`, once the backends that ran it have
@@ -103,15 +120,7 @@ async fn completions_of_heads_this_store_claimed_are_guarded_in_one_step() {
     }
     // Another store renews the claim: the claiming store's row is stale, its
     // guard fails, and the completion is decided on the row read instead.
-    a.append("s", vec![event(4)], AppendOptions::default())
-        .await
-        .expect("append");
-    let head = a
-        .claim_available(claim("s"))
-        .await
-        .expect("claim")
-        .into_heads()
-        .remove(0);
+    let head = append_and_claim(&a, 4).await;
     clock.advance(1_000);
     let renewed = b
         .renew_claims(RenewRequest {
@@ -134,30 +143,14 @@ async fn completions_of_heads_this_store_claimed_are_guarded_in_one_step() {
     assert!(matches!(done, CompleteResult::Completed { .. }), "{done:?}");
     assert_eq!(a.cursors("s").await.expect("cursors"), vec![]);
     // A store that claimed nothing itself reads the row first: no guard.
-    a.append("s", vec![event(5)], AppendOptions::default())
-        .await
-        .expect("append");
-    let head = a
-        .claim_available(claim("s"))
-        .await
-        .expect("claim")
-        .into_heads()
-        .remove(0);
+    let head = append_and_claim(&a, 5).await;
     let done = b
         .complete_attempt(CompleteRequest::for_head(&head, Vec::new()))
         .await
         .expect("complete through the other store");
     assert!(matches!(done, CompleteResult::Completed { .. }), "{done:?}");
     // A failure of a head this store claimed takes the guarded path too.
-    a.append("s", vec![event(6)], AppendOptions::default())
-        .await
-        .expect("append");
-    let head = a
-        .claim_available(claim("s"))
-        .await
-        .expect("claim")
-        .into_heads()
-        .remove(0);
+    let head = append_and_claim(&a, 6).await;
     let failed = a
         .fail_attempt(FailRequest::for_head(&head, "down", None))
         .await

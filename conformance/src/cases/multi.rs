@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use a2_store_api::{
     AppendOptions, ClaimResult, ClearRequest, CompleteRequest, CompleteResult, ErrorCode,
-    FailOutcome, FailRequest, HeldClaim, ReadOptions, RenewRequest, Store, StoreError,
+    FailOutcome, FailRequest, Head, HeldClaim, ReadOptions, RenewRequest, Store, StoreError,
 };
 
 use super::subscribe::take;
@@ -19,6 +19,20 @@ async fn claim(
     holder: &str,
 ) -> a2_store_api::Result<ClaimResult> {
     store.claim_available(cx.req(s, holder)).await
+}
+
+/// `holder`'s renewal of its claim of `head` in session `s` for [`TTL`].
+fn renewal(s: &str, holder: &str, head: &Head) -> RenewRequest {
+    RenewRequest {
+        session_id: s.to_owned(),
+        holder: holder.to_owned(),
+        claims: vec![HeldClaim {
+            cursor: head.cursor_ref(),
+            attempt: head.dispatch.attempt_count,
+        }],
+        ttl_ms: Some(TTL),
+        expires_at_ms: None,
+    }
 }
 
 /// The second instance reads the first one's appends and cursors.
@@ -158,18 +172,7 @@ pub(crate) async fn completion_after_renewal_on_other_instance_applies(cx: Cx) -
     let (heads, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
     let head = nth(&heads, 0)?;
     cx.advance(TTL / 2);
-    let renewed = b
-        .renew_claims(RenewRequest {
-            session_id: s.clone(),
-            holder: "w1".into(),
-            claims: vec![HeldClaim {
-                cursor: head.cursor_ref(),
-                attempt: head.dispatch.attempt_count,
-            }],
-            ttl_ms: Some(TTL),
-            expires_at_ms: None,
-        })
-        .await?;
+    let renewed = b.renew_claims(renewal(&s, "w1", &head)).await?;
     ensure_eq!(ref_summaries(&renewed.renewed), strs(&["1 agent/-"]));
     let reply = a
         .complete_attempt(CompleteRequest::for_head(&head, Vec::new()))
@@ -192,17 +195,7 @@ pub(crate) async fn failure_after_renewal_or_reclaim_on_other_instance(cx: Cx) -
     let (heads, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
     let head = nth(&heads, 0)?;
     cx.advance(TTL / 2);
-    b.renew_claims(RenewRequest {
-        session_id: s.clone(),
-        holder: "w1".into(),
-        claims: vec![HeldClaim {
-            cursor: head.cursor_ref(),
-            attempt: head.dispatch.attempt_count,
-        }],
-        ttl_ms: Some(TTL),
-        expires_at_ms: None,
-    })
-    .await?;
+    b.renew_claims(renewal(&s, "w1", &head)).await?;
     let failed = a
         .fail_attempt(FailRequest::for_head(&head, "down", None))
         .await?;

@@ -19,7 +19,7 @@ use crate::cursor_table::{
 use crate::db::{execute, query_opt, Stmt, Tx};
 use crate::error::TxResult;
 use crate::inner::{Inner, Wrote};
-use crate::ops::claims::claimed::{self, Known};
+use crate::ops::claims::claimed::{self, Guard, Known};
 use crate::ops::work::{Touched, TouchedPlan};
 use crate::rows::{index_of, lane_key, CursorRow};
 
@@ -217,34 +217,35 @@ async fn complete_known(
     known: Known,
 ) -> TxResult<Option<(CompleteResult, Wrote)>> {
     let session_id = request.session_id.as_str();
-    let Known { cursor, clear } = known;
     let Ok(index) = i64::try_from(request.index) else {
         return Ok(None);
     };
-    if cleared(request.index, index_of(clear)?) {
+    if cleared(request.index, index_of(known.clear)?) {
         return Ok(None);
     }
-    let on_head = cursor.head == Some(index);
+    let on_head = known.cursor.head == Some(index);
     if !matches!(
-        cursor.dispatch.complete_verdict(on_head, request.attempt),
+        known
+            .cursor
+            .dispatch
+            .complete_verdict(on_head, request.attempt),
         CompleteVerdict::Apply
     ) {
         return Ok(None);
     }
-    let expected = CursorWrites::new(session_id, [&cursor]);
-    let Some(expected) = expected.as_ref().and_then(CursorWrites::first_row) else {
+    let Some(guard) = Guard::new(session_id, &known) else {
         return Ok(None);
     };
-    let mut guard: Vec<&(dyn ToSql + Sync)> = expected.to_vec();
-    guard.push(&clear);
-    let (lock_consumer, lock_lane, lock_slot) = cursor.key();
-    let lock: [&(dyn ToSql + Sync); 4] = [&session_id, &lock_consumer, &lock_lane, &lock_slot];
+    let (lock, Some(unchanged)) = (guard.lock_params(), guard.unchanged_params()) else {
+        return Ok(None);
+    };
     let prefix = [
         Stmt::new(claimed::LOCK, &lock),
-        Stmt::new(claimed::UNCHANGED, &guard),
+        Stmt::new(claimed::UNCHANGED, &unchanged),
     ];
     let touched = Touched::new(inner.clock.now_ms());
-    let done = record_quietly(tx, request, cursor.clone(), index, touched, None, &prefix).await?;
+    let cursor = known.cursor.clone();
+    let done = record_quietly(tx, request, cursor, index, touched, None, &prefix).await?;
     Ok(Some(done))
 }
 

@@ -20,7 +20,7 @@ use crate::cursor_table::{
 };
 use crate::db::{lock_session, query, query_opt, read_session, Stmt, Tx};
 use crate::error::TxResult;
-use crate::ops::claims::claimed::{self, Claimed, Known};
+use crate::ops::claims::claimed::{self, Claimed, Guard, Known};
 use crate::ops::work::{Touched, TouchedPlan};
 use crate::rows::{decode_event, index_of, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH, EVENT_COLUMNS};
 
@@ -84,34 +84,32 @@ async fn fail_known(
     known: Known,
 ) -> TxResult<Option<(FailResult, bool)>> {
     let session_id = request.session_id.as_str();
-    let Known { mut cursor, clear } = known;
     let Ok(index) = i64::try_from(request.index) else {
         return Ok(None);
     };
-    if cleared(request.index, index_of(clear)?) {
+    if cleared(request.index, index_of(known.clear)?) {
         return Ok(None);
     }
-    let on_head = cursor.head == Some(index);
-    if cursor
+    let on_head = known.cursor.head == Some(index);
+    if known
+        .cursor
         .dispatch
         .fail_verdict(on_head, request.attempt)
         .is_some()
     {
         return Ok(None);
     }
-    let remembered = cursor.clone();
-    let expected = CursorWrites::new(session_id, [&remembered]);
-    let Some(expected) = expected.as_ref().and_then(CursorWrites::first_row) else {
+    let Some(guard) = Guard::new(session_id, &known) else {
         return Ok(None);
     };
-    let mut guard: Vec<&(dyn ToSql + Sync)> = expected.to_vec();
-    guard.push(&clear);
-    let (lock_consumer, lock_lane, lock_slot) = remembered.key();
-    let lock: [&(dyn ToSql + Sync); 4] = [&session_id, &lock_consumer, &lock_lane, &lock_slot];
+    let (lock, Some(unchanged)) = (guard.lock_params(), guard.unchanged_params()) else {
+        return Ok(None);
+    };
     let prefix = [
         Stmt::new(claimed::LOCK, &lock),
-        Stmt::new(claimed::UNCHANGED, &guard),
+        Stmt::new(claimed::UNCHANGED, &unchanged),
     ];
+    let mut cursor = known.cursor.clone();
     let result = cursor.dispatch.record_failure(request, now);
     let ready = write_failure(tx, session_id, &cursor, &result, now, &prefix).await?;
     Ok(Some((result, ready)))

@@ -14,7 +14,10 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::rows::CursorRow;
+use tokio_postgres::types::ToSql;
+
+use crate::cursor_table::CursorWrites;
+use crate::rows::{CursorKey, CursorRow};
 
 /// The SQLSTATE the guard raises when a remembered row is out of date
 /// (set by migration 10's `expect_unchanged`).
@@ -40,6 +43,38 @@ pub(crate) const UNCHANGED: &str = "SELECT expect_unchanged(\
 /// [`UNCHANGED`] reads it: `$1` session, `$2` consumer, `$3` lane, `$4` slot.
 pub(crate) const LOCK: &str = "SELECT 1 FROM cursors WHERE session_id = $1 AND consumer = $2 \
     AND lane = $3 AND slot = $4 FOR UPDATE";
+
+/// The bound values of [`LOCK`] and [`UNCHANGED`] for a remembered row.
+pub(crate) struct Guard<'k> {
+    session_id: &'k str,
+    writes: CursorWrites<'k>,
+    key: CursorKey,
+    clear: i64,
+}
+
+impl<'k> Guard<'k> {
+    /// The guard of `known`, a row of `session_id`.
+    pub(crate) fn new(session_id: &'k str, known: &'k Known) -> Option<Self> {
+        Some(Self {
+            session_id,
+            writes: CursorWrites::new(session_id, [&known.cursor])?,
+            key: known.cursor.key(),
+            clear: known.clear,
+        })
+    }
+
+    /// The parameters of [`LOCK`].
+    pub(crate) fn lock_params(&self) -> [&(dyn ToSql + Sync); 4] {
+        [&self.session_id, &self.key.0, &self.key.1, &self.key.2]
+    }
+
+    /// The parameters of [`UNCHANGED`].
+    pub(crate) fn unchanged_params(&self) -> Option<Vec<&(dyn ToSql + Sync)>> {
+        let mut params = self.writes.first_row()?.to_vec();
+        params.push(&self.clear);
+        Some(params)
+    }
+}
 
 /// A cursor row as this store last wrote it, with the session's clear index
 /// read in the same transaction.
