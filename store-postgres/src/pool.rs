@@ -6,16 +6,15 @@
 //! tokio runtime). The `min_idle` connections are opened ahead of need and
 //! warmed ([`crate::warm`]) before they are handed out; connections opened
 //! on demand are not (a call waiting for one would wait for its warm-up
-//! too, and the cold statements' costs spread over its first calls are
-//! the smaller tail). Idle and lifetime limits are
-//! enforced twice, each where it is exact: a `pre_recycle` hook refuses to
-//! hand out a connection past either limit (deadpool then takes another or
-//! opens a new one), so no call ever runs on one; and a keeper task closes
-//! connections past them, so the server sees them go without waiting for
-//! the next call, and opens connections up to `min_idle` again whenever the
-//! pool is idle (a kept connection past a limit is so replaced by a fresh
-//! one). The keeper
-//! holds the pool weakly and ends once the pool is gone.
+//! too, and the cold statements' costs spread over its first calls are the
+//! smaller tail). Idle and lifetime limits are enforced twice, each where
+//! it is exact: a `pre_recycle` hook refuses to hand out a connection past
+//! either limit (deadpool then takes another or opens a new one), so no
+//! call ever runs on one; and a keeper task closes connections past them,
+//! so the server sees them go without waiting for the next call, and opens
+//! connections up to `min_idle` again whenever the pool is idle (a kept
+//! connection past a limit is so replaced by a fresh one). The keeper holds
+//! the pool weakly and ends once the pool is gone.
 
 use std::time::Duration;
 
@@ -32,7 +31,8 @@ const MIN_REAP_INTERVAL: Duration = Duration::from_millis(100);
 const KEEP_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Builds the pool of `options.pool_size` connections with the options'
-/// timeouts and limits, and starts its reaper when a limit is set.
+/// timeouts and limits, and starts its keeper when a limit is set or
+/// connections are kept open.
 pub(crate) fn build(manager: Manager, options: &PostgresOptions) -> Result<Pool> {
     let limits = Limits {
         idle: options.idle_timeout,

@@ -152,12 +152,12 @@ async fn complete_quietly(
     let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
     let refresh = TypeRefresh::new(session_id, consumers);
     let declares_logs = consumers.is_some_and(|c| c.iter().any(|c| c.log.is_some()));
-    if lane.is_none() && !declares_logs && refresh.params().is_empty() {
-        let known = match i64::try_from(request.index) {
-            Ok(slot) => inner.claimed.take(session_id, consumer, "", slot),
-            Err(_) => None,
-        };
-        if let Some(known) = known {
+    // Declared logs are refreshed and checked by the two-step path.
+    if !declares_logs {
+        if let Some(known) = inner
+            .claimed
+            .take_event(session_id, consumer, lane, request.index)
+        {
             if let Some(done) = complete_known(tx, inner, request, known).await? {
                 return Ok(done);
             }

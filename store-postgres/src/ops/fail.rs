@@ -41,11 +41,7 @@ pub(crate) async fn fail(
 ) -> TxResult<(FailResult, bool)> {
     let session_id = request.session_id.as_str();
     let (consumer, lane) = (request.consumer.as_str(), request.lane.as_deref());
-    let known = match (lane, i64::try_from(request.index)) {
-        (None, Ok(slot)) => claimed.take(session_id, consumer, "", slot),
-        _ => None,
-    };
-    if let Some(known) = known {
+    if let Some(known) = claimed.take_event(session_id, consumer, lane, request.index) {
         if let Some(done) = fail_known(tx, request, now, known).await? {
             return Ok(done);
         }

@@ -149,6 +149,21 @@ impl Claimed {
         rows.remove(&key)
     }
 
+    /// Takes the row remembered for the event cursor of `consumer` at
+    /// `index` (`None` for a lane, whose rows are never remembered).
+    pub(crate) fn take_event(
+        &self,
+        session_id: &str,
+        consumer: &str,
+        lane: Option<&str>,
+        index: u64,
+    ) -> Option<Known> {
+        match (lane, i64::try_from(index)) {
+            (None, Ok(slot)) => self.take(session_id, consumer, "", slot),
+            _ => None,
+        }
+    }
+
     /// How many rows are remembered.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
