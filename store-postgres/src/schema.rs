@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 10;
+pub const SCHEMA_VERSION: i32 = 11;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -371,6 +371,92 @@ BEGIN
             USING ERRCODE = 'A2S01';
     END IF;
     RETURN true;
+END
+$$;
+"#,
+    // Version 11: `rewrite_work` decides each pair's row from at most one
+    // head of each kind instead of counting them all. The row depends only
+    // on whether the pair has a claimable head, the earliest end of a busy
+    // one and whether it has a dead letter (`WorkSummary::served_row`,
+    // `touched_row`), so each of those is one ordered `LIMIT 1` probe of the
+    // partial index holding it, and the counts it returns are 0 or 1. Version
+    // 8 counted every live head of the pair, so a claim or completion in a
+    // session with a backlog read (and sorted) the whole backlog.
+    r#"
+CREATE OR REPLACE FUNCTION rewrite_work(p_session text, p_consumers text[], p_now bigint, p_served boolean)
+RETURNS TABLE (r_consumer text, r_locked boolean, r_old_at bigint, r_claimable bigint,
+    r_busy bigint, r_dead bigint, r_next_expiry bigint, r_keep boolean, r_new_at bigint)
+LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $$
+#variable_conflict use_column
+DECLARE
+    l_names text[];
+    l_at bigint[];
+BEGIN
+    SELECT COALESCE(array_agg(l.consumer ORDER BY l.consumer), '{}'),
+           COALESCE(array_agg(l.ready_at ORDER BY l.consumer), '{}')
+      INTO l_names, l_at
+      FROM (SELECT w.consumer, w.ready_at FROM work w WHERE w.session_id = p_session
+              AND (p_consumers IS NULL OR w.consumer = ANY(p_consumers))
+            ORDER BY w.consumer FOR UPDATE) AS l;
+    RETURN QUERY
+    WITH names AS (
+        SELECT DISTINCT n.consumer FROM unnest(COALESCE(p_consumers, l_names)) AS n(consumer)
+    ), held AS (
+        SELECT h.consumer, h.ready_at FROM unnest(l_names, l_at) AS h(consumer, ready_at)
+    ), probed AS MATERIALIZED (
+        SELECT n.consumer,
+            COALESCE((SELECT true FROM cursors c
+                WHERE c.session_id = p_session AND c.head IS NOT NULL AND c.failed_at IS NULL
+                  AND (c.claim_expires_at IS NULL OR c.expired) AND c.consumer = n.consumer
+                  AND (c.claim_expires_at IS NULL OR c.claim_expires_at <= p_now)
+                ORDER BY c.head LIMIT 1), (SELECT true FROM cursors c
+                WHERE c.session_id = p_session AND c.head IS NOT NULL AND c.failed_at IS NULL
+                  AND c.claim_expires_at IS NOT NULL AND NOT c.expired
+                  AND c.claim_expires_at <= p_now AND c.consumer = n.consumer
+                ORDER BY c.claim_expires_at LIMIT 1), false) AS claimable,
+            LEAST(
+                (SELECT c.claim_expires_at FROM cursors c
+                  WHERE c.session_id = p_session AND c.head IS NOT NULL AND c.failed_at IS NULL
+                    AND c.claim_expires_at IS NOT NULL AND NOT c.expired
+                    AND c.claim_expires_at > p_now AND c.consumer = n.consumer
+                  ORDER BY c.claim_expires_at LIMIT 1),
+                (SELECT c.claim_expires_at FROM cursors c
+                  WHERE c.session_id = p_session AND c.head IS NOT NULL AND c.failed_at IS NULL
+                    AND c.claim_expires_at IS NOT NULL AND c.expired
+                    AND c.claim_expires_at > p_now AND c.consumer = n.consumer
+                  ORDER BY c.claim_expires_at LIMIT 1)) AS next_expiry,
+            COALESCE((SELECT true FROM cursors c
+                WHERE c.session_id = p_session AND c.head IS NOT NULL
+                  AND c.failed_at IS NOT NULL AND c.consumer = n.consumer
+                ORDER BY c.head LIMIT 1), false) AS dead
+        FROM names n
+    ), decided AS (
+        SELECT p.consumer, held.consumer IS NOT NULL AS locked, held.ready_at AS old_at,
+            p.claimable::int::bigint AS claimable,
+            (p.next_expiry IS NOT NULL)::int::bigint AS busy,
+            p.dead::int::bigint AS dead, p.next_expiry,
+            (p.claimable OR p.next_expiry IS NOT NULL OR p.dead) AS keep,
+            CASE WHEN p.claimable THEN
+                    CASE WHEN p_served THEN p_now ELSE LEAST(held.ready_at, p_now) END
+                ELSE p.next_expiry END AS new_at
+        FROM probed p LEFT JOIN held ON held.consumer = p.consumer
+    ), gone AS (
+        DELETE FROM work w USING decided d
+        WHERE w.session_id = p_session AND w.consumer = d.consumer AND d.locked AND NOT d.keep
+    ), moved AS (
+        UPDATE work w SET ready_at = d.new_at FROM decided d
+        WHERE w.session_id = p_session AND w.consumer = d.consumer AND d.locked AND d.keep
+            AND w.ready_at IS DISTINCT FROM d.new_at
+    ), added AS (
+        INSERT INTO work AS w (session_id, consumer, ready_at)
+        SELECT p_session, d.consumer, d.new_at FROM decided d
+        WHERE NOT d.locked AND d.keep ORDER BY d.consumer
+        ON CONFLICT (session_id, consumer) DO UPDATE
+        SET ready_at = LEAST(w.ready_at, EXCLUDED.ready_at)
+    )
+    SELECT d.consumer::text, d.locked, d.old_at, d.claimable, d.busy, d.dead, d.next_expiry,
+        d.keep, d.new_at
+    FROM decided d ORDER BY d.consumer;
 END
 $$;
 "#,

@@ -731,3 +731,121 @@ async fn ready_or_earliest_is_one_of_the_two_reads() {
     }
     tx.rollback().await.expect("rollback");
 }
+
+/// Rows of `cursors` a transaction has read so far: heap tuples fetched
+/// through indexes and read by sequential scans (`pg_stat_xact_user_tables`
+/// counts the current transaction's reads at once).
+async fn cursor_rows_read(tx: &tokio_postgres::Transaction<'_>) -> i64 {
+    tx.query_one(
+        "SELECT COALESCE(idx_tup_fetch, 0) + COALESCE(seq_tup_read, 0) \
+         FROM pg_stat_xact_user_tables WHERE relid = 'cursors'::regclass",
+        &[],
+    )
+    .await
+    .expect("read the transaction's table statistics")
+    .get(0)
+}
+
+/// The work-row rewrite of claims, completions and failures
+/// (`rewrite_work`, schema version 11) reads a few cursor rows however many
+/// heads the pair holds: in a session with 400 claimable heads, 100 under
+/// lease, 20 dead letters and 50 finished cursors it reads at most 10 (it
+/// used to count all 520 live heads), before and after `ANALYZE`, and
+/// stores what the work rule says: claimable (ready now), busy only
+/// (ready when the first lease ends), dead letters only.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_work_rewrite_reads_a_few_heads_whatever_the_backlog() {
+    let Some(factory) = PgFactory::from_env("work") else {
+        return;
+    };
+    let schema = factory.schema();
+    let clock = ManualClock::new(T0);
+    let store = store_on(&factory, &schema, clock.clone()).await;
+    let lease = 60_000;
+    // `big`: 570 heads; 170 claimed, of which 50 completed and 20
+    // dead-lettered. `leased`: every head claimed. `dead`: every head
+    // dead-lettered.
+    for (session, heads) in [("big", 570), ("leased", 30), ("dead", 5)] {
+        for _ in 0..heads / 5 {
+            let batch = (0..5).map(|_| targeted("agent")).collect();
+            store
+                .append(session, batch, AppendOptions::default())
+                .await
+                .expect("append");
+        }
+    }
+    for (session, claims) in [("big", 170), ("leased", 30), ("dead", 5)] {
+        let claimed = store
+            .claim_available(ClaimRequest {
+                session_id: session.into(),
+                holder: "w".into(),
+                ttl_ms: Some(lease),
+                limit: Some(claims),
+                ..ClaimRequest::default()
+            })
+            .await
+            .expect("claim")
+            .into_heads();
+        assert_eq!(claimed.len(), claims, "{session}: heads claimed");
+        for (n, head) in claimed.iter().enumerate() {
+            if session == "dead" || (session == "big" && n < 20) {
+                store
+                    .fail_attempt(FailRequest::for_head(head, "down", 1))
+                    .await
+                    .expect("dead-letter");
+            } else if session == "big" && n < 70 {
+                store
+                    .complete_attempt(complete(session, head))
+                    .await
+                    .expect("complete");
+            }
+        }
+    }
+    drop(store);
+    let mut client = support::raw_client(factory.url()).await;
+    let consumers = vec!["agent".to_owned()];
+    for analyzed in [false, true] {
+        if analyzed {
+            client
+                .batch_execute(&format!("ANALYZE \"{schema}\".cursors"))
+                .await
+                .expect("analyze");
+        }
+        for (session, claimable, busy, dead, new_at) in [
+            ("big", 1i64, 1i64, 1i64, Some(T0)),
+            ("leased", 0, 1, 0, Some(T0 + lease)),
+            ("dead", 0, 0, 1, None),
+        ] {
+            let tx = client.transaction().await.expect("begin");
+            tx.batch_execute(&format!("SET LOCAL search_path TO \"{schema}\""))
+                .await
+                .expect("search path");
+            let before = cursor_rows_read(&tx).await;
+            let row = tx
+                .query_one(
+                    "SELECT r_claimable, r_busy, r_dead, r_keep, r_new_at \
+                     FROM rewrite_work($1, $2, $3, true)",
+                    &[&session, &consumers, &T0],
+                )
+                .await
+                .expect("rewrite");
+            let read = cursor_rows_read(&tx).await - before;
+            tx.rollback().await.expect("rollback");
+            let got: (i64, i64, i64, bool, Option<i64>) =
+                (row.get(0), row.get(1), row.get(2), row.get(3), row.get(4));
+            assert_eq!(
+                got,
+                (claimable, busy, dead, true, new_at),
+                "{session} (analyzed: {analyzed}): summary and stored row"
+            );
+            assert!(
+                read <= 10,
+                "{session} (analyzed: {analyzed}): the rewrite read {read} cursor rows"
+            );
+        }
+    }
+}

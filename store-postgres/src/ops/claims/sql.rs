@@ -155,54 +155,60 @@ fn later_free() -> String {
 /// else is computed), then [`retry_at`]'s answer; and, unless `ready`, one
 /// row per served consumer (`$3`, or `NULL`: those with a work row, as
 /// `rewrite_work` takes them) with its stored work row (whether there is
-/// one, its `ready_at`) and the summary of its heads, counted as
-/// `rewrite_work` counts them. The caller skips the rewrite only when
+/// one, its `ready_at`) and the summary of its heads as `rewrite_work`
+/// (schema version 11) takes it: whether it has a claimable head, the
+/// earliest end of a busy one and whether it has a dead letter, each one
+/// ordered `LIMIT 1` probe of a partial index, so each count is 0 or 1 (the
+/// row depends on nothing more). The caller skips the rewrite only when
 /// `WorkSummary::served_row` of every summary is the row stored: then the
 /// claim changed nothing and its rewrite would change nothing.
 ///
 /// All in one statement, so the answer, the rows and the summaries are of
-/// one snapshot. The summary's scans are gated by `ready` (a one-time
-/// filter: a claim that walks a backlog never counts it).
+/// one snapshot. The summary's probes are gated by `ready` (a one-time
+/// filter: a claim that walks a backlog never probes it).
 pub(crate) fn empty_answer() -> String {
     format!(
         "WITH e AS MATERIALIZED (SELECT {ready} AS ready), \
          names AS ( \
            SELECT x.consumer FROM unnest($3::text[]) AS x(consumer) \
            UNION SELECT w.consumer FROM work w WHERE w.session_id = $1 AND $3::text[] IS NULL), \
-         summed AS ( \
-           SELECT h.consumer, \
-             count(*) FILTER (WHERE h.failed_at IS NULL \
-               AND (h.claim_expires_at IS NULL OR h.claim_expires_at <= $7)) AS claimable, \
-             count(*) FILTER (WHERE h.failed_at IS NULL AND h.claim_expires_at > $7) AS busy, \
-             count(*) FILTER (WHERE h.failed_at IS NOT NULL) AS dead, \
-             min(h.claim_expires_at) FILTER (WHERE h.failed_at IS NULL \
-               AND h.claim_expires_at > $7) AS next_expiry \
-           FROM ( \
-             SELECT c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
-               WHERE NOT (SELECT e.ready FROM e) AND c.session_id = $1 \
-                 AND c.consumer IN (SELECT consumer FROM names) \
+         probed AS MATERIALIZED ( \
+           SELECT names.consumer, \
+             COALESCE((SELECT true FROM cursors c WHERE c.session_id = $1 \
                  AND c.head IS NOT NULL AND c.failed_at IS NULL \
-                 AND (c.claim_expires_at IS NULL OR c.expired) \
-             UNION ALL \
-             SELECT c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
-               WHERE NOT (SELECT e.ready FROM e) AND c.session_id = $1 \
-                 AND c.consumer IN (SELECT consumer FROM names) \
+                 AND (c.claim_expires_at IS NULL OR c.expired) AND c.consumer = names.consumer \
+                 AND (c.claim_expires_at IS NULL OR c.claim_expires_at <= $7) \
+               ORDER BY c.head LIMIT 1), \
+               (SELECT true FROM cursors c WHERE c.session_id = $1 \
                  AND c.head IS NOT NULL AND c.failed_at IS NULL \
                  AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
-             UNION ALL \
-             SELECT c.consumer, c.claim_expires_at, c.failed_at FROM cursors c \
-               WHERE NOT (SELECT e.ready FROM e) AND c.session_id = $1 \
-                 AND c.consumer IN (SELECT consumer FROM names) \
+                 AND c.claim_expires_at <= $7 AND c.consumer = names.consumer \
+               ORDER BY c.claim_expires_at LIMIT 1), false) AS claimable, \
+             LEAST( \
+               (SELECT c.claim_expires_at FROM cursors c WHERE c.session_id = $1 \
+                 AND c.head IS NOT NULL AND c.failed_at IS NULL \
+                 AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
+                 AND c.claim_expires_at > $7 AND c.consumer = names.consumer \
+               ORDER BY c.claim_expires_at LIMIT 1), \
+               (SELECT c.claim_expires_at FROM cursors c WHERE c.session_id = $1 \
+                 AND c.head IS NOT NULL AND c.failed_at IS NULL \
+                 AND c.claim_expires_at IS NOT NULL AND c.expired \
+                 AND c.claim_expires_at > $7 AND c.consumer = names.consumer \
+               ORDER BY c.claim_expires_at LIMIT 1)) AS next_expiry, \
+             COALESCE((SELECT true FROM cursors c WHERE c.session_id = $1 \
                  AND c.head IS NOT NULL AND c.failed_at IS NOT NULL \
-           ) AS h GROUP BY h.consumer) \
+                 AND c.consumer = names.consumer \
+               ORDER BY c.head LIMIT 1), false) AS dead \
+           FROM names WHERE NOT (SELECT e.ready FROM e)) \
          SELECT e.ready, CASE WHEN e.ready THEN $7 ELSE {later} END, \
            n.consumer::text, n.stored, n.ready_at, n.claimable, n.busy, n.dead, n.next_expiry \
          FROM e LEFT JOIN ( \
            SELECT names.consumer, w.consumer IS NOT NULL AS stored, w.ready_at, \
-             COALESCE(s.claimable, 0) AS claimable, COALESCE(s.busy, 0) AS busy, \
-             COALESCE(s.dead, 0) AS dead, s.next_expiry \
+             COALESCE(s.claimable::int::bigint, 0) AS claimable, \
+             COALESCE((s.next_expiry IS NOT NULL)::int::bigint, 0) AS busy, \
+             COALESCE(s.dead::int::bigint, 0) AS dead, s.next_expiry \
            FROM names LEFT JOIN work w ON w.session_id = $1 AND w.consumer = names.consumer \
-             LEFT JOIN summed s ON s.consumer = names.consumer) AS n ON NOT e.ready",
+             LEFT JOIN probed s ON s.consumer = names.consumer) AS n ON NOT e.ready",
         ready = ready_left(),
         later = later_free()
     )
