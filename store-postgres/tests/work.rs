@@ -13,6 +13,10 @@ mod support;
 #[path = "../src/ops/work/sql.rs"]
 mod work_sql;
 
+#[allow(dead_code)]
+#[path = "../src/ops/claims/sql.rs"]
+mod claim_sql;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -847,5 +851,128 @@ async fn the_work_rewrite_reads_a_few_heads_whatever_the_backlog() {
                 "{session} (analyzed: {analyzed}): the rewrite read {read} cursor rows"
             );
         }
+    }
+}
+
+/// A claimer that finds a session's work rows held by another claimer
+/// (`TRY_LOCK` passes over them) locks none of its heads with the
+/// statements it sends after that lock in the same round trip: the
+/// promotion's selection and the walk find nothing while the row is held,
+/// and find the heads once it is free. (Before, the walk locked the free
+/// head, so the holder's own walk skipped it, took nothing and answered
+/// `Busy`, and both claimers left the work.)
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claimer_passing_a_held_session_locks_none_of_its_heads() {
+    let Some(factory) = PgFactory::from_env("work") else {
+        return;
+    };
+    let schema = factory.schema();
+    let clock = ManualClock::new(T0);
+    let store = store_on(&factory, &schema, clock.clone()).await;
+    // Heads 1 (failed, retry at once) and 2 (its lease ended) due for
+    // promotion, head 3 idle.
+    store
+        .append(
+            "s",
+            vec![targeted("agent"), targeted("agent")],
+            AppendOptions::default(),
+        )
+        .await
+        .expect("append");
+    let leased = store
+        .claim_available(ClaimRequest {
+            session_id: "s".into(),
+            holder: "w".into(),
+            ttl_ms: Some(1_000),
+            limit: Some(2),
+            ..ClaimRequest::default()
+        })
+        .await
+        .expect("claim")
+        .into_heads();
+    assert_eq!(leased.len(), 2);
+    store
+        .fail_attempt(FailRequest {
+            retry_after_ms: Some(0),
+            ..FailRequest::for_head(&leased[0], "again", None)
+        })
+        .await
+        .expect("release head 1");
+    store
+        .append("s", vec![targeted("agent")], AppendOptions::default())
+        .await
+        .expect("append an idle head");
+    clock.advance(2_000);
+    let now = clock.now_ms();
+    drop(store);
+    let mut holder = support::raw_client(factory.url()).await;
+    let mut claimer = support::raw_client(factory.url()).await;
+    let consumers: Option<Vec<String>> = Some(vec!["agent".to_owned()]);
+    let walk = claim_sql::walk("c.head");
+    let none_text: Vec<String> = Vec::new();
+    let none_slot: Vec<i64> = Vec::new();
+    let through: Option<i64> = None;
+    let limit: Option<i64> = None;
+    for held in [true, false] {
+        let hold = holder.transaction().await.expect("begin the holder");
+        hold.batch_execute(&format!("SET LOCAL search_path TO \"{schema}\""))
+            .await
+            .expect("search path");
+        if held {
+            hold.execute("SELECT 1 FROM work WHERE session_id = 's' FOR UPDATE", &[])
+                .await
+                .expect("hold the work row");
+        }
+        let tx = claimer.transaction().await.expect("begin the claimer");
+        tx.batch_execute(&format!("SET LOCAL search_path TO \"{schema}\""))
+            .await
+            .expect("search path");
+        let locked = tx
+            .query(work_sql::TRY_LOCK, &[&"s", &consumers, &now])
+            .await
+            .expect("try the lock");
+        let taken = locked
+            .iter()
+            .filter(|row| row.get::<_, Option<&str>>(0).is_some())
+            .count();
+        assert_eq!(taken, usize::from(!held), "work rows locked (held: {held})");
+        let due: Vec<i64> = tx
+            .query(claim_sql::DUE, &[&"s", &now])
+            .await
+            .expect("due heads")
+            .iter()
+            .map(|row| row.get::<_, i64>(2))
+            .collect();
+        let walked: Vec<i64> = tx
+            .query(
+                walk.as_str(),
+                &[
+                    &"s", &through, &consumers, &none_text, &none_text, &none_slot, &now, &limit,
+                ],
+            )
+            .await
+            .expect("walk")
+            .iter()
+            .map(|row| row.get::<_, i64>(0))
+            .collect();
+        if held {
+            assert_eq!(
+                (due, walked),
+                (vec![], vec![]),
+                "nothing locked past a held row"
+            );
+        } else {
+            assert_eq!(
+                (due, walked),
+                (vec![1, 2], vec![3]),
+                "the due heads and the idle one"
+            );
+        }
+        tx.rollback().await.expect("rollback the claimer");
+        hold.rollback().await.expect("rollback the holder");
     }
 }

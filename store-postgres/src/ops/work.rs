@@ -12,6 +12,8 @@
 
 mod sql;
 
+pub(crate) use sql::TRY_LOCK;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use a2_store_api::sql::from_sql_int;
@@ -231,38 +233,6 @@ const LOCK: &str = "SELECT consumer, ready_at FROM work WHERE session_id = $1 \
 /// The stored work rows of a session the caller locked, by consumer.
 pub(crate) type Locked = BTreeMap<String, Option<WorkRow>>;
 
-/// Locks what it can of a session's rows (`$1`) of `$2` consumers (`NULL`:
-/// every one), in consumer order, passing over rows another transaction
-/// holds, and counts the rows there are, locked or not, in one statement:
-/// rows `(consumer, ready_at, NULL)` for the rows locked, then one row
-/// `(NULL, NULL, count)` (read by [`TryLocked::read`]). Only when one of
-/// those rows is ready by `$3` (now) in the statement's snapshot (an
-/// uncorrelated `EXISTS`: a one-time filter); else nothing is locked and
-/// the count is 0. A session another claimer served since it was read as
-/// ready has nothing to claim (the work index's invariant), and locking
-/// its rows would only cost a transaction id and WAL for a transaction
-/// that is rolled back.
-pub(crate) const TRY_LOCK: &str = concat!(
-    "WITH locked AS (SELECT consumer, ready_at FROM work WHERE session_id = $1 \
-    AND ($2::text[] IS NULL OR consumer = ANY($2)) AND ",
-    ready_by!(),
-    " ORDER BY consumer FOR UPDATE SKIP LOCKED) \
-    SELECT consumer, ready_at, NULL::bigint FROM locked \
-    UNION ALL SELECT NULL, NULL, count(*) FROM work WHERE session_id = $1 \
-    AND ($2::text[] IS NULL OR consumer = ANY($2)) AND ",
-    ready_by!()
-);
-
-/// The condition [`TRY_LOCK`] locks and counts under: one of session
-/// `$1`'s rows of `$2` consumers is ready by `$3`.
-macro_rules! ready_by {
-    () => {
-        "EXISTS (SELECT 1 FROM work r WHERE r.session_id = $1 \
-        AND ($2::text[] IS NULL OR r.consumer = ANY($2)) AND r.ready_at <= $3)"
-    };
-}
-use ready_by;
-
 /// What [`TRY_LOCK`] answered.
 pub(crate) struct TryLocked {
     /// The `ready_at` of each row locked.
@@ -423,7 +393,7 @@ pub(crate) const REWRITE: &str = "SELECT r_consumer, r_locked, r_old_at, r_claim
 /// The statements of the work index that a new connection prepares before
 /// its first call (see `crate::warm`).
 pub(crate) const HOT_STATEMENTS: [&str; 4] =
-    [sql::READY_OR_EARLIEST, sql::READY, TRY_LOCK, REWRITE];
+    [sql::READY_OR_EARLIEST, sql::READY, sql::TRY_LOCK, REWRITE];
 
 /// The bound values of [`REWRITE`].
 pub(crate) struct RewriteArgs<'a> {

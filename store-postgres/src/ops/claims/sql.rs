@@ -44,6 +44,25 @@ pub(crate) const READY: &str = "(c.claim_expires_at IS NULL OR c.expired)";
 /// expiry is in the future again (the clock moved back) is busy.
 pub(crate) const FREE: &str = "(c.claim_expires_at IS NULL OR c.claim_expires_at <= $7)";
 
+/// The text of [`UNCONTENDED`].
+macro_rules! uncontended {
+    () => {
+        "COALESCE(current_setting('a2.claim_held', true), '') <> 'true'"
+    };
+}
+
+/// Whether this transaction has not found the session's work rows held by
+/// another claimer: `claim_work`'s lock of them (`TRY_LOCK` in
+/// `ops::work`) sets the transaction-local `a2.claim_held` to `true` when
+/// it passed over one. The promotion's selection ([`DUE`]) and the walk
+/// are sent in the same round trip after that lock, and take row locks
+/// without waiting; gated by this (a one-time filter, read once per
+/// statement), a claimer leaving the session to its holder locks none of
+/// its heads, which the holder's own walk would otherwise skip (the
+/// holder then took nothing and answered `Busy`, and both claimers left
+/// the work for later). Outside `claim_work` the setting is never `true`.
+pub(crate) const UNCONTENDED: &str = uncontended!();
+
 /// Selects and locks the session's busy heads whose claim or retry delay
 /// expired at or before `$2` (`$1` the session), not promoted yet, from the
 /// front of `cursors_busy`; [`PROMOTE`] then marks them.
@@ -57,10 +76,16 @@ pub(crate) const FREE: &str = "(c.claim_expires_at IS NULL OR c.claim_expires_at
 /// adds no lock wait or deadlock to a claim. When a commit changed a row
 /// since the statement's snapshot, the lock re-checks the `WHERE` on the
 /// newest version, so a head completed or renewed meanwhile is left alone.
-pub(crate) const DUE: &str = "SELECT c.consumer, c.lane, c.slot FROM cursors c \
+///
+/// Like the walk, it locks nothing in a transaction that found the
+/// session's work rows held by another claimer ([`UNCONTENDED`]).
+pub(crate) const DUE: &str = concat!(
+    "SELECT c.consumer, c.lane, c.slot FROM cursors c \
     WHERE c.session_id = $1 AND c.head IS NOT NULL AND c.failed_at IS NULL \
-      AND c.claim_expires_at IS NOT NULL AND NOT c.expired AND c.claim_expires_at <= $2 \
-    ORDER BY c.claim_expires_at FOR UPDATE OF c SKIP LOCKED";
+      AND c.claim_expires_at IS NOT NULL AND NOT c.expired AND c.claim_expires_at <= $2 AND ",
+    uncontended!(),
+    " ORDER BY c.claim_expires_at FOR UPDATE OF c SKIP LOCKED"
+);
 
 /// Marks the cursors [`DUE`] locked as promoted, which moves them from
 /// `cursors_busy`'s unpromoted part to `cursors_ready`: `$1` session, `$2`,
@@ -80,7 +105,7 @@ pub(crate) fn walk(columns: &str) -> String {
     format!(
         "SELECT {columns} FROM cursors c \
          JOIN events e ON e.session_id = c.session_id AND e.idx = c.head \
-         WHERE {CANDIDATES} AND {UNHELD} AND {READY} AND {FREE} \
+         WHERE {CANDIDATES} AND {UNHELD} AND {READY} AND {FREE} AND {UNCONTENDED} \
          ORDER BY c.head, c.consumer, c.lane LIMIT $8 FOR UPDATE OF c SKIP LOCKED"
     )
 }

@@ -148,3 +148,41 @@ pub(crate) const LISTED_AFTER: &str = "SELECT r.session_id, min(r.ready_at) \
       WHERE w.consumer = k.consumer AND w.session_id > COALESCE($2::text, '') \
       ORDER BY w.session_id LIMIT $3) AS r \
     GROUP BY r.session_id ORDER BY r.session_id LIMIT $3";
+
+/// Locks what it can of a session's rows (`$1`) of `$2` consumers (`NULL`:
+/// every one), in consumer order, passing over rows another transaction
+/// holds, and counts the rows there are, locked or not, in one statement:
+/// rows `(consumer, ready_at, NULL)` for the rows locked, then one row
+/// `(NULL, NULL, count)` (read by [`TryLocked::read`]). Only when one of
+/// those rows is ready by `$3` (now) in the statement's snapshot (an
+/// uncorrelated `EXISTS`: a one-time filter); else nothing is locked and
+/// the count is 0. A session another claimer served since it was read as
+/// ready has nothing to claim (the work index's invariant), and locking
+/// its rows would only cost a transaction id and WAL for a transaction
+/// that is rolled back. The count's row also sets the transaction-local
+/// `a2.claim_held` to whether a row was passed over, which keeps the
+/// statements sent after it in the same round trip from locking any head
+/// (`claims::sql::UNCONTENDED`).
+pub(crate) const TRY_LOCK: &str = concat!(
+    "WITH locked AS (SELECT consumer, ready_at FROM work WHERE session_id = $1 \
+    AND ($2::text[] IS NULL OR consumer = ANY($2)) AND ",
+    ready_by!(),
+    " ORDER BY consumer FOR UPDATE SKIP LOCKED) \
+    SELECT consumer, ready_at, NULL::bigint, NULL::text FROM locked \
+    UNION ALL SELECT NULL, NULL, v.n, \
+      set_config('a2.claim_held', (v.n > (SELECT count(*) FROM locked))::text, true) \
+    FROM (SELECT count(*) AS n FROM work WHERE session_id = $1 \
+      AND ($2::text[] IS NULL OR consumer = ANY($2)) AND ",
+    ready_by!(),
+    ") AS v"
+);
+
+/// The condition [`TRY_LOCK`] locks and counts under: one of session
+/// `$1`'s rows of `$2` consumers is ready by `$3`.
+macro_rules! ready_by {
+    () => {
+        "EXISTS (SELECT 1 FROM work r WHERE r.session_id = $1 \
+        AND ($2::text[] IS NULL OR r.consumer = ANY($2)) AND r.ready_at <= $3)"
+    };
+}
+use ready_by;
