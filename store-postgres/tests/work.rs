@@ -753,8 +753,9 @@ async fn cursor_rows_read(tx: &tokio_postgres::Transaction<'_>) -> i64 {
 /// The work-row rewrite of claims, completions and failures
 /// (`rewrite_work`, schema version 11) reads a few cursor rows however many
 /// heads the pair holds: in a session with 400 claimable heads, 100 under
-/// lease, 20 dead letters and 50 finished cursors it reads at most 10 (it
-/// used to count all 520 live heads), before and after `ANALYZE`, and
+/// lease, 20 dead letters and 50 finished cursors it reads at most 10 (1 to
+/// 3; version 8's read 520, or 725 after `ANALYZE`), before and after
+/// `ANALYZE`, and
 /// stores what the work rule says: claimable (ready now), busy only
 /// (ready when the first lease ends), dead letters only.
 #[cfg_attr(
