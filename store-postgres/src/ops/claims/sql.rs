@@ -53,7 +53,7 @@ macro_rules! uncontended {
 
 /// Whether this transaction has not found the session's work rows held by
 /// another claimer: `claim_work`'s lock of them (`TRY_LOCK` in
-/// `ops::work`) sets the transaction-local `a2.claim_held` to `true` when
+/// `ops::work::sql`) sets the transaction-local `a2.claim_held` to `true` when
 /// it passed over one. The promotion's selection ([`DUE`]) and the walk
 /// are sent in the same round trip after that lock, and take row locks
 /// without waiting; gated by this (a one-time filter, read once per

@@ -152,17 +152,18 @@ pub(crate) const LISTED_AFTER: &str = "SELECT r.session_id, min(r.ready_at) \
 /// Locks what it can of a session's rows (`$1`) of `$2` consumers (`NULL`:
 /// every one), in consumer order, passing over rows another transaction
 /// holds, and counts the rows there are, locked or not, in one statement:
-/// rows `(consumer, ready_at, NULL)` for the rows locked, then one row
-/// `(NULL, NULL, count)` (read by [`TryLocked::read`]). Only when one of
-/// those rows is ready by `$3` (now) in the statement's snapshot (an
+/// rows `(consumer, ready_at, NULL, NULL)` for the rows locked, then one
+/// row `(NULL, NULL, count, held)` (read by `TryLocked::read` in
+/// `ops::work`, which needs only the first three columns). Only when one
+/// of those rows is ready by `$3` (now) in the statement's snapshot (an
 /// uncorrelated `EXISTS`: a one-time filter); else nothing is locked and
 /// the count is 0. A session another claimer served since it was read as
 /// ready has nothing to claim (the work index's invariant), and locking
 /// its rows would only cost a transaction id and WAL for a transaction
-/// that is rolled back. The count's row also sets the transaction-local
-/// `a2.claim_held` to whether a row was passed over, which keeps the
-/// statements sent after it in the same round trip from locking any head
-/// (`claims::sql::UNCONTENDED`).
+/// that is rolled back. The count's row also sets (and answers as `held`)
+/// the transaction-local `a2.claim_held`: whether a row was passed over,
+/// which keeps the statements sent after it in the same round trip from
+/// locking any head (`claims::sql::UNCONTENDED`).
 pub(crate) const TRY_LOCK: &str = concat!(
     "WITH locked AS (SELECT consumer, ready_at FROM work WHERE session_id = $1 \
     AND ($2::text[] IS NULL OR consumer = ANY($2)) AND ",
