@@ -53,10 +53,30 @@ pub(crate) fn notification_payload(session_id: &str) -> &str {
     }
 }
 
+/// How long a store's first wait (a waiting `claim_work`, a `subscribe`)
+/// waits for the listener's first connection to listen before going on
+/// without it. A wake-up it misses meanwhile costs at most the fallback
+/// poll's delay, so waiting longer than that poll buys nothing.
+pub(crate) const FIRST_LISTEN_WAIT: Duration = crate::work_source::FALLBACK_POLL;
+
+/// What the listener's connection is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ListenState {
+    /// The first connection is being opened: a change committed now may be
+    /// noticed only by the catch-up wake once it listens.
+    Connecting,
+    /// Listening: every later commit's notification arrives.
+    Listening,
+    /// Not listening (the connection failed or dropped); the task reconnects
+    /// with a backoff and wakes everyone once it listens again.
+    Down,
+}
+
 /// The background task holding the `LISTEN` connection; stopped on drop.
 #[derive(Debug)]
 pub(crate) struct Listener {
     task: JoinHandle<()>,
+    state: watch::Receiver<ListenState>,
 }
 
 impl Drop for Listener {
@@ -77,17 +97,33 @@ impl Listener {
         sender: broadcast::Sender<Arc<str>>,
         signal: WorkSignal,
     ) -> Self {
+        let (state, watched) = watch::channel(ListenState::Connecting);
         let task = tokio::spawn(async move {
             let mut delay = Duration::from_millis(50);
             loop {
-                if listen_once(&config, &tls, &channels, &sender, &signal).await {
+                if listen_once(&config, &tls, &channels, &sender, &signal, &state).await {
                     delay = Duration::from_millis(50);
                 }
+                state.send_replace(ListenState::Down);
                 tokio::time::sleep(delay).await;
                 delay = (delay * 2).min(Duration::from_secs(2));
             }
         });
-        Self { task }
+        Self {
+            task,
+            state: watched,
+        }
+    }
+
+    /// Resolves once the first connection listens or has failed, or after
+    /// `bound`, whichever comes first; at once after that. A caller that
+    /// reads the store after it misses no notification of a later commit
+    /// (unless the connection failed: then the fallback poll covers it).
+    pub(crate) async fn first_connected(&self, bound: Duration) {
+        let mut state = self.state.clone();
+        let connected = state.wait_for(|state| *state != ListenState::Connecting);
+        // Elapsed, or the task gone (aborted with the store): go on either way.
+        let _ = tokio::time::timeout(bound, connected).await;
     }
 }
 
@@ -99,6 +135,7 @@ async fn listen_once(
     [channel, work_channel]: &[String; 2],
     sender: &broadcast::Sender<Arc<str>>,
     signal: &WorkSignal,
+    state: &watch::Sender<ListenState>,
 ) -> bool {
     let Ok((client, mut connection)) = config.connect(tls.clone()).await else {
         return false;
@@ -122,6 +159,7 @@ async fn listen_once(
                     return false;
                 }
                 listening = true;
+                state.send_replace(ListenState::Listening);
                 let _ = sender.send(Arc::from(EVERYONE));
                 signal.notify();
             }
@@ -183,4 +221,69 @@ async fn send_work_notice(
         client.batch_execute("COMMIT"),
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A listener whose server accepts the connection but never answers
+    /// stays `Connecting`; waiting for it ends at the bound, never later.
+    #[tokio::test]
+    async fn waiting_for_a_listener_that_never_connects_is_bounded() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let port = silent.local_addr().expect("its address").port();
+        let url = format!("postgres://nobody@127.0.0.1:{port}/none?sslmode=disable");
+        let (config, tls) = crate::tls::prepare(&url).expect("a valid URL");
+        let (sender, _) = broadcast::channel(4);
+        let listener = Listener::start(
+            config,
+            tls,
+            ["a".to_owned(), "b".to_owned()],
+            sender,
+            WorkSignal::new(),
+        );
+        let started = std::time::Instant::now();
+        listener.first_connected(Duration::from_millis(200)).await;
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(200) && waited < Duration::from_secs(2),
+            "waited {waited:?}"
+        );
+        assert_eq!(*listener.state.borrow(), ListenState::Connecting);
+        // A second wait starts over, bounded the same way.
+        let started = std::time::Instant::now();
+        listener.first_connected(Duration::from_millis(50)).await;
+        assert!(started.elapsed() < Duration::from_secs(1));
+        drop(silent);
+    }
+
+    /// A listener whose server refuses the connection is `Down` at once:
+    /// the first wait does not wait for the bound.
+    #[tokio::test]
+    async fn a_refused_listener_ends_the_first_wait_at_once() {
+        // A port nobody listens on: bind one, note it, close it.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a local port")
+            .port();
+        let url = format!("postgres://nobody@127.0.0.1:{port}/none?sslmode=disable");
+        let (config, tls) = crate::tls::prepare(&url).expect("a valid URL");
+        let (sender, _) = broadcast::channel(4);
+        let listener = Listener::start(
+            config,
+            tls,
+            ["a".to_owned(), "b".to_owned()],
+            sender,
+            WorkSignal::new(),
+        );
+        let started = std::time::Instant::now();
+        listener.first_connected(Duration::from_secs(10)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "a refused connection ended the wait after {:?}",
+            started.elapsed()
+        );
+        assert_eq!(*listener.state.borrow(), ListenState::Down);
+    }
 }

@@ -207,6 +207,54 @@ async fn a_waiting_claim_wakes_on_an_append_through_another_store() {
     }
 }
 
+/// A fresh store's first waiting claim starts the listener and returns
+/// only once its connection listens: work made ready by a commit after that
+/// claim's first read is notified to it, instead of waiting for the
+/// listener's catch-up wake (which made a new worker process's first
+/// messages wait 40 to 60 ms on a loaded machine).
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_waiting_claim_returns_once_the_store_listens() {
+    let Some(factory) = PgFactory::from_env("work") else {
+        return;
+    };
+    let schema = factory.schema();
+    let store = factory
+        .store_on(&schema, Arc::new(SystemClock), Arc::new(RandomIds))
+        .await
+        .expect("connect");
+    let raw = support::raw_client(factory.url()).await;
+    let listening = || async {
+        let listen = format!("LISTEN \"a2_store_{schema}\"");
+        let row = raw
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = $1",
+                &[&listen],
+            )
+            .await
+            .expect("pg_stat_activity");
+        row.get::<_, i64>(0)
+    };
+    assert_eq!(
+        listening().await,
+        0,
+        "nothing listens before the first wait"
+    );
+    let result = store
+        .claim_work(work("w", 60_000).with_wait_ms(1))
+        .await
+        .expect("claim_work");
+    assert!(matches!(result, ClaimWorkResult::Settled), "{result:?}");
+    assert_eq!(
+        listening().await,
+        1,
+        "the listener listens once the first waiting claim has returned"
+    );
+}
+
 /// A claimer passes a session whose work rows another transaction holds (a
 /// claimer serving it) without waiting for it, claims from the next one,
 /// and finds the held session's work once it is released.
