@@ -59,8 +59,11 @@ pub enum Command {
     /// appends --rate messages a second (200) for --seconds (10), round
     /// robin over the sessions and --lanes lanes (2), and every
     /// --new-every-th message (10th) to a brand new session; --workers
-    /// workers (3) claim. Reports append→claim p50/p99 of every message and
-    /// of new sessions' first messages.
+    /// workers (3) claim. Before that it appends for --warm-up seconds (1)
+    /// to the sessions, messages that are claimed but not counted, so the
+    /// figures are those of a runtime that has been running. Reports
+    /// append→claim p50/p99 of every message and of new sessions' first
+    /// messages.
     ///
     /// `--workload idle`: --sessions sessions (2,000) whose work is all
     /// done; --workers workers (3) wait for --seconds (10). Reports each
@@ -181,6 +184,12 @@ pub struct BenchArgs {
     /// Every Nth message goes to a brand new session; 0: never [runtime, worker].
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub new_every: u32,
+    /// Seconds the producer runs before the timed part, its messages not
+    /// counted: connections, statement caches and the server's plans are
+    /// warm when timing starts, as in a runtime that has been running; 0:
+    /// none [runtime, worker].
+    #[arg(long, value_name = "S", default_value_t = 1.0, value_parser = parse_warm_up)]
+    pub warm_up: f64,
     /// FIFO lanes of consumer `agent` per session, used in turn [runtime, worker].
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1_000))]
     pub lanes: u32,
@@ -610,6 +619,16 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
         Ok(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= 86_400.0 => Ok(seconds),
         _ => Err(format!(
             "'{text}' is not a duration: give seconds between 0 and 86400, e.g. --seconds 5"
+        )),
+    }
+}
+
+/// `--warm-up`: seconds from 0 (no warm-up) to 3600.
+fn parse_warm_up(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && (0.0..=3_600.0).contains(&seconds) => Ok(seconds),
+        _ => Err(format!(
+            "'{text}' is not a warm-up time: give seconds between 0 (none) and 3600, e.g. --warm-up 1"
         )),
     }
 }

@@ -96,6 +96,10 @@ fn runtime_on_memory_claims_every_message() {
     let out = report(&args);
     assert_eq!(out["workload"], "runtime");
     assert_eq!(out["settings"]["sessions"], 5);
+    // The default warm-up ran: its messages were claimed but are counted
+    // nowhere (`assert_runtime` checks the workers claimed exactly what
+    // was sent after it).
+    assert_eq!(out["settings"]["warm_up_s"], 1.0);
     assert_runtime(&out["backends"][0], false);
 }
 

@@ -1,7 +1,8 @@
 //! The workers of one run: processes of this binary (`bench-worker`) over
 //! a shared scratch store, or tasks of this process for `memory:`.
 //!
-//! A worker process opens the store, prints `{"ready":true}` on stdout,
+//! A worker process opens the store, makes one waiting claim that claims
+//! nothing (so its wake-up is set up), prints `{"ready":true}` on stdout,
 //! waits for the line `go` on stdin (sent once every worker is ready, so
 //! no worker's writes hold up another's open and all start together) and
 //! works until its stdin closes (so it also stops when the bench dies),
@@ -12,7 +13,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use a2_store::{OpenOptions, Store};
+use a2_store::{ClaimWorkRequest, ConsumerDeclaration, OpenOptions, Store};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio::sync::watch;
@@ -338,6 +339,17 @@ impl WorkerProcess {
     }
 }
 
+/// One waiting claim of a consumer that has no cursor, before the worker
+/// says it is ready: it sets up the store's wake-up (PostgreSQL's
+/// `LISTEN` connection, opened by the first wait), as a worker that has
+/// been running has it, so the producer's first messages (sent at `go`)
+/// are not timed against a process still connecting. It claims nothing.
+async fn warm_up(store: &dyn Store) -> Result<(), a2_store::StoreError> {
+    let nobody = vec![ConsumerDeclaration::targeted("a2-bench-warm-up")];
+    let request = ClaimWorkRequest::new("a2-bench-warm-up", nobody, 1_000).with_wait_ms(1);
+    store.claim_work(request).await.map(|_| ())
+}
+
 /// Runs `bench-worker`: the process side of the protocol above.
 pub async fn run_worker(args: &BenchWorkerArgs) -> Result<(), Failure> {
     let base_url = std::env::var(WORKER_URL_VAR).map_err(|_| {
@@ -355,6 +367,9 @@ pub async fn run_worker(args: &BenchWorkerArgs) -> Result<(), Failure> {
     let store: Arc<dyn Store> = a2_store::open_url(&url, OpenOptions::default())
         .await
         .map_err(|e| Failure::store(&shown, "opening the bench store", &e))?;
+    warm_up(store.as_ref())
+        .await
+        .map_err(|e| Failure::store(&shown, "setting up the bench worker's wake-up", &e))?;
     let (stop, receiver) = watch::channel(false);
     let (go, started) = tokio::sync::oneshot::channel::<()>();
     // Blocking reads on a thread of its own: the line `go` starts the

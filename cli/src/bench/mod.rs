@@ -214,6 +214,7 @@ async fn run_work(args: &BenchArgs) -> Result<(), Failure> {
                 workers: args.workers,
                 rate: args.rate,
                 seconds,
+                warm_up_s: args.warm_up,
                 new_every: args.new_every,
                 lanes: args.lanes,
                 wait_ms: args.wait_ms,

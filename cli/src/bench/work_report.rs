@@ -5,6 +5,7 @@ use serde::Serialize;
 use super::cpu;
 use super::fleet::FleetReport;
 use super::latency::{human, percentile};
+use super::worker::WARM_UP;
 use crate::table::Table;
 
 /// Count and percentiles of latency samples, ms.
@@ -68,7 +69,12 @@ pub fn worker_lines(fleet: &FleetReport) -> Vec<WorkerLine> {
             }),
             claim_calls_per_s: w.claims_per_s(),
             store_calls_per_s: w.calls_per_s(),
-            claimed: w.samples.values().map(|s| s.len() as u64).sum(),
+            claimed: w
+                .samples
+                .iter()
+                .filter(|(class, _)| class.as_str() != WARM_UP)
+                .map(|(_, s)| s.len() as u64)
+                .sum(),
         })
         .collect()
 }
@@ -95,6 +101,8 @@ pub struct RuntimeSettings {
     pub rate: f64,
     /// Producing time, s.
     pub seconds: f64,
+    /// Producing time before that, s, whose messages are not counted.
+    pub warm_up_s: f64,
     /// Every Nth message to a new session (0: never).
     pub new_every: u32,
     /// Lanes per session.
@@ -287,12 +295,13 @@ impl WorkReport<RuntimeSettings, RuntimeBackend> {
             _ => format!("claim limit {}", s.claim_limit),
         };
         let mut out = format!(
-            "a2-store bench --workload {}: {} sessions, {} workers, {} msg/s for {} s, every {} to a new session, {} lanes, wait {} ms, {per_worker}\n\n",
+            "a2-store bench --workload {}: {} sessions, {} workers, {} msg/s for {} s{}, every {} to a new session, {} lanes, wait {} ms, {per_worker}\n\n",
             self.workload,
             s.sessions,
             s.workers,
             s.rate,
             s.seconds,
+            if s.warm_up_s > 0.0 { format!(" after a {} s warm-up", s.warm_up_s) } else { String::new() },
             if s.new_every == 0 { "none".to_owned() } else { format!("{}th", s.new_every) },
             s.lanes,
             s.wait_ms,

@@ -316,5 +316,9 @@ async fn claim_loop(
     Ok(report)
 }
 
+/// The class of the messages a runtime workload's warm-up sends: claimed
+/// and completed like every other, never counted or timed.
+pub const WARM_UP: &str = "warm-up";
+
 /// A bounded pause for polling loops.
 pub const POLL: Duration = Duration::from_millis(20);

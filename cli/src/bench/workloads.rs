@@ -26,7 +26,7 @@ use super::work_report::{
     worker_lines, FairnessBackend, FairnessSettings, IdleBackend, IdleSettings, Latency,
     RuntimeBackend, RuntimeSettings,
 };
-use super::worker::{consumers, message, CONSUMER, POLL};
+use super::worker::{consumers, message, CONSUMER, POLL, WARM_UP};
 use crate::args::Runner;
 use crate::failure::Failure;
 
@@ -329,11 +329,34 @@ async fn runtime_in(
         ..fleet_config(s.workers, s.wait_ms, s.claim_limit)
     };
     let mut fleet = Fleet::start(&store, &target.base_url, &place, config).await?;
+    let sessions = u64::from(s.sessions);
+    let lanes = u64::from(s.lanes);
+    // Existing session and lane of the `n`th message to one.
+    let existing_lane = |n: u64| {
+        (
+            existing[usize::try_from(n % sessions).unwrap_or(0)].clone(),
+            format!("lane-{}", (n / sessions) % lanes),
+        )
+    };
+    if s.warm_up_s > 0.0 {
+        progress.set_message(format!(
+            "{workload} on {label}: warming up for {} s",
+            s.warm_up_s
+        ));
+        let count = (s.rate * s.warm_up_s).ceil() as u64;
+        let warmed = produce(&store, label, count, s.rate, |k| {
+            let (session, lane) = existing_lane(k);
+            (session, lane, WARM_UP)
+        })
+        .await;
+        if let Err(failure) = warmed {
+            let _ = fleet.stop().await;
+            return Err(failure);
+        }
+    }
     progress.set_message(format!("{workload} on {label}: producing {} msg/s", s.rate));
     let began = Instant::now();
     let count = (s.rate * s.seconds).ceil().max(1.0) as u64;
-    let sessions = u64::from(s.sessions);
-    let lanes = u64::from(s.lanes);
     let mut steady: u64 = 0;
     let mut fresh: u64 = 0;
     let new_every = u64::from(s.new_every);
@@ -342,14 +365,9 @@ async fn runtime_in(
             fresh += 1;
             (format!("{prefix}-new-{fresh}"), "lane-0".to_owned(), "new")
         } else {
-            let n = steady;
+            let (session, lane) = existing_lane(steady);
             steady += 1;
-            let session = existing[usize::try_from(n % sessions).unwrap_or(0)].clone();
-            (
-                session,
-                format!("lane-{}", (n / sessions) % lanes),
-                "existing",
-            )
+            (session, lane, "existing")
         }
     })
     .await;
