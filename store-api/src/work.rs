@@ -258,6 +258,36 @@ pub enum ReadyWork {
     Earliest(Option<i64>),
 }
 
+/// What [`WorkSource::claim_next`] did.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum NextClaim {
+    /// The source has no one-step claim for this request: [`claim_work`]
+    /// reads ready sessions ([`WorkSource::ready_or_earliest`]) and claims
+    /// each ([`WorkSource::claim_session`]) for the rest of the call.
+    Unsupported,
+    /// The first ready session in fairness order that no other claimer
+    /// held and that is not in `skip`, with what its claim answered
+    /// (exactly [`WorkSource::claim_session`]'s answer for it).
+    Session {
+        /// The session claimed.
+        session_id: String,
+        /// Its claim's answer.
+        result: ClaimResult,
+    },
+    /// No ready session was free: every one not in `skip` was held by
+    /// another claimer at `retry_at` (the claim's time), which may leave
+    /// work claimable when it commits.
+    Contended {
+        /// The claim's time.
+        retry_at: i64,
+    },
+    /// No session not in `skip` was ready: the earliest `ready_at` as
+    /// [`WorkSource::earliest_ready`] answers it (`None`: no row with a
+    /// time).
+    Earliest(Option<i64>),
+}
+
 /// How many candidate sessions beyond those still wanted a claim asks for
 /// in one round by default ([`WorkSource::candidate_slack`]), so a few
 /// sessions taken by other claimers do not cost a round each.
@@ -316,6 +346,27 @@ pub trait WorkSource: Send + Sync {
 
     /// The earliest `ready_at` among `Ready` rows served by `request`.
     async fn earliest_ready(&self, request: &ClaimWorkRequest) -> Result<Option<i64>>;
+
+    /// Finds the first ready session in fairness order (at `now_ms`, none
+    /// of `skip`) that no other claimer holds and claims up to `head_limit`
+    /// of its heads (capped by the per-session limit), in one step: what
+    /// [`ready_sessions`](Self::ready_sessions) then
+    /// [`claim_session`](Self::claim_session) do, without reading sessions
+    /// that another claimer holds. A backend whose ready read is a round
+    /// trip of its own overrides it where it can pick and lock a session in
+    /// the claim's first round trip: claimers woken together then pass each
+    /// other's sessions instead of each reading the same ready session and
+    /// finding it held. The default answers [`NextClaim::Unsupported`].
+    async fn claim_next(
+        &self,
+        request: &ClaimWorkRequest,
+        now_ms: i64,
+        skip: &[String],
+        head_limit: usize,
+    ) -> Result<NextClaim> {
+        let _ = (request, now_ms, skip, head_limit);
+        Ok(NextClaim::Unsupported)
+    }
 
     /// The store's clock.
     fn clock(&self) -> &dyn Clock;
@@ -400,8 +451,61 @@ async fn clock_changed(receiver: &mut Option<watch::Receiver<i64>>) {
     }
 }
 
+/// What one pass of [`claim_once`] has taken so far.
+#[derive(Default)]
+struct Taken {
+    served: Vec<SessionClaim>,
+    claimed: usize,
+    /// The earliest `retry_at` at or before the time its claim answered: a
+    /// session that another claimer held.
+    contended: Option<i64>,
+}
+
+impl Taken {
+    /// Adds what the claim of `session_id` answered, `now_ms` read after
+    /// it; whether the head or session limit is reached.
+    fn add(
+        &mut self,
+        session_id: String,
+        result: ClaimResult,
+        now_ms: i64,
+        request: &ClaimWorkRequest,
+    ) -> bool {
+        match result {
+            ClaimResult::Claimed {
+                heads,
+                dead_lettered,
+                head,
+            } => {
+                self.claimed += heads.len();
+                self.served.push(SessionClaim {
+                    session_id,
+                    heads,
+                    dead_lettered,
+                    head,
+                });
+                self.claimed >= request.head_limit() || self.served.len() >= request.session_limit()
+            }
+            // Compared with the clock after the claim: a backend's claim
+            // reads the time itself, later than the pass's `now`.
+            ClaimResult::Busy { retry_at } if retry_at <= now_ms => {
+                self.contend(retry_at);
+                false
+            }
+            _ => false,
+        }
+    }
+
+    /// A session held by another claimer at `retry_at`.
+    fn contend(&mut self, retry_at: i64) {
+        self.contended = Some(self.contended.map_or(retry_at, |at| at.min(retry_at)));
+    }
+}
+
 /// One pass: ready sessions in fairness order, each claimed in turn until
-/// the head or session limit is reached or no ready session is left.
+/// the head or session limit is reached or no ready session is left; by
+/// [`WorkSource::claim_next`] one session a step where the source can,
+/// else by a ready read and a claim of each session it lists.
 async fn claim_once<S: WorkSource + ?Sized>(
     source: &S,
     request: &ClaimWorkRequest,
@@ -409,16 +513,34 @@ async fn claim_once<S: WorkSource + ?Sized>(
     let head_limit = request.head_limit();
     let session_limit = request.session_limit();
     let mut visited: Vec<String> = Vec::new();
-    let mut served: Vec<SessionClaim> = Vec::new();
-    let mut claimed = 0usize;
+    let mut taken = Taken::default();
     // The earliest answer read with the last round's (empty) ready read.
     let mut earliest = None;
-    // The earliest `retry_at` at or before the time its claim answered: a
-    // session that another claimer held.
-    let mut contended: Option<i64> = None;
+    let mut one_step = true;
     'rounds: loop {
-        let want = session_limit.saturating_sub(served.len()) + source.candidate_slack();
         let now = source.clock().now_ms();
+        if one_step {
+            let left = head_limit.saturating_sub(taken.claimed);
+            match source.claim_next(request, now, &visited, left).await? {
+                NextClaim::Session { session_id, result } => {
+                    visited.push(session_id.clone());
+                    if taken.add(session_id, result, source.clock().now_ms(), request) {
+                        break 'rounds;
+                    }
+                    continue;
+                }
+                NextClaim::Contended { retry_at } => {
+                    taken.contend(retry_at);
+                    break;
+                }
+                NextClaim::Earliest(at) => {
+                    earliest = Some(at);
+                    break;
+                }
+                NextClaim::Unsupported => one_step = false,
+            }
+        }
+        let want = session_limit.saturating_sub(taken.served.len()) + source.candidate_slack();
         let batch = match source
             .ready_or_earliest(request, now, &visited, want)
             .await?
@@ -434,44 +556,26 @@ async fn claim_once<S: WorkSource + ?Sized>(
             if visited.contains(&session_id) {
                 continue;
             }
-            let claim = request.session_request(&session_id, head_limit - claimed);
+            let claim = request.session_request(&session_id, head_limit - taken.claimed);
             visited.push(session_id.clone());
-            match source.claim_session(claim).await? {
-                ClaimResult::Claimed {
-                    heads,
-                    dead_lettered,
-                    head,
-                } => {
-                    claimed += heads.len();
-                    served.push(SessionClaim {
-                        session_id,
-                        heads,
-                        dead_lettered,
-                        head,
-                    });
-                    if claimed >= head_limit || served.len() >= session_limit {
-                        break 'rounds;
-                    }
-                }
-                // Compared with the clock after the claim: a backend's
-                // claim reads the time itself, later than `now`.
-                ClaimResult::Busy { retry_at } if retry_at <= source.clock().now_ms() => {
-                    contended = Some(contended.map_or(retry_at, |at| at.min(retry_at)));
-                }
-                _ => {}
+            let result = source.claim_session(claim).await?;
+            if taken.add(session_id, result, source.clock().now_ms(), request) {
+                break 'rounds;
             }
         }
         if !more {
             break;
         }
     }
-    if !served.is_empty() {
-        return Ok(ClaimWorkResult::Claimed { sessions: served });
+    if !taken.served.is_empty() {
+        return Ok(ClaimWorkResult::Claimed {
+            sessions: taken.served,
+        });
     }
     // Held work may be claimable again as soon as its holder commits: that
     // is the answer, without reading the earliest time (it would be in the
     // past too, or the holder's lease, which the next claim finds).
-    if let Some(retry_at) = contended {
+    if let Some(retry_at) = taken.contended {
         return Ok(ClaimWorkResult::Busy { retry_at });
     }
     let earliest = match earliest {
@@ -512,6 +616,10 @@ mod tests {
         slack: usize,
         /// The `limit` of every ready read.
         limits: std::sync::Mutex<Vec<usize>>,
+        /// What `claim_next` answers in turn (empty: `Unsupported`), with
+        /// the `skip` and `head_limit` of each call.
+        next: std::sync::Mutex<Vec<NextClaim>>,
+        next_args: std::sync::Mutex<Vec<(Vec<String>, usize)>>,
         calls: std::sync::Mutex<Vec<&'static str>>,
     }
 
@@ -531,8 +639,21 @@ mod tests {
                 claim_takes_ms: 0,
                 slack: CANDIDATE_SLACK,
                 limits: std::sync::Mutex::new(Vec::new()),
+                next: std::sync::Mutex::new(Vec::new()),
+                next_args: std::sync::Mutex::new(Vec::new()),
                 calls: std::sync::Mutex::new(Vec::new()),
             }
+        }
+
+        /// A source answering `claim_next` with `next` in turn.
+        fn one_step(next: Vec<NextClaim>, earliest: Option<i64>) -> Self {
+            let source = Self::new(Vec::new(), Vec::new(), earliest);
+            source
+                .next
+                .lock()
+                .map(|mut n| *n = next.into_iter().rev().collect())
+                .ok();
+            source
         }
 
         fn log(&self, call: &'static str) {
@@ -580,6 +701,25 @@ mod tests {
         async fn earliest_ready(&self, _: &ClaimWorkRequest) -> Result<Option<i64>> {
             self.log("earliest");
             Ok(self.earliest)
+        }
+
+        async fn claim_next(
+            &self,
+            _: &ClaimWorkRequest,
+            _: i64,
+            skip: &[String],
+            head_limit: usize,
+        ) -> Result<NextClaim> {
+            let next = self.next.lock().ok().and_then(|mut n| n.pop());
+            let Some(next) = next else {
+                return Ok(NextClaim::Unsupported);
+            };
+            self.log("next");
+            self.next_args
+                .lock()
+                .map(|mut a| a.push((skip.to_vec(), head_limit)))
+                .ok();
+            Ok(next)
         }
 
         fn clock(&self) -> &dyn Clock {
@@ -691,6 +831,95 @@ mod tests {
                 assert_eq!(limits, [1 + CANDIDATE_SLACK]);
             }
         }
+    }
+
+    fn next(session: &str, result: ClaimResult) -> NextClaim {
+        NextClaim::Session {
+            session_id: session.into(),
+            result,
+        }
+    }
+
+    #[test]
+    fn one_step_claims_skip_the_sessions_visited_until_the_limits() {
+        // Two heads wanted; the first session had nothing after all.
+        let source = Scripted::one_step(
+            vec![
+                next("a", ClaimResult::Settled),
+                next("b", claimed("b")),
+                next("c", claimed("c")),
+            ],
+            None,
+        );
+        let mut request = request();
+        request.limit = Some(2);
+        let answer = futures::executor::block_on(claim_work(&source, &request));
+        let sessions: Vec<String> = match &answer {
+            Ok(ClaimWorkResult::Claimed { sessions }) => {
+                sessions.iter().map(|s| s.session_id.clone()).collect()
+            }
+            other => panic!("claimed: {other:?}"),
+        };
+        assert_eq!(sessions, ["b", "c"]);
+        assert_eq!(source.calls(), ["next", "next", "next"]);
+        let args = source
+            .next_args
+            .lock()
+            .map(|a| a.clone())
+            .unwrap_or_default();
+        let skips: Vec<Vec<String>> = args.iter().map(|(skip, _)| skip.clone()).collect();
+        assert_eq!(
+            skips,
+            [vec![], vec!["a".to_owned()], vec!["a".into(), "b".into()]]
+        );
+        let limits: Vec<usize> = args.iter().map(|(_, limit)| *limit).collect();
+        assert_eq!(limits, [2, 2, 1]);
+    }
+
+    #[test]
+    fn one_step_answers_busy_when_held_else_the_earliest_time() {
+        // Every ready session held: busy at the claim's time, nothing read.
+        let source = Scripted::one_step(vec![NextClaim::Contended { retry_at: 1_004 }], Some(9));
+        let answer = claim(&source);
+        assert!(
+            matches!(answer, Ok(ClaimWorkResult::Busy { retry_at: 1_004 })),
+            "{answer:?}"
+        );
+        assert_eq!(source.calls(), ["next"]);
+        // Nothing ready: the earliest time the step read, or settled.
+        for (earliest, want) in [
+            (Some(7_000), ClaimWorkResult::Busy { retry_at: 7_000 }),
+            (None, ClaimWorkResult::Settled),
+        ] {
+            let source = Scripted::one_step(vec![NextClaim::Earliest(earliest)], Some(1));
+            let answer = claim(&source);
+            assert_eq!(answer.ok(), Some(want));
+            assert_eq!(source.calls(), ["next"]);
+        }
+        // A session claimed, then nothing more ready: what was claimed.
+        let source = Scripted::one_step(
+            vec![next("a", claimed("a")), NextClaim::Earliest(None)],
+            None,
+        );
+        let mut request = request();
+        request.limit = Some(3);
+        let answer = futures::executor::block_on(claim_work(&source, &request));
+        assert!(
+            matches!(&answer, Ok(ClaimWorkResult::Claimed { sessions }) if sessions.len() == 1),
+            "{answer:?}"
+        );
+    }
+
+    #[test]
+    fn a_source_without_one_step_claims_reads_ready_sessions() {
+        // `Unsupported` once: the rest of the call reads and claims.
+        let source = Scripted::new(vec![vec!["a"]], vec![claimed("a")], None);
+        let answer = claim(&source);
+        assert!(
+            matches!(answer, Ok(ClaimWorkResult::Claimed { .. })),
+            "{answer:?}"
+        );
+        assert_eq!(source.calls(), ["ready", "claim"]);
     }
 
     #[test]

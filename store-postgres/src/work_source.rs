@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use a2_store_api::work::{ReadyWork, WorkSignal, WorkSource};
+use a2_store_api::work::{NextClaim, ReadyWork, WorkSignal, WorkSource};
 use a2_store_api::{ClaimRequest, ClaimResult, ClaimWorkRequest, Clock, Result};
 use async_trait::async_trait;
 
@@ -56,6 +56,35 @@ impl WorkSource for PostgresStore {
         let now = self.inner.clock.now_ms();
         transact!(self.inner, "finding the earliest ready work", |tx| {
             ops::work::earliest_ready(&tx, request, now).await?
+        })
+    }
+
+    /// One targeted consumer in every session: the pick and the session's
+    /// claim in the same two round trips ([`ops::claims::claim_next`]);
+    /// other requests read ready sessions first.
+    async fn claim_next(
+        &self,
+        request: &ClaimWorkRequest,
+        _now_ms: i64,
+        skip: &[String],
+        head_limit: usize,
+    ) -> Result<NextClaim> {
+        if !ops::claims::one_step(request) {
+            return Ok(NextClaim::Unsupported);
+        }
+        let now = self.inner.clock.now_ms();
+        let expires_at = request.lease_expiry(now)?;
+        transact!(self.inner, "claiming the next ready session", |tx| {
+            ops::claims::claim_next(
+                &tx,
+                request,
+                now,
+                expires_at,
+                skip,
+                head_limit,
+                &self.inner.claimed,
+            )
+            .await?
         })
     }
 

@@ -12,7 +12,7 @@
 
 mod sql;
 
-pub(crate) use sql::TRY_LOCK;
+pub(crate) use sql::{PICK, TRY_LOCK};
 
 use std::collections::{BTreeMap, BTreeSet};
 

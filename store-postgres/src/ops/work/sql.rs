@@ -149,6 +149,38 @@ pub(crate) const LISTED_AFTER: &str = "SELECT r.session_id, min(r.ready_at) \
       ORDER BY w.session_id LIMIT $3) AS r \
     GROUP BY r.session_id ORDER BY r.session_id LIMIT $3";
 
+/// `claim_work`'s pick of the next session for one targeted consumer
+/// (`$1`, an array of that one name), at `$2` now, leaving out the `$3`
+/// sessions, `$4` = 1: the consumer's first ready row in fairness order
+/// (`work_ready`, `(ready_at, session_id)`) of a session where no pause in
+/// force holds it, locked `FOR UPDATE SKIP LOCKED`, so rows other claimers
+/// hold are passed over instead of read and found held. The one row locked
+/// is the session's only served work row, what [`TRY_LOCK`] would lock.
+/// It answers `(session_id, NULL, NULL)` and sets the transaction-local
+/// `a2.claim_session` to that session, which the claim's first statements,
+/// sent after it in the same round trip, read in place of a session
+/// parameter (`claims::sql::picked`). When it locks nothing, one row
+/// `(NULL, contended, earliest)`: whether a ready row (any session but
+/// `$3`, as [`READY`] finds them) is left, which other claimers then hold,
+/// and [`EARLIEST`]'s answer; both read only then (one-time filters).
+pub(crate) const PICK: &str = concat!(
+    "WITH picked AS MATERIALIZED (SELECT w.session_id FROM work w \
+      WHERE w.consumer = ($1::text[])[1] AND w.ready_at IS NOT NULL AND w.ready_at <= $2 \
+        AND NOT (w.session_id = ANY($3)) \
+        AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = w.session_id \
+          AND p.consumer = w.consumer AND (p.until_ms IS NULL OR p.until_ms > $2)) \
+        AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = '' \
+          AND p.consumer = w.consumer AND (p.until_ms IS NULL OR p.until_ms > $2)) \
+      ORDER BY w.ready_at, w.session_id LIMIT $4 FOR UPDATE OF w SKIP LOCKED) \
+    SELECT set_config('a2.claim_session', session_id, true), NULL::boolean, NULL::bigint \
+    FROM picked \
+    UNION ALL SELECT NULL, EXISTS (",
+    ready_rows!(),
+    "), (",
+    earliest!(),
+    ") WHERE NOT EXISTS (SELECT 1 FROM picked)"
+);
+
 /// Locks what it can of a session's rows (`$1`) of `$2` consumers (`NULL`:
 /// every one), in consumer order, passing over rows another transaction
 /// holds, and counts the rows there are, locked or not, in one statement:
