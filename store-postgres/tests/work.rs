@@ -4,8 +4,10 @@
 //! session whose work rows another transaction holds instead of queueing;
 //! a claimer leaves a session another claimer served since it read it as
 //! ready; claimers and writers racing never deadlock or share a head; and finding
-//! ready sessions reads only the rows it returns, however many sessions
-//! have rows (`EXPLAIN` of the very statement, included from the source).
+//! ready sessions (and `claim_work`'s pick of one) reads only the rows it
+//! returns, however many sessions have rows (`EXPLAIN` of the very
+//! statement, included from the source); the pick passes rows other
+//! transactions hold.
 
 mod support;
 
@@ -317,6 +319,86 @@ async fn a_claimer_passes_a_session_another_claimer_holds() {
         "claimed {:?} after the release, before the fallback poll",
         released.elapsed()
     );
+}
+
+/// `claim_work`'s pick (one targeted consumer in every session), the very
+/// statement: it locks the first ready row in fairness order that no other
+/// transaction holds and sets its session for the transaction; with every
+/// ready row held it answers contended; with none ready (or all left out)
+/// the earliest `ready_at`.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pick_passes_held_rows_and_answers_without_one() {
+    let Some(factory) = PgFactory::from_env("work") else {
+        return;
+    };
+    let schema = factory.schema();
+    let clock = ManualClock::new(T0);
+    let store = store_on(&factory, &schema, clock.clone()).await;
+    for session in ["a", "b"] {
+        store
+            .append(session, vec![targeted("agent")], AppendOptions::default())
+            .await
+            .expect("append");
+        clock.advance(1);
+    }
+    let mut holder = support::raw_client(factory.url()).await;
+    let mut picker = support::raw_client(factory.url()).await;
+    for client in [&holder, &picker] {
+        client
+            .batch_execute(&format!("SET search_path TO \"{schema}\""))
+            .await
+            .expect("search_path");
+    }
+    let consumers = vec!["agent".to_owned()];
+    let now = clock.now_ms();
+    // (session picked, contended, earliest) and the session set.
+    async fn pick(
+        picker: &mut tokio_postgres::Client,
+        consumers: &[String],
+        now: i64,
+        skip: &[String],
+    ) -> (Option<String>, Option<bool>, Option<i64>, Option<String>) {
+        let one: i64 = 1;
+        let tx = picker.transaction().await.expect("begin");
+        let row = tx
+            .query_one(work_sql::PICK, &[&consumers, &now, &skip, &one])
+            .await
+            .expect("pick");
+        let set: Option<String> = tx
+            .query_one("SELECT current_setting('a2.claim_session', true)", &[])
+            .await
+            .expect("setting")
+            .get(0);
+        tx.rollback().await.expect("rollback");
+        (row.get(0), row.get(1), row.get(2), set)
+    }
+    // Free: the session waiting longest, set for the transaction.
+    let (picked, _, _, set) = pick(&mut picker, &consumers, now, &[]).await;
+    assert_eq!(picked.as_deref(), Some("a"));
+    assert_eq!(set.as_deref(), Some("a"));
+    // `a` held: `b`, without waiting.
+    let held = holder.transaction().await.expect("begin");
+    held.query("SELECT 1 FROM work WHERE session_id = 'a' FOR UPDATE", &[])
+        .await
+        .expect("hold a");
+    let (picked, _, _, set) = pick(&mut picker, &consumers, now, &[]).await;
+    assert_eq!((picked.as_deref(), set.as_deref()), (Some("b"), Some("b")));
+    // `b` left out too: nothing picked, and the ready `a` is held.
+    let (picked, contended, _, _) = pick(&mut picker, &consumers, now, &["b".into()]).await;
+    assert_eq!((picked, contended), (None, Some(true)));
+    held.rollback().await.expect("release");
+    // Nothing ready: the earliest time (both rows are ready since T0 and
+    // T0 + 1), not contended.
+    let (picked, contended, earliest, _) = pick(&mut picker, &consumers, T0 - 1, &[]).await;
+    assert_eq!((picked, contended, earliest), (None, Some(false), Some(T0)));
+    // A consumer with no rows: no time at all.
+    let nobody = vec!["nobody".to_owned()];
+    let (picked, contended, earliest, _) = pick(&mut picker, &nobody, now, &[]).await;
+    assert_eq!((picked, contended, earliest), (None, Some(false), None));
 }
 
 /// A claimer that read a session as ready just before another claimer
@@ -663,6 +745,36 @@ async fn finding_ready_sessions_reads_only_the_rows_returned() {
             assert_eq!(probes, ["work_ready"], "{plan} {what}: {scans:?}");
         }
     }
+    // `claim_work`'s pick, generic plan: the first free ready row, through
+    // `work_ready`; its answer without a pick is never run.
+    let tx = client.transaction().await.expect("begin");
+    tx.batch_execute(&format!(
+        "SET LOCAL search_path TO \"{schema}\"; SET LOCAL plan_cache_mode = force_generic_plan; \
+         PREPARE pick (text[], bigint, text[], bigint) AS {}",
+        work_sql::PICK
+    ))
+    .await
+    .expect("prepare");
+    let row = tx
+        .query_one(
+            "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE pick ('{agent}', 500000, '{s100}', 1)",
+            &[],
+        )
+        .await
+        .expect("explain");
+    tx.rollback().await.expect("rollback");
+    client
+        .batch_execute("DEALLOCATE pick")
+        .await
+        .expect("deallocate");
+    let json: Value = row.get(0);
+    let mut scans = Vec::new();
+    let read = work_rows_read(&json[0]["Plan"], &mut scans);
+    assert!(
+        read <= 2.0,
+        "pick: read {read} work rows through {scans:?}: {json}"
+    );
+    assert_eq!(scans[0], "work_ready", "pick: {scans:?}");
 }
 
 /// The ready sessions, or the earliest time when none is ready, in one

@@ -152,9 +152,13 @@ pub(crate) const LISTED_AFTER: &str = "SELECT r.session_id, min(r.ready_at) \
 /// `claim_work`'s pick of the next session for one targeted consumer
 /// (`$1`, an array of that one name), at `$2` now, leaving out the `$3`
 /// sessions, `$4` = 1: the consumer's first ready row in fairness order
-/// (`work_ready`, `(ready_at, session_id)`) of a session where no pause in
-/// force holds it, locked `FOR UPDATE SKIP LOCKED`, so rows other claimers
-/// hold are passed over instead of read and found held. The one row locked
+/// (an ordered scan of `work_ready`, `(ready_at, session_id)`) of a
+/// session where no pause in force holds it (the store-wide pause is an
+/// uncorrelated one-time filter: correlated, it was planned as a hash
+/// anti-join under a sort of every ready row), locked `FOR UPDATE SKIP
+/// LOCKED`, so rows other claimers hold are passed over instead of read
+/// and found held (`LIMIT 1` written out: with `LIMIT $4` the generic plan
+/// sorted every ready row too). The one row locked
 /// is the session's only served work row, what [`TRY_LOCK`] would lock.
 /// It answers `(session_id, NULL, NULL)` and sets the transaction-local
 /// `a2.claim_session` to that session, which the claim's first statements,
@@ -168,10 +172,10 @@ pub(crate) const PICK: &str = concat!(
       WHERE w.consumer = ($1::text[])[1] AND w.ready_at IS NOT NULL AND w.ready_at <= $2 \
         AND NOT (w.session_id = ANY($3)) \
         AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = w.session_id \
-          AND p.consumer = w.consumer AND (p.until_ms IS NULL OR p.until_ms > $2)) \
+          AND p.consumer = ($1::text[])[1] AND (p.until_ms IS NULL OR p.until_ms > $2)) \
         AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = '' \
-          AND p.consumer = w.consumer AND (p.until_ms IS NULL OR p.until_ms > $2)) \
-      ORDER BY w.ready_at, w.session_id LIMIT $4 FOR UPDATE OF w SKIP LOCKED) \
+          AND p.consumer = ($1::text[])[1] AND (p.until_ms IS NULL OR p.until_ms > $2)) \
+      ORDER BY w.ready_at, w.session_id LIMIT 1 FOR UPDATE OF w SKIP LOCKED) \
     SELECT set_config('a2.claim_session', session_id, true), NULL::boolean, NULL::bigint \
     FROM picked \
     UNION ALL SELECT NULL, EXISTS (",
