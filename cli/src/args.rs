@@ -72,9 +72,10 @@ pub enum Command {
     ///
     /// `--workload fairness`: --sessions small sessions (199) receive one
     /// message each at --rate (200/s), once beside a session holding a
-    /// --backlog (10,000) event backlog on one lane and once without it.
-    /// Reports the small sessions' append→claim p99 of both runs and their
-    /// ratio.
+    /// --backlog (10,000) event backlog on one lane and once without it,
+    /// each after --warm-up seconds (1) of messages to other new sessions,
+    /// claimed but not counted. Reports the small sessions' append→claim
+    /// p99 of both runs and their ratio.
     ///
     /// `--workload worker`: the producer and sessions of `runtime`, but each
     /// worker runs the `a2-worker` runtime (`a2_store::worker::Worker`, up
@@ -187,7 +188,7 @@ pub struct BenchArgs {
     /// Seconds the producer runs before the timed part, its messages not
     /// counted: connections, statement caches and the server's plans are
     /// warm when timing starts, as in a runtime that has been running; 0:
-    /// none [runtime, worker].
+    /// none [runtime, worker, fairness].
     #[arg(long, value_name = "S", default_value_t = 1.0, value_parser = parse_warm_up)]
     pub warm_up: f64,
     /// FIFO lanes of consumer `agent` per session, used in turn [runtime, worker].

@@ -256,6 +256,7 @@ async fn run_work(args: &BenchArgs) -> Result<(), Failure> {
                 backlog: args.backlog,
                 workers: args.workers,
                 rate: args.rate,
+                warm_up_s: args.warm_up,
                 wait_ms: args.wait_ms,
                 claim_limit: args.claim_limit,
             };

@@ -185,6 +185,8 @@ pub struct FairnessSettings {
     pub workers: u32,
     /// Rate of the small sessions' messages, /s.
     pub rate: f64,
+    /// Producing time before them, s, whose messages are not counted.
+    pub warm_up_s: f64,
     /// `claim_work` wait, ms.
     pub wait_ms: i64,
     /// Heads per `claim_work` call.
@@ -408,8 +410,14 @@ impl WorkReport<FairnessSettings, FairnessBackend> {
             ]);
         }
         let mut out = format!(
-            "a2-store bench --workload fairness: {} small sessions, one message each at {} msg/s, beside a {}-event backlog or alone; {} workers, wait {} ms, claim limit {}\n\n",
-            s.sessions, s.rate, s.backlog, s.workers, s.wait_ms, s.claim_limit
+            "a2-store bench --workload fairness: {} small sessions, one message each at {} msg/s{}, beside a {}-event backlog or alone; {} workers, wait {} ms, claim limit {}\n\n",
+            s.sessions,
+            s.rate,
+            if s.warm_up_s > 0.0 { format!(" after a {} s warm-up", s.warm_up_s) } else { String::new() },
+            s.backlog,
+            s.workers,
+            s.wait_ms,
+            s.claim_limit
         );
         out.push_str(&table.render());
         out.push('\n');

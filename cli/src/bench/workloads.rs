@@ -541,6 +541,21 @@ async fn fairness_run(
         fleet_config(s.workers, s.wait_ms, s.claim_limit),
     )
     .await?;
+    if s.warm_up_s > 0.0 {
+        progress.set_message(format!(
+            "fairness on {label}: warming up for {} s ({beside})",
+            s.warm_up_s
+        ));
+        let count = (s.rate * s.warm_up_s).ceil() as u64;
+        let warmed = produce(&store, label, count, s.rate, |k| {
+            (format!("{prefix}-warm-{k}"), "lane-0".to_owned(), WARM_UP)
+        })
+        .await;
+        if let Err(failure) = warmed {
+            let _ = fleet.stop().await;
+            return Err(failure);
+        }
+    }
     progress.set_message(format!(
         "fairness on {label}: {} small sessions ({beside})",
         s.sessions
