@@ -96,7 +96,7 @@ pub(crate) async fn write(
     Ok(prepared.stored)
 }
 
-/// [`write`] up to the writes: lane conflicts checked, ids generated and
+/// [`write()`] up to the writes: lane conflicts checked, ids generated and
 /// checked, the head advanced in `state`, the cursors the batch starts
 /// decided (and noted in `touched`); `None` for an empty batch. The caller
 /// sends [`Prepared::columns`]'s statements, in one pipeline with whatever

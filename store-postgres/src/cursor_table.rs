@@ -321,7 +321,7 @@ macro_rules! upsert_cursors {
 /// Inserts or overwrites a cursor row with every field of `cursor`.
 ///
 /// Clears the row's `expired` mark (a promoted head's claim ran out), as
-/// [`put_all`] does: the expiry written may be a new claim or retry delay,
+/// [`PUT_ALL`] does: the expiry written may be a new claim or retry delay,
 /// and a head left unpromoted is only promoted again by the next claim,
 /// while a mark kept on a new expiry would leave a busy head on the walk.
 pub(crate) async fn put(tx: &Tx<'_>, session_id: &str, cursor: &CursorRow) -> TxResult<()> {

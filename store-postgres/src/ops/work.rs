@@ -467,7 +467,7 @@ pub(crate) fn rewritten(rows: &[tokio_postgres::Row], now: i64, rule: Rule) -> T
     Ok(sooner)
 }
 
-/// Writes the rows [`rewrite`] decided from the summaries `found`.
+/// Writes the rows [`lock_and_rewrite`] decided from the summaries `found`.
 async fn apply(
     tx: &Tx<'_>,
     session_id: &str,
