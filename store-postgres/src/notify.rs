@@ -227,22 +227,26 @@ async fn send_work_notice(
 mod tests {
     use super::*;
 
-    /// A listener whose server accepts the connection but never answers
-    /// stays `Connecting`; waiting for it ends at the bound, never later.
-    #[tokio::test]
-    async fn waiting_for_a_listener_that_never_connects_is_bounded() {
-        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
-        let port = silent.local_addr().expect("its address").port();
+    /// A listener on a server at `port` of this machine.
+    fn listener_on(port: u16) -> Listener {
         let url = format!("postgres://nobody@127.0.0.1:{port}/none?sslmode=disable");
         let (config, tls) = crate::tls::prepare(&url).expect("a valid URL");
         let (sender, _) = broadcast::channel(4);
-        let listener = Listener::start(
+        Listener::start(
             config,
             tls,
             ["a".to_owned(), "b".to_owned()],
             sender,
             WorkSignal::new(),
-        );
+        )
+    }
+
+    /// A listener whose server accepts the connection but never answers
+    /// stays `Connecting`; waiting for it ends at the bound, never later.
+    #[tokio::test]
+    async fn waiting_for_a_listener_that_never_connects_is_bounded() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let listener = listener_on(silent.local_addr().expect("its address").port());
         let started = std::time::Instant::now();
         listener.first_connected(Duration::from_millis(200)).await;
         let waited = started.elapsed();
@@ -267,16 +271,7 @@ mod tests {
             .and_then(|l| l.local_addr())
             .expect("a local port")
             .port();
-        let url = format!("postgres://nobody@127.0.0.1:{port}/none?sslmode=disable");
-        let (config, tls) = crate::tls::prepare(&url).expect("a valid URL");
-        let (sender, _) = broadcast::channel(4);
-        let listener = Listener::start(
-            config,
-            tls,
-            ["a".to_owned(), "b".to_owned()],
-            sender,
-            WorkSignal::new(),
-        );
+        let listener = listener_on(port);
         let started = std::time::Instant::now();
         listener.first_connected(Duration::from_secs(10)).await;
         assert!(

@@ -60,7 +60,7 @@ impl WorkSource for PostgresStore {
     }
 
     /// One targeted consumer in every session: the pick and the session's
-    /// claim in the same two round trips ([`ops::claims::claim_next`]);
+    /// claim in the same two round trips (`ops::claims::claim_next`);
     /// other requests read ready sessions first.
     async fn claim_next(
         &self,

@@ -68,6 +68,24 @@ async fn store_on(factory: &PgFactory, schema: &str, clock: ManualClock) -> Post
         .expect("connect")
 }
 
+/// A store on `schema` where sessions `a` (at `T0`) then `b` (1 ms later)
+/// each have one claimable head of `agent`; the clock 2 ms past `T0`.
+async fn two_ready_sessions(
+    factory: &PgFactory,
+    schema: &str,
+    clock: &ManualClock,
+) -> PostgresStore {
+    let store = store_on(factory, schema, clock.clone()).await;
+    for session in ["a", "b"] {
+        store
+            .append(session, vec![targeted("agent")], AppendOptions::default())
+            .await
+            .expect("append");
+        clock.advance(1);
+    }
+    store
+}
+
 /// A schema at version 6 (no work table) holding an idle head (`idle`), a
 /// head under a running lease (`leased`), a dead letter (`dead`) and a
 /// finished session (`done`) opens at version 7 with each indexed: the
@@ -271,14 +289,7 @@ async fn a_claimer_passes_a_session_another_claimer_holds() {
     };
     let schema = factory.schema();
     let clock = ManualClock::new(T0);
-    let store = store_on(&factory, &schema, clock.clone()).await;
-    for session in ["a", "b"] {
-        store
-            .append(session, vec![targeted("agent")], AppendOptions::default())
-            .await
-            .expect("append");
-        clock.advance(1);
-    }
+    let store = two_ready_sessions(&factory, &schema, &clock).await;
     // Held as a claimer in the middle of serving `a` holds them.
     let mut client = support::raw_client(factory.url()).await;
     let holder = client.transaction().await.expect("begin");
@@ -337,14 +348,7 @@ async fn the_pick_passes_held_rows_and_answers_without_one() {
     };
     let schema = factory.schema();
     let clock = ManualClock::new(T0);
-    let store = store_on(&factory, &schema, clock.clone()).await;
-    for session in ["a", "b"] {
-        store
-            .append(session, vec![targeted("agent")], AppendOptions::default())
-            .await
-            .expect("append");
-        clock.advance(1);
-    }
+    let _store = two_ready_sessions(&factory, &schema, &clock).await;
     let mut holder = support::raw_client(factory.url()).await;
     let mut picker = support::raw_client(factory.url()).await;
     for client in [&holder, &picker] {

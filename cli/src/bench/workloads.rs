@@ -243,6 +243,28 @@ async fn wait_drained(
     }
 }
 
+/// The warm-up before a timed part: `seconds` of messages at `rate`, the
+/// `k`th to where `place(k)` says (session, lane), claimed by the fleet
+/// but counted nowhere ([`WARM_UP`]).
+async fn warm_up(
+    store: &Arc<dyn Store>,
+    label: &str,
+    seconds: f64,
+    rate: f64,
+    mut place: impl FnMut(u64) -> (String, String),
+) -> Result<(), Failure> {
+    if seconds <= 0.0 {
+        return Ok(());
+    }
+    let count = (rate * seconds).ceil() as u64;
+    produce(store, label, count, rate, |k| {
+        let (session, lane) = place(k);
+        (session, lane, WARM_UP)
+    })
+    .await
+    .map(|_| ())
+}
+
 /// Unique session ids of one run.
 fn run_prefix() -> String {
     format!("a2-bench-{}", RandomIds.next_id())
@@ -338,21 +360,10 @@ async fn runtime_in(
             format!("lane-{}", (n / sessions) % lanes),
         )
     };
-    if s.warm_up_s > 0.0 {
-        progress.set_message(format!(
-            "{workload} on {label}: warming up for {} s",
-            s.warm_up_s
-        ));
-        let count = (s.rate * s.warm_up_s).ceil() as u64;
-        let warmed = produce(&store, label, count, s.rate, |k| {
-            let (session, lane) = existing_lane(k);
-            (session, lane, WARM_UP)
-        })
-        .await;
-        if let Err(failure) = warmed {
-            let _ = fleet.stop().await;
-            return Err(failure);
-        }
+    progress.set_message(format!("{workload} on {label}: warming up"));
+    if let Err(failure) = warm_up(&store, label, s.warm_up_s, s.rate, existing_lane).await {
+        let _ = fleet.stop().await;
+        return Err(failure);
     }
     progress.set_message(format!("{workload} on {label}: producing {} msg/s", s.rate));
     let began = Instant::now();
@@ -541,20 +552,13 @@ async fn fairness_run(
         fleet_config(s.workers, s.wait_ms, s.claim_limit),
     )
     .await?;
-    if s.warm_up_s > 0.0 {
-        progress.set_message(format!(
-            "fairness on {label}: warming up for {} s ({beside})",
-            s.warm_up_s
-        ));
-        let count = (s.rate * s.warm_up_s).ceil() as u64;
-        let warmed = produce(&store, label, count, s.rate, |k| {
-            (format!("{prefix}-warm-{k}"), "lane-0".to_owned(), WARM_UP)
-        })
-        .await;
-        if let Err(failure) = warmed {
-            let _ = fleet.stop().await;
-            return Err(failure);
-        }
+    progress.set_message(format!("fairness on {label}: warming up ({beside})"));
+    let warmed = warm_up(&store, label, s.warm_up_s, s.rate, |k| {
+        (format!("{prefix}-warm-{k}"), "lane-0".to_owned())
+    });
+    if let Err(failure) = warmed.await {
+        let _ = fleet.stop().await;
+        return Err(failure);
     }
     progress.set_message(format!(
         "fairness on {label}: {} small sessions ({beside})",
