@@ -242,10 +242,7 @@ async fn the_first_waiting_claim_returns_once_the_store_listens() {
         return;
     };
     let schema = factory.schema();
-    let store = factory
-        .store_on(&schema, Arc::new(SystemClock), Arc::new(RandomIds))
-        .await
-        .expect("connect");
+    let store = store_on(&factory, &schema, ManualClock::new(T0)).await;
     let raw = support::raw_client(factory.url()).await;
     let listening = || async {
         let listen = format!("LISTEN \"a2_store_{schema}\"");
