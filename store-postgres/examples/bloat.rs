@@ -25,14 +25,7 @@ mod support;
 use support::{append_jobs, claim_one};
 
 /// The tables a cycle writes.
-const TABLES: [&str; 6] = [
-    "cursors",
-    "work",
-    "sessions",
-    "pending_counts",
-    "completions",
-    "events",
-];
+const TABLES: [&str; 5] = ["cursors", "work", "sessions", "completions", "events"];
 
 fn backend(what: &str) -> impl FnOnce(tokio_postgres::Error) -> StoreError + '_ {
     move |error| StoreError::backend(what, error)

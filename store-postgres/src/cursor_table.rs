@@ -237,14 +237,8 @@ pub(crate) async fn advance_in_memory(
 
 /// The cursor statements that a new connection prepares before its first
 /// call (see `crate::warm`).
-pub(crate) const HOT_STATEMENTS: [&str; 6] = [
-    PUT_ALL,
-    RELEASE_PINS,
-    NEXT_QUEUED,
-    TRIM_LANE,
-    HAS_PENDING,
-    IMMEDIATE,
-];
+pub(crate) const HOT_STATEMENTS: [&str; 5] =
+    [PUT_ALL, RELEASE_PINS, NEXT_QUEUED, TRIM_LANE, HAS_PENDING];
 
 /// Drops a lane's queued indexes up to the head it finished: `$1` session,
 /// `$2` consumer, `$3` lane, `$4` the finished head.
@@ -619,26 +613,24 @@ pub(crate) fn served_names(consumers: Option<&[ConsumerDeclaration]>) -> Option<
     consumers.map(|consumers| consumers.iter().map(|c| c.name.as_str()).collect())
 }
 
-/// Runs the deferred count triggers this transaction queued.
-pub(crate) const IMMEDIATE: &str = "SET CONSTRAINTS ALL IMMEDIATE";
-
 /// Whether `$1` has a live head of `$2` consumers (`NULL`: any) that no
 /// pause in force at `$3` holds (the session's own pauses and the
-/// store-wide ones, stored with session `''`), from the counts; after
-/// [`IMMEDIATE`].
-pub(crate) const HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM pending_counts \
-    WHERE session_id = $1 AND live > 0 AND ($2::text[] IS NULL OR consumer = ANY($2)) \
+/// store-wide ones, stored with session `''`), from the work index: a
+/// pair's row has a `ready_at` exactly when the pair has a head that is not
+/// dead-lettered, and every cursor change rewrites its pair's row in its
+/// own transaction (`a2_store_api::work`), before this runs.
+pub(crate) const HAS_PENDING: &str = "SELECT EXISTS (SELECT 1 FROM work w \
+    WHERE w.session_id = $1 AND w.ready_at IS NOT NULL AND ($2::text[] IS NULL OR w.consumer = ANY($2)) \
       AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id IN ($1, '') \
-        AND p.consumer = pending_counts.consumer \
+        AND p.consumer = w.consumer \
         AND (p.until_ms IS NULL OR p.until_ms > $3)))";
 
 /// Whether a served cursor has a head that is not dead-lettered and whose
 /// consumer no pause holds at `now` (`pause::hold`), counting this
-/// transaction's own cursor changes.
+/// transaction's own cursor changes (its work rows are rewritten first).
 ///
-/// Reads `pending_counts` (live heads per consumer, kept by triggers), so
-/// its cost does not grow with the session's finished cursors. The count
-/// triggers are deferred; this first runs the ones this transaction queued.
+/// Reads the session's work rows (one per consumer with unfinished heads),
+/// so its cost does not grow with the session's finished cursors.
 pub(crate) async fn has_pending(
     tx: &Tx<'_>,
     session_id: &str,
@@ -647,13 +639,7 @@ pub(crate) async fn has_pending(
 ) -> TxResult<bool> {
     let served = served_names(consumers);
     let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] = [&session_id, &served, &now];
-    // Pipelined: each request is sent when first polled, and `try_join`
-    // polls in argument order, so the triggers run before the count is read.
-    let (_, row) = futures::try_join!(
-        async { tx.batch_execute(IMMEDIATE).await },
-        query_opt(tx, HAS_PENDING, &params),
-    )?;
-    match row {
+    match query_opt(tx, HAS_PENDING, &params).await? {
         Some(row) => Ok(row.try_get(0)?),
         None => Ok(false),
     }

@@ -125,20 +125,6 @@ impl<'a> Tx<'a> {
         }
     }
 
-    /// Runs `sql` (several statements, no parameters) by the simple
-    /// protocol, opening the transaction first when needed.
-    pub(crate) async fn batch_execute(&self, sql: &str) -> TxResult<()> {
-        if self.opens()? {
-            futures::try_join!(
-                self.client.batch_execute("BEGIN"),
-                self.client.batch_execute(sql)
-            )?;
-        } else {
-            self.client.batch_execute(sql).await?;
-        }
-        Ok(())
-    }
-
     /// Sends `statements` in one write (after `BEGIN` when none ran yet) and
     /// returns each one's rows: one round trip for all of them. The server
     /// runs them in order, each with its own snapshot, so a later statement

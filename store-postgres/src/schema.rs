@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 11;
+pub const SCHEMA_VERSION: i32 = 12;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -459,6 +459,21 @@ BEGIN
     FROM decided d ORDER BY d.consumer;
 END
 $$;
+"#,
+    // Version 12: `has_pending` reads the work index, and `pending_counts`
+    // with its triggers is gone. A pair's work row has a `ready_at` exactly
+    // when the pair has a live head (`WorkSummary::touched_row`: `NULL`
+    // only when dead letters alone are left), and every transaction that
+    // changes a cursor rewrites its pair's row before it commits, so the
+    // rows already answer what the counts did. The counts cost every head
+    // started or finished a deferred trigger and a write to a row that all
+    // completions of the consumer in the session updated at commit.
+    r#"
+DROP TRIGGER cursors_count_insert ON cursors;
+DROP TRIGGER cursors_count_update ON cursors;
+DROP TRIGGER cursors_count_delete ON cursors;
+DROP FUNCTION count_pending();
+DROP TABLE pending_counts;
 "#,
 ];
 

@@ -18,7 +18,7 @@
 use deadpool_postgres::ClientWrapper;
 
 /// The tables a call reads or writes, each probed once.
-const TABLES: [&str; 13] = [
+const TABLES: [&str; 12] = [
     "sessions",
     "events",
     "cursors",
@@ -29,7 +29,6 @@ const TABLES: [&str; 13] = [
     "pins",
     "presence",
     "subscribers",
-    "pending_counts",
     "work",
     "pauses",
 ];

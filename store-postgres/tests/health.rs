@@ -58,7 +58,7 @@ async fn health_reports_tables_dead_tuples_and_the_oldest_transaction() {
 
     let health = store.health().await.expect("health");
     assert_eq!(health.schema, schema);
-    for name in ["sessions", "events", "cursors", "work", "pending_counts"] {
+    for name in ["sessions", "events", "cursors", "work"] {
         let table = health
             .table(name)
             .unwrap_or_else(|| panic!("{name}: {health:?}"));

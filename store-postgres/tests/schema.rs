@@ -12,7 +12,7 @@ use a2_store_api::{
 };
 use a2_store_postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
 use serde_json::json;
-use support::{PgFactory, UNDO_10, UNDO_9};
+use support::{PgFactory, UNDO_10, UNDO_12, UNDO_9};
 
 fn options(schema: &str) -> PostgresOptions {
     support::options(schema, Arc::new(SystemClock), Arc::new(RandomIds))
@@ -122,8 +122,9 @@ const UNDO_6: &str = "ALTER TABLE cursors DROP COLUMN expired; \
     CREATE INDEX cursors_busy ON cursors (session_id, claim_expires_at) \
       WHERE head IS NOT NULL AND failed_at IS NULL AND claim_expires_at IS NOT NULL;";
 
-/// Migration 5 counts the live heads a version-4 schema already holds, so
-/// `has_pending` stays true for them after the upgrade.
+/// The live heads a version-4 schema already holds stay pending after the
+/// upgrade: migration 7 indexes them in `work`, which `has_pending` reads
+/// (version 5 counted them in `pending_counts`, which version 12 drops).
 #[cfg_attr(
     a2_postgres_unset,
     ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
@@ -145,11 +146,11 @@ async fn upgrading_from_version_4_counts_existing_live_heads() {
         .expect("append a targeted event");
     drop(store);
     let client = support::raw_client(factory.url()).await;
-    // Undo migrations 6 and 5 by hand: the schema as a version-4 build left it.
+    // Undo migrations 10 to 5 by hand: the schema as a version-4 build left
+    // it (version 12 already dropped version 5's counts).
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} DROP TABLE pending_counts; \
-             DROP FUNCTION count_pending() CASCADE; \
+            "SET search_path TO \"{schema}\"; {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
              CREATE INDEX cursors_pending ON cursors (session_id, consumer) \
                WHERE head IS NOT NULL AND failed_at IS NULL; \
              UPDATE schema_version SET version = 4"
@@ -224,7 +225,7 @@ async fn upgrading_from_version_5_keeps_leases_and_promotes_expired_ones() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
+            "SET search_path TO \"{schema}\"; {UNDO_12} {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
              UPDATE schema_version SET version = 5"
         ))
         .await
@@ -453,7 +454,7 @@ async fn upgrading_from_version_7_finds_pending_work() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_10} {UNDO_9} DROP FUNCTION rewrite_work; \
+            "SET search_path TO \"{schema}\"; {UNDO_12} {UNDO_10} {UNDO_9} DROP FUNCTION rewrite_work; \
              UPDATE schema_version SET version = 7"
         ))
         .await
@@ -552,7 +553,7 @@ async fn upgrading_from_version_8_keeps_lanes_and_dead_letters() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_10} {UNDO_9} UPDATE schema_version SET version = 8"
+            "SET search_path TO \"{schema}\"; {UNDO_12} {UNDO_10} {UNDO_9} UPDATE schema_version SET version = 8"
         ))
         .await
         .expect("downgrade to version 8");
@@ -613,4 +614,81 @@ async fn upgrading_from_version_8_keeps_lanes_and_dead_letters() {
         ClaimResult::Settled,
         "the paused consumer's redriven head is held"
     );
+}
+
+/// A schema at version 11 (live-head counts kept by triggers) opens at the
+/// current version without them: the counts' table and function are gone,
+/// and `has_pending` (now read from the work rows) still tells a session
+/// with a live head from one whose only head is dead-lettered.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_from_version_11_drops_the_counts_and_keeps_pending() {
+    use a2_store_api::FailRequest;
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let schema = factory.schema();
+    let store = PostgresStore::connect(factory.url(), options(&schema))
+        .await
+        .expect("connect");
+    let targeted = || NewEvent::new("e", json!({})).with_target(Target::event("agent"));
+    for session in ["live", "dead"] {
+        store
+            .append(session, vec![targeted()], AppendOptions::default())
+            .await
+            .expect("append a targeted event");
+    }
+    let head = store
+        .claim_available(ClaimRequest {
+            session_id: "dead".into(),
+            holder: "w".into(),
+            ttl_ms: Some(60_000),
+            ..ClaimRequest::default()
+        })
+        .await
+        .expect("claim")
+        .into_heads()
+        .remove(0);
+    store
+        .fail_attempt(FailRequest::for_head(&head, "down", 1))
+        .await
+        .expect("dead-letter");
+    drop(store);
+    let client = support::raw_client(factory.url()).await;
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\"; {UNDO_12} UPDATE schema_version SET version = 11"
+        ))
+        .await
+        .expect("downgrade to version 11");
+    let upgraded = PostgresStore::connect(factory.url(), options(&schema))
+        .await
+        .expect("reconnect migrates");
+    let gone = client
+        .query_one(
+            "SELECT to_regclass(format('%I.pending_counts', $1::text)) IS NULL \
+               AND to_regproc(format('%I.count_pending', $1::text)) IS NULL",
+            &[&schema],
+        )
+        .await
+        .expect("look up the counts")
+        .get::<_, bool>(0);
+    assert!(
+        gone,
+        "migration 12 drops the counts and their trigger function"
+    );
+    let untargeted = || NewEvent::new("note", json!({}));
+    let live = upgraded
+        .append("live", vec![untargeted()], AppendOptions::default())
+        .await
+        .expect("append");
+    assert!(live.has_pending, "the live head stored before the upgrade");
+    let dead = upgraded
+        .append("dead", vec![untargeted()], AppendOptions::default())
+        .await
+        .expect("append");
+    assert!(!dead.has_pending, "a dead letter is not pending");
 }

@@ -8,9 +8,9 @@
 //! after 10,000 (`A2_PG_SOAK_CYCLES=N` sets another count a phase). Sizes
 //! are behaviour, so they are asserted; time is not measured.
 //!
-//! Asserted: in the first phase, the tables updated in place only in
-//! columns no index holds (`sessions`, `pending_counts`: HOT updates,
-//! pruned without vacuum) stay within twice their size; in the second,
+//! Asserted: in the first phase, the table updated in place only in
+//! columns no index holds (`sessions`: HOT updates, pruned without vacuum)
+//! stays within twice its size; in the second,
 //! `health` reports the held transaction as holding back the horizon (an
 //! idle transaction block keeps its catalog snapshot). Printed, not
 //! asserted: `cursors`, `work` and `lane_queue` change indexed columns on
@@ -33,16 +33,10 @@ use support::PgFactory;
 /// The queue's state tables. The log (`events`) and the replay records
 /// (`completions`) grow with the work done, by design, until the session is
 /// cleared and reclaimed.
-const STATE_TABLES: [&str; 5] = [
-    "cursors",
-    "lane_queue",
-    "pending_counts",
-    "sessions",
-    "work",
-];
+const STATE_TABLES: [&str; 4] = ["cursors", "lane_queue", "sessions", "work"];
 
 /// The state tables whose updates are HOT.
-const HOT_TABLES: [&str; 2] = ["pending_counts", "sessions"];
+const HOT_TABLES: [&str; 1] = ["sessions"];
 
 fn bytes_of(health: &Health, tables: &[&str]) -> u64 {
     health

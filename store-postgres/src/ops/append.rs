@@ -9,9 +9,7 @@ use a2_store_api::StoredEvent;
 use tokio_postgres::types::ToSql;
 
 use crate::batch::{prepare, stored_ids, stored_ids_sql, Batch, Columns, Prepared};
-use crate::cursor_table::{
-    fence, has_pending, refresh_log_types, served_names, HAS_PENDING, IMMEDIATE,
-};
+use crate::cursor_table::{fence, has_pending, refresh_log_types, served_names, HAS_PENDING};
 use crate::db::{decode_state, lock_session, SessionState, Stmt, Tx, LOCK_SESSION};
 use crate::error::TxResult;
 use crate::inner::{Inner, Wrote};
@@ -74,7 +72,6 @@ pub(crate) async fn append(
         Columns::push(params, &mut statements);
     }
     TouchedPlan::push(&work, &mut statements);
-    statements.push(Stmt::new(IMMEDIATE, &[]));
     statements.push(Stmt::new(HAS_PENDING, &pending_params));
     let mut answers = tx.commit_with(&statements).await?;
     let pending = answers.pop().unwrap_or_default();
@@ -82,7 +79,6 @@ pub(crate) async fn append(
         Some(row) => row.try_get(0)?,
         None => false,
     };
-    answers.pop();
     let work = plan.finish(&mut answers, &work)?;
     let stored = prepared.map(|p| p.stored).unwrap_or_default();
     Ok((

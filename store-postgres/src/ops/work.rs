@@ -3,8 +3,7 @@
 //! and the queries of `claim_work` and `list_work` over it.
 //!
 //! Lock order: a transaction takes every cursor row lock it needs before
-//! any `work` row lock, and `work` rows before the `pending_counts` rows
-//! (which the deferred count triggers take at commit or `has_pending`).
+//! any `work` row lock.
 //! Writers upsert their rows after their cursor writes ([`Touched::flush`]);
 //! claims lock their rows after their cursor locks (`claim_available`) or
 //! before taking any that may wait (`claim_work`: `SKIP LOCKED`, see

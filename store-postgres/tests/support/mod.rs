@@ -62,6 +62,56 @@ pub fn options(schema: &str, clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>) -
     }
 }
 
+/// Undoes migration 12 (in a connection whose `search_path` is the
+/// schema): version 5's live-head counts come back, counted from the
+/// cursors, with the triggers keeping them.
+pub const UNDO_12: &str = r#"
+CREATE TABLE pending_counts (
+    session_id text COLLATE "C" NOT NULL,
+    consumer   text COLLATE "C" NOT NULL,
+    live       bigint NOT NULL,
+    PRIMARY KEY (session_id, consumer)
+);
+INSERT INTO pending_counts (session_id, consumer, live)
+    SELECT session_id, consumer, count(*) FROM cursors
+    WHERE head IS NOT NULL AND failed_at IS NULL
+    GROUP BY session_id, consumer;
+CREATE FUNCTION count_pending() RETURNS trigger LANGUAGE plpgsql
+    SET search_path FROM CURRENT AS $$
+BEGIN
+    IF TG_OP <> 'INSERT' THEN
+        IF OLD.head IS NOT NULL AND OLD.failed_at IS NULL THEN
+            UPDATE pending_counts SET live = live - 1
+                WHERE session_id = OLD.session_id AND consumer = OLD.consumer;
+        END IF;
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        IF NEW.head IS NOT NULL AND NEW.failed_at IS NULL THEN
+            INSERT INTO pending_counts AS p (session_id, consumer, live)
+                VALUES (NEW.session_id, NEW.consumer, 1)
+                ON CONFLICT (session_id, consumer) DO UPDATE SET live = p.live + 1;
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE CONSTRAINT TRIGGER cursors_count_insert AFTER INSERT ON cursors
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (NEW.head IS NOT NULL AND NEW.failed_at IS NULL)
+    EXECUTE FUNCTION count_pending();
+CREATE CONSTRAINT TRIGGER cursors_count_update AFTER UPDATE ON cursors
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN ((OLD.head IS NOT NULL AND OLD.failed_at IS NULL)
+            <> (NEW.head IS NOT NULL AND NEW.failed_at IS NULL)
+        OR ((OLD.head IS NOT NULL AND OLD.failed_at IS NULL)
+            AND (OLD.session_id <> NEW.session_id OR OLD.consumer <> NEW.consumer)))
+    EXECUTE FUNCTION count_pending();
+CREATE CONSTRAINT TRIGGER cursors_count_delete AFTER DELETE ON cursors
+    DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+    WHEN (OLD.head IS NOT NULL AND OLD.failed_at IS NULL)
+    EXECUTE FUNCTION count_pending();
+"#;
+
 /// Undoes migration 10 (in a connection whose `search_path` is the
 /// schema): the completion guard's function goes.
 pub const UNDO_10: &str = "DROP FUNCTION expect_unchanged(boolean);";
