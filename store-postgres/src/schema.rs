@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 12;
+pub const SCHEMA_VERSION: i32 = 13;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -474,6 +474,99 @@ DROP TRIGGER cursors_count_update ON cursors;
 DROP TRIGGER cursors_count_delete ON cursors;
 DROP FUNCTION count_pending();
 DROP TABLE pending_counts;
+"#,
+    // Version 13: `rewrite_work` decides each pair in PL/pgSQL statements of
+    // its own (same signature, same rows stored) instead of one statement
+    // with a `CTE` per step. That statement's generic plan held every probe
+    // and all three writes (delete, update, upsert), and starting its
+    // executor was over a third of the function's time on every call,
+    // though a call runs one write at most. Now each pair runs the probes it
+    // needs, in order, and stops at the first that decides: a claimable
+    // head (then the busy and dead-letter probes are skipped, and reported
+    // as 0), else the earliest busy end, else a dead letter; then the one
+    // write the decision asks for. The probes are version 11's.
+    r#"
+CREATE OR REPLACE FUNCTION rewrite_work(p_session text, p_consumers text[], p_now bigint, p_served boolean)
+RETURNS TABLE (r_consumer text, r_locked boolean, r_old_at bigint, r_claimable bigint,
+    r_busy bigint, r_dead bigint, r_next_expiry bigint, r_keep boolean, r_new_at bigint)
+LANGUAGE plpgsql SET search_path FROM CURRENT SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    l_names text[];
+    l_at bigint[];
+    l_name text;
+    l_pos integer;
+    l_claimable boolean;
+    l_next bigint;
+    l_dead boolean;
+BEGIN
+    SELECT COALESCE(array_agg(l.consumer ORDER BY l.consumer), '{}'),
+           COALESCE(array_agg(l.ready_at ORDER BY l.consumer), '{}')
+      INTO l_names, l_at
+      FROM (SELECT w.consumer, w.ready_at FROM work w WHERE w.session_id = p_session
+              AND (p_consumers IS NULL OR w.consumer = ANY(p_consumers))
+            ORDER BY w.consumer FOR UPDATE) AS l;
+    FOR l_name IN
+        SELECT DISTINCT n.consumer COLLATE "C" FROM unnest(COALESCE(p_consumers, l_names)) AS n(consumer)
+        ORDER BY 1
+    LOOP
+        l_pos := array_position(l_names, l_name);
+        r_consumer := l_name;
+        r_locked := l_pos IS NOT NULL;
+        r_old_at := CASE WHEN l_pos IS NULL THEN NULL ELSE l_at[l_pos] END;
+        l_claimable := COALESCE((SELECT true FROM cursors c
+                WHERE c.session_id = p_session AND c.head IS NOT NULL AND c.failed_at IS NULL
+                  AND (c.claim_expires_at IS NULL OR c.expired) AND c.consumer = l_name
+                  AND (c.claim_expires_at IS NULL OR c.claim_expires_at <= p_now)
+                ORDER BY c.head LIMIT 1), false)
+            OR COALESCE((SELECT true FROM cursors c
+                WHERE c.session_id = p_session AND c.head IS NOT NULL AND c.failed_at IS NULL
+                  AND c.claim_expires_at IS NOT NULL AND NOT c.expired
+                  AND c.claim_expires_at <= p_now AND c.consumer = l_name
+                ORDER BY c.claim_expires_at LIMIT 1), false);
+        l_next := NULL;
+        l_dead := false;
+        IF NOT l_claimable THEN
+            l_next := LEAST(
+                (SELECT c.claim_expires_at FROM cursors c
+                  WHERE c.session_id = p_session AND c.head IS NOT NULL AND c.failed_at IS NULL
+                    AND c.claim_expires_at IS NOT NULL AND NOT c.expired
+                    AND c.claim_expires_at > p_now AND c.consumer = l_name
+                  ORDER BY c.claim_expires_at LIMIT 1),
+                (SELECT c.claim_expires_at FROM cursors c
+                  WHERE c.session_id = p_session AND c.head IS NOT NULL AND c.failed_at IS NULL
+                    AND c.claim_expires_at IS NOT NULL AND c.expired
+                    AND c.claim_expires_at > p_now AND c.consumer = l_name
+                  ORDER BY c.claim_expires_at LIMIT 1));
+            IF l_next IS NULL THEN
+                l_dead := COALESCE((SELECT true FROM cursors c
+                    WHERE c.session_id = p_session AND c.head IS NOT NULL
+                      AND c.failed_at IS NOT NULL AND c.consumer = l_name
+                    ORDER BY c.head LIMIT 1), false);
+            END IF;
+        END IF;
+        r_claimable := l_claimable::integer;
+        r_busy := (l_next IS NOT NULL)::integer;
+        r_dead := l_dead::integer;
+        r_next_expiry := l_next;
+        r_keep := l_claimable OR l_next IS NOT NULL OR l_dead;
+        r_new_at := CASE WHEN l_claimable THEN
+                CASE WHEN p_served THEN p_now ELSE LEAST(r_old_at, p_now) END
+            ELSE l_next END;
+        IF r_locked AND NOT r_keep THEN
+            DELETE FROM work w WHERE w.session_id = p_session AND w.consumer = l_name;
+        ELSIF r_locked AND r_old_at IS DISTINCT FROM r_new_at THEN
+            UPDATE work w SET ready_at = r_new_at
+                WHERE w.session_id = p_session AND w.consumer = l_name;
+        ELSIF NOT r_locked AND r_keep THEN
+            INSERT INTO work AS w (session_id, consumer, ready_at)
+                VALUES (p_session, l_name, r_new_at)
+                ON CONFLICT (session_id, consumer) DO UPDATE
+                SET ready_at = LEAST(w.ready_at, EXCLUDED.ready_at);
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
 "#,
 ];
 
