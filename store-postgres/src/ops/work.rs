@@ -385,7 +385,10 @@ pub(crate) async fn lock_and_rewrite(
 /// sums the heads with a snapshot taken after the lock and stores each
 /// pair's row as the rule says; each returned row is a pair with its
 /// summary, its locked row and what was stored, which [`rewritten`] checks
-/// against the Rust rule.
+/// against the Rust rule. The summary holds what the probes that decided
+/// found (counts of 0 or 1): since version 13 a pair with a claimable head
+/// is not probed for busy heads or dead letters, which the rule does not
+/// read then.
 pub(crate) const REWRITE: &str = "SELECT r_consumer, r_locked, r_old_at, r_claimable, r_busy, \
     r_dead, r_next_expiry, r_keep, r_new_at FROM rewrite_work($1, $2, $3, $4)";
 
