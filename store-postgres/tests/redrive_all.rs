@@ -13,8 +13,8 @@ mod fail_sql;
 use std::sync::Arc;
 
 use a2_store_api::{
-    AppendOptions, BulkRedrive, ClaimRequest, FailRequest, ManualClock, NewEvent, RandomIds,
-    RedriveAction, Store, Target,
+    AppendOptions, BulkRedrive, ClaimRequest, ManualClock, NewEvent, RandomIds, RedriveAction,
+    Store, Target,
 };
 use serde_json::{json, Value};
 use support::PgFactory;
@@ -68,20 +68,8 @@ async fn redrive_all_reads_only_dead_letters() {
             .append(&session, vec![event], AppendOptions::default())
             .await
             .expect("append");
-        let head = store
-            .claim_available(ClaimRequest::new(
-                &session,
-                "w",
-                std::time::Duration::from_secs(1),
-            ))
-            .await
-            .expect("claim")
-            .into_heads()
-            .remove(0);
-        store
-            .fail_attempt(FailRequest::for_head(&head, "down", 1))
-            .await
-            .expect("dead-letter");
+        let claim = ClaimRequest::new(&session, "w", std::time::Duration::from_secs(1));
+        support::dead_letter_one(&store, claim).await;
     }
     let mut client = support::raw_client(factory.url()).await;
     // Sessions with a live head and a finished event cursor each, written

@@ -508,9 +508,7 @@ async fn upgrading_from_version_7_finds_pending_work() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrading_from_version_8_keeps_lanes_and_dead_letters() {
-    use a2_store_api::{
-        BulkRedrive, CompleteRequest, FailRequest, ListSessions, PauseRequest, RedriveAction,
-    };
+    use a2_store_api::{BulkRedrive, CompleteRequest, ListSessions, PauseRequest, RedriveAction};
     let Some(factory) = PgFactory::from_env("schema") else {
         return;
     };
@@ -539,16 +537,7 @@ async fn upgrading_from_version_8_keeps_lanes_and_dead_letters() {
         ttl_ms: Some(1_000),
         ..ClaimRequest::default()
     };
-    let head = store
-        .claim_available(claim("dead"))
-        .await
-        .expect("claim")
-        .into_heads()
-        .remove(0);
-    store
-        .fail_attempt(FailRequest::for_head(&head, "down", 1))
-        .await
-        .expect("dead-letter");
+    support::dead_letter_one(&store, claim("dead")).await;
     drop(store);
     let client = support::raw_client(factory.url()).await;
     client
@@ -626,7 +615,6 @@ async fn upgrading_from_version_8_keeps_lanes_and_dead_letters() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upgrading_from_version_11_drops_the_counts_and_keeps_pending() {
-    use a2_store_api::FailRequest;
     let Some(factory) = PgFactory::from_env("schema") else {
         return;
     };
@@ -641,21 +629,13 @@ async fn upgrading_from_version_11_drops_the_counts_and_keeps_pending() {
             .await
             .expect("append a targeted event");
     }
-    let head = store
-        .claim_available(ClaimRequest {
-            session_id: "dead".into(),
-            holder: "w".into(),
-            ttl_ms: Some(60_000),
-            ..ClaimRequest::default()
-        })
-        .await
-        .expect("claim")
-        .into_heads()
-        .remove(0);
-    store
-        .fail_attempt(FailRequest::for_head(&head, "down", 1))
-        .await
-        .expect("dead-letter");
+    let claim = ClaimRequest {
+        session_id: "dead".into(),
+        holder: "w".into(),
+        ttl_ms: Some(60_000),
+        ..ClaimRequest::default()
+    };
+    support::dead_letter_one(&store, claim).await;
     drop(store);
     let client = support::raw_client(factory.url()).await;
     client

@@ -546,16 +546,7 @@ async fn racing_bulk_redrives_take_each_dead_letter_once() {
             )
             .await
             .expect("append");
-        let head = store
-            .claim_available(claim(&session))
-            .await
-            .expect("claim")
-            .into_heads()
-            .remove(0);
-        store
-            .fail_attempt(FailRequest::for_head(&head, "down", 1))
-            .await
-            .expect("dead-letter");
+        support::dead_letter_one(&store, claim(&session)).await;
     }
     let bulk = BulkRedrive::new(RedriveAction::Retry);
     let other = store.clone();

@@ -62,6 +62,21 @@ pub fn options(schema: &str, clock: Arc<dyn Clock>, ids: Arc<dyn IdGenerator>) -
     }
 }
 
+/// Claims with `claim` and dead-letters the first head it takes (one
+/// attempt allowed), for tests that need a dead letter.
+pub async fn dead_letter_one<S: Store + ?Sized>(store: &S, claim: a2_store_api::ClaimRequest) {
+    let head = store
+        .claim_available(claim)
+        .await
+        .expect("claim")
+        .into_heads()
+        .remove(0);
+    store
+        .fail_attempt(a2_store_api::FailRequest::for_head(&head, "down", 1))
+        .await
+        .expect("dead-letter");
+}
+
 /// Undoes migration 12 (in a connection whose `search_path` is the
 /// schema): version 5's live-head counts come back, counted from the
 /// cursors, with the triggers keeping them.
