@@ -40,6 +40,8 @@ pub(crate) struct Inner {
     /// The cursor rows this store's claims and renewals last wrote (see
     /// [`crate::ops::claims::claimed`]).
     pub(crate) claimed: crate::ops::claims::claimed::Claimed,
+    /// When the state tables are rotated (see [`crate::rotate`]).
+    pub(crate) rotation: crate::options::Rotation,
 }
 
 impl Inner {

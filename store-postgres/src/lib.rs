@@ -54,6 +54,7 @@ mod notify;
 mod ops;
 mod options;
 mod pool;
+mod rotate;
 mod rows;
 mod schema;
 pub mod scratch;
@@ -63,7 +64,8 @@ mod warm;
 mod work_source;
 
 pub use health::{Health, OpenTransaction, TableHealth};
-pub use options::{validate_schema_name, PostgresOptions, MAX_SCHEMA_NAME_LEN};
+pub use options::{validate_schema_name, PostgresOptions, Rotation, MAX_SCHEMA_NAME_LEN};
+pub use rotate::{RotatedTable, RotationReport, STATE_TABLES};
 pub use schema::SCHEMA_VERSION;
 pub use scratch::ScratchSchemas;
 pub use store::{PostgresStore, MAX_RETRIES};

@@ -58,11 +58,67 @@ pub struct PostgresOptions {
     /// `default_transaction_read_only`, so the server refuses each write
     /// with a typed error. `false` by default.
     pub read_only: bool,
+    /// When the store reclaims its state tables by rotation (see
+    /// [`Rotation`]); on by default. A read-only store never rotates.
+    pub rotation: Rotation,
+}
+
+/// When and how a [`PostgresStore`](crate::PostgresStore) reclaims its state
+/// tables (cursors, lane queues, the work index, sessions, presence,
+/// snapshots, pins, subscriptions, pauses) without vacuum.
+///
+/// Every update or delete leaves a dead row version (and, when an indexed
+/// column changed, index entries) that only vacuum removes, and nothing
+/// removes while a transaction older than it is open anywhere on the
+/// server. A rotation takes a table's exclusive lock (waiting at most
+/// [`lock_timeout`](Self::lock_timeout)), keeps its live rows, truncates it
+/// and inserts them back: the table and its indexes shrink to what the
+/// live rows need, whatever holds vacuum back. Calls on that table wait for
+/// it (a rotation of a few thousand rows takes a few milliseconds).
+///
+/// The store checks every [`interval`](Self::interval) and rotates each
+/// table that has grown by at least [`min_growth`](Self::min_growth) bytes
+/// and to at least twice its size after its last rotation by this store
+/// (so the rows copied are paid for by at least as many bytes reclaimed);
+/// before a first rotation, growth from nothing counts, so a table already
+/// past [`min_growth`](Self::min_growth) when the store opens is rotated at
+/// the first check. Tables with more than
+/// [`max_live`](Self::max_live) rows are left to vacuum.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rotation {
+    /// How often the store checks its tables' sizes (one query); `None`:
+    /// never, only [`PostgresStore::rotate`](crate::PostgresStore::rotate).
+    /// 1 s by default.
+    pub interval: Option<Duration>,
+    /// The growth in bytes (table and indexes) since the last rotation below
+    /// which a table is not rotated. 8 MiB by default.
+    pub min_growth: u64,
+    /// The most rows a rotation copies; a table holding more is left to
+    /// vacuum, so no call waits for a long copy. 20,000 by default.
+    pub max_live: u64,
+    /// How long a rotation waits for a table's lock before it gives up
+    /// until the next check; calls arriving meanwhile wait behind it.
+    /// 50 ms by default.
+    pub lock_timeout: Duration,
+}
+
+impl Default for Rotation {
+    /// Checked every second; a table is rotated once it grew by 8 MiB and
+    /// doubled, if it holds at most 20,000 rows; locks waited for 50 ms.
+    fn default() -> Self {
+        Self {
+            interval: Some(Duration::from_secs(1)),
+            min_growth: 8 << 20,
+            max_live: 20_000,
+            lock_timeout: Duration::from_millis(50),
+        }
+    }
 }
 
 impl Default for PostgresOptions {
     /// [`SystemClock`], [`RandomIds`], 16 connections opened as needed,
-    /// 30 s, schema `a2`, connections kept while they work.
+    /// 30 s, schema `a2`, connections kept while they work, state tables
+    /// rotated as [`Rotation::default`] says.
     fn default() -> Self {
         Self {
             clock: Arc::new(SystemClock),
@@ -76,6 +132,7 @@ impl Default for PostgresOptions {
             application_name: None,
             schema: "a2".to_owned(),
             read_only: false,
+            rotation: Rotation::default(),
         }
     }
 }
@@ -133,5 +190,9 @@ mod tests {
         assert_eq!(options.idle_timeout, None);
         assert_eq!(options.max_lifetime, None);
         assert_eq!(options.application_name, None);
+        assert_eq!(options.rotation.interval, Some(Duration::from_secs(1)));
+        assert_eq!(options.rotation.min_growth, 8 << 20);
+        assert_eq!(options.rotation.max_live, 20_000);
+        assert_eq!(options.rotation.lock_timeout, Duration::from_millis(50));
     }
 }

@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 13;
+pub const SCHEMA_VERSION: i32 = 14;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -565,6 +565,46 @@ BEGIN
         END IF;
         RETURN NEXT;
     END LOOP;
+END
+$$;
+"#,
+    // Version 14: `rotate_table`, which reclaims a state table whatever
+    // holds vacuum back (`crate::rotate`): it takes the table's exclusive
+    // lock (waiting at most `p_lock_timeout_ms`), keeps its live rows,
+    // `TRUNCATE`s it (new files for the table and its indexes; the old ones,
+    // with every dead version and index entry, are removed at commit) and
+    // inserts the kept rows back. It refuses a table of more than
+    // `p_max_live` rows (-1, nothing changed) and any table but the
+    // mutable state ones. `TRUNCATE` is not MVCC-safe: a transaction whose
+    // snapshot predates the rotation sees the table empty, so the store
+    // reads and writes only in read-committed transactions, each statement
+    // of which takes its snapshot after its locks.
+    r#"
+CREATE FUNCTION rotate_table(p_table text, p_max_live bigint, p_lock_timeout_ms bigint)
+RETURNS bigint LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    v_kept bigint;
+    v_rows text;
+BEGIN
+    IF p_table <> ALL (ARRAY['sessions', 'cursors', 'lane_queue', 'work', 'presence',
+            'snapshots', 'checkpoints', 'pins', 'subscribers', 'pauses']) THEN
+        RAISE EXCEPTION 'rotate_table: % is not a state table', p_table
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+    EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', p_table);
+    EXECUTE format('SELECT count(*) FROM (SELECT FROM %I LIMIT $1) r', p_table)
+        INTO v_kept USING p_max_live + 1;
+    IF v_kept > p_max_live THEN
+        RETURN -1;
+    END IF;
+    EXECUTE format('SELECT array_agg(r)::text FROM %I r', p_table) INTO v_rows;
+    EXECUTE format('TRUNCATE %I', p_table);
+    IF v_kept > 0 THEN
+        EXECUTE format('INSERT INTO %I SELECT * FROM unnest($1::%I[])', p_table, p_table)
+            USING v_rows;
+    END IF;
+    RETURN v_kept;
 END
 $$;
 "#,

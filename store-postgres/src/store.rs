@@ -143,24 +143,28 @@ impl PostgresStore {
         let (wakes, _) = broadcast::channel(1024);
         let work_channel = work_channel(&schema);
         let work_notices = crate::notify::work_notifier(pool.clone(), work_channel.clone());
-        Ok(Self {
-            inner: Arc::new(Inner {
-                pool,
-                clock: options.clock,
-                ids: options.ids,
-                channel: notify_channel(&schema),
-                work_channel,
-                work_notices,
-                signal: WorkSignal::new(),
-                schema,
-                config,
-                tls,
-                wakes,
-                listener: OnceCell::new(),
-                claim_hints: ops::claims::Hints::default(),
-                claimed: ops::claims::claimed::Claimed::default(),
-            }),
-        })
+        let read_only = options.read_only;
+        let inner = Arc::new(Inner {
+            pool,
+            clock: options.clock,
+            ids: options.ids,
+            channel: notify_channel(&schema),
+            work_channel,
+            work_notices,
+            signal: WorkSignal::new(),
+            schema,
+            config,
+            tls,
+            wakes,
+            listener: OnceCell::new(),
+            claim_hints: ops::claims::Hints::default(),
+            claimed: ops::claims::claimed::Claimed::default(),
+            rotation: options.rotation,
+        });
+        if !read_only {
+            crate::rotate::start(Arc::downgrade(&inner), &inner.rotation);
+        }
+        Ok(Self { inner })
     }
 
     /// The schema this store works in.

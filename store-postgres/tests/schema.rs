@@ -12,7 +12,7 @@ use a2_store_api::{
 };
 use a2_store_postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
 use serde_json::json;
-use support::{PgFactory, UNDO_10, UNDO_12, UNDO_9};
+use support::{PgFactory, UNDO_10, UNDO_12, UNDO_14, UNDO_9};
 
 fn options(schema: &str) -> PostgresOptions {
     support::options(schema, Arc::new(SystemClock), Arc::new(RandomIds))
@@ -150,7 +150,7 @@ async fn upgrading_from_version_4_counts_existing_live_heads() {
     // it (version 12 already dropped version 5's counts).
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
+            "SET search_path TO \"{schema}\"; {UNDO_14} {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
              CREATE INDEX cursors_pending ON cursors (session_id, consumer) \
                WHERE head IS NOT NULL AND failed_at IS NULL; \
              UPDATE schema_version SET version = 4"
@@ -225,7 +225,7 @@ async fn upgrading_from_version_5_keeps_leases_and_promotes_expired_ones() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_12} {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
+            "SET search_path TO \"{schema}\"; {UNDO_14} {UNDO_12} {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
              UPDATE schema_version SET version = 5"
         ))
         .await
@@ -454,7 +454,7 @@ async fn upgrading_from_version_7_finds_pending_work() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_12} {UNDO_10} {UNDO_9} DROP FUNCTION rewrite_work; \
+            "SET search_path TO \"{schema}\"; {UNDO_14} {UNDO_12} {UNDO_10} {UNDO_9} DROP FUNCTION rewrite_work; \
              UPDATE schema_version SET version = 7"
         ))
         .await
@@ -542,7 +542,7 @@ async fn upgrading_from_version_8_keeps_lanes_and_dead_letters() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_12} {UNDO_10} {UNDO_9} UPDATE schema_version SET version = 8"
+            "SET search_path TO \"{schema}\"; {UNDO_14} {UNDO_12} {UNDO_10} {UNDO_9} UPDATE schema_version SET version = 8"
         ))
         .await
         .expect("downgrade to version 8");
@@ -640,7 +640,7 @@ async fn upgrading_from_version_11_drops_the_counts_and_keeps_pending() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_12} UPDATE schema_version SET version = 11"
+            "SET search_path TO \"{schema}\"; {UNDO_14} {UNDO_12} UPDATE schema_version SET version = 11"
         ))
         .await
         .expect("downgrade to version 11");

@@ -77,6 +77,10 @@ pub async fn dead_letter_one<S: Store + ?Sized>(store: &S, claim: a2_store_api::
         .expect("dead-letter");
 }
 
+/// Undoes migration 14 (in a connection whose `search_path` is the
+/// schema): the rotation function goes.
+pub const UNDO_14: &str = "DROP FUNCTION rotate_table(text, bigint, bigint);";
+
 /// Undoes migration 12 (in a connection whose `search_path` is the
 /// schema): version 5's live-head counts come back, counted from the
 /// cursors, with the triggers keeping them.
@@ -161,6 +165,24 @@ impl PgFactory {
         Self {
             scratch: ScratchSchemas::new(url.to_owned(), SCHEMA_PREFIX)
                 .with_options(test_options()),
+        }
+    }
+
+    /// A factory on the server at `url` whose stores rotate their state
+    /// tables all the time: every few milliseconds, whenever a table has
+    /// doubled since its last rotation.
+    #[allow(dead_code)]
+    pub fn rotating(url: &str) -> Self {
+        let options = PostgresOptions {
+            rotation: a2_store_postgres::Rotation {
+                interval: Some(std::time::Duration::from_millis(3)),
+                min_growth: 0,
+                ..a2_store_postgres::Rotation::default()
+            },
+            ..test_options()
+        };
+        Self {
+            scratch: ScratchSchemas::new(url.to_owned(), SCHEMA_PREFIX).with_options(options),
         }
     }
 
