@@ -11,7 +11,7 @@ use support::PgFactory;
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
-    let make = support::url_or_skip("conformance_rotating")
-        .map(|url| move || PgFactory::rotating(&url));
+    let make =
+        support::url_or_skip("conformance_rotating").map(|url| move || PgFactory::rotating(&url));
     libtest_mimic::run(&args, a2_conformance::trials("postgres-rotating", make)).exit();
 }
