@@ -31,13 +31,14 @@ pub use a2_store_postgres::scratch::{
 };
 pub use a2_store_postgres::{Health, OpenTransaction, TableHealth};
 pub use a2_store_postgres::{PostgresOptions, PostgresStore, ScratchSchemas};
+pub use a2_store_postgres::{RotatedTable, Rotation, RotationReport, STATE_TABLES};
 
 use crate::options::OpenOptions;
 use crate::url::PostgresUrlOptions;
 
 /// The backend options a PostgreSQL URL asks for: its `schema`,
 /// `pool_size`, `min_idle`, `statement_timeout_ms`, `pool_timeout_ms`,
-/// `idle_timeout_ms` and `max_lifetime_ms` where given, the backend's
+/// `idle_timeout_ms`, `max_lifetime_ms` and the `rotate_*` keys where given, the backend's
 /// defaults elsewhere, with the clock and ids of `options`. This is what
 /// [`open`](crate::open) connects with. (`application_name`,
 /// `connect_timeout` and the TLS keys stay in the connection URL, where the
@@ -68,6 +69,18 @@ pub fn options(url_options: &PostgresUrlOptions, options: OpenOptions) -> Postgr
     }
     if let Some(ms) = url_options.max_lifetime_ms {
         postgres.max_lifetime = Some(Duration::from_millis(ms));
+    }
+    if let Some(ms) = url_options.rotate_interval_ms {
+        postgres.rotation.interval = (ms > 0).then(|| Duration::from_millis(ms));
+    }
+    if let Some(bytes) = url_options.rotate_min_growth {
+        postgres.rotation.min_growth = bytes;
+    }
+    if let Some(rows) = url_options.rotate_max_live {
+        postgres.rotation.max_live = rows;
+    }
+    if let Some(ms) = url_options.rotate_lock_timeout_ms {
+        postgres.rotation.lock_timeout = Duration::from_millis(ms);
     }
     postgres
 }
@@ -107,5 +120,33 @@ mod tests {
         assert_eq!(given.pool_timeout, Some(Duration::from_millis(40)));
         assert_eq!(given.idle_timeout, Some(Duration::from_millis(50)));
         assert_eq!(given.max_lifetime, Some(Duration::from_millis(60)));
+        assert_eq!(plain.rotation, defaults.rotation);
+    }
+
+    #[test]
+    fn rotate_keys_set_the_rotation() {
+        let given = options(
+            &url_options(
+                "postgres://h/db?rotate_interval_ms=250&rotate_min_growth=1024\
+                 &rotate_max_live=7&rotate_lock_timeout_ms=9",
+            ),
+            OpenOptions::default(),
+        );
+        assert_eq!(given.rotation.interval, Some(Duration::from_millis(250)));
+        assert_eq!(given.rotation.min_growth, 1024);
+        assert_eq!(given.rotation.max_live, 7);
+        assert_eq!(given.rotation.lock_timeout, Duration::from_millis(9));
+        let never = options(
+            &url_options("postgres://h/db?rotate_interval_ms=0"),
+            OpenOptions::default(),
+        );
+        assert_eq!(never.rotation.interval, None);
+        let url = "postgres://h/db?rotate_interval_ms=0&rotate_min_growth=5";
+        let shown = StoreUrl::parse(url).unwrap().to_string();
+        assert_eq!(
+            StoreUrl::parse(&shown).unwrap(),
+            StoreUrl::parse(url).unwrap()
+        );
+        assert!(StoreUrl::parse("postgres://h/db?rotate_lock_timeout_ms=0").is_err());
     }
 }

@@ -35,7 +35,11 @@ pub const URL_FORMS: &str =
 /// `statement_timeout_ms=N` (at least 1), `pool_timeout_ms=N` (how long a call waits for a free pooled connection
 /// before failing with `Busy`; default the statement timeout),
 /// `idle_timeout_ms=N` and `max_lifetime_ms=N` (pooled connections unused
-/// or open longer are closed; default never); every other query parameter
+/// or open longer are closed; default never), and the rotation of the state
+/// tables (`a2_store_postgres::Rotation`): `rotate_interval_ms=N` (how often
+/// the store checks; 0 never; default 1000), `rotate_min_growth=BYTES`
+/// (default 8 MiB), `rotate_max_live=ROWS` (default 20000) and
+/// `rotate_lock_timeout_ms=N` (at least 1; default 50); every other query parameter
 /// is left in the connection URL for the driver: `sslmode`, `sslrootcert`
 /// (TLS, see `a2_store_postgres::tls`), `connect_timeout` (seconds),
 /// `application_name`, `password`, ... — it rejects the ones it does not know.
@@ -112,6 +116,18 @@ pub struct PostgresUrlOptions {
     /// `max_lifetime_ms=N`: pooled connections open for longer are closed and
     /// replaced (at least 1; default never).
     pub max_lifetime_ms: Option<u64>,
+    /// `rotate_interval_ms=N`: how often the store checks whether a state
+    /// table is due for rotation; 0 never (default 1000).
+    pub rotate_interval_ms: Option<u64>,
+    /// `rotate_min_growth=BYTES`: the growth since its last rotation below
+    /// which a table is not rotated (default 8 MiB).
+    pub rotate_min_growth: Option<u64>,
+    /// `rotate_max_live=ROWS`: the most rows a rotation copies; larger
+    /// tables are left to vacuum (default 20000).
+    pub rotate_max_live: Option<u64>,
+    /// `rotate_lock_timeout_ms=N`: how long a rotation waits for a table's
+    /// lock (at least 1; default 50).
+    pub rotate_lock_timeout_ms: Option<u64>,
 }
 
 /// Where a SQLite store lives.
@@ -269,6 +285,18 @@ impl fmt::Display for StoreUrl {
                 }
                 if let Some(ms) = options.max_lifetime_ms {
                     pairs.push(format!("max_lifetime_ms={ms}"));
+                }
+                if let Some(ms) = options.rotate_interval_ms {
+                    pairs.push(format!("rotate_interval_ms={ms}"));
+                }
+                if let Some(bytes) = options.rotate_min_growth {
+                    pairs.push(format!("rotate_min_growth={bytes}"));
+                }
+                if let Some(rows) = options.rotate_max_live {
+                    pairs.push(format!("rotate_max_live={rows}"));
+                }
+                if let Some(ms) = options.rotate_lock_timeout_ms {
+                    pairs.push(format!("rotate_lock_timeout_ms={ms}"));
                 }
                 if !pairs.is_empty() {
                     let join = if url.contains('?') { "&" } else { "?" };
@@ -527,6 +555,22 @@ fn parse_postgres(url: &str, shown: &str) -> Result<StoreUrl, StoreError> {
             "max_lifetime_ms" => {
                 let ms = number(shown, key, value, 1)?;
                 set_once(shown, key, &mut options.max_lifetime_ms, ms)?;
+            }
+            "rotate_interval_ms" => {
+                let ms = number(shown, key, value, 0)?;
+                set_once(shown, key, &mut options.rotate_interval_ms, ms)?;
+            }
+            "rotate_min_growth" => {
+                let bytes = number(shown, key, value, 0)?;
+                set_once(shown, key, &mut options.rotate_min_growth, bytes)?;
+            }
+            "rotate_max_live" => {
+                let rows = number(shown, key, value, 0)?;
+                set_once(shown, key, &mut options.rotate_max_live, rows)?;
+            }
+            "rotate_lock_timeout_ms" => {
+                let ms = number(shown, key, value, 1)?;
+                set_once(shown, key, &mut options.rotate_lock_timeout_ms, ms)?;
             }
             _ => passed_on.push(pair),
         }
