@@ -38,8 +38,9 @@ enum Scratch {
         options: SqliteUrlOptions,
         next: AtomicU64,
     },
-    /// Schemas `a2_check_<uuid>`, every one dropped by `finish`.
-    Postgres(ScratchSchemas),
+    /// Schemas `a2_check_<uuid>`, every one dropped by `finish` (boxed: its
+    /// options are several times the other variants' size).
+    Postgres(Box<ScratchSchemas>),
 }
 
 /// The prefix of every PostgreSQL scratch schema `check` creates.
@@ -91,9 +92,9 @@ impl ScratchFactory {
                 if options.pool_size.is_none() {
                     pg.pool_size = POOL_SIZE;
                 }
-                Scratch::Postgres(
+                Scratch::Postgres(Box::new(
                     ScratchSchemas::new(connection.clone(), SCHEMA_PREFIX).with_options(pg),
-                )
+                ))
             }
             other => {
                 return Err(Failure::new(format!(

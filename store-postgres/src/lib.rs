@@ -13,9 +13,12 @@
 //! with its first statements and `COMMIT` with its last ones, so a claim,
 //! a completion, a failure or a renewal costs two round trips.
 //! [`PostgresStore::health`] reports the schema's tables (live and dead
-//! tuples, sizes) and the server's oldest open transaction. See the README
-//! for the schema, the round trips per call, bloat, the statements it
-//! relies on and the concurrency model.
+//! tuples, sizes) and the server's oldest open transaction. The store
+//! rotates its state tables ([`Rotation`]): a table that grew is truncated
+//! with its live rows put back, which reclaims its dead versions even while
+//! a transaction holds vacuum back. See the README for the schema, the
+//! round trips per call, bloat, the statements it relies on and the
+//! concurrency model.
 //!
 //! ```no_run
 //! use a2_store_api::{AppendOptions, NewEvent, Store, Target};

@@ -91,7 +91,7 @@ pub struct Rotation {
     /// 1 s by default.
     pub interval: Option<Duration>,
     /// The growth in bytes (table and indexes) since the last rotation below
-    /// which a table is not rotated. 8 MiB by default.
+    /// which a table is not rotated. 256 KiB by default.
     pub min_growth: u64,
     /// The most rows a rotation copies; a table holding more is left to
     /// vacuum, so no call waits for a long copy. 20,000 by default.
@@ -103,12 +103,12 @@ pub struct Rotation {
 }
 
 impl Default for Rotation {
-    /// Checked every second; a table is rotated once it grew by 8 MiB and
+    /// Checked every second; a table is rotated once it grew by 256 KiB and
     /// doubled, if it holds at most 20,000 rows; locks waited for 50 ms.
     fn default() -> Self {
         Self {
             interval: Some(Duration::from_secs(1)),
-            min_growth: 8 << 20,
+            min_growth: 256 << 10,
             max_live: 20_000,
             lock_timeout: Duration::from_millis(50),
         }
@@ -191,7 +191,7 @@ mod tests {
         assert_eq!(options.max_lifetime, None);
         assert_eq!(options.application_name, None);
         assert_eq!(options.rotation.interval, Some(Duration::from_secs(1)));
-        assert_eq!(options.rotation.min_growth, 8 << 20);
+        assert_eq!(options.rotation.min_growth, 256 << 10);
         assert_eq!(options.rotation.max_live, 20_000);
         assert_eq!(options.rotation.lock_timeout, Duration::from_millis(50));
     }

@@ -18,7 +18,7 @@
 //!
 //! Short by default (2,000 cycles a phase, growth 128 KiB); with
 //! `A2_PG_SOAK=1`, 1,000,000 cycles a phase with the default rotation
-//! (8 MiB), compared with the first 10,000. `A2_PG_SOAK_CYCLES=N` sets
+//! (256 KiB), compared with the first 10,000. `A2_PG_SOAK_CYCLES=N` sets
 //! another count a phase, `A2_PG_SOAK_FREE_CYCLES=N` another for the
 //! first phase (0 skips it).
 
@@ -119,6 +119,9 @@ async fn phase(store: &PostgresStore, name: &str, first: u64, cycles: u64, base_
         if n % every == 0 || n == base_after {
             let health = store.health().await.expect("health");
             let state = bytes_of(&health, &STATE_TABLES);
+            if n % tenth == 0 {
+                eprintln!("{name}: {n} cycles: {state} bytes");
+            }
             if n <= base_after {
                 base_peak = base_peak.max(state);
             } else {

@@ -38,7 +38,7 @@ pub const URL_FORMS: &str =
 /// or open longer are closed; default never), and the rotation of the state
 /// tables (`a2_store_postgres::Rotation`): `rotate_interval_ms=N` (how often
 /// the store checks; 0 never; default 1000), `rotate_min_growth=BYTES`
-/// (default 8 MiB), `rotate_max_live=ROWS` (default 20000) and
+/// (default 256 KiB), `rotate_max_live=ROWS` (default 20000) and
 /// `rotate_lock_timeout_ms=N` (at least 1; default 50); every other query parameter
 /// is left in the connection URL for the driver: `sslmode`, `sslrootcert`
 /// (TLS, see `a2_store_postgres::tls`), `connect_timeout` (seconds),
@@ -120,7 +120,7 @@ pub struct PostgresUrlOptions {
     /// table is due for rotation; 0 never (default 1000).
     pub rotate_interval_ms: Option<u64>,
     /// `rotate_min_growth=BYTES`: the growth since its last rotation below
-    /// which a table is not rotated (default 8 MiB).
+    /// which a table is not rotated (default 256 KiB).
     pub rotate_min_growth: Option<u64>,
     /// `rotate_max_live=ROWS`: the most rows a rotation copies; larger
     /// tables are left to vacuum (default 20000).

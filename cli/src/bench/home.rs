@@ -121,7 +121,8 @@ enum Scratch {
         options: SqliteUrlOptions,
         next: u64,
     },
-    Postgres(ScratchSchemas),
+    /// Boxed: its options are several times the other variants' size.
+    Postgres(Box<ScratchSchemas>),
 }
 
 impl Home {
@@ -154,10 +155,10 @@ impl Home {
             StoreUrl::Postgres {
                 url: connection,
                 options,
-            } => Scratch::Postgres(
+            } => Scratch::Postgres(Box::new(
                 ScratchSchemas::new(connection.clone(), SCHEMA_PREFIX)
                     .with_options(postgres::options(options, OpenOptions::default())),
-            ),
+            )),
             other => {
                 return Err(Failure::new(format!(
                     "no scratch store for backend {}",
