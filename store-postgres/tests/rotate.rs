@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use a2_store_api::{
-    AppendOptions, ClaimRequest, ClaimResult, CompleteRequest, CompleteResult, ConsumerDeclaration,
-    NewEvent, PauseRequest, PresenceMeta, RandomIds, StateWrite, Store, SystemClock, Target,
+    AppendOptions, ClaimRequest, CompleteRequest, CompleteResult, ConsumerDeclaration, NewEvent,
+    PauseRequest, PresenceMeta, RandomIds, StateWrite, Store, SystemClock, Target,
 };
 use a2_store_postgres::{PostgresOptions, PostgresStore, Rotation, STATE_TABLES};
 use serde_json::json;
@@ -48,42 +48,6 @@ fn by_hand() -> Rotation {
         interval: None,
         ..Rotation::default()
     }
-}
-
-/// Appends one job to `session`'s lane, claims it and completes it.
-async fn cycle(store: &PostgresStore, session: &str) {
-    let event = NewEvent::new("job", json!({ "n": 1 })).with_target(Target::lane("agent", "main"));
-    store
-        .append(session, vec![event], AppendOptions::default())
-        .await
-        .expect("append");
-    let claimed = store
-        .claim_available(ClaimRequest {
-            session_id: session.into(),
-            holder: "w".into(),
-            ttl_ms: Some(60_000),
-            limit: Some(1),
-            ..ClaimRequest::default()
-        })
-        .await
-        .expect("claim");
-    let ClaimResult::Claimed { heads, .. } = claimed else {
-        panic!("{claimed:?}");
-    };
-    let head = &heads[0];
-    let done = store
-        .complete_attempt(CompleteRequest {
-            session_id: session.into(),
-            consumer: head.consumer.clone(),
-            lane: head.lane.clone(),
-            index: head.event.index,
-            attempt: head.dispatch.attempt_count,
-            events: Vec::new(),
-            consumers: None,
-        })
-        .await
-        .expect("complete");
-    assert!(matches!(done, CompleteResult::Completed { .. }), "{done:?}");
 }
 
 /// Every row of every state table, as JSON text, sorted per table.
@@ -218,7 +182,7 @@ async fn rotation_keeps_every_row_and_reclaims_under_a_held_transaction() {
         .await
         .expect("hold a transaction");
     for _ in 0..500 {
-        cycle(&store, "churn").await;
+        support::lane_cycle(&store, "churn", 1).await;
     }
     let before = dump(&raw, &schema).await;
     for table in STATE_TABLES {
@@ -276,7 +240,7 @@ async fn rotation_keeps_every_row_and_reclaims_under_a_held_transaction() {
         .await
         .expect("complete");
     assert!(matches!(done, CompleteResult::Completed { .. }), "{done:?}");
-    cycle(&store, "churn").await;
+    support::lane_cycle(&store, "churn", 1).await;
     holder.batch_execute("COMMIT").await.expect("commit");
 }
 
@@ -299,7 +263,7 @@ async fn a_table_locked_elsewhere_is_skipped_and_one_too_large_is_left() {
     )
     .await;
     for session in ["a", "b", "c"] {
-        cycle(&store, session).await;
+        support::lane_cycle(&store, session, 1).await;
     }
     let locker = support::raw_client(factory.url()).await;
     locker
@@ -467,7 +431,7 @@ async fn the_store_rotates_its_tables_by_itself() {
             cycles < 50_000,
             "rotations after {cycles} cycles: {files:?}"
         );
-        cycle(&store, "s").await;
+        support::lane_cycle(&store, "s", 1).await;
         cycles += 1;
         let file = file_of(&raw, &schema, "cursors").await;
         if files.last() != Some(&file) {

@@ -27,10 +27,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use a2_store_api::{
-    AppendOptions, ClaimRequest, ClaimResult, CompleteRequest, CounterIds, NewEvent, Store,
-    SystemClock, Target,
-};
+use a2_store_api::{CounterIds, SystemClock};
 // The state tables: the log (`events`) and the replay records
 // (`completions`) grow with the work done, by design, until the session is
 // cleared and reclaimed.
@@ -61,42 +58,6 @@ fn describe(health: &Health) -> String {
         .join("; ")
 }
 
-async fn cycle(store: &PostgresStore, n: u64) {
-    let event = NewEvent::new("job", serde_json::json!({ "n": n }))
-        .with_target(Target::lane("agent", "main"));
-    store
-        .append("soak", vec![event], AppendOptions::default())
-        .await
-        .expect("append");
-    let claimed = store
-        .claim_available(ClaimRequest {
-            session_id: "soak".into(),
-            holder: "w".into(),
-            ttl_ms: Some(60_000),
-            limit: Some(1),
-            ..ClaimRequest::default()
-        })
-        .await
-        .expect("claim");
-    let ClaimResult::Claimed { heads, .. } = claimed else {
-        panic!("cycle {n}: {claimed:?}");
-    };
-    assert_eq!(heads.len(), 1, "cycle {n}");
-    let head = &heads[0];
-    store
-        .complete_attempt(CompleteRequest {
-            session_id: "soak".into(),
-            consumer: head.consumer.clone(),
-            lane: head.lane.clone(),
-            index: head.event.index,
-            attempt: head.dispatch.attempt_count,
-            events: Vec::new(),
-            consumers: None,
-        })
-        .await
-        .expect("complete");
-}
-
 /// Runs `cycles` cycles from `first`, sampling the state tables' size every
 /// 1% of them; asserts that no sample after `base_after` cycles exceeds
 /// twice the largest up to it, and prints what it saw.
@@ -109,7 +70,7 @@ async fn phase(store: &PostgresStore, name: &str, first: u64, cycles: u64, base_
     let mut started = Instant::now();
     let mut first_tenth = None;
     for n in 1..=cycles {
-        cycle(store, first + n).await;
+        support::lane_cycle(store, "soak", first + n).await;
         if n == tenth {
             first_tenth = Some(started.elapsed() / u32::try_from(tenth).unwrap_or(u32::MAX));
         }

@@ -77,6 +77,40 @@ pub async fn dead_letter_one<S: Store + ?Sized>(store: &S, claim: a2_store_api::
         .expect("dead-letter");
 }
 
+/// Appends one job to `session`'s lane `agent`/`main` (its payload `n`),
+/// claims it and completes it: the cycle of the bloat tests.
+pub async fn lane_cycle(store: &PostgresStore, session: &str, n: u64) {
+    use a2_store_api::{
+        AppendOptions, ClaimRequest, CompleteRequest, CompleteResult, NewEvent, Target,
+    };
+    let event = NewEvent::new("job", serde_json::json!({ "n": n }))
+        .with_target(Target::lane("agent", "main"));
+    store
+        .append(session, vec![event], AppendOptions::default())
+        .await
+        .expect("append");
+    let heads = store
+        .claim_available(ClaimRequest {
+            session_id: session.into(),
+            holder: "w".into(),
+            ttl_ms: Some(60_000),
+            limit: Some(1),
+            ..ClaimRequest::default()
+        })
+        .await
+        .expect("claim")
+        .into_heads();
+    assert_eq!(heads.len(), 1, "cycle {n}: {heads:?}");
+    let done = store
+        .complete_attempt(CompleteRequest::for_head(&heads[0], Vec::new()))
+        .await
+        .expect("complete");
+    assert!(
+        matches!(done, CompleteResult::Completed { .. }),
+        "cycle {n}: {done:?}"
+    );
+}
+
 /// Undoes migration 14 (in a connection whose `search_path` is the
 /// schema): the rotation function goes.
 pub const UNDO_14: &str = "DROP FUNCTION rotate_table(text, bigint, bigint);";
