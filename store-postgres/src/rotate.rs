@@ -7,10 +7,10 @@
 //! cannot deadlock with a call), and runs the store's periodic check.
 
 use std::collections::HashMap;
-use std::sync::Weak;
+use std::sync::Arc;
 
 use a2_store_api::Result;
-use deadpool_postgres::Pool;
+use deadpool_postgres::{Client, Pool};
 use tokio_postgres::error::SqlState;
 
 use crate::error::{db_error, pool_error};
@@ -89,16 +89,25 @@ impl PostgresStore {
     /// `Backend` when the server fails (tables rotated before the failure
     /// stay rotated), `ReadOnly` on a read-only store.
     pub async fn rotate(&self) -> Result<RotationReport> {
-        let rotation = &self.inner.rotation;
-        let sizes = sizes(&self.inner.pool).await?;
-        rotate_tables(&self.inner.pool, rotation, &sizes).await
+        let client = connection(&self.inner.pool).await?;
+        let sizes = sizes(&client).await?;
+        rotate_tables(&client, &self.inner.rotation, &sizes).await
     }
 }
 
+/// One pooled connection for a whole pass: measuring, rotating and
+/// measuring again on it, so a pass never waits for a second connection
+/// while holding one (with `pool_size` 1 it would wait until the pool's
+/// timeout).
+async fn connection(pool: &Pool) -> Result<Client> {
+    pool.get()
+        .await
+        .map_err(|e| pool_error("rotating the state tables", e))
+}
+
 /// The current bytes of every state table, in [`STATE_TABLES`] order.
-async fn sizes(pool: &Pool) -> Result<Vec<(String, u64)>> {
+async fn sizes(client: &Client) -> Result<Vec<(String, u64)>> {
     let doing = "measuring the state tables";
-    let client = pool.get().await.map_err(|e| pool_error(doing, e))?;
     let names: Vec<&str> = STATE_TABLES.to_vec();
     let rows = client
         .query(SIZES, &[&names])
@@ -116,7 +125,7 @@ async fn sizes(pool: &Pool) -> Result<Vec<(String, u64)>> {
 /// Rotates each of `tables` (name, bytes before) in turn, each in its own
 /// transaction, and reports what became of each.
 async fn rotate_tables(
-    pool: &Pool,
+    client: &Client,
     rotation: &Rotation,
     tables: &[(String, u64)],
 ) -> Result<RotationReport> {
@@ -125,7 +134,6 @@ async fn rotate_tables(
         return Ok(report);
     }
     let doing = "rotating the state tables";
-    let client = pool.get().await.map_err(|e| pool_error(doing, e))?;
     let max_live = i64::try_from(rotation.max_live).unwrap_or(i64::MAX);
     let lock_ms = i64::try_from(rotation.lock_timeout.as_millis().max(1)).unwrap_or(i64::MAX);
     let mut kept = Vec::new();
@@ -150,7 +158,7 @@ async fn rotate_tables(
     if kept.is_empty() {
         return Ok(report);
     }
-    let after = sizes(pool).await?;
+    let after = sizes(client).await?;
     for (table, rows, bytes_before) in kept {
         let bytes_after = after
             .iter()
@@ -207,21 +215,24 @@ impl Floors {
 /// interval): it holds the store weakly and ends once the store is gone.
 /// A failed check is retried at the next one; the calls report the
 /// server's failures.
-pub(crate) fn start(inner: Weak<Inner>, rotation: &Rotation) {
-    let Some(interval) = rotation.interval else {
+pub(crate) fn start(inner: &Arc<Inner>) {
+    let Some(interval) = inner.rotation.interval else {
         return;
     };
-    let min_growth = rotation.min_growth;
+    let inner = Arc::downgrade(inner);
     tokio::spawn(async move {
         let mut floors = Floors::default();
         loop {
             tokio::time::sleep(interval).await;
             let Some(inner) = inner.upgrade() else { break };
-            let Ok(sizes) = sizes(&inner.pool).await else {
+            let Ok(client) = connection(&inner.pool).await else {
                 continue;
             };
-            let due = floors.due(&sizes, min_growth);
-            if let Ok(report) = rotate_tables(&inner.pool, &inner.rotation, &due).await {
+            let Ok(sizes) = sizes(&client).await else {
+                continue;
+            };
+            let due = floors.due(&sizes, inner.rotation.min_growth);
+            if let Ok(report) = rotate_tables(&client, &inner.rotation, &due).await {
                 floors.passed(&report, &sizes);
             }
         }

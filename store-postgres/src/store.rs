@@ -162,7 +162,7 @@ impl PostgresStore {
             rotation: options.rotation,
         });
         if !read_only {
-            crate::rotate::start(Arc::downgrade(&inner), &inner.rotation);
+            crate::rotate::start(&inner);
         }
         Ok(Self { inner })
     }

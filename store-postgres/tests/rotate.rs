@@ -441,3 +441,31 @@ async fn the_store_rotates_its_tables_by_itself() {
         }
     }
 }
+
+/// A store of one connection rotates on it: a pass measures, rotates and
+/// measures again without asking the pool for a second connection.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_connection_store_rotates() {
+    let Some(factory) = PgFactory::from_env("rotate") else {
+        return;
+    };
+    let schema = factory.schema();
+    let store = PostgresStore::connect(
+        factory.url(),
+        PostgresOptions {
+            pool_size: 1,
+            pool_timeout: Some(Duration::from_secs(2)),
+            rotation: by_hand(),
+            ..support::options(&schema, Arc::new(SystemClock), Arc::new(RandomIds))
+        },
+    )
+    .await
+    .expect("connect");
+    support::lane_cycle(&store, "s", 1).await;
+    let report = store.rotate().await.expect("rotate on the one connection");
+    assert_eq!(report.rotated.len(), STATE_TABLES.len(), "{report:?}");
+}
