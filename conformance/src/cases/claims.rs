@@ -1,7 +1,9 @@
 //! `claim_available`: order, bookkeeping, busy and settled, `through`,
 //! `exclude`, `limit`, holders, expired claims and dead-lettering on expiry.
 
-use a2_store_api::{ClaimRequest, ClearRequest, ConsumerDeclaration, Dispatch, NewEvent, Target};
+use a2_store_api::{
+    ClaimRequest, ClearRequest, ConsumerDeclaration, Dispatch, ErrorCode, NewEvent, Target,
+};
 use serde_json::json;
 
 use crate::support::*;
@@ -92,6 +94,47 @@ pub(crate) async fn claim_without_work_is_settled(cx: Cx) -> CaseResult {
     let head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
     completed(cx.complete(&s, &head, vec![]).await?)?;
     settled(cx.claim(&s, "w1").await?)
+}
+
+/// A refused call leaves nothing behind: a claim made the moment it fails
+/// returns every head a claim before it would have (a backend answers a
+/// call only once its transaction, and every lock it took, has ended).
+pub(crate) async fn claim_right_after_a_refused_call_returns_every_head(cx: Cx) -> CaseResult {
+    /// Rounds: a race with a lock released late shows in some, not all.
+    const ROUNDS: usize = 40;
+    let s = cx.session_id("s");
+    cx.append(&s, vec![to_lane("a", "agent", "L1")]).await?;
+    let mut head = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    for round in 0..ROUNDS {
+        let reply = to_lane(&format!("r{round}"), "agent", "L1");
+        let next = completed(cx.complete(&s, &head, vec![reply]).await?)?;
+        let next_index = idx(&next)
+            .first()
+            .copied()
+            .ok_or_else(|| Failure::Fail("the completion returned no event".into()))?;
+        // Refused on the cursor just completed, alternately a replay with
+        // another batch and an append caused by the finished attempt.
+        if round % 2 == 0 {
+            ensure_code!(
+                cx.complete(&s, &head, vec![ev("reply", &format!("x{round}"))])
+                    .await,
+                ErrorCode::PartialDuplicateBatch
+            );
+        } else {
+            ensure_code!(
+                cx.append(&s, vec![msg(&format!("x{round}")).with_cause(head.cause())])
+                    .await,
+                ErrorCode::SupersededAttempt
+            );
+        }
+        let heads = cx.claim_heads(&s, "w1").await?;
+        ensure_eq!(
+            head_summaries(&heads),
+            vec![format!("{next_index} agent/L1 #1")]
+        );
+        head = nth(&heads, 0)?;
+    }
+    Ok(())
 }
 
 /// Heads above `through` are skipped (and not counted as busy).

@@ -96,6 +96,7 @@ macro_rules! __a2_cases {
                 claims::claim_with_expires_at_sets_lease_end,
                 claims::claim_on_busy_heads_is_busy_with_earliest_expiry,
                 claims::claim_without_work_is_settled,
+                claims::claim_right_after_a_refused_call_returns_every_head,
                 claims::claim_skips_heads_above_through,
                 claims::claim_excludes_event_cursor_by_index,
                 claims::claim_excludes_lane_cursor_whatever_its_head,
