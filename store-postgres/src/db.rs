@@ -50,9 +50,10 @@ impl<'s> Stmt<'s> {
 /// last statements and `COMMIT` together, so a call costs as many round
 /// trips as it has dependent steps, not two more. tokio-postgres pipelines
 /// requests issued before their answers arrive, and the server runs them in
-/// order. A transaction dropped open (a failed or cancelled call) sends
-/// `ROLLBACK` without waiting for it; the connection answers it before any
-/// later request, so the next call finds no transaction open.
+/// order. A call that fails, or that ends without writing, waits for its
+/// `ROLLBACK` ([`end`](Self::end)) before it answers, so no lock it took is
+/// still held when its caller acts again; only a transaction dropped open
+/// (a cancelled call) sends `ROLLBACK` without waiting for it.
 pub(crate) struct Tx<'a> {
     client: &'a ClientWrapper,
     state: AtomicU8,
@@ -169,18 +170,43 @@ impl<'a> Tx<'a> {
         Ok(self.client.query(&statement, params).await?)
     }
 
-    /// Ends a transaction that wrote nothing (every statement it ran only
-    /// read, or locked and changed no row) without waiting: `ROLLBACK` is
-    /// queued on the connection, which sends it at once and before any
-    /// later request, so row locks it took are released a moment later,
-    /// the next call on the pooled connection finds no transaction open,
-    /// and the caller answers at once. A later [`commit`](Self::commit)
-    /// does nothing.
-    pub(crate) fn end_unwaited(&self) {
+    /// Ends the transaction with `ROLLBACK` and waits for the server's
+    /// answer, so every row lock it took is released before the caller is
+    /// answered: a claim on another pooled connection that runs next must
+    /// not skip (`SKIP LOCKED`) a row this one only looked at. Nothing is
+    /// sent when the transaction never opened or already ended; a later
+    /// [`commit`](Self::commit) does nothing.
+    pub(crate) async fn end(&self) -> TxResult<()> {
         if self.state.swap(DONE, Ordering::AcqRel) == OPEN {
-            // Sent on this first poll; the connection discards the answer.
-            let _ = self.client.batch_execute("ROLLBACK").now_or_never();
+            self.client.batch_execute("ROLLBACK").await?;
         }
+        Ok(())
+    }
+
+    /// Sends `statements` in one write outside any transaction (each one
+    /// commits on its own, so no lock outlives its statement) and returns
+    /// each one's rows; only before the transaction's first statement,
+    /// which then opens it as usual. For reads whose answer may end the
+    /// call: nothing is left to end on the server when they are all it ran.
+    pub(crate) async fn pipeline_alone(&self, statements: &[Stmt<'_>]) -> TxResult<Vec<Vec<Row>>> {
+        if self.state.load(Ordering::Acquire) != IDLE {
+            return Err(a2_store_api::StoreError::Backend {
+                message: "internal error: statements alone inside a transaction".into(),
+                source: None,
+            }
+            .into());
+        }
+        let prepared =
+            futures::future::try_join_all(statements.iter().map(|s| self.prepare_cached(s.sql)))
+                .await?;
+        let answers = futures::future::try_join_all(
+            prepared
+                .iter()
+                .zip(statements)
+                .map(|(statement, s)| self.client.query(statement, s.params)),
+        )
+        .await?;
+        Ok(answers)
     }
 
     async fn send(&self, statements: &[Stmt<'_>], commit: bool) -> TxResult<Vec<Vec<Row>>> {
@@ -262,8 +288,16 @@ impl<'a> Tx<'a> {
 }
 
 impl Drop for Tx<'_> {
+    /// Only a call whose future was dropped mid-way (cancelled) gets here
+    /// with its transaction open: every call that returns ends it first
+    /// ([`Tx::end`] or a commit). `ROLLBACK` is then queued without waiting;
+    /// the connection sends it before any later request, so the next call
+    /// on it finds no transaction open, and nobody is answered meanwhile.
     fn drop(&mut self) {
-        self.end_unwaited();
+        if self.state.swap(DONE, Ordering::AcqRel) == OPEN {
+            // Sent on this first poll; the connection discards the answer.
+            let _ = self.client.batch_execute("ROLLBACK").now_or_never();
+        }
     }
 }
 

@@ -6,8 +6,9 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 /// Runs `$body` (which uses `$tx`) in a transaction on a pooled connection,
-/// committing when it returns `Ok`, rolling back otherwise, and running it
-/// again after a deadlock or serialization failure.
+/// committing when it returns `Ok`, rolling back otherwise (and waiting for
+/// the rollback before answering or retrying), and running it again after a
+/// deadlock or serialization failure.
 macro_rules! transact {
     ($inner:expr, $what:expr, |$tx:ident| $body:expr) => {{
         let inner: &$crate::inner::Inner = &$inner;
@@ -20,13 +21,28 @@ macro_rules! transact {
                 .get()
                 .await
                 .map_err(|e| $crate::error::pool_error(what, e))?;
-            let outcome: std::result::Result<_, $crate::error::TxError> = async {
+            let outcome: std::result::Result<_, $crate::error::TxError> = {
                 let $tx = $crate::db::Tx::new(&client);
-                let value = $body;
-                $tx.commit().await?;
-                Ok(value)
-            }
-            .await;
+                let outcome: std::result::Result<_, $crate::error::TxError> = async {
+                    let value = $body;
+                    $tx.commit().await?;
+                    Ok(value)
+                }
+                .await;
+                // A failed call answers only once its transaction has ended
+                // on the server: its row locks are gone before its caller
+                // (or its own retry, on another connection) claims again.
+                match outcome {
+                    Ok(value) => Ok(value),
+                    Err(error) => {
+                        // A connection that cannot even roll back is broken:
+                        // the server ends the transaction as it closes, and
+                        // the call's own error is the one to report.
+                        let _ = $tx.end().await;
+                        Err(error)
+                    }
+                }
+            };
             match outcome {
                 Ok(value) => break Ok::<_, a2_store_api::StoreError>(value),
                 // A guess about a row was out of date (it is forgotten): at

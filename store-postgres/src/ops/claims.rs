@@ -102,22 +102,23 @@ impl<'a> Candidates<'a> {
 /// lock is taken by then, see `ops::work`), and rewritten to what is left.
 ///
 /// Two round trips: `BEGIN`, the log type refresh, the promotion's
-/// selection of due heads, the walk and the empty claim's answer
-/// ([`sql::empty_answer`]) go in one; the cursor writes, the session read
-/// (or the `Busy` answer), the work rewrite and `COMMIT` in the other. Only
-/// when heads are due (a lease or retry delay ran out) are they promoted
-/// and the walk run again, and only when dead letters used up the rows a
-/// limited walk fetched is it run once more.
+/// selection of due heads and the walk go in one; the cursor writes, the
+/// session read (or the `Busy` answer), the work rewrite and `COMMIT` in
+/// the other. Only when heads are due (a lease or retry delay ran out) are
+/// they promoted and the walk run again, and only when dead letters used up
+/// the rows a limited walk fetched is it run once more.
 ///
-/// One round trip when the claim finds nothing and has nothing to write:
-/// no type refreshed, no head due, none walked, and the work rewrite would
-/// store the rows already stored (`WorkSummary::served_row` of each served
-/// pair's summary is its row). Then the answer is the first round trip's,
-/// and the transaction, which holds no lock and wrote nothing, is rolled
-/// back without waiting ([`Tx::end_unwaited`]). The empty claim's answer
-/// ([`sql::empty_answer`]) is sent only when the store's last claim of the
-/// session (with the same consumers) took nothing ([`Hint::NothingTaken`]),
-/// so claims that find work do not pay for it.
+/// When the store's last claim of the session (with the same consumers)
+/// took nothing ([`Hint::NothingTaken`]), the due selection, the walk and
+/// the empty claim's answer ([`sql::empty_answer`]) first run as a probe
+/// outside any transaction ([`Tx::pipeline_alone`]): one round trip, and
+/// the answer, when it finds nothing and has nothing to write (no head
+/// due, none walked, and the work rewrite would store the rows already
+/// stored: `WorkSummary::served_row` of each served pair's summary is its
+/// row). No transaction is left to end and no lock outlives its statement,
+/// so the caller's next call (on any pooled connection) sees every row as
+/// it was. A probe that finds something costs that one round trip more, and
+/// the claim runs as above; claims that find work do not pay for the probe.
 ///
 /// When that last claim found no work row with a time at all
 /// ([`Hint::NoWork`]: nothing claimable, busy or scheduled), the claim
@@ -164,42 +165,47 @@ pub(crate) async fn claim(
     let wanted = wanted(request, 0);
     let due_params: [&(dyn ToSql + Sync); 2] = [&session_id, &now];
     let walk_params = candidates.params(Some(&wanted));
-    let empty_params = candidates.params(None);
+    // The probe of a claim whose last one took nothing runs outside any
+    // transaction (a hint is only given when no type is refreshed, so it
+    // writes nothing): when it finds nothing the call answers at once,
+    // with no transaction to end on the server and no lock left behind.
+    if hint.is_some() {
+        let empty_params = candidates.params(None);
+        let probe = [
+            Stmt::new(sql::DUE, &due_params),
+            Stmt::new(walk, &walk_params),
+            Stmt::new(empty_answer_sql(), &empty_params),
+        ];
+        let mut answers = tx.pipeline_alone(&probe).await?;
+        let empty = answers.pop().unwrap_or_default();
+        let walked = answers.pop().unwrap_or_default();
+        let due = answers.pop().unwrap_or_default();
+        if due.is_empty() && walked.is_empty() {
+            if let Some((result, timed)) = settled_empty(&empty, now)? {
+                hints.set(
+                    key,
+                    Some(if timed {
+                        Hint::NothingTaken
+                    } else {
+                        Hint::NoWork
+                    }),
+                );
+                return Ok(result);
+            }
+        }
+        // Something to take or to rewrite: the locks the probe took ended
+        // with its statements, so the claim runs again in its transaction.
+    }
     let mut statements: Vec<Stmt<'_>> = refresh_params
         .iter()
         .map(|params| Stmt::new(REFRESH_TYPES, params))
         .collect();
     statements.push(Stmt::new(sql::DUE, &due_params));
     statements.push(Stmt::new(walk, &walk_params));
-    let probed = hint.is_some();
-    if probed {
-        statements.push(Stmt::new(empty_answer_sql(), &empty_params));
-    }
     let mut answers = tx.pipeline(&statements).await?;
-    let empty = if probed {
-        answers.pop().unwrap_or_default()
-    } else {
-        Vec::new()
-    };
     let walked = answers.pop().unwrap_or_default();
     let due = answers.pop().unwrap_or_default();
-    let refreshed = answers.iter().any(|rows| !rows.is_empty());
     drop(walk_params);
-    drop(empty_params);
-    if probed && !refreshed && due.is_empty() && walked.is_empty() {
-        if let Some((result, timed)) = settled_empty(&empty, now)? {
-            tx.end_unwaited();
-            hints.set(
-                key,
-                Some(if timed {
-                    Hint::NothingTaken
-                } else {
-                    Hint::NoWork
-                }),
-            );
-            return Ok(result);
-        }
-    }
     let served = served_list(request);
     let walks = Walks {
         candidates,
@@ -335,13 +341,13 @@ fn settled_empty(rows: &[Row], now: i64) -> TxResult<Option<(ClaimResult, bool)>
 /// due heads and the walk go in one; the cursor writes, the session read
 /// (or the `Busy` answer), the work rewrite ([`REWRITE`], on the rows
 /// already locked) and `COMMIT` in the other. A session left to another
-/// transaction costs the first only: its transaction, which wrote nothing
-/// when no type was refreshed, is rolled back without waiting. Heads due
-/// (a lease or retry delay ran out) are promoted and walked again in one
-/// more. A session whose rows are none of them ready by now (a claimer
-/// served it since the ready sessions were read) has nothing to claim or
-/// rewrite: its rows are not locked at all, and it is left after the
-/// first step, unwaited.
+/// transaction costs the first and its `ROLLBACK` (when no type was
+/// refreshed, it wrote nothing), which the call waits for, so the rows
+/// [`TRY_LOCK`] took are free before it answers. Heads due (a lease or
+/// retry delay ran out) are promoted and walked again in one more. A
+/// session whose rows are none of them ready by now (a claimer served it
+/// since the ready sessions were read) has nothing to claim or rewrite,
+/// and is left after the same `ROLLBACK`.
 pub(crate) async fn claim_session(
     tx: &Tx<'_>,
     request: &ClaimRequest,
@@ -379,7 +385,9 @@ pub(crate) async fn claim_session(
     let held = locked.held_elsewhere();
     if held || (due.is_empty() && walked.is_empty() && !locked.any_due(now)) {
         if refresh_params.is_empty() {
-            tx.end_unwaited();
+            // The rows TRY_LOCK took must be free again before the caller
+            // (or another claimer it races) looks at this session again.
+            tx.end().await?;
         }
         return Ok(if held {
             ClaimResult::Busy { retry_at: now }
@@ -422,7 +430,7 @@ pub(crate) fn one_step(request: &ClaimWorkRequest) -> bool {
 /// ([`sql::picked`]) go in one; the writes, the rewrite and `COMMIT` in the
 /// other. Claimers woken together so pass each other's sessions: a claimer
 /// that finds every ready row held costs one round trip, whose transaction
-/// (it locked nothing and wrote nothing) is rolled back without waiting,
+/// (it locked nothing and wrote nothing) is rolled back (waited for),
 /// and answers `Contended`; where the ready read and [`TRY_LOCK`] cost two
 /// and found the one session every claimer read held.
 pub(crate) async fn claim_next(
@@ -460,7 +468,7 @@ pub(crate) async fn claim_next(
         return Err(a2_store_api::StoreError::corrupt_value("answer of claim_work's pick").into());
     };
     let Some(session_id) = row.try_get::<_, Option<String>>(0)? else {
-        tx.end_unwaited();
+        tx.end().await?;
         let contended = row.try_get::<_, Option<bool>>(1)?.unwrap_or(false);
         return Ok(if contended {
             NextClaim::Contended { retry_at: now }
