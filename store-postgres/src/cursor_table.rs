@@ -401,11 +401,15 @@ impl<'c> CursorWrites<'c> {
         if by_key.is_empty() {
             return None;
         }
-        let rows: Vec<&CursorRow> = by_key.into_values().collect();
+        Some(Self::of_rows(session_id, by_key.into_values().collect()))
+    }
+
+    /// The columns of `rows`, taken in the order given.
+    fn of_rows(session_id: &'c str, rows: Vec<&'c CursorRow>) -> Self {
         let column = |field: fn(&CursorRow) -> Option<i64>| -> Vec<Option<i64>> {
             rows.iter().map(|c| field(c)).collect()
         };
-        Some(Self {
+        Self {
             session_id,
             consumers: rows.iter().map(|c| c.consumer.as_str()).collect(),
             lanes: rows.iter().map(|c| c.lane.as_str()).collect(),
@@ -436,7 +440,7 @@ impl<'c> CursorWrites<'c> {
                 .map(|c| c.dispatch.last_error.as_deref())
                 .collect(),
             failed_at: column(|c| c.dispatch.failed_at),
-        })
+        }
     }
 
     /// The parameters of [`PUT_ALL`].
@@ -486,6 +490,57 @@ impl<'c> CursorWrites<'c> {
             self.errors.first()?,
             self.failed_at.first()?,
         ])
+    }
+}
+
+/// [`PUT_ALL`] across sessions: `$1` each row's session, `$2`..`$18` the
+/// columns of [`CursorWrites`]. Rows are written in key order (session
+/// first), so concurrent callers lock them in the same order.
+pub(crate) const PUT_MANY: &str = upsert_cursors!(
+    "SELECT r.* FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::smallint[], \
+       $6::bigint[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::bigint[], $11::bigint[], \
+       $12::text[], $13::bigint[], $14::bigint[], $15::bigint[], $16::bigint[], $17::text[], \
+       $18::bigint[]) AS r"
+);
+
+/// The bound columns of [`PUT_MANY`]: cursors of several sessions in key
+/// order (the last of a repeated key), for one statement of a batch.
+pub(crate) struct ManyCursorWrites<'c> {
+    sessions: Vec<&'c str>,
+    columns: CursorWrites<'c>,
+}
+
+impl<'c> ManyCursorWrites<'c> {
+    /// The columns of `rows`, each a session and one of its cursors; `None`
+    /// when there is none.
+    pub(crate) fn new(rows: impl IntoIterator<Item = (&'c str, &'c CursorRow)>) -> Option<Self> {
+        let mut by_key: BTreeMap<(&str, &str, &str, i64), (&str, &CursorRow)> = BTreeMap::new();
+        for (session_id, cursor) in rows {
+            by_key.insert(
+                (
+                    session_id,
+                    cursor.consumer.as_str(),
+                    cursor.lane.as_str(),
+                    cursor.slot,
+                ),
+                (session_id, cursor),
+            );
+        }
+        if by_key.is_empty() {
+            return None;
+        }
+        let (sessions, rows): (Vec<&str>, Vec<&CursorRow>) = by_key.into_values().unzip();
+        Some(Self {
+            sessions,
+            columns: CursorWrites::of_rows("", rows),
+        })
+    }
+
+    /// The parameters of [`PUT_MANY`].
+    pub(crate) fn params(&self) -> [&(dyn ToSql + Sync); 18] {
+        let mut params = self.columns.params();
+        params[0] = &self.sessions;
+        params
     }
 }
 
