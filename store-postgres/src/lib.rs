@@ -65,6 +65,7 @@ mod store;
 pub mod tls;
 mod warm;
 mod work_source;
+mod writer;
 
 pub use health::{Health, OpenTransaction, TableHealth};
 pub use options::{validate_schema_name, PostgresOptions, Rotation, MAX_SCHEMA_NAME_LEN};

@@ -52,6 +52,8 @@ pub const MAX_RETRIES: u32 = 8;
 #[derive(Clone)]
 pub struct PostgresStore {
     pub(crate) inner: Arc<Inner>,
+    /// The batching writer of completions (see [`crate::writer`]).
+    completer: Arc<crate::writer::Completer>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -164,7 +166,10 @@ impl PostgresStore {
         if !read_only {
             crate::rotate::start(&inner);
         }
-        Ok(Self { inner })
+        Ok(Self {
+            inner,
+            completer: Arc::default(),
+        })
     }
 
     /// The schema this store works in.
@@ -251,6 +256,13 @@ impl Store for PostgresStore {
 
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
         validate::complete_attempt(&request)?;
+        // Concurrent completions share a transaction (see `crate::writer`);
+        // one the batch leaves alone, and a lone one, run here.
+        let (request, _turn) =
+            match crate::writer::complete(&self.completer, &self.inner, request).await {
+                crate::writer::Route::Done(result) => return Ok(result),
+                crate::writer::Route::Alone(request, turn) => (request, turn),
+            };
         let (result, wrote) = transact!(self.inner, "completing an attempt", |tx| {
             ops::complete::complete(&tx, &self.inner, &request).await?
         })?;

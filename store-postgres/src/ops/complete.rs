@@ -2,6 +2,8 @@
 //! returns, its completion is recorded (for replays) and the cursor moves
 //! to its next head; a repeat of a recorded completion replays it.
 
+pub(crate) mod batch;
+
 use a2_store_api::dispatch::cleared;
 use a2_store_api::sql::{count_to_sql, from_sql_count};
 use a2_store_api::{
