@@ -21,6 +21,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use a2_benches::bare_queue::BareQueue;
 use a2_benches::postgres;
 use a2_benches::settings;
 use a2_store_api::{
@@ -159,36 +160,21 @@ async fn store_cycles(store: &PostgresStore, iters: u64, shared: bool, round: u6
     start.elapsed()
 }
 
-const BARE_CLAIM: &str = "UPDATE jobs SET locked_until = $1 WHERE id = \
-    (SELECT id FROM jobs WHERE locked_until IS NULL ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED) \
-    RETURNING id, payload";
-
 async fn bare_setup(client: &Client, schema: &str) {
     client
         .batch_execute(&format!(
-            "CREATE SCHEMA {schema}; SET search_path TO {schema}; \
-             CREATE TABLE jobs (id bigserial PRIMARY KEY, payload jsonb NOT NULL, locked_until bigint)"
+            "CREATE SCHEMA {schema}; SET search_path TO {schema}; {}",
+            BareQueue::UNBATCHED.create_table_sql()
         ))
         .await
         .expect("bare queue table");
 }
 
 async fn bare_worker(client: Arc<Client>) -> u64 {
-    let claim = client.prepare(BARE_CLAIM).await.expect("prepare claim");
-    let done_sql = client
-        .prepare("DELETE FROM jobs WHERE id = $1")
+    BareQueue::UNBATCHED
+        .drain(&client, |_| {})
         .await
-        .expect("prepare delete");
-    let mut done = 0;
-    loop {
-        let until = 1_i64;
-        let Some(row) = client.query_opt(&claim, &[&until]).await.expect("claim") else {
-            return done;
-        };
-        let id: i64 = row.get(0);
-        client.execute(&done_sql, &[&id]).await.expect("delete");
-        done += 1;
-    }
+        .expect("bare queue worker")
 }
 
 async fn bare_cycles(clients: &[Arc<Client>], iters: u64) -> Duration {
