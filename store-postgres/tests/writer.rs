@@ -210,3 +210,89 @@ async fn refused_completions_in_a_batch_answer_alone() {
         "{applied:?}"
     );
 }
+
+/// Connections killed while batches are in flight, at any point (their
+/// locks, their writes, their `COMMIT`): every caller is answered, none is
+/// applied twice. Each completion is retried until it answers `Completed`
+/// (a replay when a lost `COMMIT` had applied it), and then every lane has
+/// moved exactly one head and every record is there once.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killed_connections_lose_or_double_no_completion() {
+    let Some(factory) = support::PgFactory::from_env("writer") else {
+        return;
+    };
+    let schema = factory.schema();
+    let name = format!("a2t_writer_kill_{}", uuid::Uuid::new_v4().simple());
+    let options = a2_store_postgres::PostgresOptions {
+        pool_size: 8,
+        application_name: Some(name.clone()),
+        ..support::options(&schema, Arc::new(SystemClock), Arc::new(RandomIds))
+    };
+    let store = PostgresStore::connect(factory.url(), options)
+        .await
+        .expect("connect");
+    let heads = claimed_heads(&store).await;
+    let killer = support::raw_client(factory.url()).await;
+    let burst = futures::future::join_all(heads.iter().map(|head| {
+        let store = store.clone();
+        let request = completion(head);
+        async move {
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                match store.complete_attempt(request.clone()).await {
+                    Ok(CompleteResult::Completed { events }) if events.is_empty() => break tries,
+                    Ok(other) => panic!("{request:?} answered {other:?}"),
+                    Err(error) if tries < 50 => {
+                        let _ = error;
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    Err(error) => panic!("{request:?} still failing: {error}"),
+                }
+            }
+        }
+    }));
+    let kills = async {
+        for _ in 0..5 {
+            killer
+                .execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                     WHERE application_name = $1",
+                    &[&name],
+                )
+                .await
+                .expect("terminate the store's connections");
+            tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+        }
+    };
+    let (tries, ()) = futures::join!(burst, kills);
+    assert_eq!(tries.len(), heads.len());
+    for n in 0..SESSIONS {
+        let session = format!("l{n:03}");
+        let next = store
+            .claim_available(claim(&session))
+            .await
+            .expect("claim")
+            .into_heads();
+        assert_eq!(
+            next.iter().map(|h| h.event.index).collect::<Vec<_>>(),
+            vec![2],
+            "{session} moved other than one head"
+        );
+    }
+    let client = support::raw_client(factory.url()).await;
+    // A name made by the test's factory, never input: safe to format.
+    let records: i64 = client
+        .query_one(
+            &format!("SELECT count(*)::bigint FROM {schema}.completions"),
+            &[],
+        )
+        .await
+        .expect("count the records")
+        .get(0);
+    assert_eq!(records, i64::try_from(heads.len()).unwrap_or(i64::MAX));
+}
