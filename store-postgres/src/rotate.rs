@@ -16,7 +16,6 @@ use tokio_postgres::error::SqlState;
 use crate::error::{db_error, pool_error};
 use crate::inner::Inner;
 use crate::options::Rotation;
-use crate::store::PostgresStore;
 
 /// The tables rotations reclaim: those whose rows are updated or deleted
 /// in place. The log (`events`) and the replay records (`completions`)
@@ -43,7 +42,8 @@ const SIZES: &str = "SELECT t, COALESCE(pg_total_relation_size(to_regclass(t)), 
 /// its lock; the rows kept, or -1 when it holds more.
 const ROTATE: &str = "SELECT rotate_table($1, $2, $3)";
 
-/// What one rotation pass did, from [`PostgresStore::rotate`].
+/// What one rotation pass did, from
+/// [`PostgresStore::rotate`](crate::PostgresStore::rotate).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RotationReport {
@@ -72,27 +72,12 @@ pub struct RotatedTable {
     pub bytes_after: u64,
 }
 
-impl PostgresStore {
-    /// Rotates every state table now, whatever its size, except those
-    /// holding more than the store's [`Rotation::max_live`] rows and those
-    /// whose lock is not granted within its [`Rotation::lock_timeout`]:
-    /// each table's live rows are kept, its dead versions and index entries
-    /// are gone, even while another transaction holds vacuum back. Each
-    /// table is rotated in a transaction of its own; calls on it wait
-    /// meanwhile. The store also rotates by itself (see [`Rotation`]).
-    ///
-    /// A transaction of another client that started before a rotation and
-    /// reads the table after it sees the table empty (`TRUNCATE` is not
-    /// MVCC-safe); the store's own calls never do.
-    ///
-    /// Errors: `Busy` when no pooled connection frees up in time,
-    /// `Backend` when the server fails (tables rotated before the failure
-    /// stay rotated), `ReadOnly` on a read-only store.
-    pub async fn rotate(&self) -> Result<RotationReport> {
-        let client = connection(&self.inner.pool).await?;
-        let sizes = sizes(&client).await?;
-        rotate_tables(&client, &self.inner.rotation, &sizes).await
-    }
+/// Rotates every state table now (see `PostgresStore::rotate`), on one
+/// pooled connection of `inner`.
+pub(crate) async fn rotate_now(inner: &Inner) -> Result<RotationReport> {
+    let client = connection(&inner.pool).await?;
+    let sizes = sizes(&client).await?;
+    rotate_tables(&client, &inner.rotation, &sizes).await
 }
 
 /// One pooled connection for a whole pass: measuring, rotating and

@@ -172,6 +172,25 @@ impl PostgresStore {
         })
     }
 
+    /// Rotates every state table now, whatever its size, except those
+    /// holding more than the store's [`Rotation::max_live`](crate::Rotation::max_live) rows and those
+    /// whose lock is not granted within its [`Rotation::lock_timeout`](crate::Rotation::lock_timeout):
+    /// each table's live rows are kept, its dead versions and index entries
+    /// are gone, even while another transaction holds vacuum back. Each
+    /// table is rotated in a transaction of its own; calls on it wait
+    /// meanwhile. The store also rotates by itself (see [`Rotation`](crate::Rotation)).
+    ///
+    /// A transaction of another client that started before a rotation and
+    /// reads the table after it sees the table empty (`TRUNCATE` is not
+    /// MVCC-safe); the store's own calls never do.
+    ///
+    /// Errors: `Busy` when no pooled connection frees up in time,
+    /// `Backend` when the server fails (tables rotated before the failure
+    /// stay rotated), `ReadOnly` on a read-only store.
+    pub async fn rotate(&self) -> Result<crate::RotationReport> {
+        crate::rotate::rotate_now(&self.inner).await
+    }
+
     /// The schema this store works in.
     pub fn schema(&self) -> &str {
         &self.inner.schema
