@@ -286,6 +286,12 @@ pub enum NextClaim {
     /// [`WorkSource::earliest_ready`] answers it (`None`: no row with a
     /// time).
     Earliest(Option<i64>),
+    /// Only in [`WorkSource::claim_next_many`]'s answer, after the sessions
+    /// it claimed: its pick found fewer free ready sessions (none of
+    /// `skip`) than were wanted, so another step now would most likely find
+    /// none. [`claim_work`] answers with what it claimed; when that is
+    /// nothing, it steps again to learn `Contended` or `Earliest`.
+    Exhausted,
 }
 
 /// How many candidate sessions beyond those still wanted a claim asks for
@@ -366,6 +372,37 @@ pub trait WorkSource: Send + Sync {
     ) -> Result<NextClaim> {
         let _ = (request, now_ms, skip, head_limit);
         Ok(NextClaim::Unsupported)
+    }
+
+    /// [`claim_next`](Self::claim_next) of up to `sessions_wanted` sessions
+    /// in one step: the first free ready sessions in fairness order (none of
+    /// `skip`), each claimed as [`claim_session`](Self::claim_session)
+    /// claims it, with up to `head_limit` heads in all, taken in that order
+    /// (each session's share capped by the per-session limit and by what the
+    /// sessions before it left: [`ClaimWorkRequest::session_request`]).
+    ///
+    /// The answer: a [`NextClaim::Session`] per session claimed, in
+    /// fairness order, then [`NextClaim::Exhausted`] when the step found
+    /// fewer sessions than wanted; or, when it claimed none, exactly one of
+    /// `Contended`, `Earliest` or `Unsupported`, as [`claim_next`](Self::claim_next)
+    /// answers them. A backend never claims a session it does not report.
+    ///
+    /// A backend whose claim is a transaction of its own overrides it to
+    /// claim the sessions in one transaction of set-based statements. The
+    /// default is one [`claim_next`](Self::claim_next) (one session), so
+    /// [`claim_work`] steps as many times as it did before.
+    async fn claim_next_many(
+        &self,
+        request: &ClaimWorkRequest,
+        now_ms: i64,
+        skip: &[String],
+        sessions_wanted: usize,
+        head_limit: usize,
+    ) -> Result<Vec<NextClaim>> {
+        let _ = sessions_wanted;
+        Ok(vec![
+            self.claim_next(request, now_ms, skip, head_limit).await?,
+        ])
     }
 
     /// The store's clock.
@@ -502,10 +539,22 @@ impl Taken {
     }
 }
 
+/// How many sessions one step of [`claim_once`] asks
+/// [`WorkSource::claim_next_many`] for, when `left` heads may still be
+/// claimed and `served` sessions were: enough for `left` heads at the
+/// per-session limit each, within the session limit, at least one.
+fn sessions_wanted(request: &ClaimWorkRequest, left: usize, served: usize) -> usize {
+    let per_session = request.per_session_limit().max(1);
+    left.div_ceil(per_session)
+        .min(request.session_limit().saturating_sub(served))
+        .max(1)
+}
+
 /// One pass: ready sessions in fairness order, each claimed in turn until
 /// the head or session limit is reached or no ready session is left; by
-/// [`WorkSource::claim_next`] one session a step where the source can,
-/// else by a ready read and a claim of each session it lists.
+/// [`WorkSource::claim_next_many`] (the sessions the limits still want, in
+/// one step) where the source can, else by a ready read and a claim of
+/// each session it lists.
 async fn claim_once<S: WorkSource + ?Sized>(
     source: &S,
     request: &ClaimWorkRequest,
@@ -521,23 +570,39 @@ async fn claim_once<S: WorkSource + ?Sized>(
         let now = source.clock().now_ms();
         if one_step {
             let left = head_limit.saturating_sub(taken.claimed);
-            match source.claim_next(request, now, &visited, left).await? {
-                NextClaim::Session { session_id, result } => {
-                    visited.push(session_id.clone());
-                    if taken.add(session_id, result, source.clock().now_ms(), request) {
-                        break 'rounds;
+            let wanted = sessions_wanted(request, left, taken.served.len());
+            let answers = source
+                .claim_next_many(request, now, &visited, wanted, left)
+                .await?;
+            // Every session a step claimed is reported, even past a limit
+            // (a source keeps within them): a head claimed is never dropped.
+            let mut done = false;
+            let mut exhausted = false;
+            for answer in answers {
+                match answer {
+                    NextClaim::Session { session_id, result } => {
+                        visited.push(session_id.clone());
+                        done |= taken.add(session_id, result, source.clock().now_ms(), request);
                     }
-                    continue;
+                    NextClaim::Contended { retry_at } => {
+                        taken.contend(retry_at);
+                        done = true;
+                    }
+                    NextClaim::Earliest(at) => {
+                        earliest = Some(at);
+                        done = true;
+                    }
+                    NextClaim::Exhausted => exhausted = true,
+                    NextClaim::Unsupported => one_step = false,
                 }
-                NextClaim::Contended { retry_at } => {
-                    taken.contend(retry_at);
-                    break;
-                }
-                NextClaim::Earliest(at) => {
-                    earliest = Some(at);
-                    break;
-                }
-                NextClaim::Unsupported => one_step = false,
+            }
+            // Fewer sessions than wanted were free: what was claimed is the
+            // answer; with nothing claimed, the next step says why.
+            if done || (exhausted && !taken.served.is_empty()) {
+                break;
+            }
+            if one_step {
+                continue;
             }
         }
         let want = session_limit.saturating_sub(taken.served.len()) + source.candidate_slack();
@@ -620,6 +685,11 @@ mod tests {
         /// the `skip` and `head_limit` of each call.
         next: std::sync::Mutex<Vec<NextClaim>>,
         next_args: std::sync::Mutex<Vec<(Vec<String>, usize)>>,
+        /// What `claim_next_many` answers in turn (empty: the default,
+        /// one `claim_next`), with the `skip`, `sessions_wanted` and
+        /// `head_limit` of each call.
+        many: std::sync::Mutex<Vec<Vec<NextClaim>>>,
+        many_args: std::sync::Mutex<Vec<(Vec<String>, usize, usize)>>,
         calls: std::sync::Mutex<Vec<&'static str>>,
     }
 
@@ -641,6 +711,8 @@ mod tests {
                 limits: std::sync::Mutex::new(Vec::new()),
                 next: std::sync::Mutex::new(Vec::new()),
                 next_args: std::sync::Mutex::new(Vec::new()),
+                many: std::sync::Mutex::new(Vec::new()),
+                many_args: std::sync::Mutex::new(Vec::new()),
                 calls: std::sync::Mutex::new(Vec::new()),
             }
         }
@@ -654,6 +726,21 @@ mod tests {
                 .map(|mut n| *n = next.into_iter().rev().collect())
                 .ok();
             source
+        }
+
+        /// A source answering `claim_next_many` with `steps` in turn.
+        fn batched(steps: Vec<Vec<NextClaim>>, earliest: Option<i64>) -> Self {
+            let source = Self::new(Vec::new(), Vec::new(), earliest);
+            source
+                .many
+                .lock()
+                .map(|mut m| *m = steps.into_iter().rev().collect())
+                .ok();
+            source
+        }
+
+        fn many_args(&self) -> Vec<(Vec<String>, usize, usize)> {
+            self.many_args.lock().map(|a| a.clone()).unwrap_or_default()
         }
 
         fn log(&self, call: &'static str) {
@@ -720,6 +807,28 @@ mod tests {
                 .map(|mut a| a.push((skip.to_vec(), head_limit)))
                 .ok();
             Ok(next)
+        }
+
+        async fn claim_next_many(
+            &self,
+            request: &ClaimWorkRequest,
+            now_ms: i64,
+            skip: &[String],
+            sessions_wanted: usize,
+            head_limit: usize,
+        ) -> Result<Vec<NextClaim>> {
+            let step = self.many.lock().ok().and_then(|mut m| m.pop());
+            let Some(step) = step else {
+                return Ok(vec![
+                    self.claim_next(request, now_ms, skip, head_limit).await?,
+                ]);
+            };
+            self.log("many");
+            self.many_args
+                .lock()
+                .map(|mut a| a.push((skip.to_vec(), sessions_wanted, head_limit)))
+                .ok();
+            Ok(step)
         }
 
         fn clock(&self) -> &dyn Clock {
@@ -920,6 +1029,139 @@ mod tests {
             "{answer:?}"
         );
         assert_eq!(source.calls(), ["ready", "claim"]);
+    }
+
+    /// A claimed answer of `session` with `n` heads.
+    fn claimed_n(session: &str, n: usize) -> ClaimResult {
+        let heads = (0..n)
+            .map(|k| crate::Head {
+                event: crate::StoredEvent::new(
+                    session,
+                    k as u64,
+                    format!("e{k}"),
+                    "t",
+                    serde_json::Value::Null,
+                    0,
+                ),
+                consumer: "agent".into(),
+                lane: None,
+                dispatch: busy(2_000),
+                clear_index: None,
+            })
+            .collect();
+        ClaimResult::Claimed {
+            heads,
+            dead_lettered: Vec::new(),
+            head: 1,
+        }
+    }
+
+    fn served_ids(answer: &Result<ClaimWorkResult>) -> Vec<String> {
+        match answer {
+            Ok(ClaimWorkResult::Claimed { sessions }) => {
+                sessions.iter().map(|s| s.session_id.clone()).collect()
+            }
+            other => panic!("claimed: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn batched_steps_ask_for_the_sessions_the_limits_still_want() {
+        // Five heads, two per session: three sessions wanted first; they
+        // give four heads, so one more session is asked for the last head.
+        let source = Scripted::batched(
+            vec![
+                vec![
+                    next("a", claimed_n("a", 2)),
+                    next("b", claimed_n("b", 1)),
+                    next("c", claimed_n("c", 1)),
+                ],
+                vec![next("d", claimed_n("d", 1))],
+            ],
+            None,
+        );
+        let mut request = request();
+        request.limit = Some(5);
+        request.per_session_limit = Some(2);
+        let answer = futures::executor::block_on(claim_work(&source, &request));
+        assert_eq!(served_ids(&answer), ["a", "b", "c", "d"]);
+        assert_eq!(source.calls(), ["many", "many"]);
+        let abc: Vec<String> = vec!["a".into(), "b".into(), "c".into()];
+        assert_eq!(source.many_args(), [(vec![], 3, 5), (abc, 1, 1)]);
+    }
+
+    #[test]
+    fn sessions_wanted_keep_within_the_session_limit() {
+        let mut request = request();
+        request.limit = Some(16);
+        assert_eq!(sessions_wanted(&request, 16, 0), 16);
+        assert_eq!(sessions_wanted(&request, 3, 13), 3);
+        request.session_limit = Some(4);
+        assert_eq!(sessions_wanted(&request, 16, 0), 4);
+        assert_eq!(sessions_wanted(&request, 16, 3), 1);
+        request.per_session_limit = Some(5);
+        request.session_limit = None;
+        assert_eq!(sessions_wanted(&request, 16, 0), 4);
+        assert_eq!(sessions_wanted(&request, 1, 0), 1);
+    }
+
+    #[test]
+    fn an_exhausted_step_answers_what_it_claimed() {
+        let source = Scripted::batched(
+            vec![vec![next("a", claimed("a")), NextClaim::Exhausted]],
+            Some(9),
+        );
+        let mut request = request();
+        request.limit = Some(4);
+        let answer = futures::executor::block_on(claim_work(&source, &request));
+        assert_eq!(served_ids(&answer), ["a"]);
+        assert_eq!(source.calls(), ["many"], "no step after an exhausted one");
+    }
+
+    #[test]
+    fn an_exhausted_step_without_claims_steps_again_for_the_answer() {
+        for (last, want) in [
+            (
+                NextClaim::Earliest(Some(7_000)),
+                ClaimWorkResult::Busy { retry_at: 7_000 },
+            ),
+            (
+                NextClaim::Contended { retry_at: 1_002 },
+                ClaimWorkResult::Busy { retry_at: 1_002 },
+            ),
+            (NextClaim::Earliest(None), ClaimWorkResult::Settled),
+        ] {
+            let source = Scripted::batched(
+                vec![
+                    vec![next("a", ClaimResult::Settled), NextClaim::Exhausted],
+                    vec![last],
+                ],
+                Some(1),
+            );
+            let mut request = request();
+            request.limit = Some(4);
+            let answer = futures::executor::block_on(claim_work(&source, &request));
+            assert_eq!(answer.ok(), Some(want));
+            assert_eq!(source.calls(), ["many", "many"]);
+            assert_eq!(
+                source.many_args()[1].0,
+                ["a"],
+                "the session visited is skipped"
+            );
+        }
+    }
+
+    #[test]
+    fn a_step_past_a_limit_still_reports_every_session_it_claimed() {
+        // A source must keep within the limits; if one does not, no head
+        // it claimed is dropped from the answer.
+        let source = Scripted::batched(
+            vec![vec![next("a", claimed("a")), next("b", claimed("b"))]],
+            None,
+        );
+        let answer = claim(&source);
+        assert_eq!(served_ids(&answer), ["a", "b"]);
+        assert_eq!(source.calls(), ["many"]);
     }
 
     #[test]
