@@ -1,6 +1,7 @@
 //! [`WorkSource`] for [`PostgresStore`]: what `a2_store_api::work::claim_work`
 //! runs `Store::claim_work` with, each step one transaction over the work
-//! index (`ops::work`) or one session's claim (`ops::claims::claim_session`).
+//! index (`ops::work`), one session's claim (`ops::claims::claim_session`)
+//! or several sessions' claims at once (`ops::claims::claim_next_many`).
 
 use std::time::Duration;
 
@@ -82,6 +83,43 @@ impl WorkSource for PostgresStore {
                 expires_at,
                 skip,
                 head_limit,
+                &self.inner.claimed,
+            )
+            .await?
+        })
+    }
+
+    /// One targeted consumer in every session, more than one session
+    /// wanted: every session's pick, walk, lease writes and work rewrite in
+    /// one transaction of two round trips (`ops::claims::claim_next_many`);
+    /// otherwise one session a step ([`claim_next`](Self::claim_next)).
+    async fn claim_next_many(
+        &self,
+        request: &ClaimWorkRequest,
+        now_ms: i64,
+        skip: &[String],
+        sessions_wanted: usize,
+        head_limit: usize,
+    ) -> Result<Vec<NextClaim>> {
+        if sessions_wanted <= 1 || !ops::claims::one_step(request) {
+            return Ok(vec![
+                self.claim_next(request, now_ms, skip, head_limit).await?,
+            ]);
+        }
+        let now = self.inner.clock.now_ms();
+        let expires_at = request.lease_expiry(now)?;
+        let wanted = ops::claims::Wanted {
+            skip,
+            sessions: sessions_wanted,
+            heads: head_limit,
+        };
+        transact!(self.inner, "claiming ready sessions", |tx| {
+            ops::claims::claim_next_many(
+                &tx,
+                request,
+                now,
+                expires_at,
+                &wanted,
                 &self.inner.claimed,
             )
             .await?

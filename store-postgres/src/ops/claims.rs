@@ -5,8 +5,11 @@
 //! statements and the indexes they use), so the heads other holders have in
 //! flight cost it nothing.
 
+mod batch;
 pub(crate) mod claimed;
 mod sql;
+
+pub(crate) use batch::{claim_next_many, Wanted};
 
 use std::collections::BTreeSet;
 
@@ -564,8 +567,8 @@ fn served_list(request: &ClaimRequest) -> Option<Vec<String>> {
 
 /// The statements of the claims that a new connection prepares before its
 /// first call (see `crate::warm`).
-pub(crate) fn hot_statements() -> [&'static str; 9] {
-    [
+pub(crate) fn hot_statements() -> Vec<&'static str> {
+    let mut statements = vec![
         PICK,
         picked_due_sql(),
         picked_walk_sql(),
@@ -575,7 +578,9 @@ pub(crate) fn hot_statements() -> [&'static str; 9] {
         sql::ANY_WORK,
         claimed::LOCK,
         claimed::UNCHANGED,
-    ]
+    ];
+    statements.extend(batch::hot_statements());
+    statements
 }
 
 /// [`sql::empty_answer`], formatted once.

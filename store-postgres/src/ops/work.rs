@@ -11,7 +11,7 @@
 
 mod sql;
 
-pub(crate) use sql::{PICK, TRY_LOCK};
+pub(crate) use sql::{PICK, PICK_MANY, TRY_LOCK};
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -392,10 +392,27 @@ pub(crate) async fn lock_and_rewrite(
 pub(crate) const REWRITE: &str = "SELECT r_consumer, r_locked, r_old_at, r_claimable, r_busy, \
     r_dead, r_next_expiry, r_keep, r_new_at FROM rewrite_work($1, $2, $3, $4)";
 
+/// [`REWRITE`] of several sessions' rows in one statement, in the order
+/// given (each session's rows locked in consumer order, as `rewrite_work`
+/// locks them): `$1` the sessions, `$2` the consumers (`NULL`: each
+/// session's rows), `$3` now, `$4` whether the rule is [`Rule::Served`].
+/// Rows as [`REWRITE`]'s, each with its session last, so [`rewritten`]
+/// reads them as they are.
+pub(crate) const REWRITE_MANY: &str = "SELECT r.r_consumer, r.r_locked, r.r_old_at, \
+    r.r_claimable, r.r_busy, r.r_dead, r.r_next_expiry, r.r_keep, r.r_new_at, s.session_id \
+    FROM unnest($1::text[]) WITH ORDINALITY AS s(session_id, n) \
+    CROSS JOIN LATERAL rewrite_work(s.session_id, $2, $3, $4) AS r ORDER BY s.n";
+
 /// The statements of the work index that a new connection prepares before
 /// its first call (see `crate::warm`).
-pub(crate) const HOT_STATEMENTS: [&str; 4] =
-    [sql::READY_OR_EARLIEST, sql::READY, sql::TRY_LOCK, REWRITE];
+pub(crate) const HOT_STATEMENTS: [&str; 6] = [
+    sql::READY_OR_EARLIEST,
+    sql::READY,
+    sql::TRY_LOCK,
+    REWRITE,
+    PICK_MANY,
+    REWRITE_MANY,
+];
 
 /// The bound values of [`REWRITE`].
 pub(crate) struct RewriteArgs<'a> {

@@ -132,6 +132,46 @@ pub(crate) fn picked(sql: &str) -> String {
     )
 }
 
+/// The sessions of a batch claim's statements (`claims::batch`): `$1` (a
+/// `text[]`) when bound, else the transaction-local `a2.claim_sessions`
+/// that `claim_work`'s batch pick (`ops::work::sql::PICK_MANY`) set, sent
+/// before them in the same round trip (none when it is unset or `''`).
+pub(crate) const PICKED_SESSIONS: &str =
+    "COALESCE($1::text[], NULLIF(current_setting('a2.claim_sessions', true), '')::text[])";
+
+/// `sql` (one of [`DUE`], [`walk`]) run for each of several sessions
+/// ([`PICKED_SESSIONS`], in their order): every use of `$1` as the session
+/// reads the session of a `LATERAL` over them, so each session is the same
+/// ordered, limited, `SKIP LOCKED` scan of its own as in a claim of one.
+/// Each row is `sql`'s columns, then the session (so the columns are where
+/// a claim of one reads them).
+pub(crate) fn over_sessions(sql: &str) -> String {
+    let inner = sql
+        .replace("c.session_id = $1 ", "c.session_id = s.session_id ")
+        .replace(
+            "p.session_id IN ($1, '')",
+            "p.session_id IN (s.session_id, '')",
+        );
+    format!(
+        "SELECT x.*, s.session_id FROM unnest({PICKED_SESSIONS}) AS s(session_id) \
+         CROSS JOIN LATERAL ({inner}) AS x"
+    )
+}
+
+/// [`PROMOTE`] across sessions: marks the cursors [`DUE`] locked (run over
+/// several sessions) as promoted, `$1`..`$4` their sessions, consumers,
+/// lanes and slots.
+pub(crate) const PROMOTE_MANY: &str = "UPDATE cursors c SET expired = true \
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[]) AS k(session_id, consumer, lane, slot) \
+    WHERE c.session_id = k.session_id AND c.consumer = k.consumer AND c.lane = k.lane \
+      AND c.slot = k.slot";
+
+/// The session rows of `$1` sessions without a lock, as `db::READ_SESSION`
+/// reads one (head, clear index, reclaimed offset), each with its session
+/// last; a session never written has no row.
+pub(crate) const READ_SESSIONS: &str = "SELECT head, clear_index, reclaimed_through, session_id \
+    FROM sessions WHERE session_id = ANY($1)";
+
 /// Whether session `$1` has a work row with a time (`ready_at` set) of a
 /// served consumer (`$2`, `NULL`: any): one probe of the primary key. None
 /// means no head of those consumers is claimable, busy or scheduled (the

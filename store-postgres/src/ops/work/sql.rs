@@ -185,6 +185,47 @@ pub(crate) const PICK: &str = concat!(
     ") WHERE NOT EXISTS (SELECT 1 FROM picked)"
 );
 
+/// `claim_work`'s pick of the next sessions for one targeted consumer, as
+/// [`PICK`] picks one, for a claim of several sessions in one transaction
+/// (`claims::batch`): `$1` (an array of that one name), `$2` now, `$3`
+/// sessions to leave out, `$4` how many sessions are wanted (at most
+/// 1,000, `MAX_WORK_LIMIT`). The consumer's first `$4` free ready rows in
+/// fairness order, locked `FOR UPDATE SKIP LOCKED`.
+///
+/// `$4` cuts an inner pick of at most 1,000 rows written out (the work
+/// limit): the executor pulls rows, and so locks them, only as the outer
+/// `LIMIT` asks, while the planner plans the inner ordered scan of
+/// `work_ready` for a known bound (with `LIMIT $4` alone a generic plan
+/// assumes a tenth of the table and may sort every ready row).
+///
+/// One row always: the sessions picked, in fairness order (`text[]`,
+/// empty when none), and the transaction-local `a2.claim_sessions` set to
+/// them, which the claim's first statements, sent after it in the same
+/// round trip, read in place of a sessions parameter
+/// (`claims::sql::PICKED_SESSIONS`); then, only when it picked none (both
+/// are init plans behind a `CASE`, run only then), whether a ready row (any
+/// session but `$3`) is left, which other claimers then hold, and
+/// [`EARLIEST`]'s answer.
+pub(crate) const PICK_MANY: &str = concat!(
+    "WITH picked AS MATERIALIZED (SELECT x.session_id, x.ready_at FROM ( \
+      SELECT w.session_id, w.ready_at FROM work w \
+      WHERE w.consumer = ($1::text[])[1] AND w.ready_at IS NOT NULL AND w.ready_at <= $2 \
+        AND NOT (w.session_id = ANY($3)) \
+        AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = w.session_id \
+          AND p.consumer = ($1::text[])[1] AND (p.until_ms IS NULL OR p.until_ms > $2)) \
+        AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = '' \
+          AND p.consumer = ($1::text[])[1] AND (p.until_ms IS NULL OR p.until_ms > $2)) \
+      ORDER BY w.ready_at, w.session_id LIMIT 1000 FOR UPDATE OF w SKIP LOCKED) AS x LIMIT $4), \
+    listed AS MATERIALIZED (SELECT COALESCE(array_agg(p.session_id ORDER BY p.ready_at, p.session_id), \
+      '{}'::text[]) AS ids FROM picked p) \
+    SELECT l.ids, set_config('a2.claim_sessions', l.ids::text, true), \
+      CASE WHEN cardinality(l.ids) = 0 THEN EXISTS (",
+    ready_rows!(),
+    ") END, CASE WHEN cardinality(l.ids) = 0 THEN (",
+    earliest!(),
+    ") END FROM listed l"
+);
+
 /// Locks what it can of a session's rows (`$1`) of `$2` consumers (`NULL`:
 /// every one), in consumer order, passing over rows another transaction
 /// holds, and counts the rows there are, locked or not, in one statement:
