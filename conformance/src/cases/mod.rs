@@ -341,6 +341,7 @@ macro_rules! __a2_cases {
                 work::work_claim_serves_longest_waiting_session_first,
                 work::work_claim_rotates_a_backlog_behind_the_others,
                 work::work_claim_respects_its_limits,
+                work::work_claim_serves_a_batch_of_sessions_as_claims_of_one,
                 work::work_claim_serves_only_given_consumers,
                 work::work_claim_serves_only_listed_sessions,
                 work::work_claim_without_work_is_settled,

@@ -382,6 +382,75 @@ pub(crate) async fn work_claim_respects_its_limits(cx: Cx) -> CaseResult {
     Ok(())
 }
 
+/// One claim of several sessions serves each as a claim of one would, in
+/// fairness order, within its limits: a lane gives only its head, an
+/// expired lease is claimed again (counting a failure), a head at
+/// `max_failures` is dead-lettered without counting against `limit`, and a
+/// session with a backlog gives up to `per_session_limit` heads.
+pub(crate) async fn work_claim_serves_a_batch_of_sessions_as_claims_of_one(cx: Cx) -> CaseResult {
+    let agent = cx.consumer("agent");
+    let (a, b, c, d, e) = (
+        cx.session_id("a"),
+        cx.session_id("b"),
+        cx.session_id("c"),
+        cx.session_id("d"),
+        cx.session_id("e"),
+    );
+    let request = ClaimWorkRequest {
+        max_failures: Some(2),
+        per_session_limit: Some(2),
+        ..cx.work("w", &["agent"], 6)
+    };
+    let only = |session: &str| ClaimWorkRequest {
+        sessions: Some(vec![session.to_owned()]),
+        ..cx.work("w0", &["agent"], 1)
+    };
+    // c: claimed twice, its lease run out each time; b: claimed once.
+    cx.append(&c, vec![to_event("c", &agent)]).await?;
+    single(&cx.store.claim_work(only(&c)).await?)?;
+    cx.advance(TTL);
+    single(&cx.store.claim_work(only(&c)).await?)?;
+    cx.append(&b, vec![to_event("b", &agent)]).await?;
+    single(&cx.store.claim_work(only(&b)).await?)?;
+    cx.append(
+        &a,
+        vec![to_lane("a1", &agent, "L"), to_lane("a2", &agent, "L")],
+    )
+    .await?;
+    cx.advance(TTL);
+    cx.append(&d, events_for("d", &agent, 3)).await?;
+    cx.advance(1);
+    cx.append(&e, vec![to_event("e", &agent)]).await?;
+    let result = cx.store.claim_work(request.clone()).await?;
+    ensure_eq!(
+        cx.served(&result)?,
+        strs(&[
+            "a 1 agent/L #1",
+            "b 1 agent/- #2",
+            "d 1 agent/- #1",
+            "d 2 agent/- #1",
+            "e 1 agent/- #1"
+        ])
+    );
+    let ClaimWorkResult::Claimed { sessions } = &result else {
+        return Err(Failure::Fail(format!("expected Claimed, got {result:?}")));
+    };
+    let order: Vec<String> = sessions.iter().map(|s| cx.local(&s.session_id)).collect();
+    ensure_eq!(order, strs(&["a", "b", "c", "d", "e"]));
+    ensure_eq!(
+        head_summaries(&sessions[2].dead_lettered),
+        strs(&[&format!("1 {agent}/- #3")])
+    );
+    ensure_eq!(
+        cx.served(&cx.store.claim_work(request.clone()).await?)?,
+        strs(&["d 3 agent/- #1"])
+    );
+    // Everything left is held: busy until the first lease taken ends.
+    let now = T0 + 2 * TTL + 1;
+    ensure_eq!(work_busy(&cx.store.claim_work(request).await?)?, now + TTL);
+    Ok(())
+}
+
 /// Only the given consumers are served; a log declaration serves its log
 /// cursor with its types.
 pub(crate) async fn work_claim_serves_only_given_consumers(cx: Cx) -> CaseResult {
