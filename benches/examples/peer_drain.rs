@@ -901,6 +901,22 @@ fn fmt_opt(value: Option<f64>, decimals: usize) -> String {
     value.map_or_else(|| "n/a".into(), |v| format!("{v:.decimals$}"))
 }
 
+/// A count per job: two decimals, three below 0.1 (a batched side's
+/// transactions per job would read 0.00 otherwise), `0` for none.
+fn per_job(value: f64) -> String {
+    if value == 0.0 {
+        "0".into()
+    } else if value.abs() < 0.1 {
+        format!("{value:.3}")
+    } else {
+        format!("{value:.2}")
+    }
+}
+
+fn per_job_opt(value: Option<f64>) -> String {
+    value.map_or_else(|| "n/a".into(), per_job)
+}
+
 /// `a · b` over the workloads run, `-` for one not run.
 fn per_workload(config: &Config, mut cell: impl FnMut(Workload) -> Option<String>) -> String {
     Workload::ALL
@@ -988,14 +1004,14 @@ fn print_tables(config: &Config, results: &Results) {
         line.push_str(&format!(
             " {} | {} | {} | {} |",
             per_workload(config, |w| med(side, w, &|m| Some(m.tx_per_job))
-                .map(|v| format!("{v:.2}"))),
+                .map(per_job)),
             per_workload(config, |w| {
                 results.get(&(side, w))?;
-                Some(fmt_opt(med(side, w, &|m| m.statements_per_job), 2))
+                Some(per_job_opt(med(side, w, &|m| m.statements_per_job)))
             }),
             per_workload(config, |w| {
                 results.get(&(side, w))?;
-                Some(fmt_opt(med(side, w, &|m| m.nested_per_job), 2))
+                Some(per_job_opt(med(side, w, &|m| m.nested_per_job)))
             }),
             per_workload(config, |w| med(side, w, &|m| Some(m.wal_per_job))
                 .map(|v| format!("{v:.0}"))),
@@ -1025,16 +1041,16 @@ async fn run(config: Config) -> Res<bool> {
                 match run_one(&admin, &config, side, workload, round).await {
                     Ok(m) => {
                         println!(
-                            "{label} {:>8.0} jobs/s  tx/job {:.2}{}  statements/job {}  nested/job {}  WAL/job {:.0} B",
+                            "{label} {:>8.0} jobs/s  tx/job {}{}  statements/job {}  nested/job {}  WAL/job {:.0} B",
                             m.jobs_per_s,
-                            m.tx_per_job,
+                            per_job(m.tx_per_job),
                             if m.rollbacks > 0 {
                                 format!(" (+{} rollbacks)", m.rollbacks)
                             } else {
                                 String::new()
                             },
-                            fmt_opt(m.statements_per_job, 2),
-                            fmt_opt(m.nested_per_job, 2),
+                            per_job_opt(m.statements_per_job),
+                            per_job_opt(m.nested_per_job),
                             m.wal_per_job
                         );
                         results.entry((side, workload)).or_default().push(m);
