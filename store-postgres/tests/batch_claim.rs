@@ -443,7 +443,8 @@ async fn the_batch_pick_reads_only_the_rows_it_locks() {
 /// `A2_BATCH_WORKERS` workers (default 4) each claim up to `A2_BATCH_LIMIT`
 /// heads (default 16) with `claim_work` and complete them one by one, over
 /// 2,000 sessions of one ready head each (`A2_BATCH_LANES=1`: a lane head);
-/// prints heads per second of the drain and claims per head.
+/// prints heads per second of the drain, claims per head and the time
+/// spent in `claim_work` per head (summed over the workers).
 #[ignore = "a measurement: run by hand"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn measure_claim_work_draining_sessions() {
@@ -479,18 +480,21 @@ async fn measure_claim_work_draining_sessions() {
         let store = Arc::clone(&store);
         tasks.push(tokio::spawn(async move {
             let (mut heads, mut claims) = (0_usize, 0_usize);
+            let mut claiming = Duration::ZERO;
             loop {
+                let asked = std::time::Instant::now();
                 let result = store
                     .claim_work(work(&format!("w{n}"), limit))
                     .await
                     .expect("claim");
+                claiming += asked.elapsed();
                 claims += 1;
                 match result {
                     ClaimWorkResult::Claimed { .. } => {}
                     ClaimWorkResult::Busy { retry_at } if retry_at <= SystemClock.now_ms() => {
                         continue
                     }
-                    _ => return (heads, claims),
+                    _ => return (heads, claims, claiming),
                 }
                 for (session, head) in result.heads() {
                     store
@@ -502,17 +506,20 @@ async fn measure_claim_work_draining_sessions() {
             }
         }));
     }
-    let (mut heads, mut claims) = (0, 0);
+    let (mut heads, mut claims, mut claiming) = (0, 0, Duration::ZERO);
     for task in tasks {
-        let (h, c) = task.await.expect("worker");
+        let (h, c, t) = task.await.expect("worker");
         heads += h;
         claims += c;
+        claiming += t;
     }
     let secs = start.elapsed().as_secs_f64();
     assert_eq!(heads, SESSIONS);
     println!(
-        "workers {workers} limit {limit} lanes {lanes}: {heads} heads in {secs:.2} s = {:.0} heads/s, {:.2} claim calls per head",
+        "workers {workers} limit {limit} lanes {lanes}: {heads} heads in {secs:.2} s = {:.0} heads/s, \
+         {:.2} claim calls and {:.3} ms in claim_work per head",
         heads as f64 / secs,
-        claims as f64 / heads as f64
+        claims as f64 / heads as f64,
+        claiming.as_secs_f64() * 1000.0 / heads as f64
     );
 }
