@@ -9,7 +9,9 @@
 //!    ([`NEXT_MANY`]);
 //! 2. the completion records ([`RECORD_MANY`]), the pins' release
 //!    ([`RELEASE_MANY`]), the lanes' trims ([`TRIM_MANY`]), the cursors'
-//!    writes ([`PUT_MANY`]), each session's work rows and `COMMIT`.
+//!    writes ([`PUT_MANY`]), the sessions' work rows ([`ManyTouched`]: one
+//!    statement for the rows made sooner, one per set of rechecked
+//!    consumers) and `COMMIT`.
 //!
 //! Between the two, each completion is decided in Rust on the rows read,
 //! with the rules the single path uses (`dispatch::cleared`,
@@ -31,7 +33,7 @@ use crate::cursor_table::{advance_in_memory, ManyCursorWrites, PUT_MANY};
 use crate::db::{Stmt, Tx};
 use crate::error::TxResult;
 use crate::ops::claims::claimed::Claimed;
-use crate::ops::work::{Touched, TouchedPlan, WorkParams};
+use crate::ops::work::{ManyTouched, Touched};
 use crate::rows::{index_of, lane_key, slot_key, CursorRow, CURSOR_COLUMNS};
 
 /// Whether a completion can join a batch: it returns no events (which would
@@ -103,9 +105,10 @@ const TRIM_MANY: &str = "DELETE FROM lane_queue q USING unnest($1::text[], $2::t
 
 /// The statements of batches that a new connection prepares before its
 /// first call (see `crate::warm`).
-pub(crate) fn hot_statements() -> [&'static str; 6] {
+pub(crate) fn hot_statements() -> [&'static str; 7] {
     [
         LOCK_MANY.as_str(),
+        crate::ops::work::SOONER_MANY,
         CLEARS,
         NEXT_MANY,
         RECORD_MANY,
@@ -338,11 +341,8 @@ async fn write(tx: &Tx<'_>, applied: &[(usize, Applied<'_>)], now: i64) -> TxRes
     let record: [&(dyn ToSql + Sync); 5] = [&sessions, &consumers, &lanes, &indexes, &attempts];
     let release: [&(dyn ToSql + Sync); 4] = [&sessions, &consumers, &lanes, &slots];
     let trim: [&(dyn ToSql + Sync); 4] = [&trims.0, &trims.1, &trims.2, &trims.3];
-    let plans: Vec<TouchedPlan<'_>> = touched
-        .iter()
-        .map(|(session_id, touched)| touched.plan(session_id))
-        .collect();
-    let work: Vec<WorkParams<'_>> = plans.iter().map(TouchedPlan::params).collect();
+    let plan = ManyTouched::new(now, &touched);
+    let work = plan.params();
     let mut statements = vec![
         Stmt::new(RECORD_MANY, &record),
         Stmt::new(RELEASE_MANY, &release),
@@ -353,14 +353,8 @@ async fn write(tx: &Tx<'_>, applied: &[(usize, Applied<'_>)], now: i64) -> TxRes
     if let Some(params) = &write_params {
         statements.push(Stmt::new(PUT_MANY, params));
     }
-    // Each session's work rows, in session order (as every writer locks them).
-    for params in &work {
-        TouchedPlan::push(params, &mut statements);
-    }
+    // The sessions' work rows, in session order (as every writer locks them).
+    ManyTouched::push(&work, &mut statements);
     let mut answers = tx.commit_with(&statements).await?;
-    let mut ready = false;
-    for (plan, params) in plans.iter().zip(&work).rev() {
-        ready |= plan.finish(&mut answers, params)?;
-    }
-    Ok(ready)
+    plan.finish(&mut answers, &work)
 }
