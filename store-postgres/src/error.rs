@@ -26,6 +26,11 @@ impl From<tokio_postgres::Error> for TxError {
     }
 }
 
+/// The SQLSTATE the guard of a completion decided on a remembered row
+/// (`ops::claims::claimed`) raises when that row is out of date (set by
+/// migration 10's `expect_unchanged`).
+pub(crate) const MISSED: &str = "A2S01";
+
 /// The result of one step inside a transaction.
 pub(crate) type TxResult<T> = std::result::Result<T, TxError>;
 
@@ -49,9 +54,7 @@ impl TxError {
     pub(crate) fn missed_guess(&self) -> bool {
         match self {
             Self::Store(_) => false,
-            Self::Db(error) => error
-                .code()
-                .is_some_and(|code| code.code() == crate::ops::claims::claimed::MISSED),
+            Self::Db(error) => error.code().is_some_and(|code| code.code() == MISSED),
         }
     }
 

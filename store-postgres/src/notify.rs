@@ -57,7 +57,11 @@ pub(crate) fn notification_payload(session_id: &str) -> &str {
 /// waits for the listener's first connection to listen before going on
 /// without it. A wake-up it misses meanwhile costs at most the fallback
 /// poll's delay, so waiting longer than that poll buys nothing.
-pub(crate) const FIRST_LISTEN_WAIT: Duration = crate::work_source::FALLBACK_POLL;
+pub(crate) const FIRST_LISTEN_WAIT: Duration = FALLBACK_POLL;
+
+/// How often a waiting claimer claims again without a wake-up: a lost
+/// notification (the listener reconnecting) only delays work this long.
+pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(1);
 
 /// What the listener's connection is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,9 +12,7 @@ use async_trait::async_trait;
 use crate::ops;
 use crate::store::PostgresStore;
 
-/// How often a waiting claimer claims again without a wake-up: a lost
-/// notification (the listener reconnecting) only delays work this long.
-pub(crate) const FALLBACK_POLL: Duration = Duration::from_secs(1);
+pub(crate) use crate::notify::FALLBACK_POLL;
 
 #[async_trait]
 impl WorkSource for PostgresStore {

@@ -5,7 +5,7 @@
 //! A remembered row is a guess, never an answer: the completion sends with
 //! its writes a guard ([`UNCHANGED`]) that reads the row it locked and the
 //! session's clear index in a fresh snapshot and aborts the transaction
-//! (SQLSTATE [`MISSED`]) unless both are what was remembered. The two-step
+//! (SQLSTATE [`MISSED`](crate::error::MISSED)) unless both are what was remembered. The two-step
 //! path reads exactly those columns and decides with the same
 //! `a2_store_api::dispatch` rules, so when the guard passes, the writes are
 //! the ones it would have made; when it fails, nothing was written and the
@@ -18,10 +18,6 @@ use tokio_postgres::types::ToSql;
 
 use crate::cursor_table::CursorWrites;
 use crate::rows::{CursorKey, CursorRow};
-
-/// The SQLSTATE the guard raises when a remembered row is out of date
-/// (set by migration 10's `expect_unchanged`).
-pub(crate) const MISSED: &str = "A2S01";
 
 /// The guard of a completion decided on a remembered row: `$1` session,
 /// `$2`..`$18` the row's columns in [`crate::cursor_table::PUT_ALL`]'s
