@@ -41,6 +41,7 @@ fn hot_statements() -> Vec<&'static str> {
     statements.extend(crate::ops::work::HOT_STATEMENTS);
     statements.extend(crate::ops::complete::HOT_STATEMENTS);
     statements.extend(crate::ops::complete::batch::hot_statements());
+    statements.extend(crate::ops::work::pairs::HOT_STATEMENTS);
     statements.extend(crate::batch::HOT_STATEMENTS);
     statements.extend(crate::cursor_table::HOT_STATEMENTS);
     statements.push(crate::notify::NOTIFY);

@@ -9,7 +9,7 @@ mod support;
 use std::sync::Arc;
 
 use a2_store_api::{
-    AppendOptions, ClaimRequest, CompleteRequest, CompleteResult, ErrorCode, Head, NewEvent,
+    AppendOptions, ClaimRequest, Clock, CompleteRequest, CompleteResult, ErrorCode, Head, NewEvent,
     RandomIds, Store, SystemClock, Target,
 };
 use a2_store_postgres::PostgresStore;
@@ -144,6 +144,29 @@ async fn concurrent_completions_share_transactions_and_each_gets_its_verdict() {
         "{writers} transactions wrote {} completions",
         heads.len()
     );
+    // The work index says so: no row for a finished event session, a ready
+    // row (no later than now) for each lane with its next head waiting.
+    let client = support::raw_client(factory.url()).await;
+    // A name made by the test's factory, never input: safe to format.
+    let rows = client
+        .query(
+            &format!("SELECT session_id, ready_at FROM {schema}.work ORDER BY session_id"),
+            &[],
+        )
+        .await
+        .expect("read the work rows");
+    let now = SystemClock.now_ms();
+    let lanes: Vec<String> = (0..SESSIONS).map(|n| format!("l{n:03}")).collect();
+    let found: Vec<String> = rows.iter().map(|row| row.get(0)).collect();
+    assert_eq!(found, lanes);
+    for row in &rows {
+        let ready_at: Option<i64> = row.get(1);
+        assert!(
+            ready_at.is_some_and(|at| at <= now),
+            "{:?} not ready by {now}",
+            row
+        );
+    }
     // Every event session is done; every lane moved to its second event,
     // claimable now, and each replay still answers as the first completion.
     for n in 0..SESSIONS {

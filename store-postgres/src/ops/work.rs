@@ -9,6 +9,7 @@
 //! before taking any that may wait (`claim_work`: `SKIP LOCKED`, see
 //! [`TRY_LOCK`]). So no two transactions wait on each other in a cycle.
 
+pub(crate) mod pairs;
 mod sql;
 
 pub(crate) use sql::{PICK, PICK_MANY, TRY_LOCK};
@@ -133,117 +134,6 @@ const SOONER: &str = "WITH up AS ( \
        WHERE w.ready_at IS DISTINCT FROM LEAST(w.ready_at, EXCLUDED.ready_at) \
        RETURNING w.ready_at) \
      SELECT true FROM up WHERE up.ready_at IS NOT NULL LIMIT 1";
-
-/// [`SOONER`] over the rows of several sessions: `$1` sessions, `$2`
-/// consumers, `$3` ready times, in (session, consumer) order; answers a row
-/// when one was made ready.
-pub(crate) const SOONER_MANY: &str = "WITH up AS ( \
-       INSERT INTO work AS w (session_id, consumer, ready_at) \
-       SELECT k.session_id, k.consumer, k.ready_at \
-       FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY \
-         AS k(session_id, consumer, ready_at, n) \
-       ORDER BY k.n \
-       ON CONFLICT (session_id, consumer) DO UPDATE \
-       SET ready_at = LEAST(w.ready_at, EXCLUDED.ready_at) \
-       WHERE w.ready_at IS DISTINCT FROM LEAST(w.ready_at, EXCLUDED.ready_at) \
-       RETURNING w.ready_at) \
-     SELECT true FROM up WHERE up.ready_at IS NOT NULL LIMIT 1";
-
-/// The work rows of several sessions' [`Touched`]es as set-based
-/// statements: one [`SOONER_MANY`] for every row that may only move sooner,
-/// and one [`REWRITE_MANY`] per set of rechecked consumers (usually one:
-/// the sessions' one consumer), the sessions in order.
-pub(crate) struct ManyTouched<'t> {
-    now: i64,
-    sessions: Vec<&'t str>,
-    consumers: Vec<&'t str>,
-    at: Vec<Option<i64>>,
-    /// Per set of rechecked consumers, the sessions rechecking it.
-    recheck: BTreeMap<Vec<String>, Vec<&'t str>>,
-}
-
-/// The bound parameters of a [`ManyTouched`]'s statements.
-pub(crate) struct ManyParams<'p> {
-    sooner: Option<[&'p (dyn tokio_postgres::types::ToSql + Sync); 3]>,
-    rewrites: Vec<[&'p (dyn tokio_postgres::types::ToSql + Sync); 4]>,
-}
-
-/// `false`: [`REWRITE_MANY`] runs the touched rule.
-const TOUCHED_RULE: bool = false;
-
-impl<'t> ManyTouched<'t> {
-    /// The rows `touched` (each session's, in session order) ask for, at `now`.
-    pub(crate) fn new(now: i64, touched: &'t BTreeMap<&'t str, Touched>) -> Self {
-        let mut many = Self {
-            now,
-            sessions: Vec::new(),
-            consumers: Vec::new(),
-            at: Vec::new(),
-            recheck: BTreeMap::new(),
-        };
-        for (session_id, one) in touched {
-            for (consumer, at) in &one.sooner {
-                if one.recheck.contains(consumer) {
-                    continue;
-                }
-                many.sessions.push(session_id);
-                many.consumers.push(consumer);
-                many.at.push(*at);
-            }
-            if !one.recheck.is_empty() {
-                let names: Vec<String> = one.recheck.iter().cloned().collect();
-                many.recheck.entry(names).or_default().push(session_id);
-            }
-        }
-        many
-    }
-
-    /// The parameters of the statements to send.
-    pub(crate) fn params(&self) -> ManyParams<'_> {
-        let sooner = (!self.sessions.is_empty()).then(|| {
-            let params: [&(dyn tokio_postgres::types::ToSql + Sync); 3] =
-                [&self.sessions, &self.consumers, &self.at];
-            params
-        });
-        let rewrites = self
-            .recheck
-            .iter()
-            .map(|(consumers, sessions)| {
-                let params: [&(dyn tokio_postgres::types::ToSql + Sync); 4] =
-                    [sessions, consumers, &self.now, &TOUCHED_RULE];
-                params
-            })
-            .collect();
-        ManyParams { sooner, rewrites }
-    }
-
-    /// Adds the statements of `params` to `statements`, last.
-    pub(crate) fn push<'s>(params: &'s ManyParams<'s>, statements: &mut Vec<Stmt<'s>>) {
-        if let Some(params) = &params.sooner {
-            statements.push(Stmt::new(SOONER_MANY, params));
-        }
-        for params in &params.rewrites {
-            statements.push(Stmt::new(REWRITE_MANY, params));
-        }
-    }
-
-    /// Whether a row was made ready, from the answers of the statements
-    /// [`push`](Self::push) added (taken off the end of `answers`).
-    pub(crate) fn finish(
-        &self,
-        answers: &mut Vec<Vec<tokio_postgres::Row>>,
-        sent: &ManyParams<'_>,
-    ) -> TxResult<bool> {
-        let mut ready = false;
-        for _ in &sent.rewrites {
-            ready |= rewritten(&answers.pop().unwrap_or_default(), self.now, Rule::Touched)?;
-        }
-        if sent.sooner.is_some() {
-            ready |= !answers.pop().unwrap_or_default().is_empty();
-        }
-        Ok(ready)
-    }
-}
 
 /// The parameters of a [`TouchedPlan`]'s statements: the [`SOONER`] upsert
 /// and the [`REWRITE`], each when needed.

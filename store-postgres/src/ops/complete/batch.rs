@@ -5,17 +5,19 @@
 //! Two round trips, whatever the batch's size:
 //!
 //! 1. `BEGIN`, the cursors' lock and read ([`LOCK_MANY`], in key order), the
-//!    sessions' clear indexes ([`CLEARS`]) and each lane's next queued index
+//!    sessions' clear indexes ([`CLEARS`]), the work rows of their
+//!    `(session, consumer)` pairs locked and the heads deciding them probed
+//!    ([`crate::ops::work::pairs`]), and each lane's next queued index
 //!    ([`NEXT_MANY`]);
 //! 2. the completion records ([`RECORD_MANY`]), the pins' release
 //!    ([`RELEASE_MANY`]), the lanes' trims ([`TRIM_MANY`]), the cursors'
-//!    writes ([`PUT_MANY`]), the sessions' work rows ([`ManyTouched`]: one
-//!    statement for the rows made sooner, one per set of rechecked
-//!    consumers) and `COMMIT`.
+//!    writes ([`PUT_MANY`]), the work rows that change (an update, a delete
+//!    and an insert, each when needed) and `COMMIT`.
 //!
 //! Between the two, each completion is decided in Rust on the rows read,
 //! with the rules the single path uses (`dispatch::cleared`,
-//! `Dispatch::complete_verdict`, the cursor's move past its head). Only a
+//! `Dispatch::complete_verdict`, the cursor's move past its head), and so
+//! is each pair's work row (`WorkSummary::add` and `touched_row`). Only a
 //! completion whose verdict is `Apply` is written; every other one (a
 //! replay, a superseded attempt, a missing cursor, a log cursor) is left
 //! out of the batch and answered by the single path, which reads its rows
@@ -33,7 +35,7 @@ use crate::cursor_table::{advance_in_memory, ManyCursorWrites, PUT_MANY};
 use crate::db::{Stmt, Tx};
 use crate::error::TxResult;
 use crate::ops::claims::claimed::Claimed;
-use crate::ops::work::{ManyTouched, Touched};
+use crate::ops::work::pairs::{Pairs, Rows, LOCK_PAIRS, PROBE_PAIRS};
 use crate::rows::{index_of, lane_key, slot_key, CursorRow, CURSOR_COLUMNS};
 
 /// Whether a completion can join a batch: it returns no events (which would
@@ -105,10 +107,9 @@ const TRIM_MANY: &str = "DELETE FROM lane_queue q USING unnest($1::text[], $2::t
 
 /// The statements of batches that a new connection prepares before its
 /// first call (see `crate::warm`).
-pub(crate) fn hot_statements() -> [&'static str; 7] {
+pub(crate) fn hot_statements() -> [&'static str; 6] {
     [
         LOCK_MANY.as_str(),
-        crate::ops::work::SOONER_MANY,
         CLEARS,
         NEXT_MANY,
         RECORD_MANY,
@@ -177,7 +178,25 @@ pub(crate) async fn flush(
     if items.is_empty() {
         return Ok(Flushed { done, work: false });
     }
-    let (rows, clears, queued) = read(tx, &items).await?;
+    let pairs = Pairs::new(
+        items.iter().map(|(_, item)| {
+            let request = item.request;
+            (
+                request.session_id.as_str(),
+                request.consumer.as_str(),
+                item.lane,
+                item.slot,
+            )
+        }),
+        now,
+    );
+    let Read {
+        rows,
+        clears,
+        queued,
+        locked,
+        probed,
+    } = read(tx, &items, &pairs).await?;
     let mut applied: Vec<(usize, Applied<'_>)> = Vec::with_capacity(items.len());
     for (position, (at, item)) in items.iter().enumerate() {
         let Some(cursor) = rows.get(&position).cloned() else {
@@ -206,7 +225,18 @@ pub(crate) async fn flush(
         tx.end().await?;
         return Ok(Flushed { done, work: false });
     }
-    let work = write(tx, &applied, now).await?;
+    let work_rows = pairs.decide(
+        &locked,
+        &probed,
+        applied.iter().map(|(_, one)| {
+            let request = one.item.request;
+            (
+                (request.session_id.as_str(), request.consumer.as_str()),
+                &one.cursor,
+            )
+        }),
+    )?;
+    let work = write(tx, &applied, &work_rows).await?;
     for (at, one) in &applied {
         if let Some(flag) = done.get_mut(*at) {
             *flag = true;
@@ -222,17 +252,24 @@ pub(crate) async fn flush(
     Ok(Flushed { done, work })
 }
 
-/// The rows a batch decides on, by the item's position: its cursor (locked),
-/// the clear index of each session, and each lane's next queued row.
-type Read = (
-    BTreeMap<usize, CursorRow>,
-    BTreeMap<String, i64>,
-    BTreeMap<usize, Row>,
-);
+/// The rows a batch decides on.
+struct Read {
+    /// By the item's position: its cursor (locked).
+    rows: BTreeMap<usize, CursorRow>,
+    /// The clear index of each session.
+    clears: BTreeMap<String, i64>,
+    /// By the item's position: its lane's next queued row.
+    queued: BTreeMap<usize, Row>,
+    /// The work rows of the pairs, locked ([`LOCK_PAIRS`]'s answer).
+    locked: Vec<Row>,
+    /// The heads deciding the pairs' rows ([`PROBE_PAIRS`]'s answer).
+    probed: Vec<Row>,
+}
 
-/// The first round trip: `BEGIN`, [`LOCK_MANY`], [`CLEARS`] and, when the
-/// batch has lanes, [`NEXT_MANY`].
-async fn read(tx: &Tx<'_>, items: &[(usize, Item<'_>)]) -> TxResult<Read> {
+/// The first round trip: `BEGIN`, [`LOCK_MANY`], [`CLEARS`], the pairs'
+/// work rows locked ([`LOCK_PAIRS`]) and their heads probed
+/// ([`PROBE_PAIRS`]) and, when the batch has lanes, [`NEXT_MANY`].
+async fn read(tx: &Tx<'_>, items: &[(usize, Item<'_>)], pairs: &Pairs<'_>) -> TxResult<Read> {
     let sessions: Vec<&str> = items
         .iter()
         .map(|(_, i)| i.request.session_id.as_str())
@@ -267,9 +304,13 @@ async fn read(tx: &Tx<'_>, items: &[(usize, Item<'_>)]) -> TxResult<Read> {
     let lock: [&(dyn ToSql + Sync); 4] = [&sessions, &consumers, &lanes, &slots];
     let clears: [&(dyn ToSql + Sync); 1] = [&distinct];
     let next: [&(dyn ToSql + Sync); 4] = [&lane_sessions, &lane_consumers, &lane_names, &lane_done];
+    let lock_pairs = pairs.lock_params();
+    let probe_pairs = pairs.probe_params();
     let mut statements = vec![
         Stmt::new(LOCK_MANY.as_str(), &lock),
         Stmt::new(CLEARS, &clears),
+        Stmt::new(LOCK_PAIRS, &lock_pairs),
+        Stmt::new(PROBE_PAIRS, &probe_pairs),
     ];
     if !ordinals.is_empty() {
         statements.push(Stmt::new(NEXT_MANY, &next));
@@ -283,6 +324,8 @@ async fn read(tx: &Tx<'_>, items: &[(usize, Item<'_>)]) -> TxResult<Read> {
     for row in answers.next().unwrap_or_default() {
         by_session.insert(row.try_get::<_, String>(0)?, row.try_get::<_, i64>(1)?);
     }
+    let locked = answers.next().unwrap_or_default();
+    let probed = answers.next().unwrap_or_default();
     let mut queued = BTreeMap::new();
     for row in answers.next().unwrap_or_default() {
         let lane_at = position_of(&row, 2)?;
@@ -290,7 +333,13 @@ async fn read(tx: &Tx<'_>, items: &[(usize, Item<'_>)]) -> TxResult<Read> {
             queued.insert(position, row);
         }
     }
-    Ok((rows, by_session, queued))
+    Ok(Read {
+        rows,
+        clears: by_session,
+        queued,
+        locked,
+        probed,
+    })
 }
 
 /// The 0-based position of a row's 1-based ordinal in column `column`.
@@ -303,7 +352,11 @@ fn position_of(row: &Row, column: usize) -> TxResult<usize> {
 
 /// The second round trip: every applied completion's writes and `COMMIT`.
 /// Returns whether a work row was made ready.
-async fn write(tx: &Tx<'_>, applied: &[(usize, Applied<'_>)], now: i64) -> TxResult<bool> {
+async fn write(
+    tx: &Tx<'_>,
+    applied: &[(usize, Applied<'_>)],
+    work_rows: &Rows<'_>,
+) -> TxResult<bool> {
     let mut sessions = Vec::with_capacity(applied.len());
     let mut consumers = Vec::with_capacity(applied.len());
     let mut lanes = Vec::with_capacity(applied.len());
@@ -311,7 +364,6 @@ async fn write(tx: &Tx<'_>, applied: &[(usize, Applied<'_>)], now: i64) -> TxRes
     let mut attempts = Vec::with_capacity(applied.len());
     let mut slots = Vec::with_capacity(applied.len());
     let mut trims: (Vec<&str>, Vec<&str>, Vec<&str>, Vec<i64>) = Default::default();
-    let mut touched: BTreeMap<&str, Touched> = BTreeMap::new();
     for (_, one) in applied {
         let request = one.item.request;
         let session_id = request.session_id.as_str();
@@ -327,10 +379,6 @@ async fn write(tx: &Tx<'_>, applied: &[(usize, Applied<'_>)], now: i64) -> TxRes
             trims.2.push(one.item.lane);
             trims.3.push(one.item.index);
         }
-        touched
-            .entry(session_id)
-            .or_insert_with(|| Touched::new(now))
-            .cursor(&one.cursor);
     }
     let writes = ManyCursorWrites::new(
         applied
@@ -341,8 +389,7 @@ async fn write(tx: &Tx<'_>, applied: &[(usize, Applied<'_>)], now: i64) -> TxRes
     let record: [&(dyn ToSql + Sync); 5] = [&sessions, &consumers, &lanes, &indexes, &attempts];
     let release: [&(dyn ToSql + Sync); 4] = [&sessions, &consumers, &lanes, &slots];
     let trim: [&(dyn ToSql + Sync); 4] = [&trims.0, &trims.1, &trims.2, &trims.3];
-    let plan = ManyTouched::new(now, &touched);
-    let work = plan.params();
+    let work = work_rows.params();
     let mut statements = vec![
         Stmt::new(RECORD_MANY, &record),
         Stmt::new(RELEASE_MANY, &release),
@@ -353,8 +400,8 @@ async fn write(tx: &Tx<'_>, applied: &[(usize, Applied<'_>)], now: i64) -> TxRes
     if let Some(params) = &write_params {
         statements.push(Stmt::new(PUT_MANY, params));
     }
-    // The sessions' work rows, in session order (as every writer locks them).
-    ManyTouched::push(&work, &mut statements);
-    let mut answers = tx.commit_with(&statements).await?;
-    plan.finish(&mut answers, &work)
+    // The pairs' work rows, locked in the first round trip.
+    Rows::push(&work, &mut statements);
+    tx.commit_with(&statements).await?;
+    Ok(work_rows.ready)
 }
