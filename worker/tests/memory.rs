@@ -540,8 +540,8 @@ async fn appends_of_a_superseded_attempt_are_refused() {
     worker.shutdown().await;
 }
 
-/// The in-flight bound holds, and is reached, whether claims ramp up to a
-/// batch (the default), ask for one head or for a batch of up to 3.
+/// The in-flight bound holds, and is reached, whether claims ask for every
+/// free slot (the default), for one head or for a batch of up to 3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn in_flight_heads_stay_within_the_bound() {
     for batch in [None, Some(1), Some(3)] {
@@ -579,6 +579,74 @@ async fn in_flight_heads_stay_within_the_bound() {
         }
         common::assert_exactly_once_in_order(store.as_ref(), &sessions, 4).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backlog_fills_every_slot() {
+    common::backlog_fills_every_slot(memory(), "fill").await;
+}
+
+/// On a paused clock, so any timer the worker waited for would show as time
+/// passed: a head appended to an idle worker starts at once, and so does
+/// one appended while 15 of its 16 slots are busy (their handlers blocked).
+#[tokio::test(start_paused = true)]
+async fn a_head_arriving_starts_at_once_while_slots_are_free() {
+    let store = memory();
+    let (started, mut starts) = mpsc::unbounded_channel::<(String, tokio::time::Instant)>();
+    let (release, released) = tokio::sync::watch::channel(false);
+    let handler = handler_fn(move |job: Job| {
+        let _ = started.send((job.session_id().to_owned(), tokio::time::Instant::now()));
+        let mut released = released.clone();
+        async move {
+            let _ = released.wait_for(|go| *go).await;
+            Ok(vec![NewEvent::new(DONE, json!({"source": job.index()}))])
+        }
+    });
+    let worker = Worker::builder(Arc::clone(&store))
+        .consumer(ConsumerDeclaration::targeted(CONSUMER), handler)
+        .max_in_flight(16)
+        .build()
+        .unwrap()
+        .spawn()
+        .unwrap();
+    let sessions = common::session_ids("arrive", 16);
+    // A waiting claim is in the store before the first head arrives.
+    eventually("the worker waits for work", || {
+        let claims = worker.stats().claim_calls;
+        async move { claims > 0 }
+    })
+    .await;
+    let mut next_start = async || {
+        tokio::time::timeout(Duration::from_secs(3600), starts.recv())
+            .await
+            .expect("a head never started")
+            .expect("the handler is gone")
+    };
+    let appended = tokio::time::Instant::now();
+    message(store.as_ref(), &sessions[0], "L").await;
+    let (session, at) = next_start().await;
+    assert_eq!(session, sessions[0]);
+    assert_eq!(at, appended, "the lone head waited for a timer");
+    for session in &sessions[1..15] {
+        message(store.as_ref(), session, "L").await;
+    }
+    for _ in 1..15 {
+        next_start().await;
+    }
+    assert_eq!(worker.stats().in_flight, 15);
+    let appended = tokio::time::Instant::now();
+    message(store.as_ref(), &sessions[15], "L").await;
+    let (session, at) = next_start().await;
+    assert_eq!(session, sessions[15]);
+    assert_eq!(
+        at, appended,
+        "the head for the last free slot waited for a timer"
+    );
+    assert_eq!(worker.stats().in_flight, 16);
+    release.send_replace(true);
+    common::wait_for_done(store.as_ref(), &sessions, 16, Duration::from_secs(60)).await;
+    let summary = worker.shutdown().await;
+    assert_eq!(summary.stats.completed, 16, "{summary:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -628,6 +696,10 @@ async fn bad_options_are_invalid_input() {
         ErrorCode::InvalidInput
     );
     assert_eq!(code(one().claim_batch(0).build()), ErrorCode::InvalidInput);
+    assert_eq!(
+        code(one().claims_in_flight(0).build()),
+        ErrorCode::InvalidInput
+    );
     assert_eq!(
         code(one().claim_batch(1001).build()),
         ErrorCode::InvalidInput

@@ -53,6 +53,19 @@ async fn shutdown_mid_work() {
     ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backlog_fills_every_slot() {
+    let Some((scratch, url)) = postgres_url("a_backlog_fills_every_slot") else {
+        return;
+    };
+    common::backlog_fills_every_slot(open(&url).await, "pg").await;
+    scratch.drop_all().await.expect("drop the schema");
+}
+
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_worker_processes_one_killed() {
     let Some((scratch, url)) = postgres_url("three_worker_processes_one_killed") else {
         return;

@@ -26,6 +26,12 @@ async fn shutdown_mid_work() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_backlog_fills_every_slot() {
+    let (_dir, url) = sqlite_url();
+    common::backlog_fills_every_slot(open(&url).await, "sq").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_worker_processes_one_killed() {
     let (_dir, url) = sqlite_url();
     three_processes(&url, true).await;

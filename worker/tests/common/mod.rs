@@ -3,6 +3,7 @@
 
 pub mod flaky;
 pub mod processes;
+pub mod watched;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -322,4 +323,87 @@ pub async fn shutdown_mid_work(store: Arc<dyn Store>, prefix: &str) {
     let summary = second.shutdown().await;
     assert_eq!(summary.stats.dead_lettered, 0);
     assert_exactly_once_in_order(store.as_ref(), &sessions, 10).await;
+}
+
+/// A worker with 16 slots over a backlog (64 messages, 32 lane heads ready
+/// at once): its handlers wait until 16 of them run at once, so the work is
+/// only done if the worker fills every slot. Its first claim asks for all
+/// 16 free slots; its claims never ask, with the heads it holds, for more
+/// than its 16 slots; at most one of them waits in the store; and every
+/// message is done exactly once, in lane order.
+pub async fn backlog_fills_every_slot(store: Arc<dyn Store>, prefix: &str) {
+    const SLOTS: usize = 16;
+    let sessions = session_ids(prefix, 16);
+    let expected = produce(store.as_ref(), &sessions, 2, 2).await;
+    let watched = watched::Watched::new(store);
+    let running = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let (open, opened) = tokio::sync::watch::channel(false);
+    let open = Arc::new(open);
+    let handler = {
+        let (running, most) = (Arc::clone(&running), Arc::clone(&most));
+        handler_fn(move |job: Job| {
+            let (running, most, open) =
+                (Arc::clone(&running), Arc::clone(&most), Arc::clone(&open));
+            let mut opened = opened.clone();
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now, Ordering::SeqCst);
+                if now == SLOTS as u64 {
+                    open.send_replace(true);
+                }
+                let _ = opened.wait_for(|open| *open).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok(vec![NewEvent::new(DONE, json!({"source": job.index()}))])
+            }
+        })
+    };
+    let worker = Worker::builder(Arc::clone(&watched) as Arc<dyn Store>)
+        .holder(format!("{prefix}-w"))
+        .consumer(ConsumerDeclaration::targeted(CONSUMER), handler)
+        .max_in_flight(SLOTS)
+        .build()
+        .expect("worker")
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    while most.load(Ordering::SeqCst) < SLOTS as u64 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never {SLOTS} handlers at once, at most {}: {:?}",
+            most.load(Ordering::SeqCst),
+            watched.log()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    wait_for_done(
+        watched.as_ref(),
+        &sessions,
+        expected,
+        Duration::from_secs(60),
+    )
+    .await;
+    let log = watched.log();
+    let summary = worker.shutdown().await;
+    assert_eq!(summary.error, None);
+    assert_eq!(summary.stats.claimed, expected as u64, "{summary:?}");
+    assert_eq!(most.load(Ordering::SeqCst), SLOTS as u64);
+    assert_eq!(
+        log.asked.first(),
+        Some(&SLOTS),
+        "the first claim asks for every slot: {log:?}"
+    );
+    assert!(
+        log.most_committed <= SLOTS,
+        "claims asked for more than the free slots: {log:?}"
+    );
+    assert!(
+        log.most_waiting <= 1,
+        "more than one claim waited at once: {log:?}"
+    );
+    assert!(
+        log.most_in_flight <= a2_worker::DEFAULT_CLAIMS_IN_FLIGHT,
+        "more claims at once than allowed: {log:?}"
+    );
+    assert_exactly_once_in_order(watched.as_ref(), &sessions, 4).await;
 }
