@@ -44,25 +44,14 @@ async fn store(factory: &support::PgFactory) -> (PostgresStore, String) {
     (store, schema)
 }
 
+/// A claim of `session` by `w` for a minute.
 fn claim(session: &str) -> ClaimRequest {
-    ClaimRequest {
-        session_id: session.into(),
-        holder: "w".into(),
-        ttl_ms: Some(60_000),
-        ..ClaimRequest::default()
-    }
+    ClaimRequest::new(session, "w", std::time::Duration::from_secs(60))
 }
 
+/// The completion of `head` by its attempt, returning nothing.
 fn completion(head: &Head) -> CompleteRequest {
-    CompleteRequest {
-        session_id: head.event.session_id.clone(),
-        consumer: head.consumer.clone(),
-        lane: head.lane.clone(),
-        index: head.event.index,
-        attempt: head.dispatch.attempt_count,
-        events: Vec::new(),
-        consumers: None,
-    }
+    CompleteRequest::for_head(head, Vec::new())
 }
 
 /// Appends, per session, one event for `agent` (sessions `e*`) or two for

@@ -39,6 +39,15 @@ pub(crate) const LOCK_PAIRS: &str = "SELECT k.n, w.ready_at \
     JOIN work w ON w.session_id = k.session_id AND w.consumer = k.consumer \
     ORDER BY w.session_id, w.consumer FOR UPDATE OF w";
 
+/// The condition of [`PROBE_PAIRS`]' probes that leaves out the batch's
+/// own cursors (`x`, the left-out keys).
+macro_rules! left_out {
+    () => {
+        " AND NOT EXISTS (SELECT 1 FROM x WHERE x.session_id = c.session_id \
+            AND x.consumer = c.consumer AND x.lane = c.lane AND x.slot = c.slot) "
+    };
+}
+
 /// The heads that decide each pair's row, leaving out the cursors the batch
 /// changes: `$1` sessions, `$2` consumers (the pairs), `$3` now, `$4`..`$7`
 /// the left-out cursors' sessions, consumers, lanes and slots. Per pair at
@@ -47,7 +56,8 @@ pub(crate) const LOCK_PAIRS: &str = "SELECT k.n, w.ready_at \
 /// promoted or not, and a dead letter), each found by the partial index
 /// its predicate matches. Rows: the pair's ordinal, the head's
 /// `claim_expires_at` and `failed_at`.
-pub(crate) const PROBE_PAIRS: &str = "WITH x AS (SELECT * FROM unnest($4::text[], $5::text[], \
+pub(crate) const PROBE_PAIRS: &str = concat!(
+    "WITH x AS (SELECT * FROM unnest($4::text[], $5::text[], \
        $6::text[], $7::bigint[]) AS x(session_id, consumer, lane, slot)) \
     SELECT k.n, p.claim_expires_at, p.failed_at \
     FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(session_id, consumer, n) \
@@ -55,42 +65,38 @@ pub(crate) const PROBE_PAIRS: &str = "WITH x AS (SELECT * FROM unnest($4::text[]
       (SELECT c.claim_expires_at, c.failed_at FROM cursors c \
         WHERE c.session_id = k.session_id AND c.head IS NOT NULL AND c.failed_at IS NULL \
           AND (c.claim_expires_at IS NULL OR c.expired) AND c.consumer = k.consumer \
-          AND (c.claim_expires_at IS NULL OR c.claim_expires_at <= $3) \
-          AND NOT EXISTS (SELECT 1 FROM x WHERE x.session_id = c.session_id \
-            AND x.consumer = c.consumer AND x.lane = c.lane AND x.slot = c.slot) \
-        ORDER BY c.head LIMIT 1) \
+          AND (c.claim_expires_at IS NULL OR c.claim_expires_at <= $3) ",
+    left_out!(),
+    "ORDER BY c.head LIMIT 1) \
       UNION ALL \
       (SELECT c.claim_expires_at, c.failed_at FROM cursors c \
         WHERE c.session_id = k.session_id AND c.head IS NOT NULL AND c.failed_at IS NULL \
           AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
-          AND c.claim_expires_at <= $3 AND c.consumer = k.consumer \
-          AND NOT EXISTS (SELECT 1 FROM x WHERE x.session_id = c.session_id \
-            AND x.consumer = c.consumer AND x.lane = c.lane AND x.slot = c.slot) \
-        ORDER BY c.claim_expires_at LIMIT 1) \
+          AND c.claim_expires_at <= $3 AND c.consumer = k.consumer ",
+    left_out!(),
+    "ORDER BY c.claim_expires_at LIMIT 1) \
       UNION ALL \
       (SELECT c.claim_expires_at, c.failed_at FROM cursors c \
         WHERE c.session_id = k.session_id AND c.head IS NOT NULL AND c.failed_at IS NULL \
           AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
-          AND c.claim_expires_at > $3 AND c.consumer = k.consumer \
-          AND NOT EXISTS (SELECT 1 FROM x WHERE x.session_id = c.session_id \
-            AND x.consumer = c.consumer AND x.lane = c.lane AND x.slot = c.slot) \
-        ORDER BY c.claim_expires_at LIMIT 1) \
+          AND c.claim_expires_at > $3 AND c.consumer = k.consumer ",
+    left_out!(),
+    "ORDER BY c.claim_expires_at LIMIT 1) \
       UNION ALL \
       (SELECT c.claim_expires_at, c.failed_at FROM cursors c \
         WHERE c.session_id = k.session_id AND c.head IS NOT NULL AND c.failed_at IS NULL \
           AND c.claim_expires_at IS NOT NULL AND c.expired \
-          AND c.claim_expires_at > $3 AND c.consumer = k.consumer \
-          AND NOT EXISTS (SELECT 1 FROM x WHERE x.session_id = c.session_id \
-            AND x.consumer = c.consumer AND x.lane = c.lane AND x.slot = c.slot) \
-        ORDER BY c.claim_expires_at LIMIT 1) \
+          AND c.claim_expires_at > $3 AND c.consumer = k.consumer ",
+    left_out!(),
+    "ORDER BY c.claim_expires_at LIMIT 1) \
       UNION ALL \
       (SELECT c.claim_expires_at, c.failed_at FROM cursors c \
         WHERE c.session_id = k.session_id AND c.head IS NOT NULL \
-          AND c.failed_at IS NOT NULL AND c.consumer = k.consumer \
-          AND NOT EXISTS (SELECT 1 FROM x WHERE x.session_id = c.session_id \
-            AND x.consumer = c.consumer AND x.lane = c.lane AND x.slot = c.slot) \
-        ORDER BY c.head LIMIT 1) \
-    ) AS p";
+          AND c.failed_at IS NOT NULL AND c.consumer = k.consumer ",
+    left_out!(),
+    "ORDER BY c.head LIMIT 1) \
+    ) AS p"
+);
 
 /// Sets the rows this batch locked: `$1` sessions, `$2` consumers, `$3`
 /// their new `ready_at`.
