@@ -517,6 +517,16 @@ pub trait Store: Send + Sync {
     /// ```
     async fn claim_work(&self, request: ClaimWorkRequest) -> Result<ClaimWorkResult>;
 
+    /// Whether one [`claim_work`](Self::claim_work) of many heads costs
+    /// about what a claim of one does, because the backend claims them in
+    /// one step (PostgreSQL: one transaction for the whole batch). A worker
+    /// then asks for all its free slots in one claim rather than keeping
+    /// several claims in flight. A hint about cost only, never about what a
+    /// claim answers; `false` by default.
+    fn claims_in_one_step(&self) -> bool {
+        false
+    }
+
     /// A page, by session id, of the sessions with claimable, busy or
     /// dead-lettered heads of the given consumers, with their counts. Costs
     /// what it returns, not the number of sessions.

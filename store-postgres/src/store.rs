@@ -448,6 +448,12 @@ impl Store for PostgresStore {
         })
     }
 
+    /// `true`: a `claim_work` of K heads for one targeted consumer claims
+    /// its sessions in one transaction (see the README's batch claim).
+    fn claims_in_one_step(&self) -> bool {
+        true
+    }
+
     async fn claim_work(&self, request: ClaimWorkRequest) -> Result<ClaimWorkResult> {
         validate::claim_work(&request)?;
         if request.wait_ms.is_some() {

@@ -792,6 +792,10 @@ impl Store for ObservedStore {
             .await
     }
 
+    fn claims_in_one_step(&self) -> bool {
+        self.inner.claims_in_one_step()
+    }
+
     async fn claim_work(&self, request: ClaimWorkRequest) -> Result<ClaimWorkResult> {
         let begun = self.begin(Call {
             session: None,

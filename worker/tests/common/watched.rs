@@ -154,6 +154,10 @@ impl Store for Watched {
     async fn sessions(&self, o: ListSessions) -> Result<Vec<SessionInfo>> {
         self.inner.sessions(o).await
     }
+    fn claims_in_one_step(&self) -> bool {
+        self.inner.claims_in_one_step()
+    }
+
     async fn claim_work(&self, r: ClaimWorkRequest) -> Result<ClaimWorkResult> {
         let asked = r.head_limit();
         let waits = r.wait_ms.is_some();
