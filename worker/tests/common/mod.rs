@@ -398,11 +398,9 @@ pub async fn backlog_fills_every_slot(store: Arc<dyn Store>, prefix: &str) {
         "claims asked for more than the free slots: {log:?}"
     );
     // A store that claims a batch in one step gets one claim at a time,
-    // for every free slot; another one several at once over the backlog.
+    // for every free slot (another one may get several at once).
     if watched.claims_in_one_step() {
         assert_eq!(log.most_in_flight, 1, "claims at once: {log:?}");
-    } else {
-        assert!(log.most_in_flight > 1, "claims at once: {log:?}");
     }
     assert!(
         log.most_waiting <= 1,
