@@ -159,15 +159,8 @@ impl<'a> Tx<'a> {
     /// (autocommit: no `BEGIN`, no `COMMIT`); only before the transaction's
     /// first statement, which then opens it as usual.
     pub(crate) async fn query_alone(&self, sql: &str, params: &Params<'_>) -> TxResult<Vec<Row>> {
-        if self.state.load(Ordering::Acquire) != IDLE {
-            return Err(a2_store_api::StoreError::Backend {
-                message: "internal error: a statement alone inside a transaction".into(),
-                source: None,
-            }
-            .into());
-        }
-        let statement = self.prepare_cached(sql).await?;
-        Ok(self.client.query(&statement, params).await?)
+        let mut answers = self.pipeline_alone(&[Stmt::new(sql, params)]).await?;
+        Ok(answers.pop().unwrap_or_default())
     }
 
     /// Ends the transaction with `ROLLBACK` and waits for the server's
