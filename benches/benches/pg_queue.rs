@@ -109,6 +109,7 @@ async fn drain(store: PostgresStore, session: String, holder: String) -> u64 {
         for head in heads {
             store
                 .complete_attempt(CompleteRequest {
+                    incarnation: None,
                     session_id: session.clone(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),

@@ -123,6 +123,7 @@ async fn drain(store: Arc<dyn Store>, session: String, holder: String) -> u64 {
         for head in heads {
             let result = store
                 .complete_attempt(CompleteRequest {
+                    incarnation: None,
                     session_id: session.clone(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),

@@ -614,6 +614,7 @@ async fn a2_hand_loop(config: &Config, url: &str) -> Res<Drained> {
                     .map(|(session, head)| {
                         see(&seen, session, head.event.index);
                         CompleteRequest {
+                            incarnation: None,
                             session_id: session.to_owned(),
                             consumer: head.consumer.clone(),
                             lane: head.lane.clone(),

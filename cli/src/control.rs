@@ -148,6 +148,7 @@ pub async fn reschedule(args: &RescheduleArgs) -> Result<(), Failure> {
     let change = change(args);
     let result = store
         .reschedule(RescheduleRequest {
+            incarnation: None,
             session_id: args.session.clone(),
             consumer: args.consumer.clone(),
             lane: args.lane.clone(),

@@ -133,6 +133,7 @@ pub async fn clear(args: &ClearArgs) -> Result<(), Failure> {
     })?;
     let result = store
         .clear(ClearRequest {
+            incarnation: None,
             session_id: session.to_owned(),
             if_last_index: args.if_last_index,
             cause: None,

@@ -788,6 +788,7 @@ fn bulk_redrive_reaches_a_lane_behind_another_dead_letter() {
             clock.set(at);
             store
                 .fail_attempt(a2_store::FailRequest {
+                    incarnation: None,
                     session_id: "s".into(),
                     consumer: "c".into(),
                     lane: lane.map(str::to_owned),

@@ -143,6 +143,7 @@ async fn seed_store(store: &dyn Store) {
     assert_eq!(heads.len(), 2, "{heads:?}");
     let failed = store
         .fail_attempt(FailRequest {
+            incarnation: None,
             session_id: "s1".into(),
             consumer: "notifier".into(),
             lane: None,
@@ -440,6 +441,7 @@ fn repair_a_seeded_sqlite_file() {
         };
         let failed = store
             .fail_attempt(FailRequest {
+                incarnation: None,
                 session_id: "s1".into(),
                 consumer: "notifier".into(),
                 lane: None,

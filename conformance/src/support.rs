@@ -168,6 +168,7 @@ impl Cx {
     ) -> StoreResult<CompleteResult> {
         self.store
             .complete_attempt(CompleteRequest {
+                incarnation: None,
                 session_id: session.to_owned(),
                 consumer: at.consumer.clone(),
                 lane: at.lane.clone(),
@@ -182,6 +183,7 @@ impl Cx {
     /// A failure request for `head`'s attempt.
     pub fn fail_req(&self, session: &str, head: &Head, error: &str) -> FailRequest {
         FailRequest {
+            incarnation: None,
             session_id: session.to_owned(),
             consumer: head.consumer.clone(),
             lane: head.lane.clone(),

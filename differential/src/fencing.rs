@@ -56,6 +56,7 @@ fn claim(session: &str, holder: &str, kind: Kind) -> ClaimRequest {
 
 fn complete(session: &str, head: &Head, reply: &str) -> CompleteRequest {
     CompleteRequest {
+        incarnation: None,
         session_id: session.to_owned(),
         consumer: head.consumer.clone(),
         lane: head.lane.clone(),
@@ -156,6 +157,7 @@ async fn expired_and_reclaimed_is_superseded(
     }
     let renewed = store
         .renew_claims(RenewRequest {
+            incarnation: None,
             session_id: session.to_owned(),
             holder: "slow".to_owned(),
             claims: vec![HeldClaim {

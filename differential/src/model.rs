@@ -221,6 +221,7 @@ impl Model {
                     }
                 }
                 Call::Renew(RenewRequest {
+                    incarnation: None,
                     session_id: SESSIONS[session % SESSIONS.len()].to_owned(),
                     holder: pick(&HOLDERS, *holder).to_owned(),
                     claims,
@@ -236,6 +237,7 @@ impl Model {
             } => {
                 let (session, cursor, attempt) = self.target_of(state, *n, *attempt_delta);
                 Call::Complete(CompleteRequest {
+                    incarnation: None,
                     session_id: session,
                     consumer: cursor.consumer,
                     lane: cursor.lane,
@@ -256,6 +258,7 @@ impl Model {
             } => {
                 let (session, cursor, attempt) = self.target_of(state, *n, *attempt_delta);
                 Call::Fail(FailRequest {
+                    incarnation: None,
                     session_id: session,
                     consumer: cursor.consumer,
                     lane: cursor.lane,
@@ -302,6 +305,7 @@ impl Model {
                     Some(n) => Some(pick(&LANES, *n).to_owned()),
                 };
                 Call::Redrive(RedriveRequest {
+                    incarnation: None,
                     lane,
                     session_id: session_name(*session),
                     consumer,
@@ -319,6 +323,7 @@ impl Model {
             } => {
                 let (consumer, lane, index) = self.schedule_pick(state, *session, *n, *queued);
                 Call::Reschedule(RescheduleRequest {
+                    incarnation: None,
                     session_id: session_name(*session),
                     consumer,
                     lane,
@@ -396,6 +401,7 @@ impl Model {
                     .session(usize::from(*session) % SESSIONS.len())
                     .map_or(0, |s| s.head());
                 Call::Clear(ClearRequest {
+                    incarnation: None,
                     session_id: session_name(*session),
                     if_last_index: if_last.map(|spec| match spec {
                         IfLast::Head => head,

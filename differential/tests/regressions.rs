@@ -46,6 +46,7 @@ async fn empty_append_refreshes_log_types(factory: &dyn StoreFactory) {
     );
     store
         .redrive(RedriveRequest {
+            incarnation: None,
             lane: None,
             session_id: "s0".into(),
             consumer: "agent".into(),
@@ -106,6 +107,7 @@ async fn completion_below_the_clear_refreshes_log_types(factory: &dyn StoreFacto
         .unwrap();
     store
         .clear(ClearRequest {
+            incarnation: None,
             session_id: "s0".into(),
             if_last_index: None,
             cause: None,
@@ -114,6 +116,7 @@ async fn completion_below_the_clear_refreshes_log_types(factory: &dyn StoreFacto
         .unwrap();
     let result = store
         .complete_attempt(CompleteRequest {
+            incarnation: None,
             session_id: "s0".into(),
             consumer: "agent".into(),
             lane: None,
@@ -185,6 +188,7 @@ async fn redrive_picks_the_first_dead_letter_in_order(factory: &dyn StoreFactory
     assert_eq!(store.dead_letters("s0").await.unwrap().len(), 2);
     let redriven = store
         .redrive(RedriveRequest {
+            incarnation: None,
             lane: None,
             session_id: "s0".into(),
             consumer: "worker".into(),
@@ -316,6 +320,7 @@ async fn shortened_renewal_makes_work_claimable_at_the_new_expiry(factory: &dyn 
     assert_eq!(claimed.heads().count(), 1, "{claimed:?}");
     let renewed = store
         .renew_claims(RenewRequest {
+            incarnation: None,
             session_id: "s0".into(),
             holder: "w0".into(),
             claims: vec![HeldClaim {
@@ -405,6 +410,7 @@ async fn renewal_then_other_work_keeps_ready_since(factory: &dyn StoreFactory) {
         .unwrap();
     store
         .renew_claims(RenewRequest {
+            incarnation: None,
             session_id: "s0".into(),
             holder: "w0".into(),
             claims: vec![HeldClaim {
@@ -418,6 +424,7 @@ async fn renewal_then_other_work_keeps_ready_since(factory: &dyn StoreFactory) {
         .unwrap();
     store
         .fail_attempt(FailRequest {
+            incarnation: None,
             session_id: "s0".into(),
             consumer: "worker".into(),
             lane: None,

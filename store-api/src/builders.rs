@@ -227,6 +227,13 @@ impl HeldClaim {
 }
 
 impl RenewRequest {
+    /// The same request, fenced by the session's incarnation `incarnation`
+    /// (`None`: not fenced by it; see [`crate::retention`]).
+    pub fn with_incarnation(mut self, incarnation: Option<u64>) -> Self {
+        self.incarnation = incarnation;
+        self
+    }
+
     /// Renews `claims` held by `holder` in `session_id` for another `ttl`.
     ///
     /// ```
@@ -243,6 +250,7 @@ impl RenewRequest {
         ttl: Duration,
     ) -> Self {
         Self {
+            incarnation: None,
             session_id: session_id.into(),
             holder: holder.into(),
             claims,
@@ -275,6 +283,7 @@ impl RenewRequest {
             vec![HeldClaim::for_head(head)],
             ttl,
         )
+        .with_incarnation(head.fence())
     }
 
     /// The same renewal ending at `expires_at_ms` (ms since the epoch)
@@ -293,6 +302,13 @@ impl RenewRequest {
 }
 
 impl CompleteRequest {
+    /// The same request, fenced by the session's incarnation `incarnation`
+    /// (`None`: not fenced by it; see [`crate::retention`]).
+    pub fn with_incarnation(mut self, incarnation: Option<u64>) -> Self {
+        self.incarnation = incarnation;
+        self
+    }
+
     /// Completes `attempt` on the head `cursor` names in `session_id`,
     /// returning no events.
     ///
@@ -304,6 +320,7 @@ impl CompleteRequest {
     /// ```
     pub fn new(session_id: impl Into<String>, cursor: CursorRef, attempt: u32) -> Self {
         Self {
+            incarnation: None,
             session_id: session_id.into(),
             consumer: cursor.consumer,
             lane: cursor.lane,
@@ -339,6 +356,7 @@ impl CompleteRequest {
             head.dispatch.attempt_count,
         )
         .with_events(events)
+        .with_incarnation(head.fence())
     }
 
     /// The same completion appending `events`.
@@ -355,6 +373,13 @@ impl CompleteRequest {
 }
 
 impl FailRequest {
+    /// The same request, fenced by the session's incarnation `incarnation`
+    /// (`None`: not fenced by it; see [`crate::retention`]).
+    pub fn with_incarnation(mut self, incarnation: Option<u64>) -> Self {
+        self.incarnation = incarnation;
+        self
+    }
+
     /// Records that `attempt` on the head `cursor` names in `session_id`
     /// failed with `error`; never dead-letters, no retry delay.
     ///
@@ -373,6 +398,7 @@ impl FailRequest {
         error: impl Into<String>,
     ) -> Self {
         Self {
+            incarnation: None,
             session_id: session_id.into(),
             consumer: cursor.consumer,
             lane: cursor.lane,
@@ -417,7 +443,7 @@ impl FailRequest {
             error,
         );
         request.max_failures = max_failures.into();
-        request
+        request.with_incarnation(head.fence())
     }
 
     /// Dead-letters the head when its failures reach `max_failures`.
@@ -434,6 +460,13 @@ impl FailRequest {
 }
 
 impl RedriveRequest {
+    /// The same request, fenced by the session's incarnation `incarnation`
+    /// (`None`: not fenced by it; see [`crate::retention`]).
+    pub fn with_incarnation(mut self, incarnation: Option<u64>) -> Self {
+        self.incarnation = incarnation;
+        self
+    }
+
     /// Retries or skips `consumer`'s dead-lettered head at `index` in `session_id`.
     ///
     /// ```
@@ -448,6 +481,7 @@ impl RedriveRequest {
         action: RedriveAction,
     ) -> Self {
         Self {
+            incarnation: None,
             session_id: session_id.into(),
             consumer: consumer.into(),
             index,
@@ -492,6 +526,7 @@ impl RedriveRequest {
                 action,
             )
         }
+        .with_incarnation(head.fence())
     }
 
     /// Declares the consumers served (restricts `has_pending`).
@@ -502,6 +537,13 @@ impl RedriveRequest {
 }
 
 impl ClearRequest {
+    /// The same request, fenced by the session's incarnation `incarnation`
+    /// (`None`: not fenced by it; see [`crate::retention`]).
+    pub fn with_incarnation(mut self, incarnation: Option<u64>) -> Self {
+        self.incarnation = incarnation;
+        self
+    }
+
     /// Clears `session_id` unconditionally.
     ///
     /// ```
@@ -678,6 +720,13 @@ impl ListWork {
 }
 
 impl RescheduleRequest {
+    /// The same request, fenced by the session's incarnation `incarnation`
+    /// (`None`: not fenced by it; see [`crate::retention`]).
+    pub fn with_incarnation(mut self, incarnation: Option<u64>) -> Self {
+        self.incarnation = incarnation;
+        self
+    }
+
     /// Applies `change` to `consumer`'s head (or queued index) at `index` on
     /// `lane` (`None`: its event cursor) in `session_id`, unfenced.
     ///
@@ -694,6 +743,7 @@ impl RescheduleRequest {
         change: ScheduleChange,
     ) -> Self {
         Self {
+            incarnation: None,
             session_id: session_id.into(),
             consumer: consumer.into(),
             lane: lane.map(str::to_owned),
@@ -772,6 +822,7 @@ mod tests {
 
     fn head() -> Head {
         Head {
+            incarnation: 0,
             event: StoredEvent {
                 id: "e".into(),
                 event_type: "msg".into(),
@@ -799,6 +850,7 @@ mod tests {
         assert_eq!(
             complete,
             CompleteRequest {
+                incarnation: None,
                 session_id: "s".into(),
                 consumer: "agent".into(),
                 lane: Some("L1".into()),
@@ -813,6 +865,7 @@ mod tests {
         assert_eq!(
             fail,
             FailRequest {
+                incarnation: None,
                 session_id: "s".into(),
                 consumer: "agent".into(),
                 lane: Some("L1".into()),

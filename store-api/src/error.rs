@@ -36,6 +36,13 @@ pub enum ErrorCode {
     InvalidInput,
     /// The backend stayed busy (locked) past its timeout; retrying may work.
     Busy,
+    /// A delete without `force` found a head that still has work (leased,
+    /// claimable, waiting or scheduled); nothing was deleted.
+    SessionInUse,
+    /// The session named was deleted (and perhaps created again since):
+    /// the request names an incarnation that is gone, or a stream followed
+    /// a session that was deleted.
+    SessionDeleted,
     /// The backend is out of space; free space and retry.
     StorageFull,
     /// The database was written by a newer schema version than this build.
@@ -55,6 +62,8 @@ impl ErrorCode {
             Self::NoSuchEvent => "NO_SUCH_EVENT",
             Self::InvalidInput => "INVALID_INPUT",
             Self::Busy => "BUSY",
+            Self::SessionInUse => "SESSION_IN_USE",
+            Self::SessionDeleted => "SESSION_DELETED",
             Self::StorageFull => "STORAGE_FULL",
             Self::IncompatibleSchema => "INCOMPATIBLE_SCHEMA",
             Self::Backend => "BACKEND",
@@ -121,6 +130,18 @@ pub enum StoreError {
         #[source]
         source: Option<BoxError>,
     },
+    /// See [`ErrorCode::SessionInUse`].
+    #[error("session in use: {message}")]
+    SessionInUse {
+        /// Which head holds the session and how to delete it anyway.
+        message: String,
+    },
+    /// See [`ErrorCode::SessionDeleted`].
+    #[error("session deleted: {message}")]
+    SessionDeleted {
+        /// Which session, and what to do.
+        message: String,
+    },
     /// See [`ErrorCode::StorageFull`].
     #[error("storage full: {message}")]
     StorageFull {
@@ -158,6 +179,8 @@ impl StoreError {
             Self::NoSuchEvent { .. } => ErrorCode::NoSuchEvent,
             Self::InvalidInput { .. } => ErrorCode::InvalidInput,
             Self::Busy { .. } => ErrorCode::Busy,
+            Self::SessionInUse { .. } => ErrorCode::SessionInUse,
+            Self::SessionDeleted { .. } => ErrorCode::SessionDeleted,
             Self::StorageFull { .. } => ErrorCode::StorageFull,
             Self::IncompatibleSchema { .. } => ErrorCode::IncompatibleSchema,
             Self::Backend { .. } => ErrorCode::Backend,
@@ -277,6 +300,51 @@ impl StoreError {
         Self::Backend {
             message: format!("corrupt {what} in the database"),
             source: None,
+        }
+    }
+
+    /// The [`ErrorCode::SessionInUse`] error refusing to delete `session_id`
+    /// while `cursor`'s head still has work (as seen at `now_ms`).
+    pub fn session_in_use(session_id: &str, cursor: &crate::types::Cursor, now_ms: i64) -> Self {
+        let lane = cursor
+            .lane
+            .as_deref()
+            .map(|lane| format!(" lane '{lane}'"))
+            .unwrap_or_default();
+        let index = cursor.head.unwrap_or(cursor.position);
+        let dispatch = &cursor.dispatch;
+        let state = match (&dispatch.claim_holder, dispatch.claim_expires_at) {
+            (Some(holder), Some(until)) if until > now_ms => {
+                format!("is leased by '{holder}' until {until} ms")
+            }
+            (None, Some(until)) if until > now_ms => format!("waits to be retried at {until} ms"),
+            _ => "is waiting to be claimed".to_owned(),
+        };
+        Self::SessionInUse {
+            message: format!(
+                "session '{session_id}' still has work: the head {index} of consumer '{}'{lane} {state}; \
+                 let it finish, or delete with force to end it",
+                cursor.consumer
+            ),
+        }
+    }
+
+    /// The [`ErrorCode::SessionDeleted`] error for a request naming
+    /// incarnation `requested` of `session_id`, which is now `current`.
+    pub fn session_replaced(session_id: &str, requested: u64, current: u64) -> Self {
+        Self::SessionDeleted {
+            message: format!(
+                "session '{session_id}' was deleted and created again since the request's \
+                 head was read (incarnation {requested}, now {current}); read the session again"
+            ),
+        }
+    }
+
+    /// The [`ErrorCode::SessionDeleted`] error ending a stream that followed
+    /// `session_id` when it was deleted.
+    pub fn session_deleted(session_id: &str) -> Self {
+        Self::SessionDeleted {
+            message: format!("session '{session_id}' was deleted while it was followed"),
         }
     }
 

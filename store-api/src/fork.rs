@@ -80,6 +80,7 @@ impl ForkRequest {
             first: clear.max(1),
             through,
             session: SessionInfo {
+                incarnation: 0,
                 session_id: self.into.clone(),
                 head: through,
                 clear_index: clear,
@@ -100,6 +101,7 @@ mod tests {
 
     fn info(head: u64, clear: u64) -> SessionInfo {
         SessionInfo {
+            incarnation: 0,
             session_id: "a".into(),
             head,
             clear_index: clear,

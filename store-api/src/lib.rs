@@ -24,6 +24,7 @@
 //! | paused consumers: which heads a pause holds | [`pause`] |
 //! | lane-exact and bulk redrive | [`redrive`] |
 //! | what a fork copies | [`fork`] |
+//! | deleting and pruning sessions, the incarnation fence | [`retention`] |
 //! | the work index, fairness across sessions, claiming and waiting across sessions | [`work`] |
 //! | how SQL backends encode values | [`sql`] |
 //! | every error text | constructors on [`StoreError`] |
@@ -70,6 +71,7 @@ pub mod presence;
 pub mod redrive;
 pub mod replay;
 mod results;
+pub mod retention;
 pub mod schedule;
 pub mod sql;
 mod store;
@@ -85,6 +87,10 @@ pub use fork::ForkPlan;
 pub use ids::{CounterIds, IdGenerator, RandomIds};
 pub use pause::Hold;
 pub use payload::Payload;
+pub use retention::{
+    DeleteSessionRequest, DeleteSessionResult, PruneFrom, PruneRequest, PruneResult, Removed,
+    DEFAULT_PRUNE_LIMIT, MAX_PRUNE_LIMIT,
+};
 pub use schedule::{RescheduleStep, ScheduledAt};
 pub use store::{EventStream, Store};
 pub use types::*;

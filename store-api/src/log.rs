@@ -142,6 +142,7 @@ mod tests {
     #[test]
     fn clear_conditions_and_markers() {
         let request = ClearRequest {
+            incarnation: None,
             session_id: "s".into(),
             if_last_index: Some(3),
             cause: None,

@@ -65,6 +65,7 @@ mod tests {
         assert!(!bulk.matches("s", "c", Some("L"), 9));
         assert!(!bulk.matches("s", "c", Some("L"), 4));
         let request = RedriveRequest {
+            incarnation: None,
             session_id: "s".into(),
             consumer: "c".into(),
             index: 3,

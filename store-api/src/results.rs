@@ -142,7 +142,20 @@ impl Head {
             lane,
             dispatch,
             clear_index: None,
+            incarnation: 0,
         }
+    }
+
+    /// The incarnation requests about this head are fenced by: `None` when
+    /// the backend did not say (0).
+    pub fn fence(&self) -> Option<u64> {
+        (self.incarnation != 0).then_some(self.incarnation)
+    }
+
+    /// The same head, of a session in incarnation `incarnation`.
+    pub fn with_incarnation(mut self, incarnation: u64) -> Self {
+        self.incarnation = incarnation;
+        self
     }
 
     /// The same head in a session cleared at `clear_index`.
@@ -269,7 +282,14 @@ impl SessionInfo {
             clear_index,
             reclaimed_through,
             forked_from: None,
+            incarnation: 0,
         }
+    }
+
+    /// The same session, in incarnation `incarnation`.
+    pub fn with_incarnation(mut self, incarnation: u64) -> Self {
+        self.incarnation = incarnation;
+        self
     }
 
     /// The same session, forked from `origin`.

@@ -203,6 +203,7 @@ mod tests {
 
     fn request(change: ScheduleChange) -> RescheduleRequest {
         RescheduleRequest {
+            incarnation: None,
             session_id: "s".into(),
             consumer: "c".into(),
             lane: Some("L".into()),

@@ -8,6 +8,7 @@ use futures::Stream;
 use serde_json::Value;
 
 use crate::error::Result;
+use crate::retention::{DeleteSessionRequest, DeleteSessionResult, PruneRequest, PruneResult};
 use crate::types::{
     AppendOptions, AppendResult, BulkRedrive, BulkRedriveResult, ClaimRequest, ClaimResult,
     ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
@@ -70,6 +71,8 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<StoredEvent>> + Send + '
 /// async fn pauses(&self, session_id: Option<&str>) -> Result<Vec<Pause>>;
 /// async fn redrive_all(&self, request: BulkRedrive) -> Result<BulkRedriveResult>;
 /// async fn fork(&self, request: ForkRequest) -> Result<ForkResult>;
+/// async fn delete_session(&self, request: DeleteSessionRequest) -> Result<DeleteSessionResult>;
+/// async fn prune(&self, request: PruneRequest) -> Result<PruneResult>;
 /// # }
 /// ```
 #[async_trait]
@@ -683,6 +686,66 @@ pub trait Store: Send + Sync {
     /// # }
     /// ```
     async fn fork(&self, request: ForkRequest) -> Result<ForkResult>;
+
+    /// Deletes every row of one session in one atomic step: events,
+    /// cursors and their completion records, lane queues, work rows,
+    /// snapshots and pins, presence, pauses of the session; its open
+    /// `subscribe` streams end with [`ErrorCode::SessionDeleted`](crate::ErrorCode::SessionDeleted).
+    /// Refused with [`ErrorCode::SessionInUse`](crate::ErrorCode::SessionInUse)
+    /// while a head still has work, unless `force`. Forks of the session
+    /// keep their copy. The id can be used again at once, by a new
+    /// incarnation no request of the old one reaches (see [`crate::retention`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let msg = NewEvent::new("msg", json!("hi")).with_target(Target::lane("agent", "main"));
+    /// store.append("chat-1", vec![msg], AppendOptions::default()).await?;
+    /// // The message is still waiting for the agent: refused without force.
+    /// let refused = store.delete_session(DeleteSessionRequest::new("chat-1")).await;
+    /// assert_eq!(refused.unwrap_err().code(), ErrorCode::SessionInUse);
+    /// let done = store.delete_session(DeleteSessionRequest::new("chat-1").forced()).await?;
+    /// assert!(matches!(done, DeleteSessionResult::Deleted { removed } if removed.events == 1));
+    /// assert!(store.sessions(ListSessions::default()).await?.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn delete_session(&self, request: DeleteSessionRequest) -> Result<DeleteSessionResult> {
+        // RETENTION-TEMP: removed once every backend implements it.
+        let _ = request;
+        Err(crate::StoreError::invalid_input("delete_session: not implemented yet"))
+    }
+
+    /// Deletes, a page at a time, the sessions nothing was appended to for
+    /// `idle_for_ms` that have nothing left to do (no head leased,
+    /// claimable, waiting or scheduled; no dead letter unless asked), each
+    /// as [`Store::delete_session`] would. Also removes expired presence
+    /// fields and unpinned snapshot checkpoints. Examines at most `limit`
+    /// idle sessions, oldest activity first, at a cost in proportion to
+    /// that page, not to the number of sessions; `next` continues.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// let clock = ManualClock::new(1_000);
+    /// let store = a2_store::open("memory:", OpenOptions::default().with_clock(clock.clone())).await?;
+    /// store.append("chat-1", vec![NewEvent::new("msg", json!("hi"))], AppendOptions::default()).await?;
+    /// clock.advance(3_600_000); // an hour later
+    /// let preview = store.prune(PruneRequest::idle_for(Duration::from_secs(60)).dry_run()).await?;
+    /// assert_eq!(preview.sessions, ["chat-1"]);
+    /// let pruned = store.prune(PruneRequest::idle_for(Duration::from_secs(60))).await?;
+    /// assert_eq!((pruned.sessions.len(), pruned.more()), (1, false));
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn prune(&self, request: PruneRequest) -> Result<PruneResult> {
+        // RETENTION-TEMP: removed once every backend implements it.
+        let _ = request;
+        Err(crate::StoreError::invalid_input("prune: not implemented yet"))
+    }
 }
 
 #[cfg(test)]

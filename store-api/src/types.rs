@@ -339,6 +339,9 @@ pub struct Head {
     /// The session's clear index when it has been cleared.
     #[serde(default)]
     pub clear_index: Option<u64>,
+    /// The incarnation of the session the head belongs to (see [`crate::retention`]).
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 impl Head {
@@ -461,6 +464,10 @@ pub struct RenewRequest {
     /// New lease end, ms since epoch.
     #[serde(default)]
     pub expires_at_ms: Option<i64>,
+    /// The session incarnation the request was made for (see
+    /// [`crate::retention`]); `None`: not fenced by incarnation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
 }
 
 /// Result of [`Store::renew_claims`](crate::Store::renew_claims), refs by `(index, consumer)`.
@@ -493,6 +500,10 @@ pub struct CompleteRequest {
     /// Declarations served (log cursors for the returned events).
     #[serde(default)]
     pub consumers: Option<Vec<ConsumerDeclaration>>,
+    /// The session incarnation the request was made for (see
+    /// [`crate::retention`]); `None`: not fenced by incarnation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
 }
 
 /// Result of [`Store::complete_attempt`](crate::Store::complete_attempt).
@@ -531,6 +542,10 @@ pub struct FailRequest {
     /// Keep the head busy this long before it can be claimed again, ms.
     #[serde(default)]
     pub retry_after_ms: Option<i64>,
+    /// The session incarnation the request was made for (see
+    /// [`crate::retention`]); `None`: not fenced by incarnation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
 }
 
 /// How a failure was recorded.
@@ -599,6 +614,10 @@ pub struct RedriveRequest {
     /// Declarations served (restricts `has_pending`).
     #[serde(default)]
     pub consumers: Option<Vec<ConsumerDeclaration>>,
+    /// The session incarnation the request was made for (see
+    /// [`crate::retention`]); `None`: not fenced by incarnation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
 }
 
 /// Result of [`Store::redrive`](crate::Store::redrive).
@@ -622,6 +641,10 @@ pub struct ClearRequest {
     /// Fences the clear like an append's cause.
     #[serde(default)]
     pub cause: Option<Cause>,
+    /// The session incarnation the request was made for (see
+    /// [`crate::retention`]); `None`: not fenced by incarnation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
 }
 
 /// Result of [`Store::clear`](crate::Store::clear).
@@ -781,6 +804,10 @@ pub struct SessionInfo {
     /// The session and index it was forked from, when it is a fork.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<ForkOrigin>,
+    /// Its incarnation: never the same for two sessions of one store, even
+    /// of one id after a delete (see [`crate::retention`]).
+    #[serde(default)]
+    pub incarnation: u64,
 }
 
 /// The most a cross-session claim may wait, ms: [`ClaimWorkRequest::wait_ms`]
@@ -1029,6 +1056,10 @@ pub struct RescheduleRequest {
     /// Fences the change like an append's cause (the attempt that scheduled it).
     #[serde(default)]
     pub cause: Option<Cause>,
+    /// The session incarnation the request was made for (see
+    /// [`crate::retention`]); `None`: not fenced by incarnation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incarnation: Option<u64>,
 }
 
 /// What [`Store::reschedule`](crate::Store::reschedule) does to a head that has not run.
@@ -1265,6 +1296,7 @@ mod tests {
         round_trip(&ClaimResult::Busy { retry_at: 5 });
         round_trip(&ClaimResult::Settled);
         round_trip(&RenewRequest {
+            incarnation: None,
             session_id: "s".into(),
             holder: "w".into(),
             claims: vec![HeldClaim {
@@ -1280,6 +1312,7 @@ mod tests {
         });
         round_trip(&ClearResult::NotCleared { head: 7 });
         let head = Head {
+            incarnation: 0,
             event: StoredEvent {
                 id: "x".into(),
                 event_type: "msg".into(),

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashSet};
 use serde_json::Value;
 
 use crate::error::{Result, StoreError};
+use crate::retention::{DeleteSessionRequest, PruneRequest, MAX_PRUNE_LIMIT};
 use crate::types::{
     AppendOptions, BulkRedrive, ClaimRequest, ClaimWorkRequest, ClearRequest, CompleteRequest,
     ConsumerDeclaration, FailRequest, ForkRequest, ListWork, LogDeclaration, NewEvent,
@@ -338,7 +339,45 @@ pub fn session_id(session_id: &str) -> Result<()> {
             "session id is empty: name the session with a non-empty string",
         ));
     }
+    if session_id.len() > MAX_SESSION_ID_BYTES {
+        return Err(StoreError::invalid_input(format!(
+            "session id is {} bytes long: at most {MAX_SESSION_ID_BYTES} bytes are allowed",
+            session_id.len()
+        )));
+    }
     Ok(())
+}
+
+/// The longest session id, in bytes (UTF-8), any call accepts.
+pub const MAX_SESSION_ID_BYTES: usize = 1_024;
+
+/// [`Store::delete_session`](crate::Store::delete_session): the session id.
+pub fn delete_session(request: &DeleteSessionRequest) -> Result<()> {
+    session_id(&request.session_id)
+}
+
+/// [`Store::prune`](crate::Store::prune): a positive idle time, a limit of 1
+/// to [`MAX_PRUNE_LIMIT`], and a valid continuation.
+pub fn prune(request: &PruneRequest) -> Result<()> {
+    if request.idle_for_ms <= 0 {
+        return Err(StoreError::invalid_input(format!(
+            "idle time is {} ms: prune sessions idle for a positive time",
+            request.idle_for_ms
+        )));
+    }
+    match request.limit {
+        Some(0) => Err(StoreError::invalid_input(
+            "prune limit is 0: pass 1 to 1000, or no limit",
+        )),
+        Some(limit) if limit > MAX_PRUNE_LIMIT => Err(StoreError::invalid_input(format!(
+            "prune limit is {limit}: at most {MAX_PRUNE_LIMIT} sessions per call; \
+             continue with the result's next"
+        ))),
+        _ => match &request.after {
+            Some(from) => session_id(&from.session_id),
+            None => Ok(()),
+        },
+    }
 }
 
 /// Rejects an empty name of `what` (a holder, consumer, reducer, participant...).

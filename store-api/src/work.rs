@@ -902,6 +902,7 @@ mod tests {
     fn claimed(session: &str) -> ClaimResult {
         ClaimResult::Claimed {
             heads: vec![crate::Head {
+                incarnation: 0,
                 event: crate::StoredEvent::new(session, 0, "e0", "t", serde_json::Value::Null, 0),
                 consumer: "agent".into(),
                 lane: None,
@@ -1035,6 +1036,7 @@ mod tests {
     fn claimed_n(session: &str, n: usize) -> ClaimResult {
         let heads = (0..n)
             .map(|k| crate::Head {
+                incarnation: 0,
                 event: crate::StoredEvent::new(
                     session,
                     k as u64,

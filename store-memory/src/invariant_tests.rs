@@ -320,6 +320,7 @@ async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
                 };
                 store
                     .complete_attempt(CompleteRequest {
+                        incarnation: None,
                         session_id: SESSION.into(),
                         consumer: head.consumer.clone(),
                         lane: head.lane.clone(),
@@ -337,6 +338,7 @@ async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
                 };
                 store
                     .fail_attempt(FailRequest {
+                        incarnation: None,
                         session_id: SESSION.into(),
                         consumer: head.consumer.clone(),
                         lane: head.lane.clone(),
@@ -360,6 +362,7 @@ async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
                     .collect();
                 store
                     .renew_claims(RenewRequest {
+                        incarnation: None,
                         session_id: SESSION.into(),
                         holder: format!("w{}", rng.below(2)),
                         claims,
@@ -382,6 +385,7 @@ async fn run_random(seed: u64, steps: usize, coverage: &mut Coverage) {
                 let lane = head.lane.clone().filter(|_| rng.chance(50));
                 store
                     .redrive(RedriveRequest {
+                        incarnation: None,
                         lane,
                         session_id: SESSION.into(),
                         consumer: head.consumer.clone(),
@@ -602,6 +606,7 @@ async fn finished_event_cursors_leave_nothing_in_the_indexes() {
     for head in heads {
         store
             .complete_attempt(CompleteRequest {
+                incarnation: None,
                 session_id: SESSION.into(),
                 consumer: head.consumer,
                 lane: None,
@@ -664,6 +669,7 @@ async fn a_claim_walks_only_the_claimable_heads_it_may_take() {
     for head in heads {
         store
             .complete_attempt(CompleteRequest {
+                incarnation: None,
                 session_id: SESSION.into(),
                 consumer: head.consumer,
                 lane: None,

@@ -47,6 +47,7 @@ async fn claim(store: &MemoryStore, request: ClaimRequest) -> Vec<Head> {
 
 fn complete_req(head: &Head, events: Vec<NewEvent>) -> CompleteRequest {
     CompleteRequest {
+        incarnation: None,
         session_id: head.event.session_id.clone(),
         consumer: head.consumer.clone(),
         lane: head.lane.clone(),
@@ -59,6 +60,7 @@ fn complete_req(head: &Head, events: Vec<NewEvent>) -> CompleteRequest {
 
 fn fail_req(head: &Head, max_failures: Option<u32>, retry: Option<i64>) -> FailRequest {
     FailRequest {
+        incarnation: None,
         session_id: head.event.session_id.clone(),
         consumer: head.consumer.clone(),
         lane: head.lane.clone(),
@@ -387,6 +389,7 @@ async fn fencing_cleared_sessions_and_missing_events() {
     );
     assert!(store.cursors("s").await.unwrap().is_empty());
     let fenced_clear = ClearRequest {
+        incarnation: None,
         session_id: "s".into(),
         if_last_index: None,
         cause: Some(cause),
@@ -396,6 +399,7 @@ async fn fencing_cleared_sessions_and_missing_events() {
         ErrorCode::SupersededAttempt
     );
     let conditional = ClearRequest {
+        incarnation: None,
         session_id: "s".into(),
         if_last_index: Some(1),
         cause: None,
@@ -463,6 +467,7 @@ async fn fail_retry_dead_letter_and_redrive() {
         "a dead-lettered lane head blocks its lane"
     );
     let redrive = |action| RedriveRequest {
+        incarnation: None,
         lane: None,
         session_id: "s".into(),
         consumer: "c".into(),
@@ -503,6 +508,7 @@ async fn renew_extends_held_claims_and_reports_superseded() {
         attempt: 1,
     };
     let renew = |holder: &str| RenewRequest {
+        incarnation: None,
         session_id: "s".into(),
         holder: holder.into(),
         claims: vec![held.clone()],

@@ -55,6 +55,7 @@ async fn append(store: &MemoryStore, session: &str, events: Vec<NewEvent>) -> bo
 
 fn complete(head: &Head) -> CompleteRequest {
     CompleteRequest {
+        incarnation: None,
         session_id: head.event.session_id.clone(),
         consumer: head.consumer.clone(),
         lane: head.lane.clone(),

@@ -43,6 +43,7 @@ fn claimed(result: ClaimResult) -> (Vec<Head>, Vec<Head>, u64) {
 
 fn complete(head: &Head, events: Vec<NewEvent>) -> CompleteRequest {
     CompleteRequest {
+        incarnation: None,
         session_id: "s".into(),
         consumer: head.consumer.clone(),
         lane: head.lane.clone(),

@@ -43,6 +43,7 @@ fn to_lane(n: usize) -> NewEvent {
 
 fn complete(session_id: &str, head: &Head) -> CompleteRequest {
     CompleteRequest {
+        incarnation: None,
         session_id: session_id.into(),
         consumer: head.consumer.clone(),
         lane: head.lane.clone(),

@@ -124,6 +124,7 @@ async fn completions_of_heads_this_store_claimed_are_guarded_in_one_step() {
     clock.advance(1_000);
     let renewed = b
         .renew_claims(RenewRequest {
+            incarnation: None,
             session_id: "s".into(),
             holder: "w".into(),
             claims: vec![HeldClaim {

@@ -89,6 +89,7 @@ async fn work(store: PostgresStore, holder: String, session: String, ledger: Arc
             }
             let done = store
                 .complete_attempt(CompleteRequest {
+                    incarnation: None,
                     session_id: session.clone(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),
@@ -360,6 +361,7 @@ async fn expiring_leases_and_failures_still_complete_each_head_once() {
                         15..=29 => {
                             store
                                 .fail_attempt(a2_store_api::FailRequest {
+                                    incarnation: None,
                                     session_id: session.to_owned(),
                                     consumer: head.consumer.clone(),
                                     lane: head.lane.clone(),
@@ -375,6 +377,7 @@ async fn expiring_leases_and_failures_still_complete_each_head_once() {
                         _ => {
                             let result = store
                                 .complete_attempt(CompleteRequest {
+                                    incarnation: None,
                                     session_id: session.to_owned(),
                                     consumer: head.consumer.clone(),
                                     lane: head.lane.clone(),
@@ -469,6 +472,7 @@ async fn a_deadlock_is_retried_and_the_call_succeeds() {
         tokio::spawn(async move {
             store
                 .renew_claims(a2_store_api::RenewRequest {
+                    incarnation: None,
                     session_id: "dl".to_owned(),
                     holder: "w".to_owned(),
                     claims,

@@ -203,6 +203,7 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
                     event.cause = None;
                 }
                 let request = CompleteRequest {
+                    incarnation: None,
                     session_id: session.clone(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),
@@ -220,6 +221,7 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
                     continue;
                 };
                 let request = FailRequest {
+                    incarnation: None,
                     session_id: session.clone(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),
@@ -242,6 +244,7 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
                     })
                     .collect();
                 let request = RenewRequest {
+                    incarnation: None,
                     session_id: session.clone(),
                     holder: if rng.chance(50) { "w1" } else { "w2" }.to_owned(),
                     claims,
@@ -254,6 +257,7 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
             }
             72..=74 => {
                 let request = ClearRequest {
+                    incarnation: None,
                     session_id: session.clone(),
                     if_last_index: rng.chance(30).then(|| rng.below(15)),
                     cause: if rng.chance(20) {
@@ -285,6 +289,7 @@ async fn run_seed(seed: u64, memory: &MemoryStore, postgres: &dyn Store, clock: 
                     _ => None,
                 };
                 let request = RedriveRequest {
+                    incarnation: None,
                     lane,
                     session_id: session.clone(),
                     consumer,

@@ -232,6 +232,7 @@ async fn work(store: PostgresStore, holder: String, total: u64) -> Vec<String> {
         for head in heads {
             let result = store
                 .complete_attempt(CompleteRequest {
+                    incarnation: None,
                     session_id: SESSION.to_owned(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),

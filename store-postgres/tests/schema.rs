@@ -481,6 +481,7 @@ async fn upgrading_from_version_7_finds_pending_work() {
     let head = &heads[0].1;
     upgraded
         .complete_attempt(CompleteRequest {
+            incarnation: None,
             session_id: "idle".into(),
             consumer: head.consumer.clone(),
             lane: head.lane.clone(),
@@ -556,6 +557,7 @@ async fn upgrading_from_version_8_keeps_lanes_and_dead_letters() {
     assert_eq!(head.event.index, 1);
     upgraded
         .complete_attempt(CompleteRequest {
+            incarnation: None,
             session_id: "lanes".into(),
             consumer: head.consumer.clone(),
             lane: head.lane.clone(),

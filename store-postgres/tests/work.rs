@@ -44,6 +44,7 @@ fn work(holder: &str, ttl_ms: i64) -> ClaimWorkRequest {
 
 fn complete(session_id: &str, head: &Head) -> CompleteRequest {
     CompleteRequest {
+        incarnation: None,
         session_id: session_id.into(),
         consumer: head.consumer.clone(),
         lane: head.lane.clone(),
@@ -124,6 +125,7 @@ async fn upgrading_from_version_6_indexes_pending_work() {
         heads.push(taken[0].clone());
     }
     let failure = FailRequest {
+        incarnation: None,
         session_id: "dead".into(),
         consumer: "agent".into(),
         lane: None,

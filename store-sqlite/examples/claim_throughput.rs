@@ -91,6 +91,7 @@ async fn run(store: &dyn Store, session: &str, cycles: usize) -> Result<(), Stor
         for head in heads {
             store
                 .complete_attempt(CompleteRequest {
+                    incarnation: None,
                     session_id: session.to_owned(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),

@@ -45,6 +45,7 @@ async fn drain(store: Arc<dyn Store>, holder: String) -> Vec<(String, Option<Str
             claimed.push((head.consumer.clone(), head.lane.clone(), head.event.index));
             let done = store
                 .complete_attempt(CompleteRequest {
+                    incarnation: None,
                     session_id: "s".into(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),

@@ -266,6 +266,7 @@ fn child(db: &Path) {
                 );
                 let outcome = store
                     .complete_attempt(CompleteRequest {
+                        incarnation: None,
                         session_id: "s".into(),
                         consumer: head.consumer.clone(),
                         lane: head.lane.clone(),

@@ -305,6 +305,7 @@ async fn work(store: &dyn Store, log: &Mutex<std::fs::File>, run: u64, task: usi
             );
             let outcome = store
                 .complete_attempt(CompleteRequest {
+                    incarnation: None,
                     session_id: session.clone(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),

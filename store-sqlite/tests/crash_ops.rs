@@ -573,6 +573,7 @@ fn child(db: &Path) {
                 journal.begin(&store, "renew".into()).await;
                 store
                     .renew_claims(RenewRequest {
+                        incarnation: None,
                         session_id: SESSION.into(),
                         holder: holder.clone(),
                         claims: heads
@@ -618,6 +619,7 @@ fn child(db: &Path) {
                     journal.begin(&store, "fail".into()).await;
                     let failed = store
                         .fail_attempt(FailRequest {
+                            incarnation: None,
                             session_id: SESSION.into(),
                             consumer: head.consumer.clone(),
                             lane: None,
@@ -639,6 +641,7 @@ fn child(db: &Path) {
                 journal.begin(&store, "complete".into()).await;
                 let outcome = store
                     .complete_attempt(CompleteRequest {
+                        incarnation: None,
                         session_id: SESSION.into(),
                         consumer: head.consumer.clone(),
                         lane: head.lane.clone(),
@@ -674,6 +677,7 @@ fn child(db: &Path) {
                 journal.begin(&store, begin).await;
                 store
                     .redrive(RedriveRequest {
+                        incarnation: None,
                         lane: None,
                         session_id: SESSION.into(),
                         consumer: dead.consumer.clone(),

@@ -137,6 +137,7 @@ fn claim(holder: &str) -> ClaimRequest {
 
 fn completion(head: &Head, bytes: usize) -> CompleteRequest {
     CompleteRequest {
+        incarnation: None,
         session_id: "s".into(),
         consumer: head.consumer.clone(),
         lane: head.lane.clone(),

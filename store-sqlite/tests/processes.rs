@@ -165,6 +165,7 @@ async fn claimer(role: &str, db: &Path, log: &Path) {
             tokio::time::sleep(Duration::from_millis(1)).await;
             let done = store
                 .complete_attempt(CompleteRequest {
+                    incarnation: None,
                     session_id: "s".into(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),

@@ -59,6 +59,7 @@ fn a_read_only_file_is_readable_and_left_byte_identical() {
         assert!(error.to_string().contains("read-only"), "{error}");
         let error = store
             .clear(ClearRequest {
+                incarnation: None,
                 session_id: "s".into(),
                 if_last_index: None,
                 cause: None,

@@ -42,6 +42,7 @@ async fn reclaim_frees_cursors_and_completions_of_cleared_work() {
     for head in heads {
         store
             .complete_attempt(CompleteRequest {
+                incarnation: None,
                 session_id: "s".into(),
                 consumer: head.consumer.clone(),
                 lane: head.lane.clone(),

@@ -98,6 +98,7 @@ async fn a_store_written_before_the_work_index_finds_its_pending_work() {
         }
         store
             .fail_attempt(FailRequest {
+                incarnation: None,
                 session_id: "dead".into(),
                 consumer: "agent".into(),
                 lane: None,

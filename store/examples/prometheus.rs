@@ -107,6 +107,7 @@ async fn workload(store: &dyn Store) -> Result<(), Box<dyn Error>> {
             if round == 10 {
                 store
                     .fail_attempt(FailRequest {
+                        incarnation: None,
                         session_id: SESSION.into(),
                         consumer: head.consumer.clone(),
                         lane: head.lane.clone(),

@@ -172,6 +172,10 @@ pub use a2_store_api::{
     PauseRequest, RedrivenHead, RescheduleRequest, RescheduleResult, ResumeRequest, ResumeResult,
     ScheduleChange,
 };
+pub use a2_store_api::{
+    DeleteSessionRequest, DeleteSessionResult, PruneFrom, PruneRequest, PruneResult, Removed,
+    DEFAULT_PRUNE_LIMIT, MAX_PRUNE_LIMIT,
+};
 
 /// Payloads, states and presence values are JSON: `serde_json`'s
 /// [`Value`] and its [`json!`] macro, re-exported so an app needs no
@@ -218,6 +222,10 @@ pub mod prelude {
         BulkRedrive, ForkRequest, NotBefore, PauseRequest, RescheduleRequest, RescheduleResult,
         ResumeRequest, ScheduleChange,
     };
+    pub use crate::{
+        DeleteSessionRequest, DeleteSessionResult, ListSessions, ManualClock, PruneRequest,
+        PruneResult,
+    };
     pub use futures::stream::StreamExt;
     pub use serde_json::{json, Value};
     pub use std::time::Duration;
@@ -228,9 +236,9 @@ pub mod prelude {
 /// with the backends, not with the [`Store`] contract.
 pub mod backend {
     pub use a2_store_api::{
-        dispatch, fork, log, order, pause, presence, redrive, replay, schedule, sql, validate,
-        work, ClaimStep, CompleteVerdict, ForkPlan, Hold, ReadyWork, RenewVerdict, RescheduleStep,
-        ScheduledAt, WorkRow, WorkSignal, WorkSource, WorkSummary,
+        dispatch, fork, log, order, pause, presence, redrive, replay, retention, schedule, sql,
+        validate, work, ClaimStep, CompleteVerdict, ForkPlan, Hold, ReadyWork, RenewVerdict,
+        RescheduleStep, ScheduledAt, WorkRow, WorkSignal, WorkSource, WorkSummary,
     };
 }
 

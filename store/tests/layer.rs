@@ -78,6 +78,7 @@ async fn scenario(store: &dyn Store) {
     ));
     let failed = store
         .fail_attempt(FailRequest {
+            incarnation: None,
             session_id: "s1".into(),
             consumer: "agent".into(),
             lane: Some("main".into()),

@@ -90,6 +90,7 @@ fn consumers() -> Vec<ConsumerDeclaration> {
 async fn complete(store: &dyn Store, session: &str, head: &a2_store_api::Head) {
     store
         .complete_attempt(CompleteRequest {
+            incarnation: None,
             session_id: session.to_owned(),
             consumer: head.consumer.clone(),
             lane: head.lane.clone(),

@@ -1058,6 +1058,7 @@ impl Attempt {
         loop {
             tokio::time::sleep(every).await;
             let request = RenewRequest {
+                incarnation: None,
                 session_id: self.session_id().to_owned(),
                 holder: shared.config.holder.clone(),
                 claims: vec![held.clone()],
@@ -1138,6 +1139,7 @@ impl Attempt {
         // Built per call (a repeat after a transient error sends the same
         // request again), so the first call needs no copy kept aside.
         let request = || CompleteRequest {
+            incarnation: None,
             session_id: job.session_id().to_owned(),
             consumer: job.consumer().to_owned(),
             lane: job.lane().map(str::to_owned),
@@ -1200,6 +1202,7 @@ impl Attempt {
         };
         let job = &self.job;
         let request = || FailRequest {
+            incarnation: None,
             session_id: job.session_id().to_owned(),
             consumer: job.consumer().to_owned(),
             lane: job.lane().map(str::to_owned),

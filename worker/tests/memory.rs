@@ -374,6 +374,7 @@ async fn a_lost_lease_is_told_to_the_handler_and_its_late_completion_is_supersed
         .all(|e| e.event_type != DONE));
     let done = store
         .complete_attempt(CompleteRequest {
+            incarnation: None,
             session_id: "s".into(),
             consumer: CONSUMER.into(),
             lane: head.lane.clone(),

@@ -287,6 +287,7 @@ async fn claim_loop(
             report.complete_calls += 1;
             let completed = store
                 .complete_attempt(CompleteRequest {
+                    incarnation: None,
                     session_id: session_id.to_owned(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),

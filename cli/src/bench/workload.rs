@@ -212,6 +212,7 @@ impl Session<'_> {
         let attempt = head.dispatch.attempt_count;
         if index.is_multiple_of(FAIL_EVERY) && attempt == 1 {
             let request = FailRequest {
+                incarnation: None,
                 session_id: self.session_id.to_owned(),
                 consumer: head.consumer.clone(),
                 lane: head.lane.clone(),
@@ -236,6 +237,7 @@ impl Session<'_> {
             Vec::new()
         };
         let request = CompleteRequest {
+            incarnation: None,
             session_id: self.session_id.to_owned(),
             consumer: head.consumer.clone(),
             lane: head.lane.clone(),
@@ -256,6 +258,7 @@ impl Session<'_> {
 
     async fn clear_and_reclaim(&mut self) -> Result<(), Failure> {
         let request = ClearRequest {
+            incarnation: None,
             session_id: self.session_id.to_owned(),
             if_last_index: None,
             cause: None,

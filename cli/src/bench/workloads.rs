@@ -171,6 +171,7 @@ async fn complete_everything(store: &Arc<dyn Store>, label: &str) -> Result<(), 
         let heads: Vec<CompleteRequest> = result
             .heads()
             .map(|(session_id, head)| CompleteRequest {
+                incarnation: None,
                 session_id: session_id.to_owned(),
                 consumer: head.consumer.clone(),
                 lane: head.lane.clone(),

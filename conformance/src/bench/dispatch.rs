@@ -191,6 +191,7 @@ pub fn claim_fail_reclaim(
                             "fail_attempt",
                             store
                                 .fail_attempt(FailRequest {
+                                    incarnation: None,
                                     session_id: session.to_owned(),
                                     consumer: head.consumer.clone(),
                                     lane: head.lane.clone(),
@@ -256,6 +257,7 @@ pub fn renew_claims(
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let request = RenewRequest {
+                        incarnation: None,
                         session_id: bench.session().to_owned(),
                         holder: "w1".to_owned(),
                         claims: claims.clone(),

@@ -151,6 +151,7 @@ pub(crate) async fn complete(
     consumers: Option<&[ConsumerDeclaration]>,
 ) {
     let request = CompleteRequest {
+        incarnation: None,
         session_id: session.to_owned(),
         consumer: head.consumer.clone(),
         lane: head.lane.clone(),

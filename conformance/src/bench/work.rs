@@ -467,6 +467,7 @@ async fn worker(store: Arc<dyn Store>, clock: ManualClock, shared: Arc<Shared>, 
             }
             tokio::time::sleep(FAIRNESS_HANDLING).await;
             let request = CompleteRequest {
+                incarnation: None,
                 session_id: session.to_owned(),
                 consumer: head.consumer.clone(),
                 lane: head.lane.clone(),

@@ -245,6 +245,7 @@ pub(crate) async fn index_zero_is_at_the_clear_of_an_uncleared_session(cx: Cx) -
         let done = cx
             .store
             .complete_attempt(a2_store_api::CompleteRequest {
+                incarnation: None,
                 session_id: s.clone(),
                 consumer: "agent".into(),
                 lane: Some("L1".into()),
@@ -258,6 +259,7 @@ pub(crate) async fn index_zero_is_at_the_clear_of_an_uncleared_session(cx: Cx) -
         let failed = cx
             .store
             .fail_attempt(a2_store_api::FailRequest {
+                incarnation: None,
                 session_id: s.clone(),
                 consumer: "agent".into(),
                 lane: Some("L1".into()),

@@ -438,6 +438,7 @@ pub(crate) async fn complete_of_skipped_head_is_superseded(cx: Cx) -> CaseResult
     let redriven = cx
         .store
         .redrive(RedriveRequest {
+            incarnation: None,
             lane: None,
             session_id: s.clone(),
             consumer: "agent".into(),

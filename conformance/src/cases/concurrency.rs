@@ -39,6 +39,7 @@ async fn worker(
                 for head in heads {
                     let outcome = store
                         .complete_attempt(CompleteRequest {
+                            incarnation: None,
                             session_id: s.clone(),
                             consumer: head.consumer.clone(),
                             lane: head.lane.clone(),
@@ -181,6 +182,7 @@ pub(crate) async fn concurrent_completions_apply_once(cx: Cx) -> CaseResult {
             tokio::spawn(async move {
                 store
                     .complete_attempt(CompleteRequest {
+                        incarnation: None,
                         session_id: s,
                         consumer: "agent".into(),
                         lane: Some("L1".into()),

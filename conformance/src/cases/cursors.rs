@@ -703,6 +703,7 @@ pub(crate) async fn completion_creates_declared_log_cursor(cx: Cx) -> CaseResult
     let result = cx
         .store
         .complete_attempt(CompleteRequest {
+            incarnation: None,
             session_id: s.clone(),
             consumer: "agent".into(),
             lane: Some("L1".into()),
@@ -746,6 +747,7 @@ pub(crate) async fn complete_declaration_refreshes_log_types(cx: Cx) -> CaseResu
     let result = cx
         .store
         .complete_attempt(CompleteRequest {
+            incarnation: None,
             session_id: s.clone(),
             consumer: "audit".into(),
             lane: Some("log".into()),
@@ -779,6 +781,7 @@ pub(crate) async fn redrive_declaration_refreshes_log_types(cx: Cx) -> CaseResul
     let result = cx
         .store
         .redrive(a2_store_api::RedriveRequest {
+            incarnation: None,
             lane: None,
             session_id: s.clone(),
             consumer: "audit".into(),

@@ -49,6 +49,7 @@ fn complete_audit(
     consumers: Vec<ConsumerDeclaration>,
 ) -> CompleteRequest {
     CompleteRequest {
+        incarnation: None,
         session_id: s.to_owned(),
         consumer: "audit".into(),
         lane: Some("log".into()),
@@ -136,6 +137,7 @@ pub(crate) async fn unredriven_redrive_declaration_refreshes_log_types(cx: Cx) -
     let result = cx
         .store
         .redrive(RedriveRequest {
+            incarnation: None,
             lane: None,
             session_id: s.clone(),
             consumer: "audit".into(),

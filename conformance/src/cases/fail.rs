@@ -13,6 +13,7 @@ fn failed(outcome: FailOutcome, failure_count: u32) -> FailResult {
 
 fn redrive(s: &str, consumer: &str, index: u64, action: RedriveAction) -> RedriveRequest {
     RedriveRequest {
+        incarnation: None,
         lane: None,
         session_id: s.to_owned(),
         consumer: consumer.to_owned(),
@@ -227,6 +228,7 @@ pub(crate) async fn fail_unknown_index_is_no_such_event(cx: Cx) -> CaseResult {
     cx.append(&s, vec![msg("a")]).await?;
     ensure_unchanged!(cx, &s, {
         let mut request = a2_store_api::FailRequest {
+            incarnation: None,
             session_id: s.clone(),
             consumer: "agent".into(),
             lane: None,

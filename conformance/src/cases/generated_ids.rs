@@ -153,6 +153,7 @@ pub(crate) async fn lane_conflict_completion_draws_no_ids(cx: Cx) -> CaseResult 
         })?;
     ensure_unchanged!(cx, &s, {
         let request = CompleteRequest {
+            incarnation: None,
             session_id: s.clone(),
             consumer: "agent".into(),
             lane: Some("L1".into()),

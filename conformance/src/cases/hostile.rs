@@ -420,6 +420,7 @@ pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
                     "complete",
                     store
                         .complete_attempt(CompleteRequest {
+                            incarnation: None,
                             session_id: s.clone(),
                             consumer: "agent".into(),
                             lane: Some("L1".into()),
@@ -436,6 +437,7 @@ pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
                         "fail",
                         store
                             .fail_attempt(FailRequest {
+                                incarnation: None,
                                 session_id: s.clone(),
                                 consumer: "agent".into(),
                                 lane: Some("L1".into()),
@@ -454,6 +456,7 @@ pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
                 "redrive",
                 store
                     .redrive(RedriveRequest {
+                        incarnation: None,
                         lane: None,
                         session_id: s.clone(),
                         consumer: "agent".into(),
@@ -476,6 +479,7 @@ pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
                 "clear",
                 store
                     .clear(ClearRequest {
+                        incarnation: None,
                         session_id: s.clone(),
                         if_last_index: Some(index.max(3)),
                         cause: None,
@@ -499,6 +503,7 @@ pub(crate) async fn numbers_at_their_limits_are_typed(cx: Cx) -> CaseResult {
                 "renew",
                 store
                     .renew_claims(RenewRequest {
+                        incarnation: None,
                         session_id: t.clone(),
                         holder: "w1".into(),
                         claims: vec![HeldClaim {

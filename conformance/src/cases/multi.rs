@@ -24,6 +24,7 @@ async fn claim(
 /// `holder`'s renewal of its claim of `head` in session `s` for [`TTL`].
 fn renewal(s: &str, holder: &str, head: &Head) -> RenewRequest {
     RenewRequest {
+        incarnation: None,
         session_id: s.to_owned(),
         holder: holder.to_owned(),
         claims: vec![HeldClaim {
@@ -134,6 +135,7 @@ pub(crate) async fn completion_applies_once_across_instances(cx: Cx) -> CaseResu
     let (heads, _, _) = claimed(claim(&a, &cx, &s, "w1").await?)?;
     let head = nth(&heads, 0)?;
     let request = CompleteRequest {
+        incarnation: None,
         session_id: s.clone(),
         consumer: "agent".into(),
         lane: Some("L1".into()),

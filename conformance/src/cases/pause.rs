@@ -200,6 +200,7 @@ pub(crate) async fn pause_lets_held_leases_run_out(cx: Cx) -> CaseResult {
     let renewed = cx
         .store
         .renew_claims(RenewRequest {
+            incarnation: None,
             session_id: s.clone(),
             holder: "w".into(),
             claims: heads

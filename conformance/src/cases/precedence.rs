@@ -100,6 +100,7 @@ pub(crate) async fn fail_validates_before_lookup(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
     cx.append(&s, vec![msg("a")]).await?;
     let request = FailRequest {
+        incarnation: None,
         session_id: s.clone(),
         consumer: "agent".into(),
         lane: None,
@@ -126,6 +127,7 @@ pub(crate) async fn clear_checks_last_index_after_fence(cx: Cx) -> CaseResult {
         let result = cx
             .store
             .clear(ClearRequest {
+                incarnation: None,
                 session_id: s.clone(),
                 if_last_index: Some(5),
                 cause: Some(head.cause()),

@@ -13,6 +13,7 @@ fn held(head: &a2_store_api::Head) -> HeldClaim {
 
 fn renew(s: &str, holder: &str, claims: Vec<HeldClaim>) -> RenewRequest {
     RenewRequest {
+        incarnation: None,
         session_id: s.to_owned(),
         holder: holder.to_owned(),
         claims,

@@ -49,6 +49,7 @@ pub(crate) async fn extreme_numbers_never_panic(cx: Cx) -> CaseResult {
             "complete",
             store
                 .complete_attempt(CompleteRequest {
+                    incarnation: None,
                     session_id: s.clone(),
                     consumer: "agent".into(),
                     lane: None,
@@ -64,6 +65,7 @@ pub(crate) async fn extreme_numbers_never_panic(cx: Cx) -> CaseResult {
             "fail",
             store
                 .fail_attempt(FailRequest {
+                    incarnation: None,
                     session_id: s.clone(),
                     consumer: "agent".into(),
                     lane: Some("L1".into()),
@@ -80,6 +82,7 @@ pub(crate) async fn extreme_numbers_never_panic(cx: Cx) -> CaseResult {
             "renew",
             store
                 .renew_claims(RenewRequest {
+                    incarnation: None,
                     session_id: s.clone(),
                     holder: "w1".into(),
                     claims: vec![HeldClaim {
@@ -96,6 +99,7 @@ pub(crate) async fn extreme_numbers_never_panic(cx: Cx) -> CaseResult {
             "redrive",
             store
                 .redrive(RedriveRequest {
+                    incarnation: None,
                     lane: None,
                     session_id: s.clone(),
                     consumer: "agent".into(),
@@ -265,6 +269,7 @@ pub(crate) async fn empty_requests_are_no_ops(cx: Cx) -> CaseResult {
         let renewed = cx
             .store
             .renew_claims(RenewRequest {
+                incarnation: None,
                 session_id: s.clone(),
                 holder: "w1".into(),
                 claims: vec![],

@@ -172,6 +172,7 @@ pub(crate) async fn pin_released_on_dead_letter(cx: Cx) -> CaseResult {
     ensure_eq!(read(&cx, &s, Some(1)).await?.snapshot, None);
     cx.store
         .redrive(RedriveRequest {
+            incarnation: None,
             lane: None,
             session_id: s.clone(),
             consumer: "agent".into(),

@@ -40,6 +40,7 @@ async fn busy_session(cx: &Cx) -> std::result::Result<String, Failure> {
 
 fn complete(s: &str, consumer: &str, events: Vec<NewEvent>) -> CompleteRequest {
     CompleteRequest {
+        incarnation: None,
         session_id: s.to_owned(),
         consumer: consumer.to_owned(),
         lane: Some("L1".into()),
@@ -52,6 +53,7 @@ fn complete(s: &str, consumer: &str, events: Vec<NewEvent>) -> CompleteRequest {
 
 fn fail(s: &str, consumer: &str) -> FailRequest {
     FailRequest {
+        incarnation: None,
         session_id: s.to_owned(),
         consumer: consumer.to_owned(),
         lane: Some("L1".into()),
@@ -65,6 +67,7 @@ fn fail(s: &str, consumer: &str) -> FailRequest {
 
 fn redrive(s: &str, consumer: &str) -> RedriveRequest {
     RedriveRequest {
+        incarnation: None,
         lane: None,
         session_id: s.to_owned(),
         consumer: consumer.to_owned(),
@@ -76,6 +79,7 @@ fn redrive(s: &str, consumer: &str) -> RedriveRequest {
 
 fn renew(s: &str, holder: &str) -> RenewRequest {
     RenewRequest {
+        incarnation: None,
         session_id: s.to_owned(),
         holder: holder.to_owned(),
         claims: vec![HeldClaim {

@@ -622,6 +622,7 @@ pub(crate) async fn work_claim_finds_work_after_every_change(cx: Cx) -> CaseResu
     work_settled(&claim("other").await?)?;
     cx.store
         .redrive(RedriveRequest {
+            incarnation: None,
             lane: None,
             session_id: s.clone(),
             consumer: other.clone(),
@@ -935,6 +936,7 @@ pub(crate) async fn list_work_lists_dead_letter_holders(cx: Cx) -> CaseResult {
     );
     cx.store
         .redrive(RedriveRequest {
+            incarnation: None,
             lane: None,
             session_id: s.clone(),
             consumer: agent.clone(),
@@ -979,6 +981,7 @@ pub(crate) async fn work_claim_follows_renewed_leases(cx: Cx) -> CaseResult {
         .await?;
     let (_, head) = single(&cx.store.claim_work(cx.work("w1", &["agent"], 1)).await?)?;
     let renew = |expires_at: i64| a2_store_api::RenewRequest {
+        incarnation: None,
         session_id: s.clone(),
         holder: "w1".into(),
         claims: vec![a2_store_api::HeldClaim {

@@ -214,6 +214,7 @@ async fn work(
 
 fn complete_request(session: &str, head: &Head, holder: &str) -> CompleteRequest {
     CompleteRequest {
+        incarnation: None,
         session_id: session.to_owned(),
         consumer: head.consumer.clone(),
         lane: head.lane.clone(),
@@ -244,6 +245,7 @@ async fn handle(
         Action::Fail => {
             let failed = patient(&mut report.busy_retries, || {
                 store.fail_attempt(FailRequest {
+                    incarnation: None,
                     session_id: session.to_owned(),
                     consumer: head.consumer.clone(),
                     lane: head.lane.clone(),
@@ -272,6 +274,7 @@ async fn handle(
             // after another worker has had time to claim the head again.
             patient(&mut report.busy_retries, || {
                 store.renew_claims(RenewRequest {
+                    incarnation: None,
                     session_id: session.to_owned(),
                     holder: holder.to_owned(),
                     claims: vec![HeldClaim {
