@@ -4,10 +4,10 @@
 #![cfg(all(feature = "memory", any(feature = "tracing", feature = "metrics")))]
 
 use a2_store::{
-    BulkRedrive, ClaimRequest, ClaimResult, CompleteRequest, CompleteResult, ErrorCode,
-    FailOutcome, FailRequest, ForkRequest, ManualClock, NewEvent, OpenOptions, PauseRequest,
-    RedriveAction, RescheduleRequest, RescheduleResult, ResumeRequest, ScheduleChange, Store,
-    Target,
+    BulkRedrive, ClaimRequest, ClaimResult, CompleteRequest, CompleteResult, DeleteSessionRequest,
+    DeleteSessionResult, ErrorCode, FailOutcome, FailRequest, ForkRequest, ManualClock, NewEvent,
+    OpenOptions, PauseRequest, PruneRequest, RedriveAction, RescheduleRequest, RescheduleResult,
+    ResumeRequest, ScheduleChange, Store, Target,
 };
 use serde_json::json;
 
@@ -150,6 +150,7 @@ async fn control_scenario(store: &dyn Store) {
 }
 
 /// `(span or label name, session field)` of each call of [`control_scenario`].
+#[cfg(feature = "tracing")]
 const CONTROL_CALLS: [(&str, Option<&str>); 8] = [
     ("append", Some("s2")),
     ("reschedule", Some("s2")),
@@ -163,6 +164,67 @@ const CONTROL_CALLS: [(&str, Option<&str>); 8] = [
 
 fn options() -> OpenOptions {
     OpenOptions::default().with_clock(ManualClock::new(1_000))
+}
+
+/// The retention calls, in this order: append a note to `s3`, a message
+/// for `agent` to `s4` and a note to `s5`; delete `s3` (`deleted`);
+/// delete it again (`not_found`); delete `s5` at a head it does not have
+/// (`not_deleted`); delete `s4`, whose message waits (error
+/// `SESSION_IN_USE`); an hour later, prune as a dry run (`s5` listed, `s4`
+/// examined and kept), then for real (`s5` deleted).
+async fn retention_scenario(store: &dyn Store, clock: &ManualClock) {
+    let message = NewEvent::new("msg", json!({ "secret": SECRET }))
+        .with_target(Target::lane("agent", "main"));
+    for (session, event) in [
+        ("s3", NewEvent::new("note", json!({ "secret": SECRET }))),
+        ("s4", message),
+        ("s5", NewEvent::new("note", json!({ "secret": SECRET }))),
+    ] {
+        store
+            .append(session, vec![event], Default::default())
+            .await
+            .unwrap();
+    }
+    let deleted = store
+        .delete_session(DeleteSessionRequest::new("s3"))
+        .await
+        .unwrap();
+    assert!(matches!(deleted, DeleteSessionResult::Deleted { .. }));
+    assert_eq!(
+        store
+            .delete_session(DeleteSessionRequest::new("s3"))
+            .await
+            .unwrap(),
+        DeleteSessionResult::NotFound
+    );
+    let wrong_head = DeleteSessionRequest::new("s5").with_if_last_index(7);
+    assert_eq!(
+        store.delete_session(wrong_head).await.unwrap(),
+        DeleteSessionResult::NotDeleted { head: 1 }
+    );
+    let in_use = store
+        .delete_session(DeleteSessionRequest::new("s4"))
+        .await
+        .unwrap_err();
+    assert_eq!(in_use.code(), ErrorCode::SessionInUse);
+    clock.advance(3_600_000);
+    let idle = PruneRequest::idle_for(std::time::Duration::from_secs(60));
+    let preview = store.prune(idle.clone().dry_run()).await.unwrap();
+    assert_eq!(
+        (preview.sessions, preview.examined),
+        (vec!["s5".to_owned()], 2)
+    );
+    assert_eq!(store.prune(idle).await.unwrap().sessions, ["s5"]);
+}
+
+/// Runs [`retention_scenario`] on a memory store opened with `options`
+/// (plus a manual clock).
+async fn run_retention(options: OpenOptions) {
+    let clock = ManualClock::new(1_000);
+    let store = a2_store::open("memory:", options.with_clock(clock.clone()))
+        .await
+        .unwrap();
+    retention_scenario(store.as_ref(), &clock).await;
 }
 
 #[cfg(feature = "tracing")]
@@ -343,6 +405,45 @@ mod spans {
         assert_eq!(reschedule.field("lane"), Some("main"));
         assert_eq!(reschedule.field("index"), Some("1"));
         assert_eq!(spans[2].field("consumer"), Some("agent"));
+        for span in &spans {
+            for value in span.fields.values() {
+                assert!(!value.contains(SECRET), "payload recorded: {span:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn retention_calls_get_spans_with_what_they_deleted() {
+        let spans = captured(|| block_on(run_retention(OpenOptions::default().with_tracing(true))));
+        let summary: Vec<(&str, Option<&str>, Option<&str>)> = spans
+            .iter()
+            .map(|s| {
+                let name = s.name.trim_start_matches("a2_store.");
+                (name, s.field("outcome"), s.field("deleted"))
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("append", Some("ok"), None),
+                ("append", Some("ok"), None),
+                ("append", Some("ok"), None),
+                ("delete_session", Some("deleted"), Some("1")),
+                ("delete_session", Some("not_found"), Some("0")),
+                ("delete_session", Some("not_deleted"), Some("0")),
+                ("delete_session", Some("error"), None),
+                ("prune", Some("ok"), Some("1")),
+                ("prune", Some("ok"), Some("1")),
+            ]
+        );
+        assert_eq!(spans[3].field("session"), Some("s3"));
+        assert_eq!(spans[5].field("index"), Some("7"));
+        assert_eq!(spans[6].field("error"), Some("SESSION_IN_USE"));
+        let (preview, pruned) = (&spans[7], &spans[8]);
+        assert_eq!(preview.field("session"), None);
+        assert_eq!(preview.field("dry_run"), Some("true"));
+        assert_eq!(preview.field("examined"), Some("2"));
+        assert_eq!(pruned.field("dry_run"), Some("false"));
         for span in &spans {
             for value in span.fields.values() {
                 assert!(!value.contains(SECRET), "payload recorded: {span:?}");
@@ -614,6 +715,55 @@ mod counters {
                     ("operation", "fork"),
                     ("backend", "memory"),
                     ("code", "INVALID_INPUT"),
+                ],
+            ),
+            1
+        );
+    }
+
+    #[test]
+    fn deleted_sessions_and_prune_pages_are_counted() {
+        let recorded =
+            recorded(|| block_on(run_retention(OpenOptions::default().with_metrics(true))));
+        let deleted = |operation| {
+            counter(
+                &recorded,
+                "a2_store_sessions_deleted_total",
+                &[("operation", operation), ("backend", "memory")],
+            )
+        };
+        // The dry run deleted nothing.
+        assert_eq!((deleted("delete_session"), deleted("prune")), (1, 1));
+        let pages = |dry_run| {
+            counter(
+                &recorded,
+                "a2_store_prune_pages_total",
+                &[("backend", "memory"), ("dry_run", dry_run)],
+            )
+        };
+        assert_eq!((pages("true"), pages("false")), (1, 1));
+        let calls = |outcome| {
+            counter(
+                &recorded,
+                "a2_store_calls_total",
+                &[
+                    ("operation", "delete_session"),
+                    ("backend", "memory"),
+                    ("outcome", outcome),
+                ],
+            )
+        };
+        for outcome in ["deleted", "not_found", "not_deleted", "error"] {
+            assert_eq!(calls(outcome), 1, "{outcome}");
+        }
+        assert_eq!(
+            counter(
+                &recorded,
+                "a2_store_errors_total",
+                &[
+                    ("operation", "delete_session"),
+                    ("backend", "memory"),
+                    ("code", "SESSION_IN_USE"),
                 ],
             ),
             1

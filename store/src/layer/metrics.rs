@@ -29,6 +29,10 @@ pub(super) struct Handles {
     failures: OnceLock<Counter>,
     dead_letters: OnceLock<Counter>,
     busy: OnceLock<Counter>,
+    /// `a2_store_sessions_deleted_total`: by `delete_session`, by `prune`.
+    deleted: [OnceLock<Counter>; 2],
+    /// `a2_store_prune_pages_total`: not a dry run, a dry run.
+    prune_pages: [OnceLock<Counter>; 2],
 }
 
 impl Handles {
@@ -46,6 +50,8 @@ impl Handles {
             failures: OnceLock::new(),
             dead_letters: OnceLock::new(),
             busy: OnceLock::new(),
+            deleted: array::from_fn(|_| OnceLock::new()),
+            prune_pages: array::from_fn(|_| OnceLock::new()),
         }
     }
 
@@ -114,6 +120,31 @@ impl Handles {
             outcome.dead_lettered,
         );
         self.per_backend(&self.busy, "a2_store_busy_total", u64::from(outcome.busy));
+        if outcome.deleted > 0 {
+            let slot = usize::from(operation == Operation::Prune);
+            if let Some(slot) = self.deleted.get(slot) {
+                slot.get_or_init(|| {
+                    counter!(
+                        "a2_store_sessions_deleted_total",
+                        "operation" => op,
+                        "backend" => self.backend.clone()
+                    )
+                })
+                .increment(outcome.deleted);
+            }
+        }
+        if let Some(dry_run) = outcome.pruned_page {
+            if let Some(slot) = self.prune_pages.get(usize::from(dry_run)) {
+                slot.get_or_init(|| {
+                    counter!(
+                        "a2_store_prune_pages_total",
+                        "backend" => self.backend.clone(),
+                        "dry_run" => if dry_run { "true" } else { "false" }
+                    )
+                })
+                .increment(1);
+            }
+        }
         if outcome.superseded > 0 {
             if let Some(slot) = self.superseded.get(index) {
                 slot.get_or_init(|| {
@@ -170,6 +201,16 @@ fn describe() {
         "a2_store_busy_total",
         Unit::Count,
         "Busy answers of claim_available"
+    );
+    describe_counter!(
+        "a2_store_sessions_deleted_total",
+        Unit::Count,
+        "Sessions deleted, by delete_session or by prune"
+    );
+    describe_counter!(
+        "a2_store_prune_pages_total",
+        Unit::Count,
+        "Pages returned by prune, dry runs apart"
     );
     describe_counter!(
         "a2_store_superseded_total",

@@ -23,6 +23,7 @@
 //! | `fail_attempt` | `failed`, `dead_lettered`, `superseded` |
 //! | `redrive` | `redriven`, `not_found` |
 //! | `clear` | `cleared`, `not_cleared` |
+//! | `delete_session` | `deleted`, `not_deleted`, `not_found` |
 //! | every other operation | `ok` |
 //! | any call that returns an error | `error` (the code is recorded apart) |
 //!
@@ -36,7 +37,11 @@
 //! them. Fields recorded when the call returns: `outcome`, `duration_ms`,
 //! `error` (the [`ErrorCode`], on errors only),
 //! `claimed` and `dead_lettered` (head counts of `claim_available`) and
-//! `superseded` (refs `renew_claims` reports superseded). `subscribe` spans
+//! `superseded` (refs `renew_claims` reports superseded), `deleted`
+//! (sessions `delete_session` and `prune` deleted, or with a dry run would
+//! have) and `examined` (idle sessions a `prune` page looked at).
+//! `delete_session` spans name the session; `prune` spans name none and
+//! carry `dry_run`. `subscribe` spans
 //! the call that opens the stream, not the items it later yields. Filter with
 //! the target, e.g. `RUST_LOG=a2_store=info`, or `a2_store=off` to drop the
 //! spans of an app that logs at INFO otherwise.
@@ -60,6 +65,8 @@
 //! | `a2_store_dead_letters_total` | counter | `backend` | heads dead-lettered, by `fail_attempt` or by `claim_available` on an expired claim |
 //! | `a2_store_busy_total` | counter | `backend` | `Busy` answers of `claim_available` |
 //! | `a2_store_superseded_total` | counter | `operation`, `backend` | superseded attempts: answers of `complete_attempt` and `fail_attempt`, refs of `renew_claims` |
+//! | `a2_store_sessions_deleted_total` | counter | `operation`, `backend` | sessions deleted by `delete_session` or by `prune` (the `operation` label says which; dry runs delete nothing and are not counted) |
+//! | `a2_store_prune_pages_total` | counter | `backend`, `dry_run` | pages `prune` returned (`dry_run` is `true` or `false`) |
 //!
 //! # Example
 //!
@@ -106,8 +113,9 @@ use a2_store_api::{
     SessionWork, StateRead, StateWrite, Store, StoredEvent, WakeLogResult,
 };
 use a2_store_api::{
-    BulkRedrive, BulkRedriveResult, ForkRequest, ForkResult, Pause, PauseRequest,
-    RescheduleRequest, RescheduleResult, ResumeRequest, ResumeResult,
+    BulkRedrive, BulkRedriveResult, DeleteSessionRequest, DeleteSessionResult, ForkRequest,
+    ForkResult, Pause, PauseRequest, PruneRequest, PruneResult, RescheduleRequest,
+    RescheduleResult, ResumeRequest, ResumeResult,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -173,11 +181,15 @@ pub enum Operation {
     RedriveAll,
     /// [`Store::fork`].
     Fork,
+    /// [`Store::delete_session`].
+    DeleteSession,
+    /// [`Store::prune`].
+    Prune,
 }
 
 impl Operation {
     /// How many operations there are.
-    const COUNT: usize = 26;
+    const COUNT: usize = 28;
 
     /// Every operation, in the trait's order.
     pub const ALL: [Operation; Self::COUNT] = [
@@ -207,6 +219,8 @@ impl Operation {
         Self::Pauses,
         Self::RedriveAll,
         Self::Fork,
+        Self::DeleteSession,
+        Self::Prune,
     ];
 
     /// The method name, e.g. `claim_available`.
@@ -238,6 +252,8 @@ impl Operation {
             Self::Pauses => "pauses",
             Self::RedriveAll => "redrive_all",
             Self::Fork => "fork",
+            Self::DeleteSession => "delete_session",
+            Self::Prune => "prune",
         }
     }
 }
@@ -259,6 +275,8 @@ struct Call<'a> {
     index: Option<u64>,
     attempt: Option<u32>,
     holder: Option<&'a str>,
+    /// Whether a `prune` only counts (`None` for every other call).
+    dry_run: Option<bool>,
 }
 
 impl<'a> Call<'a> {
@@ -271,6 +289,7 @@ impl<'a> Call<'a> {
             index: None,
             attempt: None,
             holder: None,
+            dry_run: None,
         }
     }
 }
@@ -310,6 +329,10 @@ enum Label {
     Cleared,
     /// `not_cleared`.
     NotCleared,
+    /// `deleted`.
+    Deleted,
+    /// `not_deleted`.
+    NotDeleted,
     /// `error`.
     Error,
 }
@@ -317,7 +340,7 @@ enum Label {
 impl Label {
     /// How many labels there are.
     #[cfg_attr(not(feature = "metrics"), allow(dead_code))]
-    const COUNT: usize = 13;
+    const COUNT: usize = 15;
 
     fn as_str(self) -> &'static str {
         match self {
@@ -333,6 +356,8 @@ impl Label {
             Self::NotFound => "not_found",
             Self::Cleared => "cleared",
             Self::NotCleared => "not_cleared",
+            Self::Deleted => "deleted",
+            Self::NotDeleted => "not_deleted",
             Self::Error => "error",
         }
     }
@@ -358,6 +383,16 @@ struct Outcome {
     failed: u64,
     /// A `Busy` claim answer.
     busy: bool,
+    /// Sessions deleted (by `delete_session` or a `prune` page that is no dry run).
+    deleted: u64,
+    /// Sessions a `prune` page listed (deleted, or with a dry run would be).
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))] // feeds spans
+    listed: u64,
+    /// Idle sessions a `prune` page examined.
+    #[cfg_attr(not(feature = "tracing"), allow(dead_code))] // feeds spans
+    examined: u64,
+    /// A `prune` page returned: `Some(dry_run)`.
+    pruned_page: Option<bool>,
 }
 
 impl Outcome {
@@ -373,6 +408,10 @@ impl Outcome {
             completed: 0,
             failed: 0,
             busy: false,
+            deleted: 0,
+            listed: 0,
+            examined: 0,
+            pruned_page: None,
         }
     }
 
@@ -470,6 +509,31 @@ impl Outcome {
             ClearResult::NotCleared { .. } => Self::labelled(Label::NotCleared),
             // An outcome added to the API later: counted, not labelled.
             _ => Self::OK,
+        }
+    }
+
+    fn of_delete(result: &DeleteSessionResult) -> Self {
+        match result {
+            DeleteSessionResult::Deleted { .. } => Self {
+                deleted: 1,
+                listed: 1,
+                ..Self::labelled(Label::Deleted)
+            },
+            DeleteSessionResult::NotDeleted { .. } => Self::labelled(Label::NotDeleted),
+            DeleteSessionResult::NotFound => Self::labelled(Label::NotFound),
+            // An outcome added to the API later: counted, not labelled.
+            _ => Self::OK,
+        }
+    }
+
+    fn of_prune(dry_run: bool, result: &PruneResult) -> Self {
+        let listed = count(result.sessions.len());
+        Self {
+            deleted: if dry_run { 0 } else { listed },
+            listed,
+            examined: count(result.examined),
+            pruned_page: Some(dry_run),
+            ..Self::OK
         }
     }
 
@@ -871,6 +935,32 @@ impl Store for ObservedStore {
     async fn fork(&self, request: ForkRequest) -> Result<ForkResult> {
         let begun = self.begin(Call::new(Operation::Fork, &request.session_id));
         self.run(begun, self.inner.fork(request), Self::ok).await
+    }
+
+    async fn delete_session(&self, request: DeleteSessionRequest) -> Result<DeleteSessionResult> {
+        let begun = self.begin(Call {
+            index: request.if_last_index,
+            ..Call::new(Operation::DeleteSession, &request.session_id)
+        });
+        self.run(
+            begun,
+            self.inner.delete_session(request),
+            Outcome::of_delete,
+        )
+        .await
+    }
+
+    async fn prune(&self, request: PruneRequest) -> Result<PruneResult> {
+        let dry_run = request.dry_run;
+        let begun = self.begin(Call {
+            session: None,
+            dry_run: Some(dry_run),
+            ..Call::new(Operation::Prune, "")
+        });
+        self.run(begun, self.inner.prune(request), |result| {
+            Outcome::of_prune(dry_run, result)
+        })
+        .await
     }
 }
 

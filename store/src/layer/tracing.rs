@@ -25,12 +25,15 @@ pub(super) fn span(call: &Call<'_>, backend: &str) -> Span {
                     index = call.index,
                     attempt = call.attempt,
                     holder = call.holder,
+                    dry_run = call.dry_run,
                     outcome = Empty,
                     error = Empty,
                     duration_ms = Empty,
                     claimed = Empty,
                     dead_lettered = Empty,
                     superseded = Empty,
+                    deleted = Empty,
+                    examined = Empty,
                 ),)*
             }
         };
@@ -62,6 +65,8 @@ pub(super) fn span(call: &Call<'_>, backend: &str) -> Span {
         Pauses => "pauses",
         RedriveAll => "redrive_all",
         Fork => "fork",
+        DeleteSession => "delete_session",
+        Prune => "prune",
     };
     span
 }
@@ -70,6 +75,8 @@ pub(super) fn span(call: &Call<'_>, backend: &str) -> Span {
 /// formats the new fields once).
 pub(super) fn finish(span: &Span, operation: Operation, outcome: &Outcome, elapsed: Duration) {
     let claims = matches!(operation, Operation::ClaimAvailable | Operation::ClaimWork);
+    let retention = matches!(operation, Operation::DeleteSession | Operation::Prune);
+    let prune = operation == Operation::Prune && outcome.error.is_none();
     record_all!(
         span,
         outcome = outcome.label.as_str(),
@@ -78,6 +85,8 @@ pub(super) fn finish(span: &Span, operation: Operation, outcome: &Outcome, elaps
         claimed = claims.then_some(outcome.claimed),
         dead_lettered = claims.then_some(outcome.dead_lettered),
         superseded = (outcome.superseded > 0).then_some(outcome.superseded),
+        deleted = (retention && outcome.error.is_none()).then_some(outcome.listed),
+        examined = prune.then_some(outcome.examined),
     );
 }
 
