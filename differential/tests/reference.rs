@@ -201,6 +201,20 @@ impl Store for Bugged {
     async fn fork(&self, request: a2_store_api::ForkRequest) -> Result<a2_store_api::ForkResult> {
         self.0.fork(request).await
     }
+
+    async fn delete_session(
+        &self,
+        request: a2_store_api::DeleteSessionRequest,
+    ) -> Result<a2_store_api::DeleteSessionResult> {
+        self.0.delete_session(request).await
+    }
+
+    async fn prune(
+        &self,
+        request: a2_store_api::PruneRequest,
+    ) -> Result<a2_store_api::PruneResult> {
+        self.0.prune(request).await
+    }
 }
 
 struct Broken(Bug);

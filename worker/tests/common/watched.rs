@@ -205,4 +205,18 @@ impl Store for Watched {
     async fn fork(&self, request: a2_store_api::ForkRequest) -> Result<a2_store_api::ForkResult> {
         self.inner.fork(request).await
     }
+
+    async fn delete_session(
+        &self,
+        request: a2_store_api::DeleteSessionRequest,
+    ) -> Result<a2_store_api::DeleteSessionResult> {
+        self.inner.delete_session(request).await
+    }
+
+    async fn prune(
+        &self,
+        request: a2_store_api::PruneRequest,
+    ) -> Result<a2_store_api::PruneResult> {
+        self.inner.prune(request).await
+    }
 }
