@@ -11,11 +11,12 @@ use crate::cursor_rows::{self, CursorRow};
 use crate::errors::SqlContext;
 use crate::events::{next_log_head, RowWriter};
 use crate::pool::Ctx;
-use crate::session::SessionRow;
+use crate::session::{self, SessionRow};
 use crate::values::SqlIndex;
 use crate::work::{self, Wake};
 
-/// Appends `events` at the session's head with one `created_at`, then creates
+/// Appends `events` at the session's head with one `created_at` (the
+/// session's last activity from then on), then creates
 /// or extends the cursors their targets name and creates or wakes the
 /// declared log consumers, moving the work row of every consumer that got a
 /// head to now (noted in `wake`). `cause` (a completion's attempt) overrides
@@ -57,6 +58,7 @@ pub(crate) fn insert(
     }
     drop(writer);
     session.head = base + events.len() as u64;
+    session::active(tx, session, now)?;
     let mut started = enqueue(tx, session, &rows, events, base, consumers, now)?;
     // One row per consumer that got a head, however many heads it got, at
     // the earliest time one of them is claimable.

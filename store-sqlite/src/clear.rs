@@ -1,6 +1,7 @@
 //! `clear` (the marker, cursor reset, pin release) and `reclaim` (deleting
 //! rows below the marker in batches).
 
+use a2_store_api::retention::fence_incarnation;
 use a2_store_api::{
     ClearRequest, ClearResult, ReclaimResult, StoreError, StoredEvent, RECLAIM_BATCH,
 };
@@ -25,6 +26,13 @@ pub(crate) fn clear(
     request: &ClearRequest,
 ) -> Result<ClearResult, StoreError> {
     let existing = session::find(tx, &request.session_id)?;
+    if let Some(session) = &existing {
+        fence_incarnation(
+            &request.session_id,
+            request.incarnation,
+            session.incarnation,
+        )?;
+    }
     if let Some(cause) = &request.cause {
         fence(tx, existing.as_ref(), &request.session_id, cause)?;
     }
@@ -34,11 +42,12 @@ pub(crate) fn clear(
     }
     let mut session = match existing {
         Some(session) => session,
-        None => session::find_or_create(tx, &request.session_id)?,
+        None => session::find_or_create(tx, &request.session_id, ctx.clock.now_ms())?,
     };
     let id = ctx.ids.next_id();
     let marker = StoredEvent::clear_marker(&session.name, id, session.head + 1, ctx.clock.now_ms());
     RowWriter::new(tx, &session)?.write(&session.name, &marker)?;
+    session::active(tx, &mut session, marker.created_at)?;
     session.head = marker.index;
     session.clear = marker.index;
     session::save(tx, &session)?;

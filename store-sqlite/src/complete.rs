@@ -2,6 +2,7 @@
 //! with it as their cause, or a repeated completion replayed.
 
 use a2_store_api::dispatch::cleared;
+use a2_store_api::retention::incarnation_current;
 use a2_store_api::{
     replay, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, StoreError,
 };
@@ -45,6 +46,11 @@ pub(crate) fn complete(
 ) -> Result<Completed, StoreError> {
     let session = session::find(tx, &request.session_id)?;
     if let Some(session) = &session {
+        // An attempt of another incarnation (the session was deleted since)
+        // changes nothing, not even the declared types.
+        if !incarnation_current(request.incarnation, session.incarnation) {
+            return Ok(Completed::superseded());
+        }
         // Every outcome refreshes the declared log types (an error rolls it back).
         refresh_log_types(tx, session, request.consumers.as_deref())?;
     }

@@ -77,23 +77,28 @@ pub(crate) fn open_connection(
     if options.read_only {
         // Nothing may be migrated: only this build's own version is readable.
         require_current_schema(version, &shown)?;
-    } else if let Location::File(_) = location {
-        let mode: String = conn
-            .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
-            .map_err(|error| open_error(&shown, "switching to the WAL journal", error))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Backend {
-                message: format!(
-                    "database '{shown}' refused the WAL journal (journal mode stays '{mode}')"
-                ),
-                source: None,
-            });
+    } else {
+        if version == 0 {
+            shrink_when_freed(&conn, &shown)?;
         }
-        let read_only = conn
-            .is_readonly(DatabaseName::Main)
-            .map_err(|error| open_error(&shown, "checking write access", error))?;
-        if read_only {
-            return Err(read_only_error(&shown, None));
+        if let Location::File(_) = location {
+            let mode: String = conn
+                .query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))
+                .map_err(|error| open_error(&shown, "switching to the WAL journal", error))?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(StoreError::Backend {
+                    message: format!(
+                        "database '{shown}' refused the WAL journal (journal mode stays '{mode}')"
+                    ),
+                    source: None,
+                });
+            }
+            let read_only = conn
+                .is_readonly(DatabaseName::Main)
+                .map_err(|error| open_error(&shown, "checking write access", error))?;
+            if read_only {
+                return Err(read_only_error(&shown, None));
+            }
         }
     }
     conn.pragma_update(None, "synchronous", options.durability.pragma_value())
@@ -110,6 +115,21 @@ pub(crate) fn open_connection(
             .map_err(|error| open_error(&shown, "setting the page cap", error))?;
     }
     Ok(conn)
+}
+
+/// Makes a new, empty database give freed pages back to the file system
+/// on `PRAGMA incremental_vacuum` (which deletes and prunes run): the mode
+/// can only be chosen before the first table is created, so a database
+/// that already holds tables (an older store's file) keeps its mode.
+fn shrink_when_freed(conn: &Connection, shown: &str) -> Result<(), StoreError> {
+    let tables: i64 = conn
+        .query_row("SELECT COUNT(*) FROM sqlite_master", [], |row| row.get(0))
+        .map_err(|error| open_error(shown, "reading the schema", error))?;
+    if tables == 0 {
+        conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
+            .map_err(|error| open_error(shown, "setting incremental auto-vacuum", error))?;
+    }
+    Ok(())
 }
 
 /// The schema version of a database opened read-only, unless it is not

@@ -100,7 +100,8 @@ impl CursorRow {
             self.lane.clone(),
             self.dispatch.clone(),
         )
-        .with_clear_index(session.clear_index()))
+        .with_clear_index(session.clear_index())
+        .with_incarnation(session.incarnation))
     }
 }
 

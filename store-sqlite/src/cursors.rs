@@ -13,7 +13,7 @@ use crate::cursor_rows::{self, cursor_columns, CursorRow};
 use crate::errors::SqlContext;
 use crate::events::next_log_head;
 use crate::pool::Ctx;
-use crate::session;
+use crate::session::{self, SessionRow};
 use crate::values::SqlIndex;
 use crate::work::{self, Wake};
 
@@ -88,9 +88,18 @@ pub(crate) fn cursors(
     session_id: &str,
     now: i64,
 ) -> Result<Vec<Cursor>, StoreError> {
-    let Some(session) = session::find(tx, session_id)? else {
-        return Ok(Vec::new());
-    };
+    match session::find(tx, session_id)? {
+        Some(session) => listed(tx, &session, now),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// The cursors of `session` as [`cursors`] lists them at `now`.
+pub(crate) fn listed(
+    tx: &Connection,
+    session: &SessionRow,
+    now: i64,
+) -> Result<Vec<Cursor>, StoreError> {
     let clear = SqlIndex::new("clear index", session.clear)?;
     let mut listed = Vec::new();
     for sql in [

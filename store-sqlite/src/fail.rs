@@ -3,6 +3,7 @@
 
 use a2_store_api::dispatch::cleared;
 use a2_store_api::order::compare_heads;
+use a2_store_api::retention::{fence_incarnation, incarnation_current};
 use a2_store_api::{
     FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest, RedriveResult,
     StoreError,
@@ -27,6 +28,11 @@ pub(crate) fn fail(
 ) -> Result<(FailResult, Wake), StoreError> {
     let mut wake = Wake::default();
     let session = session::find(tx, &request.session_id)?;
+    if let Some(session) = &session {
+        if !incarnation_current(request.incarnation, session.incarnation) {
+            return Ok((FailResult::superseded(), wake));
+        }
+    }
     if cleared(request.index, session.as_ref().map_or(0, |s| s.clear)) {
         return Ok((FailResult::superseded(), wake));
     }
@@ -117,6 +123,11 @@ pub(crate) fn redrive(
         let result = RedriveResult::new(false, false);
         return Ok((result, wake));
     };
+    fence_incarnation(
+        &request.session_id,
+        request.incarnation,
+        session.incarnation,
+    )?;
     refresh_log_types(tx, &session, consumers)?;
     let target = match SqlIndex::fitting(request.index) {
         Some(at) => dead_cursors(tx, &session, Some(at))?

@@ -11,9 +11,14 @@ use crate::values::SqlIndex;
 
 /// Copies the rows `plan.first ..= plan.through` of the source, with their
 /// id index, into `request.into` (validated request), and sets the new
-/// session's clear, reclaimed offset and origin. No cursors, snapshots or
-/// presence are copied.
-pub(crate) fn fork(tx: &Connection, request: &ForkRequest) -> Result<ForkResult, StoreError> {
+/// session's clear, reclaimed offset and origin; its creation at `now` is
+/// its last activity. No cursors, snapshots or presence are copied: the
+/// fork owns its rows, so deleting the source leaves it whole.
+pub(crate) fn fork(
+    tx: &Connection,
+    request: &ForkRequest,
+    now: i64,
+) -> Result<ForkResult, StoreError> {
     let source = session::find(tx, &request.session_id)?;
     let info = source.as_ref().map(|source| {
         SessionInfo::new(
@@ -22,6 +27,7 @@ pub(crate) fn fork(tx: &Connection, request: &ForkRequest) -> Result<ForkResult,
             source.clear,
             source.reclaimed,
         )
+        .with_incarnation(source.incarnation)
     });
     let into_head = session::find(tx, &request.into)?.map_or(0, |into| into.head);
     let plan = request.plan(info.as_ref(), into_head)?;
@@ -29,7 +35,8 @@ pub(crate) fn fork(tx: &Connection, request: &ForkRequest) -> Result<ForkResult,
         message: "internal error: a fork was planned from a session that does not exist".to_owned(),
         source: None,
     })?;
-    let into = session::find_or_create(tx, &request.into)?;
+    let mut into = session::find_or_create(tx, &request.into, now)?;
+    session::active(tx, &mut into, now)?;
     let first = SqlIndex::new("fork start", plan.first)?;
     let through = SqlIndex::new("fork end", plan.through)?;
     let clear = SqlIndex::new("clear index", plan.session.clear_index)?;
@@ -69,5 +76,8 @@ pub(crate) fn fork(tx: &Connection, request: &ForkRequest) -> Result<ForkResult,
     .and_then(|mut stmt| stmt.execute(bounds))
     .ctx("copying a session's event ids")?;
     let copied = plan.rows();
-    Ok(ForkResult::new(plan.session, copied))
+    Ok(ForkResult::new(
+        plan.session.with_incarnation(into.incarnation),
+        copied,
+    ))
 }

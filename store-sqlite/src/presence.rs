@@ -23,7 +23,7 @@ pub(crate) fn set_presence(
     meta: PresenceMeta,
     now: i64,
 ) -> Result<PresenceResult, StoreError> {
-    let session = session::find_or_create(tx, session_id)?;
+    let session = session::find_or_create(tx, session_id, now)?;
     let expires_at = now.saturating_add(meta.ttl_ms);
     let seen = meta.seen.map(Bits);
     let mut applied = BTreeMap::new();

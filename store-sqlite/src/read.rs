@@ -40,15 +40,18 @@ pub(crate) fn sessions(
         SqlIndex,
         Option<String>,
         Option<SqlIndex>,
+        SqlIndex,
     );
     let raws: Vec<Raw> = match &options.after {
         Some(after) => tx
             .prepare_cached(
-                "SELECT name, head, clear_index, reclaimed_through, forked_from, forked_through \
+                "SELECT name, head, clear_index, reclaimed_through, forked_from, forked_through, \
+                 incarnation \
                  FROM (SELECT s.name AS name, \
                  COALESCE((SELECT MAX(e.idx) FROM events AS e WHERE e.sid = s.sid), 0) AS head, \
                  s.clear_index AS clear_index, s.reclaimed_through AS reclaimed_through, \
-                 s.forked_from AS forked_from, s.forked_through AS forked_through \
+                 s.forked_from AS forked_from, s.forked_through AS forked_through, \
+                 s.incarnation AS incarnation \
                  FROM sessions AS s WHERE s.name > ?1) \
                  WHERE head > 0 ORDER BY name LIMIT ?2",
             )
@@ -61,17 +64,20 @@ pub(crate) fn sessions(
                         row.get(3)?,
                         row.get(4)?,
                         row.get(5)?,
+                        row.get(6)?,
                     ))
                 })?
                 .collect()
             }),
         None => tx
             .prepare_cached(
-                "SELECT name, head, clear_index, reclaimed_through, forked_from, forked_through \
+                "SELECT name, head, clear_index, reclaimed_through, forked_from, forked_through, \
+                 incarnation \
                  FROM (SELECT s.name AS name, \
                  COALESCE((SELECT MAX(e.idx) FROM events AS e WHERE e.sid = s.sid), 0) AS head, \
                  s.clear_index AS clear_index, s.reclaimed_through AS reclaimed_through, \
-                 s.forked_from AS forked_from, s.forked_through AS forked_through \
+                 s.forked_from AS forked_from, s.forked_through AS forked_through, \
+                 s.incarnation AS incarnation \
                  FROM sessions AS s) \
                  WHERE head > 0 ORDER BY name LIMIT ?1",
             )
@@ -84,6 +90,7 @@ pub(crate) fn sessions(
                         row.get(3)?,
                         row.get(4)?,
                         row.get(5)?,
+                        row.get(6)?,
                     ))
                 })?
                 .collect()
@@ -93,13 +100,14 @@ pub(crate) fn sessions(
     Ok(raws
         .into_iter()
         .map(
-            |(session_id, head, clear, reclaimed, origin, origin_index)| {
+            |(session_id, head, clear, reclaimed, origin, origin_index, incarnation)| {
                 SessionInfo::new(session_id, head.get(), clear.get(), reclaimed.get())
                     .with_forked_from(
                         origin
                             .zip(origin_index)
                             .map(|(session_id, index)| ForkOrigin::new(session_id, index.get())),
                     )
+                    .with_incarnation(incarnation.get())
             },
         )
         .collect())

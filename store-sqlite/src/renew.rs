@@ -2,6 +2,7 @@
 
 use a2_store_api::dispatch::cleared;
 use a2_store_api::order::compare_refs;
+use a2_store_api::retention::incarnation_current;
 use a2_store_api::{RenewRequest, RenewResult, RenewVerdict, StoreError};
 use rusqlite::Connection;
 
@@ -25,6 +26,15 @@ pub(crate) fn renew(
     let mut claims = request.claims.clone();
     claims.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
     let mut result = RenewResult::default();
+    if session
+        .as_ref()
+        .is_some_and(|session| !incarnation_current(request.incarnation, session.incarnation))
+    {
+        // Claims of another incarnation (the session was deleted since) can
+        // never complete.
+        result.superseded = claims.into_iter().map(|claim| claim.cursor).collect();
+        return Ok((result, Wake::default()));
+    }
     let mut renewed_consumers: Vec<String> = Vec::new();
     for claim in claims {
         let r = &claim.cursor;

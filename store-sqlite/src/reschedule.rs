@@ -2,6 +2,7 @@
 //! index still queued on a lane. This module finds where the index is
 //! (`ScheduledAt`); `RescheduleRequest::verdict` decides what happens.
 
+use a2_store_api::retention::fence_incarnation;
 use a2_store_api::{
     CursorKind, Dispatch, RescheduleRequest, RescheduleResult, RescheduleStep, ScheduledAt,
     StoreError,
@@ -26,6 +27,13 @@ pub(crate) fn reschedule(
 ) -> Result<(RescheduleResult, Wake), StoreError> {
     let mut wake = Wake::default();
     let session = session::find(tx, &request.session_id)?;
+    if let Some(session) = &session {
+        fence_incarnation(
+            &request.session_id,
+            request.incarnation,
+            session.incarnation,
+        )?;
+    }
     if let Some(cause) = &request.cause {
         fence(tx, session.as_ref(), &request.session_id, cause)?;
     }

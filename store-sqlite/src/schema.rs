@@ -174,6 +174,28 @@ ALTER TABLE sessions ADD COLUMN forked_through INTEGER;
 CREATE INDEX cursors_dead_all ON cursors (failed_at, sid)
     WHERE head IS NOT NULL AND failed_at IS NOT NULL;
 "#,
+    // Version 4: retention. Every session has an incarnation, drawn from a
+    // counter no delete ever lowers (existing sessions take their key,
+    // distinct, and the counter starts above the highest), and the store
+    // time of its last append (existing sessions: their last row's), found
+    // in last-activity order by `prune`; expired presence found by expiry.
+    r#"
+CREATE TABLE counters (
+    name  TEXT    PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+
+ALTER TABLE sessions ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN last_activity INTEGER NOT NULL DEFAULT 0;
+UPDATE sessions SET incarnation = sid,
+    last_activity = COALESCE((SELECT e.created_at FROM events AS e
+        WHERE e.sid = sessions.sid ORDER BY e.idx DESC LIMIT 1), 0);
+INSERT INTO counters (name, value)
+    SELECT 'incarnation', COALESCE(MAX(sid), 0) FROM sessions;
+CREATE INDEX sessions_idle ON sessions (last_activity, name);
+
+CREATE INDEX presence_expiry ON presence (expires_at);
+"#,
 ];
 
 /// The schema version this build writes.

@@ -1,4 +1,5 @@
-//! Session rows: head, clear index and reclaimed offset of each log.
+//! Session rows: head, clear index and reclaimed offset of each log, its
+//! incarnation and the time of its last append.
 
 use a2_store_api::StoreError;
 use rusqlite::{Connection, OptionalExtension};
@@ -19,6 +20,11 @@ pub(crate) struct SessionRow {
     pub clear: u64,
     /// Rows at or below this index are deleted.
     pub reclaimed: u64,
+    /// The session's incarnation: drawn from the `incarnation` counter when
+    /// the session was created, never handed out again.
+    pub incarnation: u64,
+    /// Store time (ms) of its last append of any kind, or of its creation.
+    pub last_activity: i64,
 }
 
 impl SessionRow {
@@ -33,7 +39,8 @@ pub(crate) fn find(tx: &Connection, name: &str) -> Result<Option<SessionRow>, St
     let mut stmt = tx
         .prepare_cached(
             "SELECT s.sid, COALESCE((SELECT MAX(e.idx) FROM events AS e WHERE e.sid = s.sid), 0), \
-             s.clear_index, s.reclaimed_through FROM sessions AS s WHERE s.name = ?1",
+             s.clear_index, s.reclaimed_through, s.incarnation, s.last_activity \
+             FROM sessions AS s WHERE s.name = ?1",
         )
         .ctx("looking up a session")?;
     stmt.query_row([name], |row| {
@@ -43,32 +50,66 @@ pub(crate) fn find(tx: &Connection, name: &str) -> Result<Option<SessionRow>, St
             head: row.get::<_, SqlIndex>(1)?.get(),
             clear: row.get::<_, SqlIndex>(2)?.get(),
             reclaimed: row.get::<_, SqlIndex>(3)?.get(),
+            incarnation: row.get::<_, SqlIndex>(4)?.get(),
+            last_activity: row.get(5)?,
         })
     })
     .optional()
     .ctx("looking up a session")
 }
 
-/// The session named `name`, created empty if it does not exist yet.
-pub(crate) fn find_or_create(tx: &Connection, name: &str) -> Result<SessionRow, StoreError> {
+/// The session named `name`, created empty at store time `now` if it does
+/// not exist yet (with the next incarnation of the database's counter).
+pub(crate) fn find_or_create(
+    tx: &Connection,
+    name: &str,
+    now: i64,
+) -> Result<SessionRow, StoreError> {
     if let Some(session) = find(tx, name)? {
         return Ok(session);
     }
-    tx.prepare_cached("INSERT INTO sessions (name) VALUES (?1)")
-        .and_then(|mut stmt| stmt.execute([name]))
-        .ctx("creating a session")?;
+    let incarnation: SqlIndex = tx
+        .prepare_cached(
+            "UPDATE counters SET value = value + 1 WHERE name = 'incarnation' RETURNING value",
+        )
+        .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
+        .ctx("drawing a session incarnation")?;
+    tx.prepare_cached(
+        "INSERT INTO sessions (name, incarnation, last_activity) VALUES (?1, ?2, ?3)",
+    )
+    .and_then(|mut stmt| stmt.execute((name, incarnation, now)))
+    .ctx("creating a session")?;
     Ok(SessionRow {
         sid: tx.last_insert_rowid(),
         name: name.to_owned(),
         head: 0,
         clear: 0,
         reclaimed: 0,
+        incarnation: incarnation.get(),
+        last_activity: now,
     })
 }
 
+/// Records an append of any kind to `session` at store time `now`: its
+/// last activity, which `prune` reads.
+pub(crate) fn active(
+    tx: &Connection,
+    session: &mut SessionRow,
+    now: i64,
+) -> Result<(), StoreError> {
+    if session.last_activity == now {
+        return Ok(());
+    }
+    tx.prepare_cached("UPDATE sessions SET last_activity = ?2 WHERE sid = ?1")
+        .and_then(|mut stmt| stmt.execute((session.sid, now)))
+        .ctx("recording a session's activity")?;
+    session.last_activity = now;
+    Ok(())
+}
+
 /// Stores a session's clear index and reclaimed offset. The head is not
-/// stored: it is the last row's index (the clear marker is never reclaimed),
-/// so an append dirties no session page.
+/// stored: it is the last row's index (the clear marker is never reclaimed);
+/// an append only moves the session's last activity ([`active`]).
 pub(crate) fn save(tx: &Connection, session: &SessionRow) -> Result<(), StoreError> {
     let clear = SqlIndex::new("clear index", session.clear)?;
     let reclaimed = SqlIndex::new("reclaimed offset", session.reclaimed)?;

@@ -4,15 +4,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use a2_store_api::retention::idle_cutoff;
 use a2_store_api::{
     validate, work, AppendOptions, AppendResult, BulkRedrive, BulkRedriveResult, ClaimRequest,
     ClaimResult, ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest,
-    CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest, FailResult, ForkRequest,
-    ForkResult, Head, ListSessions, ListWork, NewEvent, Pause, PauseRequest, PresenceMeta,
-    PresenceResult, PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest,
-    RedriveResult, RenewRequest, RenewResult, RescheduleRequest, RescheduleResult, ResumeRequest,
-    ResumeResult, SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent,
-    WakeLogResult,
+    CompleteResult, ConsumerDeclaration, Cursor, DeleteSessionRequest, DeleteSessionResult,
+    EventStream, FailRequest, FailResult, ForkRequest, ForkResult, Head, ListSessions, ListWork,
+    NewEvent, Pause, PauseRequest, PresenceMeta, PresenceResult, PresenceRow, PruneRequest,
+    PruneResult, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult,
+    RenewRequest, RenewResult, RescheduleRequest, RescheduleResult, ResumeRequest, ResumeResult,
+    SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -24,8 +25,8 @@ use crate::pool::{Access, Pool};
 use crate::work::Wake;
 use crate::writer::{Body, Fire, Settings, Writer};
 use crate::{
-    append, claim_work, claims, clear, complete, cursors, fail, fork, list_work, pause, presence,
-    read, redrive_all, renew, reschedule, snapshots, subscribe,
+    append, claim_work, claims, clear, complete, cursors, delete_session, fail, fork, list_work,
+    pause, presence, prune, read, redrive_all, renew, reschedule, snapshots, subscribe,
 };
 
 /// The SQLite backend of the session store.
@@ -265,11 +266,16 @@ impl Store for SqliteStore {
 
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream, StoreError> {
         validate::subscribe(session_id)?;
+        // The commit receiver is taken before the incarnation is read, so a
+        // delete committed after the read wakes the stream.
+        let commits = self.notifier.subscribe();
+        let incarnation = subscribe::incarnation(&self.pool, session_id).await?;
         Ok(subscribe::follow(
             &self.pool,
-            self.notifier.subscribe(),
+            commits,
             self.notifier.work(),
             session_id,
+            incarnation,
             after,
         ))
     }
@@ -283,8 +289,9 @@ impl Store for SqliteStore {
         validate::write_state(session_id, reducer, &writes)?;
         let session_id = session_id.to_owned();
         let reducer = reducer.to_owned();
-        self.write(move |tx, _| {
-            snapshots::write_state(tx, &session_id, &reducer, writes.clone())?;
+        self.write(move |tx, ctx| {
+            let now = ctx.clock.now_ms();
+            snapshots::write_state(tx, &session_id, &reducer, writes.clone(), now)?;
             Ok(((), Fire::NONE))
         })
         .await
@@ -420,8 +427,80 @@ impl Store for SqliteStore {
     async fn fork(&self, request: ForkRequest) -> Result<ForkResult, StoreError> {
         validate::fork(&request)?;
         // The fork's rows are new rows of its session: subscribers are told.
-        self.write(move |tx, _| Ok((fork::fork(tx, &request)?, fired(true, Wake::default()))))
-            .await
+        self.write(move |tx, ctx| {
+            let forked = fork::fork(tx, &request, ctx.clock.now_ms())?;
+            Ok((forked, fired(true, Wake::default())))
+        })
+        .await
+    }
+
+    async fn delete_session(
+        &self,
+        request: DeleteSessionRequest,
+    ) -> Result<DeleteSessionResult, StoreError> {
+        validate::delete_session(&request)?;
+        self.write(move |tx, ctx| {
+            let result = delete_session::delete_session(tx, ctx, &request)?;
+            // Subscribers of the session read again and learn it is gone.
+            let deleted = matches!(result, DeleteSessionResult::Deleted { .. });
+            Ok((result, fired(deleted, Wake::default())))
+        })
+        .await
+    }
+
+    async fn prune(&self, request: PruneRequest) -> Result<PruneResult, StoreError> {
+        validate::prune(&request)?;
+        if !request.dry_run {
+            self.pool.check_writable()?;
+        }
+        let now = self.pool.ctx().clock.now_ms();
+        let cutoff = idle_cutoff(now, request.idle_for_ms);
+        let include = request.include_dead_letters;
+        let page = {
+            let request = request.clone();
+            self.pool
+                .run(Access::Read, move |tx, _| {
+                    let page = prune::candidates(tx, &request, cutoff)?;
+                    if !request.dry_run {
+                        return Ok((page, Vec::new()));
+                    }
+                    // A dry run decides the whole page in this one read.
+                    let mut prunable = Vec::new();
+                    for candidate in &page {
+                        if prune::prune_one(tx, candidate, include, false, now)? {
+                            prunable.push(candidate.name.clone());
+                        }
+                    }
+                    Ok((page, prunable))
+                })
+                .await?
+        };
+        let (page, mut deleted) = page;
+        let next = (page.len() == request.page_size())
+            .then(|| page.last().map(prune::Candidate::from))
+            .flatten();
+        if request.dry_run {
+            return Ok(PruneResult::new(deleted, page.len(), next));
+        }
+        // One transaction per session: a big session's delete never holds
+        // other writers back for a whole page.
+        for candidate in &page {
+            let one = candidate.clone();
+            let gone = self
+                .write(move |tx, ctx| {
+                    let gone = prune::prune_one(tx, &one, include, true, ctx.clock.now_ms())?;
+                    Ok((gone, fired(gone, Wake::default())))
+                })
+                .await?;
+            if gone {
+                deleted.push(candidate.name.clone());
+            }
+        }
+        let limit = request.page_size();
+        let (presence, checkpoints) = self
+            .write(move |tx, _| Ok((prune::sweep(tx, now, limit)?, Fire::NONE)))
+            .await?;
+        Ok(PruneResult::new(deleted, page.len(), next).with_swept(presence, checkpoints))
     }
 }
 

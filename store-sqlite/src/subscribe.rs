@@ -1,5 +1,6 @@
 //! `subscribe`: the backlog, then live appends, in index order with no gap
-//! and no duplicate.
+//! and no duplicate, of one incarnation of the session: a stream whose
+//! session is deleted ends with `SessionDeleted`.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
@@ -19,6 +20,8 @@ const CHUNK: usize = 256;
 struct Follow {
     pool: Weak<Pool>,
     session_id: String,
+    /// The incarnation followed (`None` until the session exists).
+    incarnation: Option<u64>,
     last: u64,
     buffer: VecDeque<StoredEvent>,
     /// Commits of this process on the file.
@@ -34,18 +37,23 @@ struct Follow {
 /// chunks, and when caught up waits for a commit of this process, or for
 /// the file's watcher to see another connection's commit (`PRAGMA
 /// data_version`, one check per file while anyone waits, see
-/// [`crate::wake`]); no per-session polling. Ends when the store is dropped;
-/// yields one error and ends if the database can no longer be read.
+/// [`crate::wake`]); no per-session polling. Follows `incarnation` of the
+/// session (`None`: it did not exist yet, the first one seen is followed).
+/// Ends when the store is dropped; yields one error and ends if the
+/// database can no longer be read, or once the session followed is
+/// deleted (`SessionDeleted`: gone, or another incarnation in its place).
 pub(crate) fn follow(
     pool: &Arc<Pool>,
     commits: watch::Receiver<u64>,
     wake: &Arc<WorkWake>,
     session_id: &str,
+    incarnation: Option<u64>,
     after: u64,
 ) -> EventStream {
     let state = Follow {
         pool: Arc::downgrade(pool),
         session_id: session_id.to_owned(),
+        incarnation,
         last: after,
         buffer: VecDeque::new(),
         commits,
@@ -74,20 +82,22 @@ pub(crate) fn follow(
                 state.wake.watch_other_processes();
             }
             let pool = state.pool.upgrade()?;
-            let read = fetch(&pool, &state.session_id, state.last).await;
+            let read = fetch(&pool, &state.session_id, state.incarnation, state.last).await;
             drop(pool);
             match read {
                 Err(error) => {
                     state.failed = true;
                     return Some((Err(error), state));
                 }
-                Ok(rows) if !rows.is_empty() => {
+                Ok((incarnation, rows)) if !rows.is_empty() => {
+                    state.incarnation = incarnation;
                     if let Some(last) = rows.last() {
                         state.last = last.index;
                     }
                     state.buffer.extend(rows);
                 }
-                Ok(_) => {
+                Ok((incarnation, _)) => {
+                    state.incarnation = incarnation;
                     // Another process's commit: the watcher's signal; if
                     // the watcher could not start, a slow re-read instead.
                     let other = async {
@@ -119,21 +129,43 @@ pub(crate) fn follow(
     }))
 }
 
-/// The next chunk of rows after `last`.
+/// The incarnation of the session now (`None`: it does not exist), which a
+/// stream opened now follows.
+pub(crate) async fn incarnation(
+    pool: &Arc<Pool>,
+    session_id: &str,
+) -> Result<Option<u64>, StoreError> {
+    let session_id = session_id.to_owned();
+    pool.run(Access::Read, move |tx, _| {
+        Ok(session::find(tx, &session_id)?.map(|session| session.incarnation))
+    })
+    .await
+}
+
+/// The next chunk of rows after `last` of incarnation `followed` of the
+/// session (`None`: any), with the incarnation read; `SessionDeleted` when
+/// the followed incarnation is gone.
 async fn fetch(
     pool: &Arc<Pool>,
     session_id: &str,
+    followed: Option<u64>,
     last: u64,
-) -> Result<Vec<StoredEvent>, StoreError> {
+) -> Result<(Option<u64>, Vec<StoredEvent>), StoreError> {
     let session_id = session_id.to_owned();
     pool.run(Access::Read, move |tx, _| {
-        let Some(session) = session::find(tx, &session_id)? else {
-            return Ok(Vec::new());
+        let found = session::find(tx, &session_id)?;
+        let current = found.as_ref().map(|session| session.incarnation);
+        if followed.is_some() && current != followed {
+            return Err(StoreError::session_deleted(&session_id));
+        }
+        let Some(session) = found else {
+            return Ok((None, Vec::new()));
         };
         if session.head <= last {
-            return Ok(Vec::new());
+            return Ok((current, Vec::new()));
         }
-        read_range(tx, &session, last, session.head, Some(CHUNK))
+        let rows = read_range(tx, &session, last, session.head, Some(CHUNK))?;
+        Ok((current, rows))
     })
     .await
 }

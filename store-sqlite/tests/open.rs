@@ -7,6 +7,9 @@ use a2_store_api::{ErrorCode, NewEvent, ReadOptions, Store, StoreError};
 use a2_store_sqlite::{SqliteOptions, SqliteStore, SCHEMA_VERSION};
 use serde_json::json;
 
+#[path = "common/schema.rs"]
+mod schema;
+
 fn open_err(path: &std::path::Path) -> StoreError {
     match SqliteStore::open(path, SqliteOptions::default()) {
         Ok(_) => panic!("opening {} should fail", path.display()),
@@ -212,6 +215,7 @@ async fn extreme_options_are_clamped_not_fatal() {
 /// schedules, pauses, fork origins or cross-session dead-letter index.
 fn downgrade_to_version_2(path: &std::path::Path) {
     let conn = rusqlite::Connection::open(path).unwrap();
+    schema::undo_version_4(&conn);
     conn.execute_batch(
         "DROP TABLE pauses;
          DROP INDEX cursors_dead_all;

@@ -17,6 +17,9 @@ use a2_store_api::{
 use a2_store_sqlite::{SqliteOptions, SqliteStore, SCHEMA_VERSION};
 use serde_json::json;
 
+#[path = "common/schema.rs"]
+mod schema;
+
 const ROLE: &str = "A2_SQLITE_WORK_CHILD";
 const DB: &str = "A2_SQLITE_WORK_DB";
 const STAMP: &str = "A2_SQLITE_WORK_STAMP";
@@ -47,6 +50,7 @@ fn served(result: &ClaimWorkResult) -> Vec<String> {
 /// index, the pending-head index without the expiry.
 fn downgrade_to_version_1(path: &Path) {
     let conn = rusqlite::Connection::open(path).unwrap();
+    schema::undo_version_4(&conn);
     conn.execute_batch(
         "DROP TABLE pauses;
          DROP INDEX cursors_dead_all;
