@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// `schema=NAME`, `pool_size=N`, `statement_timeout_ms=N`).
 ///
 /// The URL of `check`, `inspect`, `redrive`, `clear`, `reclaim`, `pause`,
-/// `resume`, `fork` and `reschedule` may be omitted when the environment variable `A2_STORE_URL` holds it, e.g.
+/// `resume`, `fork`, `reschedule`, `delete` and `prune` may be omitted when the environment variable `A2_STORE_URL` holds it, e.g.
 /// `A2_STORE_URL=sqlite:app.db a2-store inspect sessions`; a URL on the
 /// command line wins.
 ///
@@ -156,6 +156,79 @@ pub enum Command {
     /// that has been claimed is `started` and one the cursor has passed is
     /// `gone`: nothing changes and the exit status is 2.
     Reschedule(RescheduleArgs),
+    /// Delete a session and every row it holds, after showing what will go.
+    ///
+    /// Prints the session's head, the events still stored, its cursors, the
+    /// heads with work and who holds them, dead letters, live presence and
+    /// pauses; then asks for confirmation on a terminal (without --yes, and
+    /// with stdin not a terminal, it refuses and changes nothing). A head
+    /// that still has work (leased, claimable, waiting or scheduled) refuses
+    /// the delete unless --force, which ends it; dead letters never do.
+    /// After a confirmation at the prompt the delete applies only if the
+    /// session still ends at the head shown (as --if-last-index would).
+    /// Snapshots, pins, presence and pauses of the session go too; forks keep
+    /// their copy. The id can be used again at once: nothing from before the
+    /// delete (a late completion, a renewal) reaches the new session.
+    Delete(DeleteArgs),
+    /// Delete the sessions idle for a while that have nothing left to do.
+    ///
+    /// A session is idle when nothing was appended to it for --idle; it is
+    /// deleted when no head has work left (leased, claimable, waiting or
+    /// scheduled) and no head is dead-lettered (unless
+    /// --include-dead-letters). Runs page after page (--limit idle sessions
+    /// examined per page, oldest activity first) until no idle session is
+    /// left, with a progress count on a terminal, and prints each session
+    /// and the totals. Expired presence fields and unpinned snapshot
+    /// checkpoints are removed on the way. --dry-run lists what would go and
+    /// deletes nothing; run it first. Safe to run from cron: a session
+    /// that gets work meanwhile is kept.
+    Prune(PruneArgs),
+}
+
+/// Arguments of `delete`.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// The store; `$A2_STORE_URL` when omitted.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// The session.
+    pub session: String,
+    /// Also end the heads that still have work (leased, claimable, waiting, scheduled).
+    #[arg(long)]
+    pub force: bool,
+    /// Delete without asking (required when stdin is not a terminal).
+    #[arg(long)]
+    pub yes: bool,
+    /// Delete only if the session's last index is exactly N.
+    #[arg(long, value_name = "N")]
+    pub if_last_index: Option<u64>,
+    /// Print the preview and what was removed as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `prune`.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// The store; `$A2_STORE_URL` when omitted.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// How long nothing was appended to a session for it to be idle (e.g. `30d`, `12h`).
+    #[arg(long, value_name = "DURATION", value_parser = parse_idle)]
+    pub idle: std::time::Duration,
+    /// Only list what would be deleted.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Idle sessions examined per page (1 to 1000) [default: 100].
+    #[arg(long, value_name = "N", value_parser = parse_page)]
+    pub limit: Option<usize>,
+    /// Also delete idle sessions whose only heads are dead-lettered (by
+    /// default a dead letter keeps its session for an operator to look at).
+    #[arg(long)]
+    pub include_dead_letters: bool,
+    /// Print the sessions and totals as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `bench`.
@@ -606,6 +679,28 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
         .map_err(|e| format!("'{text}' is not a duration ({e}): give e.g. 90s, 30m, 2h or 1day"))
 }
 
+/// `prune --idle`: a duration of at least a millisecond.
+fn parse_idle(text: &str) -> Result<std::time::Duration, String> {
+    let idle = parse_duration(text)?;
+    if idle.as_millis() == 0 {
+        return Err(format!(
+            "'{text}' is no idle time: give at least 1ms, e.g. --idle 30d"
+        ));
+    }
+    Ok(idle)
+}
+
+/// `prune --limit`: 1 to [`a2_store::MAX_PRUNE_LIMIT`].
+fn parse_page(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(limit) if (1..=a2_store::MAX_PRUNE_LIMIT).contains(&limit) => Ok(limit),
+        _ => Err(format!(
+            "'{text}' is not a page size: give a whole number from 1 to {}, e.g. --limit 100",
+            a2_store::MAX_PRUNE_LIMIT
+        )),
+    }
+}
+
 fn parse_rate(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
         Ok(rate) if rate.is_finite() && rate > 0.0 && rate <= 1_000_000.0 => Ok(rate),
@@ -663,6 +758,19 @@ mod tests {
             Ok(std::time::Duration::from_secs(7200))
         );
         assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn idle_times_and_pages_are_bounded() {
+        assert_eq!(
+            parse_idle("30d"),
+            Ok(std::time::Duration::from_secs(30 * 86_400))
+        );
+        assert!(parse_idle("0s").is_err());
+        assert!(parse_idle("soon").is_err());
+        assert_eq!(parse_page("1000"), Ok(1_000));
+        assert!(parse_page("0").is_err());
+        assert!(parse_page("1001").is_err());
     }
 
     #[test]

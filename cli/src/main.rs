@@ -17,6 +17,7 @@ mod health;
 mod inspect;
 mod output;
 mod repair;
+mod retention;
 mod scratch;
 mod table;
 mod target;
@@ -85,6 +86,8 @@ const TAKES_URL: &[&str] = &[
     "resume",
     "fork",
     "reschedule",
+    "delete",
+    "prune",
 ];
 
 /// Parses the command line. Help and version go to stdout (exit 0); any
@@ -189,5 +192,7 @@ async fn run(command: Command) -> Result<u8, Failure> {
         Command::Resume(args) => control::resume(&args).await.map(|()| 0),
         Command::Fork(args) => control::fork(&args).await.map(|()| 0),
         Command::Reschedule(args) => control::reschedule(&args).await.map(|()| 0),
+        Command::Delete(args) => retention::delete(&args).await.map(|()| 0),
+        Command::Prune(args) => retention::prune(&args).await.map(|()| 0),
     }
 }

@@ -519,6 +519,8 @@ fn every_command_runs_against_memory() {
     // A fresh memory store has no session: repairs refuse it.
     fails(&["clear", "memory:", "s", "--yes"], "no session 's'");
     fails(&["reclaim", "memory:", "s"], "no session 's'");
+    fails(&["delete", "memory:", "s", "--yes"], "no session 's'");
+    assert!(ok(&["prune", "memory:", "--idle", "30d"]).contains("pruned 0 of 0 session(s)"));
 }
 
 #[test]

@@ -1,19 +1,25 @@
 //! The operator's controls through the real binary, against SQLite files
 //! and PostgreSQL (a fresh schema per test, when `A2_POSTGRES_URL` is set):
 //! `pause`/`resume` and `inspect paused` (and the pause on cursor views),
-//! `reschedule`, `fork` (and `forked from` in `inspect sessions`), and
-//! `redrive --lane`.
+//! `reschedule`, `fork` (and `forked from` in `inspect sessions`),
+//! `redrive --lane`, and retention: `delete` and `prune`.
 
 #[path = "fixture/postgres.rs"]
 mod postgres;
+#[path = "fixture/seed.rs"]
+mod seed;
 
 use std::process::{Command, Output};
+use std::sync::Arc;
 use std::time::Duration;
 
 use a2_store::{
-    AppendOptions, ClaimRequest, Clock, FailRequest, NewEvent, OpenOptions, SystemClock, Target,
+    AppendOptions, ClaimRequest, Clock, FailRequest, ManualClock, NewEvent, OpenOptions,
+    SystemClock, Target,
 };
 use serde_json::{json, Value};
+
+use seed::{seed_quiet, seed_store, MINUTE};
 
 fn a2(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_a2-store"))
@@ -441,4 +447,221 @@ fn redrive_lane(url: &str) {
         let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
         store.dead_letters("s").await.unwrap().is_empty()
     }));
+}
+
+/// The store at `url` seeded on a clock two hours behind: 12 quiet
+/// sessions `q-*` (t0-10m; `q-000000` dead-lettered, the others done),
+/// then [`seed_store`]'s `s0`–`s4` (t0 to t0+100m: dead letters, a
+/// claimable message in `s2`, leases held for a day in `s3` and `s4`).
+/// With `--idle 45m`, `s0`, `s1`, `s2` and the `q-*` are idle; `s3` and
+/// `s4` are not.
+fn seeded_for_retention(url: &str) -> String {
+    let url = url.to_owned();
+    let t0 = SystemClock.now_ms() - 120 * MINUTE;
+    block_on(async {
+        let clock = Arc::new(ManualClock::new(t0 - 10 * MINUTE));
+        let options = OpenOptions::default().with_shared_clock(clock.clone());
+        let store = a2_store::open(&url, options).await.unwrap();
+        seed_quiet(store.as_ref(), &clock, 12, false).await;
+        seed_store(store.as_ref(), &clock, t0).await;
+    });
+    url
+}
+
+fn session_ids(url: &str) -> Vec<String> {
+    let sessions = json_ok(&["inspect", url, "sessions", "--json"]);
+    sessions
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    let list = value
+        .as_array()
+        .unwrap_or_else(|| panic!("not a list: {value}"));
+    list.iter()
+        .map(|s| s.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn delete_previews_asks_and_removes_a_session_on_sqlite() {
+    on_sqlite(delete);
+}
+
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[test]
+fn delete_previews_asks_and_removes_a_session_on_postgres() {
+    on_postgres(
+        "delete_previews_asks_and_removes_a_session_on_postgres",
+        delete,
+    );
+}
+
+fn delete(url: &str) {
+    let url = seeded_for_retention(url);
+    fails(&["delete", &url, "nope", "--yes"], "no session 'nope'");
+    // The test's stdin is not a terminal: no one can confirm.
+    let refused = fails(&["delete", &url, "s3"], "pass --yes");
+    assert!(refused.contains("nothing deleted"), "{refused}");
+    let in_use = a2(&["delete", &url, "s3", "--yes"]);
+    let (out, err) = (text(&in_use.stdout), text(&in_use.stderr));
+    assert_eq!(in_use.status.code(), Some(2), "{err}");
+    // The preview came first: the head, its events, the work and who holds it.
+    assert!(out.contains("session 's3' (incarnation "), "{out}");
+    assert!(out.contains("head 2, 2 event(s) stored"), "{out}");
+    assert!(
+        out.contains("head 1 of consumer 'agent' lane 'L2' leased by 'w' until"),
+        "{out}"
+    );
+    assert!(out.contains("without --force"), "{out}");
+    assert!(
+        err.contains("session in use") && err.contains("--force"),
+        "{err}"
+    );
+    fails(
+        &[
+            "delete",
+            &url,
+            "s3",
+            "--yes",
+            "--force",
+            "--if-last-index",
+            "9",
+        ],
+        "ends at index 2, not 9",
+    );
+    let before = json_ok(&["inspect", &url, "sessions", "--json"]);
+    let incarnation = |sessions: &Value| {
+        sessions
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["session_id"] == "s3")
+            .map(|s| s["incarnation"].clone())
+    };
+    let old = incarnation(&before).unwrap();
+    let deleted = json_ok(&[
+        "delete",
+        &url,
+        "s3",
+        "--yes",
+        "--force",
+        "--if-last-index",
+        "2",
+        "--json",
+    ]);
+    assert_eq!(deleted["outcome"], "deleted");
+    assert_eq!(deleted["removed"]["head"], 2);
+    assert_eq!(deleted["removed"]["events"], 2);
+    assert_eq!(deleted["removed"]["ended"], 2);
+    assert_eq!(deleted["removed"]["incarnation"], old);
+    let work = deleted["preview"]["with_work"].as_array().unwrap();
+    assert_eq!(work.len(), 2, "{deleted}");
+    assert!(work
+        .iter()
+        .any(|w| w["holder"] == "w" && w["state"] == "leased"));
+    assert!(!session_ids(&url).contains(&"s3".to_owned()));
+    fails(&["delete", &url, "s3", "--yes"], "no session 's3'");
+    // A dead letter never keeps a session from a delete; the text names what went.
+    let out = ok(&["delete", &url, "s0", "--yes"]);
+    assert!(out.contains("1 dead letter(s)"), "{out}");
+    assert!(
+        out.contains("deleted session 's0' (incarnation")
+            && out.contains("0 head(s) with work ended"),
+        "{out}"
+    );
+    // The id can be used again, by a new incarnation.
+    block_on(async {
+        let store = a2_store::open(&url, OpenOptions::default()).await.unwrap();
+        let note = NewEvent::new("note", json!(null));
+        store
+            .append("s3", vec![note], AppendOptions::default())
+            .await
+            .unwrap();
+    });
+    let again = incarnation(&json_ok(&["inspect", &url, "sessions", "--json"])).unwrap();
+    assert_ne!(again, old);
+    let log = json_ok(&["inspect", &url, "--json", "log", "s3"]);
+    assert_eq!(log.as_array().unwrap().len(), 1, "{log}");
+}
+
+#[test]
+fn prune_pages_through_idle_sessions_on_sqlite() {
+    on_sqlite(prune);
+}
+
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[test]
+fn prune_pages_through_idle_sessions_on_postgres() {
+    on_postgres("prune_pages_through_idle_sessions_on_postgres", prune);
+}
+
+fn prune(url: &str) {
+    let url = seeded_for_retention(url);
+    let all = session_ids(&url);
+    assert_eq!(all.len(), 17);
+    let done: Vec<String> = (1..12).map(|n| format!("q-{n:06}")).collect();
+    let dry = json_ok(&[
+        "prune",
+        &url,
+        "--idle",
+        "45m",
+        "--limit",
+        "5",
+        "--dry-run",
+        "--json",
+    ]);
+    assert_eq!(strings(&dry["sessions"]), done, "{dry}");
+    assert_eq!(dry["dry_run"], true);
+    assert_eq!(dry["deleted"], 0);
+    // 12 quiet sessions and s1, s2, s0: idle; 15 examined, 5 a page.
+    assert_eq!(dry["examined"], 15, "{dry}");
+    assert_eq!(dry["kept"], 4, "{dry}");
+    assert!(dry["pages"].as_u64().unwrap() >= 3, "{dry}");
+    assert_eq!(session_ids(&url), all, "a dry run deleted something");
+    let out = ok(&["prune", &url, "--idle", "45m", "--limit", "5"]);
+    assert!(out.contains("deleted q-000001\n"), "{out}");
+    assert!(
+        out.contains("pruned 11 of 15 session(s) idle for 45m in "),
+        "{out}"
+    );
+    assert!(
+        out.contains("4 kept (work left or a dead letter; --include-dead-letters"),
+        "{out}"
+    );
+    let left = session_ids(&url);
+    assert_eq!(left, ["q-000000", "s0", "s1", "s2", "s3", "s4"]);
+    // Dead letters go only when asked; s2 still has a message waiting.
+    let pruned = json_ok(&[
+        "prune",
+        &url,
+        "--idle",
+        "45m",
+        "--include-dead-letters",
+        "--json",
+    ]);
+    assert_eq!(
+        strings(&pruned["sessions"]),
+        ["q-000000", "s1", "s0"],
+        "{pruned}"
+    );
+    assert_eq!(pruned["deleted"], 3);
+    assert_eq!(session_ids(&url), ["s2", "s3", "s4"]);
+    let out = ok(&["prune", &url, "--idle", "45m"]);
+    assert!(out.contains("pruned 0 of 1 session(s)"), "{out}");
+    fails(&["prune", &url], "--idle");
+    fails(
+        &["prune", &url, "--idle", "1h", "--limit", "5000"],
+        "from 1 to 1000",
+    );
 }

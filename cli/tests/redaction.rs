@@ -74,6 +74,8 @@ fn commands(url: &str) -> Vec<Vec<String>> {
         args(&["reschedule", url, "s", "c", "1", "--cancel"]),
         args(&["clear", url, "s"]),
         args(&["reclaim", url, "s"]),
+        args(&["delete", url, "s", "--yes"]),
+        args(&["prune", url, "--idle", "30d", "--dry-run"]),
         args(&["bench", url, "--seconds", "0.2", "--sessions", "1"]),
         args(&[
             "bench",
