@@ -349,7 +349,7 @@ pub fn session_id(session_id: &str) -> Result<()> {
 }
 
 /// The longest session id, in bytes (UTF-8), any call accepts.
-pub const MAX_SESSION_ID_BYTES: usize = 1_024;
+pub const MAX_SESSION_ID_BYTES: usize = 64 * 1_024;
 
 /// [`Store::delete_session`](crate::Store::delete_session): the session id.
 pub fn delete_session(request: &DeleteSessionRequest) -> Result<()> {

@@ -12,6 +12,7 @@ impl Session {
     /// `if_last_index` as [`ClearRequest::unmet_condition`] decides), drops event and lane cursors and every completion
     /// record, parks log cursors at the marker and releases every pin.
     pub fn clear(&mut self, env: Env<'_>, request: ClearRequest) -> Result<ClearResult> {
+        self.fence_incarnation(request.incarnation)?;
         if let Some(cause) = &request.cause {
             self.fence(cause)?;
         }

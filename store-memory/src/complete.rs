@@ -18,6 +18,9 @@ impl Session {
     /// [`Dispatch::complete_verdict`]: a2_store_api::Dispatch::complete_verdict
     pub fn complete(&mut self, env: Env<'_>, request: CompleteRequest) -> Result<CompleteResult> {
         let consumers = request.consumers.as_deref();
+        if !self.incarnation_current(request.incarnation) {
+            return Ok(CompleteResult::Superseded);
+        }
         if dispatch::cleared(request.index, self.log.clear_index()) {
             self.refresh_log_types(consumers);
             return Ok(CompleteResult::Superseded);

@@ -20,6 +20,9 @@ impl Session {
     /// [`Dispatch::fail_verdict`]: a2_store_api::Dispatch::fail_verdict
     /// [`Dispatch::record_failure`]: a2_store_api::Dispatch::record_failure
     pub fn fail(&mut self, env: Env<'_>, request: FailRequest) -> Result<FailResult> {
+        if !self.incarnation_current(request.incarnation) {
+            return Ok(FailResult::superseded());
+        }
         if dispatch::cleared(request.index, self.log.clear_index()) {
             return Ok(FailResult::superseded());
         }
@@ -81,6 +84,7 @@ impl Session {
         pauses: &[Pause],
         now: i64,
     ) -> Result<RedriveResult> {
+        self.fence_incarnation(request.incarnation)?;
         let consumers = request.consumers.as_deref();
         let found = if dispatch::cleared(request.index, self.log.clear_index()) {
             None

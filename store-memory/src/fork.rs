@@ -25,6 +25,17 @@ impl MemoryStore {
                 Ok(_) => self.fork_inconsistent(&request.into),
             });
         }
+        loop {
+            if let Some(forked) = self.try_fork(request)? {
+                return Ok(forked);
+            }
+        }
+    }
+
+    /// One try of [`Self::fork_session`]: `None` when one of the two
+    /// sessions was deleted between its lookup and its lock (the caller
+    /// looks them up again).
+    fn try_fork(&self, request: &ForkRequest) -> Result<Option<ForkResult>> {
         let (source, into) = {
             let mut sessions = lock(&self.shared.sessions, "sessions map")?;
             let source = sessions.get(&request.session_id).cloned();
@@ -42,13 +53,19 @@ impl MemoryStore {
             let into_guard = lock(&into, "session")?;
             (lock(&source, "session")?, into_guard)
         };
+        if source_guard.deleted || into_guard.deleted {
+            return Ok(None);
+        }
         let plan = request.plan(source_guard.info().as_ref(), into_guard.log.head())?;
         let rows = copied_rows(&source_guard, &plan)?;
         drop(source_guard);
-        let stored = into_guard.take_fork(&plan, rows);
+        let before = into_guard.last_activity;
+        let stored = into_guard.take_fork(&plan, rows, self.shared.clock.now_ms());
         into_guard.subscribers.notify(&stored);
+        self.index_activity(&into_guard, before)?;
         let copied = plan.rows();
-        Ok(ForkResult::new(plan.session, copied))
+        let session = plan.session.with_incarnation(into_guard.incarnation);
+        Ok(Some(ForkResult::new(session, copied)))
     }
 
     fn fork_inconsistent(&self, into: &str) -> a2_store_api::StoreError {
@@ -76,7 +93,8 @@ impl Session {
     /// Makes this session (never written to) the fork `plan` describes:
     /// `rows` stored from `plan.first` on, the source's clear index, nothing
     /// below it, and its origin. Returns the rows as stored.
-    fn take_fork(&mut self, plan: &ForkPlan, rows: Vec<Row>) -> Vec<StoredEvent> {
+    fn take_fork(&mut self, plan: &ForkPlan, rows: Vec<Row>, now: i64) -> Vec<StoredEvent> {
+        self.mark_active(now, false);
         self.log.start_after(plan.first.saturating_sub(1));
         let mut stored = Vec::with_capacity(rows.len());
         for row in rows {

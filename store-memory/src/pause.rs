@@ -103,6 +103,17 @@ impl PauseTable {
         }
     }
 
+    /// Forgets the pauses of `session_id` (deleted).
+    pub fn remove_session(&mut self, session_id: &str) {
+        let consumers: Vec<String> = self
+            .session_pauses(session_id)
+            .map(|pause| pause.consumer.clone())
+            .collect();
+        for consumer in consumers {
+            self.by_session.remove(&(session_id.to_owned(), consumer));
+        }
+    }
+
     /// Forgets the pauses whose end has passed.
     fn prune(&mut self, now: i64) {
         self.store_wide.retain(|_, pause| pause.in_force(now));

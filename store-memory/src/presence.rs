@@ -60,6 +60,18 @@ impl PresenceTable {
         PresenceResult::new(applied, applied_count)
     }
 
+    /// Drops the entries expired at `now`; returns how many went.
+    pub fn drop_expired(&mut self, now: i64) -> u64 {
+        let mut dropped = 0;
+        self.participants.retain(|_, fields| {
+            let before = fields.len();
+            fields.retain(|_, entry| entry.expires_at > now);
+            dropped += (before - fields.len()) as u64;
+            !fields.is_empty()
+        });
+        dropped
+    }
+
     /// Live rows at `now` by participant, then field; expired entries are
     /// dropped on the way.
     pub fn read(&mut self, now: i64) -> Vec<PresenceRow> {

@@ -23,6 +23,7 @@ impl Session {
                 self.log.reclaimed_through(),
             )
             .with_forked_from(self.forked_from.clone())
+            .with_incarnation(self.incarnation)
         })
     }
 }

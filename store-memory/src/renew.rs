@@ -16,6 +16,11 @@ impl Session {
         let now = env.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
         let mut claims = request.claims;
+        if !self.incarnation_current(request.incarnation) {
+            claims.sort_by(|a, b| order::compare_refs(&a.cursor, &b.cursor));
+            let superseded = claims.into_iter().map(|claim| claim.cursor).collect();
+            return Ok(RenewResult::new(Vec::new(), superseded));
+        }
         claims.sort_by(|a, b| order::compare_refs(&a.cursor, &b.cursor));
         let clear = self.log.clear_index();
         let mut result = RenewResult::default();

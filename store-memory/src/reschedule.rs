@@ -29,6 +29,7 @@ impl Session {
         env: Env<'_>,
         request: &RescheduleRequest,
     ) -> Result<RescheduleStep> {
+        self.fence_incarnation(request.incarnation)?;
         if let Some(cause) = &request.cause {
             self.fence(cause)?;
         }

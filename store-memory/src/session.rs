@@ -47,6 +47,15 @@ pub(crate) struct Session {
     /// How many heads the last claim walked (the work it did, for tests
     /// that prove a claim does not scan the session).
     pub last_claim_visits: usize,
+    /// The incarnation (see [`a2_store_api::retention`]); 0 for a session
+    /// standing in for one never created.
+    pub incarnation: u64,
+    /// When something was last appended (or the session was created by a
+    /// fork or a presence write), ms; `None` while nothing was ever stored.
+    pub last_activity: Option<i64>,
+    /// Set when the session was deleted: whoever locks it after that looks
+    /// the id up again.
+    pub deleted: bool,
 }
 
 impl Session {
@@ -61,7 +70,46 @@ impl Session {
             subscribers: Subscribers::default(),
             forked_from: None,
             last_claim_visits: 0,
+            incarnation: 0,
+            last_activity: None,
+            deleted: false,
         }
+    }
+
+    /// The same (new) session in incarnation `incarnation`.
+    pub fn in_incarnation(mut self, incarnation: u64) -> Self {
+        self.incarnation = incarnation;
+        self
+    }
+
+    /// Whether anything was ever stored in the session (an event, a fork's
+    /// rows or a presence field): only such a session can be deleted, and
+    /// only its requests are fenced by incarnation.
+    pub fn exists(&self) -> bool {
+        self.last_activity.is_some()
+    }
+
+    /// Records activity at `now` (an append, or the write creating the
+    /// session when `only_first`).
+    pub fn mark_active(&mut self, now: i64, only_first: bool) {
+        if !only_first || self.last_activity.is_none() {
+            self.last_activity = Some(now);
+        }
+    }
+
+    /// Whether a request naming `requested` may act on this session: it
+    /// names no incarnation, this one, or the session does not exist.
+    pub fn incarnation_current(&self, requested: Option<u64>) -> bool {
+        !self.exists() || a2_store_api::retention::incarnation_current(requested, self.incarnation)
+    }
+
+    /// Refuses a request naming another incarnation of an existing session
+    /// ([`a2_store_api::retention::fence_incarnation`]).
+    pub fn fence_incarnation(&self, requested: Option<u64>) -> Result<()> {
+        if !self.exists() {
+            return Ok(());
+        }
+        a2_store_api::retention::fence_incarnation(&self.id, requested, self.incarnation)
     }
 
     /// Whether a served cursor (`None`: any) has a head that is not
@@ -226,7 +274,8 @@ impl Session {
             cursor.lane.as_deref().map(str::to_owned),
             cursor.dispatch.clone(),
         )
-        .with_clear_index(self.reported_clear()))
+        .with_clear_index(self.reported_clear())
+        .with_incarnation(self.incarnation))
     }
 
     /// Appends an already validated, fenced and conflict-checked batch:
@@ -286,6 +335,9 @@ impl Session {
         }
         self.start_log_cursors(consumers, base, &stored);
         self.subscribers.notify(&stored);
+        if !stored.is_empty() {
+            self.mark_active(now, false);
+        }
         Ok(stored)
     }
 

@@ -10,9 +10,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use a2_store_api::{
     validate, AppendOptions, AppendResult, BulkRedrive, BulkRedriveResult, ClaimRequest,
     ClaimResult, ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, Clock,
-    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, EventStream, FailRequest,
-    FailResult, ForkRequest, ForkResult, Head, IdGenerator, ListSessions, ListWork, NewEvent,
-    Pause, PauseRequest, PresenceMeta, PresenceResult, PresenceRow, RandomIds, ReadOptions,
+    CompleteRequest, CompleteResult, ConsumerDeclaration, Cursor, DeleteSessionRequest,
+    DeleteSessionResult, EventStream, FailRequest, FailResult, ForkRequest, ForkResult, Head,
+    IdGenerator, ListSessions, ListWork, NewEvent, Pause, PauseRequest, PresenceMeta,
+    PresenceResult, PresenceRow, PruneRequest, PruneResult, RandomIds, ReadOptions,
     ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest, RenewResult,
     RescheduleRequest, RescheduleResult, Result, ResumeRequest, ResumeResult, SessionInfo,
     SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent, SystemClock, WakeLogResult,
@@ -149,15 +150,42 @@ impl MemoryStore {
         }
     }
 
-    /// Runs `op` on session `session_id` under its lock, creating the session.
+    /// Runs `op` on session `session_id` under its lock, creating the
+    /// session (a session deleted while this call waited for its lock is
+    /// looked up again: the call runs on the id's new session). Keeps the
+    /// activity order when `op` stored something.
     fn with_session<R>(
         &self,
         session_id: &str,
         op: impl FnOnce(&mut Session, Env<'_>) -> Result<R>,
     ) -> Result<R> {
-        let session = lock(&self.shared.sessions, "sessions map")?.get_or_create(session_id);
-        let mut guard = lock(&session, "session")?;
-        op(&mut guard, self.env())
+        let mut op = Some(op);
+        loop {
+            let session = lock(&self.shared.sessions, "sessions map")?.get_or_create(session_id);
+            let mut guard = lock(&session, "session")?;
+            if guard.deleted {
+                continue;
+            }
+            let Some(op) = op.take() else {
+                return Err(guard.inconsistent("a call ran twice"));
+            };
+            let before = guard.last_activity;
+            let result = op(&mut guard, self.env());
+            self.index_activity(&guard, before)?;
+            return result;
+        }
+    }
+
+    /// Moves `session` in the activity order when its last activity is no
+    /// longer `before`. Runs under the session's lock.
+    pub(crate) fn index_activity(&self, session: &Session, before: Option<i64>) -> Result<()> {
+        match session.last_activity {
+            Some(after) if Some(after) != before => {
+                lock(&self.shared.sessions, "sessions map")?.touch(&session.id, before, after);
+                Ok(())
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Runs `op` on session `session_id` under its lock; a session never
@@ -167,15 +195,17 @@ impl MemoryStore {
         session_id: &str,
         op: impl FnOnce(&mut Session, Env<'_>) -> Result<R>,
     ) -> Result<R> {
-        let session = lock(&self.shared.sessions, "sessions map")?
-            .get(session_id)
-            .cloned();
-        match session {
-            Some(session) => {
-                let mut guard = lock(&session, "session")?;
-                op(&mut guard, self.env())
+        loop {
+            let session = lock(&self.shared.sessions, "sessions map")?
+                .get(session_id)
+                .cloned();
+            let Some(session) = session else {
+                return op(&mut Session::new(session_id), self.env());
+            };
+            let mut guard = lock(&session, "session")?;
+            if !guard.deleted {
+                return op(&mut guard, self.env());
             }
-            None => op(&mut Session::new(session_id), self.env()),
         }
     }
 
@@ -361,9 +391,12 @@ impl Store for MemoryStore {
     ) -> Result<PresenceResult> {
         validate::set_presence(session_id, participant, &values, &meta)?;
         self.with_session(session_id, |session, env| {
-            Ok(session
-                .presence
-                .set(participant, values, meta, env.clock.now_ms()))
+            let now = env.clock.now_ms();
+            let written = session.presence.set(participant, values, meta, now);
+            if written.applied_count > 0 {
+                session.mark_active(now, true);
+            }
+            Ok(written)
         })
     }
 
@@ -434,6 +467,16 @@ impl Store for MemoryStore {
     async fn fork(&self, request: ForkRequest) -> Result<ForkResult> {
         validate::fork(&request)?;
         self.fork_session(&request)
+    }
+
+    async fn delete_session(&self, request: DeleteSessionRequest) -> Result<DeleteSessionResult> {
+        validate::delete_session(&request)?;
+        self.delete(&request)
+    }
+
+    async fn prune(&self, request: PruneRequest) -> Result<PruneResult> {
+        validate::prune(&request)?;
+        self.prune_idle(&request)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Live subscribers of one session's log, fed through unbounded channels.
 
-use a2_store_api::{EventStream, Result, StoredEvent};
+use a2_store_api::{EventStream, Result, StoreError, StoredEvent};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 
 #[derive(Debug)]
@@ -34,6 +34,14 @@ impl Subscribers {
             self.list.push(Subscriber { after, sender });
         }
         Box::pin(futures::stream::poll_fn(move |cx| receiver.poll_recv(cx)))
+    }
+
+    /// Ends every subscriber's stream with the error `error` makes (the
+    /// session was deleted).
+    pub fn end(&mut self, error: impl Fn() -> StoreError) {
+        for subscriber in self.list.drain(..) {
+            let _ = subscriber.sender.send(Err(error()));
+        }
     }
 
     /// Delivers freshly stored `events` (in index order) to every live subscriber.

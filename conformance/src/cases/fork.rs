@@ -48,8 +48,10 @@ pub(crate) async fn fork_copies_the_log_through_an_index(cx: Cx) -> CaseResult {
     cx.append(&a, vec![msg("e3")]).await?;
     let source = cx.read_all(&a).await?;
     let fork = cx.store.fork(ForkRequest::new(&a, &b).through(2)).await?;
-    let expected =
-        SessionInfo::new(b.clone(), 2, 0, 0).with_forked_from(Some(ForkOrigin::new(a.clone(), 2)));
+    ensure!(fork.session.incarnation != 0, "the fork has no incarnation");
+    let expected = SessionInfo::new(b.clone(), 2, 0, 0)
+        .with_forked_from(Some(ForkOrigin::new(a.clone(), 2)))
+        .with_incarnation(fork.session.incarnation);
     ensure_eq!((fork.session.clone(), fork.copied), (expected.clone(), 2));
     ensure_eq!(cx.read_all(&b).await?, moved(&source[..2], &b));
     ensure_eq!(listing(&cx, &b).await?, Some(expected));

@@ -25,6 +25,7 @@ pub(crate) mod precedence;
 pub(crate) mod presence;
 pub(crate) mod read;
 pub(crate) mod renew;
+pub(crate) mod retention;
 pub(crate) mod robustness;
 pub(crate) mod schedule;
 pub(crate) mod snapshots;
@@ -386,8 +387,24 @@ macro_rules! __a2_cases {
                 fork::fork_of_a_cleared_session_starts_at_its_marker,
                 fork::fork_has_no_cursors_and_continues_its_log,
                 fork::fork_rejects_bad_input,
+                retention::delete_session_removes_every_row_of_the_session,
+                retention::delete_session_removes_its_work_from_every_listing,
+                retention::delete_session_with_work_left_needs_force,
+                retention::delete_session_if_last_index_guards_the_delete,
+                retention::delete_session_of_an_unknown_session_is_not_found,
+                retention::delete_session_of_a_presence_only_session_removes_it,
+                retention::delete_session_ends_open_subscriptions,
+                retention::delete_session_leaves_its_forks_untouched,
+                retention::deleted_session_id_starts_a_new_incarnation,
+                retention::attempts_from_before_a_delete_are_superseded,
+                retention::requests_from_before_a_delete_are_refused,
+                retention::prune_deletes_idle_sessions_with_nothing_left,
+                retention::prune_dry_run_deletes_nothing,
+                retention::prune_pages_follow_next_oldest_first,
+                retention::retention_refuses_bad_input,
             ]
             pair: [
+                retention::attempts_from_before_a_delete_on_another_instance_are_superseded,
                 multi::second_instance_sees_first_instance_appends,
                 multi::claims_are_exclusive_across_instances,
                 multi::concurrent_claims_across_instances_never_share_a_head,
