@@ -160,7 +160,7 @@ pub(crate) struct Columns<'a> {
 /// writes (when any), the queue (when any) and the subscribers' `NOTIFY`.
 pub(crate) type ColumnParams<'a> = (
     [&'a (dyn ToSql + Sync); 10],
-    [&'a (dyn ToSql + Sync); 2],
+    [&'a (dyn ToSql + Sync); 3],
     Option<[&'a (dyn ToSql + Sync); 18]>,
     Option<[&'a (dyn ToSql + Sync); 5]>,
     [&'a (dyn ToSql + Sync); 3],
@@ -173,9 +173,13 @@ const INSERT_ROWS: &str = "INSERT INTO events (session_id, idx, id, type, payloa
     FROM unnest($3::bigint[], $4::text[], $5::text[], $6::jsonb[], $7::text[], $8::text[], \
       $9::bigint[], $10::bigint[]) AS r(idx, id, type, payload, cc, cl, ci, ca)";
 
+/// The session's new head, and its last activity (the rows' time, for
+/// `prune`): `$1` session, `$2` head, `$3` created_at.
+const SET_HEAD: &str = "UPDATE sessions SET head = $2, last_activity = $3 WHERE session_id = $1";
+
 /// The statements of appends that a new connection prepares before its
 /// first call (see `crate::warm`).
-pub(crate) const HOT_STATEMENTS: [&str; 2] = [INSERT_ROWS, ENQUEUE];
+pub(crate) const HOT_STATEMENTS: [&str; 3] = [INSERT_ROWS, SET_HEAD, ENQUEUE];
 
 /// The lane queue's new entries: `$1` session, `$2`..`$5` consumers, lanes,
 /// indexes and not-before times (`NULL`: claimable once the lane reaches it).
@@ -246,7 +250,7 @@ impl<'a> Columns<'a> {
                 &self.cause_indexes,
                 &self.cause_attempts,
             ],
-            [&self.session_id, &self.head],
+            [&self.session_id, &self.head, &self.created_at],
             self.cursors.as_ref().map(CursorWrites::params),
             (!self.queue_indexes.is_empty()).then(|| {
                 let params: [&(dyn ToSql + Sync); 5] = [
@@ -262,15 +266,13 @@ impl<'a> Columns<'a> {
         )
     }
 
-    /// Adds the batch's statements, in order: the rows, the head, the
+    /// Adds the batch's statements, in order: the rows, the head (with the
+    /// session's last activity), the
     /// cursors, the queue, the `NOTIFY` (sent only when the session has a
     /// subscriber; delivered on commit). None of their answers is needed.
     pub(crate) fn push<'s>(params: &'s ColumnParams<'s>, statements: &mut Vec<Stmt<'s>>) {
         statements.push(Stmt::new(INSERT_ROWS, &params.0));
-        statements.push(Stmt::new(
-            "UPDATE sessions SET head = $2 WHERE session_id = $1",
-            &params.1,
-        ));
+        statements.push(Stmt::new(SET_HEAD, &params.1));
         if let Some(cursors) = &params.2 {
             statements.push(Stmt::new(PUT_ALL, cursors));
         }

@@ -50,6 +50,16 @@ pub(crate) async fn load_ref(
     load(tx, session_id, consumer, lane_key(lane), slot, lock).await
 }
 
+/// The head a completion or failure names: its cursor's consumer and lane,
+/// its index, and the session incarnation the request names.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Named<'a> {
+    pub consumer: &'a str,
+    pub lane: Option<&'a str>,
+    pub index: u64,
+    pub incarnation: Option<u64>,
+}
+
 /// The head a completion or failure of `(consumer, lane, index)` names.
 pub(crate) struct Attempted {
     /// The session's row: locked before the cursor row by a writer, else
@@ -58,7 +68,8 @@ pub(crate) struct Attempted {
     /// `index` as stored.
     pub index: i64,
     /// The cursor, locked; `None` when the head is superseded (at or below
-    /// the clear, or an event whose cursor is gone).
+    /// the clear, an event whose cursor is gone, or the request names
+    /// another incarnation of the session).
     pub cursor: Option<CursorRow>,
     /// With [`attempted_pipelined`]'s `next_queued`: the lane's first
     /// queued index after `index` ([`NEXT_QUEUED`], read after the lock),
@@ -70,15 +81,19 @@ pub(crate) struct Attempted {
 /// session row first when `lock` (a writer). Without the session lock the
 /// clear is read after the cursor row is locked: a clear that touched the
 /// row has committed, none can start. `NoSuchEvent` when no event is at
-/// `index`.
+/// `index` (unless the request names another incarnation: superseded).
 pub(crate) async fn attempted(
     tx: &Tx<'_>,
     session_id: &str,
-    consumer: &str,
-    lane: Option<&str>,
-    index: u64,
+    named: Named<'_>,
     lock: bool,
 ) -> TxResult<Attempted> {
+    let Named {
+        consumer,
+        lane,
+        index,
+        ..
+    } = named;
     let Ok(stored) = i64::try_from(index) else {
         return Err(StoreError::no_such_event(session_id, index).into());
     };
@@ -92,7 +107,7 @@ pub(crate) async fn attempted(
         Some(state) => state,
         None => read_session(tx, session_id).await?,
     };
-    settle_attempted(tx, session_id, index, stored, state, cursor).await
+    settle_attempted(tx, session_id, named, stored, state, cursor).await
 }
 
 /// [`attempted`] for a claimer (no session lock) in one round trip: the
@@ -105,12 +120,16 @@ pub(crate) async fn attempted(
 pub(crate) async fn attempted_pipelined(
     tx: &Tx<'_>,
     session_id: &str,
-    consumer: &str,
-    lane: Option<&str>,
-    index: u64,
+    named: Named<'_>,
     refresh: &TypeRefresh<'_>,
     next_queued: bool,
 ) -> TxResult<Attempted> {
+    let Named {
+        consumer,
+        lane,
+        index,
+        ..
+    } = named;
     let Ok(stored) = i64::try_from(index) else {
         return Err(StoreError::no_such_event(session_id, index).into());
     };
@@ -154,23 +173,26 @@ pub(crate) async fn attempted_pipelined(
         .map(decode_state)
         .transpose()?
         .unwrap_or_default();
-    let mut attempted = settle_attempted(tx, session_id, index, stored, state, cursor).await?;
+    let mut attempted = settle_attempted(tx, session_id, named, stored, state, cursor).await?;
     attempted.queued = queued;
     Ok(attempted)
 }
 
-/// The end of [`attempted`] and [`attempted_pipelined`]: a head at or
-/// before the session's clear has no cursor; a missing cursor is
-/// `NoSuchEvent` unless an event is stored at `index` (one more query).
+/// The end of [`attempted`] and [`attempted_pipelined`]: a head of
+/// another incarnation of the session, or at or before the session's
+/// clear, has no cursor; a missing cursor is `NoSuchEvent` unless an event
+/// is stored at `index` (one more query).
 async fn settle_attempted(
     tx: &Tx<'_>,
     session_id: &str,
-    index: u64,
+    named: Named<'_>,
     stored: i64,
     state: SessionState,
     cursor: Option<CursorRow>,
 ) -> TxResult<Attempted> {
+    let index = named.index;
     let cursor = match cursor {
+        _ if !state.current(named.incarnation) => None,
         _ if dispatch::cleared(index, index_of(state.clear)?) => None,
         Some(cursor) => Some(cursor),
         None => {

@@ -9,6 +9,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::Poll;
 
+use a2_store_api::retention::{fence_incarnation, incarnation_current};
 use a2_store_api::sql::to_sql_int;
 use deadpool_postgres::ClientWrapper;
 use futures::future::{maybe_done, MaybeDone};
@@ -315,13 +316,54 @@ pub(crate) async fn execute(tx: &Tx<'_>, sql: &str, params: &Params<'_>) -> TxRe
     tx.execute_prepared(&statement, params).await
 }
 
-/// A session's log head, clear index and reclaimed offset.
+/// A session's log head, clear index, reclaimed offset, incarnation and
+/// whether it exists.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct SessionState {
     pub head: i64,
     pub clear: i64,
     pub reclaimed: i64,
+    /// The session's incarnation; 0 when no session row was found (the
+    /// sequence starts at 1).
+    pub incarnation: i64,
+    /// Something was ever stored in the session (rows, a fork's copy,
+    /// presence): its `last_activity` is set. A row made only to be locked
+    /// (a subscription, a call on a session never written) is not a
+    /// session yet: it cannot be deleted and its requests are not fenced.
+    pub exists: bool,
 }
+
+impl SessionState {
+    /// The incarnation as the API counts it (0: no session row).
+    pub(crate) fn incarnation(&self) -> u64 {
+        u64::try_from(self.incarnation).unwrap_or(0)
+    }
+
+    /// Whether a request naming incarnation `requested` may act on this
+    /// session (`retention::incarnation_current`); a session that does not
+    /// exist is not fenced (it behaves as before incarnations existed).
+    pub(crate) fn current(&self, requested: Option<u64>) -> bool {
+        !self.exists || incarnation_current(requested, self.incarnation())
+    }
+
+    /// [`retention::fence_incarnation`](a2_store_api::retention::fence_incarnation)
+    /// for a session that exists: `SessionDeleted` when `requested` names
+    /// another incarnation.
+    pub(crate) fn fence(&self, session_id: &str, requested: Option<u64>) -> TxResult<()> {
+        if !self.exists {
+            return Ok(());
+        }
+        Ok(fence_incarnation(
+            session_id,
+            requested,
+            self.incarnation(),
+        )?)
+    }
+}
+
+/// How many columns [`decode_state`] reads: `head, clear_index,
+/// reclaimed_through, incarnation, last_activity IS NOT NULL`.
+pub(crate) const STATE_WIDTH: usize = 5;
 
 /// Decodes a row of [`READ_SESSION`] (or the lock's).
 pub(crate) fn decode_state(row: &Row) -> TxResult<SessionState> {
@@ -329,17 +371,20 @@ pub(crate) fn decode_state(row: &Row) -> TxResult<SessionState> {
         head: row.try_get(0)?,
         clear: row.try_get(1)?,
         reclaimed: row.try_get(2)?,
+        incarnation: row.try_get(3)?,
+        exists: row.try_get(4)?,
     })
 }
 
 /// The session row's lock: `$1` the session.
-pub(crate) const LOCK_SESSION: &str =
-    "SELECT head, clear_index, reclaimed_through FROM sessions WHERE session_id = $1 FOR UPDATE";
+pub(crate) const LOCK_SESSION: &str = "SELECT head, clear_index, reclaimed_through, incarnation, \
+    last_activity IS NOT NULL FROM sessions WHERE session_id = $1 FOR UPDATE";
 
 /// Locks the session row exclusively (creating it when the session was never
-/// written), so writers of one session run one at a time and see each
-/// other's commits. Claimers take no session lock; writers lock every cursor
-/// row they read before writing it, so the two meet only on cursor rows.
+/// written: its incarnation drawn, no activity yet), so writers of one
+/// session run one at a time and see each other's commits. Claimers take no
+/// session lock; writers lock every cursor row they read before writing it,
+/// so the two meet only on cursor rows.
 pub(crate) async fn lock_session(tx: &Tx<'_>, session_id: &str) -> TxResult<SessionState> {
     const LOCK: &str = LOCK_SESSION;
     if let Some(row) = query_opt(tx, LOCK, &[&session_id]).await? {
@@ -358,8 +403,8 @@ pub(crate) async fn lock_session(tx: &Tx<'_>, session_id: &str) -> TxResult<Sess
 }
 
 /// The session row's read without a lock: `$1` the session.
-pub(crate) const READ_SESSION: &str =
-    "SELECT head, clear_index, reclaimed_through FROM sessions WHERE session_id = $1";
+pub(crate) const READ_SESSION: &str = "SELECT head, clear_index, reclaimed_through, incarnation, \
+    last_activity IS NOT NULL FROM sessions WHERE session_id = $1";
 
 /// Reads the session row without locking it (zeros when never written).
 pub(crate) async fn read_session(tx: &Tx<'_>, session_id: &str) -> TxResult<SessionState> {

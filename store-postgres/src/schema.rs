@@ -12,7 +12,7 @@ use crate::error::{db_error, TxResult};
 
 /// The schema version this build writes. A database at a higher version is
 /// refused with `IncompatibleSchema`.
-pub const SCHEMA_VERSION: i32 = 14;
+pub const SCHEMA_VERSION: i32 = 15;
 
 /// Migration `n` (1-based) brings the schema from version `n - 1` to `n`.
 const MIGRATIONS: &[&str] = &[
@@ -607,6 +607,39 @@ BEGIN
     RETURN v_kept;
 END
 $$;
+"#,
+    // Version 15: retention (`a2_store_api::retention`). `incarnation`: a
+    // number from a sequence of the schema, drawn when a session row is
+    // made, so no two sessions of the schema ever share one (not after a
+    // delete, not across store instances); existing sessions draw theirs
+    // here (a volatile default rewrites the table, one draw per row).
+    // `last_activity`: the store clock's ms at the session's last append of
+    // any kind (or at its creation: its first rows, a fork's copy, its
+    // first presence field), which every append writes with the head;
+    // `NULL` while nothing was stored (a row made only to be locked, by a
+    // subscription or a call on a session never written: no session yet).
+    // Existing sessions take their head event's time; sessions holding
+    // only presence get a row, active since their latest field's time.
+    // `sessions_idle` pages `prune`'s candidates in `(last_activity,
+    // session_id)` order, so a page costs its own rows. The index makes
+    // appends' session updates non-HOT (see the README's Retention
+    // section). `presence_expiry` finds expired presence fields for
+    // `prune`'s sweep without a scan.
+    r#"
+CREATE SEQUENCE session_incarnations;
+ALTER TABLE sessions
+    ADD COLUMN incarnation bigint NOT NULL DEFAULT nextval('session_incarnations'),
+    ADD COLUMN last_activity bigint;
+ALTER SEQUENCE session_incarnations OWNED BY sessions.incarnation;
+UPDATE sessions s SET last_activity = e.created_at FROM events e
+    WHERE e.session_id = s.session_id AND e.idx = s.head;
+INSERT INTO sessions (session_id) SELECT DISTINCT session_id FROM presence
+    ON CONFLICT DO NOTHING;
+UPDATE sessions s SET last_activity = p.at
+    FROM (SELECT session_id, max(at) AS at FROM presence GROUP BY session_id) p
+    WHERE p.session_id = s.session_id AND s.last_activity IS NULL;
+CREATE INDEX sessions_idle ON sessions (last_activity, session_id);
+CREATE INDEX presence_expiry ON presence (expires_at);
 "#,
 ];
 

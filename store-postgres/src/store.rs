@@ -12,12 +12,12 @@ use a2_store_api::work::{self, WorkSignal};
 use a2_store_api::{
     AppendOptions, AppendResult, BulkRedrive, BulkRedriveResult, ClaimRequest, ClaimResult,
     ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
-    ConsumerDeclaration, Cursor, EventStream, FailRequest, FailResult, ForkRequest, ForkResult,
-    Head, ListSessions, ListWork, NewEvent, Pause, PauseRequest, PresenceMeta, PresenceResult,
-    PresenceRow, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult,
-    RenewRequest, RenewResult, RescheduleRequest, RescheduleResult, Result, ResumeRequest,
-    ResumeResult, SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent,
-    WakeLogResult,
+    ConsumerDeclaration, Cursor, DeleteSessionRequest, DeleteSessionResult, EventStream,
+    FailRequest, FailResult, ForkRequest, ForkResult, Head, ListSessions, ListWork, NewEvent,
+    Pause, PauseRequest, PresenceMeta, PresenceResult, PresenceRow, PruneRequest, PruneResult,
+    ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
+    RenewResult, RescheduleRequest, RescheduleResult, Result, ResumeRequest, ResumeResult,
+    SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod};
@@ -255,6 +255,7 @@ impl Store for PostgresStore {
             ops::renew::renew(
                 &tx,
                 &request.session_id,
+                request.incarnation,
                 &request.holder,
                 &request.claims,
                 now,
@@ -384,13 +385,14 @@ impl Store for PostgresStore {
         validate::subscribe(session_id)?;
         let wakes = self.inner.listen().await;
         let token = uuid::Uuid::new_v4().simple().to_string();
-        transact!(self.inner, "registering a subscriber", |tx| {
+        let incarnation = transact!(self.inner, "registering a subscriber", |tx| {
             ops::subscribe::register(&tx, session_id, &token).await?
         })?;
         Ok(follow(
             self.inner.pool.clone(),
             session_id,
             token,
+            incarnation,
             after,
             wakes,
         ))
@@ -538,6 +540,33 @@ impl Store for PostgresStore {
             ops::fork::fork(&tx, &self.inner, &request).await?
         })?;
         self.inner.committed(&request.into, wrote);
+        Ok(result)
+    }
+
+    async fn delete_session(&self, request: DeleteSessionRequest) -> Result<DeleteSessionResult> {
+        validate::delete_session(&request)?;
+        let now = self.inner.clock.now_ms();
+        let result = transact!(self.inner, "deleting a session", |tx| {
+            ops::delete_session::delete_session(&tx, &self.inner.channel, &request, now).await?
+        })?;
+        if matches!(result, DeleteSessionResult::Deleted { .. }) {
+            // This process's streams of the session read again and end.
+            self.inner.wake(&request.session_id);
+        }
+        Ok(result)
+    }
+
+    async fn prune(&self, request: PruneRequest) -> Result<PruneResult> {
+        validate::prune(&request)?;
+        let now = self.inner.clock.now_ms();
+        let result = transact!(self.inner, "pruning idle sessions", |tx| {
+            ops::prune::prune(&tx, &self.inner.channel, &request, now).await?
+        })?;
+        if !request.dry_run {
+            for session_id in &result.sessions {
+                self.inner.wake(session_id);
+            }
+        }
         Ok(result)
     }
 }

@@ -537,12 +537,12 @@ async fn take_and_commit(
     Ok(finished)
 }
 
-/// A claim's answer with the cursor rows it wrote and the session's clear
-/// index it read, committed.
+/// A claim's answer with the cursor rows it wrote and the session row it
+/// read, committed.
 struct Finished {
     result: ClaimResult,
     changed: Vec<CursorRow>,
-    clear: i64,
+    state: SessionState,
 }
 
 impl Finished {
@@ -550,7 +550,7 @@ impl Finished {
     fn remembered_in(self, claimed: &Claimed, session_id: &str) -> ClaimResult {
         if matches!(self.result, ClaimResult::Claimed { .. }) {
             for cursor in &self.changed {
-                claimed.remember(session_id, cursor, self.clear);
+                claimed.remember(session_id, cursor, &self.state);
             }
         }
         self.result
@@ -768,6 +768,7 @@ impl Taken<'_> {
             let clear_index = clear_of(state.clear)?;
             for head in self.heads.iter_mut().chain(self.dead_lettered.iter_mut()) {
                 head.clear_index = clear_index;
+                head.incarnation = state.incarnation();
             }
             self.heads.sort_by(compare_heads);
             self.dead_lettered.sort_by(compare_heads);
@@ -778,7 +779,7 @@ impl Taken<'_> {
                     head: index_of(state.head)?,
                 },
                 changed: self.changed,
-                clear: state.clear,
+                state,
             });
         }
         // Nothing taken: busy heads free at their expiry; a head another
@@ -794,7 +795,7 @@ impl Taken<'_> {
         Ok(Finished {
             result,
             changed: Vec::new(),
-            clear: 0,
+            state: SessionState::default(),
         })
     }
 }

@@ -21,6 +21,7 @@ pub(crate) async fn clear(
 ) -> TxResult<(ClearResult, Wrote)> {
     let session_id = request.session_id.as_str();
     let mut state = lock_session(tx, session_id).await?;
+    state.fence(session_id, request.incarnation)?;
     if let Some(cause) = &request.cause {
         fence(tx, session_id, state.clear, cause).await?;
     }

@@ -16,7 +16,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::cursor_table::{
     advance, advance_in_memory, attempted, attempted_pipelined, refresh_loaded_types,
-    refresh_log_types, CursorWrites, TypeRefresh, PUT_ALL, RELEASE_PINS, TRIM_LANE,
+    refresh_log_types, CursorWrites, Named, TypeRefresh, PUT_ALL, RELEASE_PINS, TRIM_LANE,
 };
 use crate::db::{execute, query_opt, Stmt, Tx};
 use crate::error::TxResult;
@@ -43,7 +43,13 @@ pub(crate) async fn complete(
     // only its own cursor, so it locks just that row and completions of one
     // session commit side by side.
     let lock = !request.events.is_empty();
-    let named = attempted(tx, session_id, consumer, lane, request.index, lock).await?;
+    let named = Named {
+        consumer,
+        lane,
+        index: request.index,
+        incarnation: request.incarnation,
+    };
+    let named = attempted(tx, session_id, named, lock).await?;
     let (mut state, index) = (named.state, named.index);
     refresh_log_types(tx, session_id, consumers).await?;
     let Some(mut cursor) = named.cursor else {
@@ -165,16 +171,13 @@ async fn complete_quietly(
             }
         }
     }
-    let named = attempted_pipelined(
-        tx,
-        session_id,
+    let named = Named {
         consumer,
         lane,
-        request.index,
-        &refresh,
-        true,
-    )
-    .await?;
+        index: request.index,
+        incarnation: request.incarnation,
+    };
+    let named = attempted_pipelined(tx, session_id, named, &refresh, true).await?;
     let (mut state, index, queued) = (named.state, named.index, named.queued);
     let Some(mut cursor) = named.cursor else {
         return Ok((CompleteResult::Superseded, Wrote::default()));
@@ -222,7 +225,7 @@ async fn complete_known(
     let Ok(index) = i64::try_from(request.index) else {
         return Ok(None);
     };
-    if cleared(request.index, index_of(known.clear)?) {
+    if !known.current(request.incarnation) || cleared(request.index, index_of(known.clear)?) {
         return Ok(None);
     }
     let on_head = known.cursor.head == Some(index);

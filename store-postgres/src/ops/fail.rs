@@ -16,7 +16,7 @@ use tokio_postgres::types::ToSql;
 
 use crate::cursor_table::{
     advance, attempted_pipelined, has_pending, put, refresh_loaded_types, refresh_log_types,
-    CursorWrites, TypeRefresh, PUT_ALL, RELEASE_PINS,
+    CursorWrites, Named, TypeRefresh, PUT_ALL, RELEASE_PINS,
 };
 use crate::db::{lock_session, query, query_opt, read_session, Stmt, Tx};
 use crate::error::TxResult;
@@ -47,16 +47,13 @@ pub(crate) async fn fail(
         }
     }
     let refresh = TypeRefresh::new(session_id, None);
-    let named = attempted_pipelined(
-        tx,
-        session_id,
+    let named = Named {
         consumer,
         lane,
-        request.index,
-        &refresh,
-        false,
-    )
-    .await?;
+        index: request.index,
+        incarnation: request.incarnation,
+    };
+    let named = attempted_pipelined(tx, session_id, named, &refresh, false).await?;
     let Some(mut cursor) = named.cursor else {
         return Ok((FailResult::superseded(), false));
     };
@@ -83,7 +80,7 @@ async fn fail_known(
     let Ok(index) = i64::try_from(request.index) else {
         return Ok(None);
     };
-    if cleared(request.index, index_of(known.clear)?) {
+    if !known.current(request.incarnation) || cleared(request.index, index_of(known.clear)?) {
         return Ok(None);
     }
     let on_head = known.cursor.head == Some(index);
@@ -159,7 +156,11 @@ pub(crate) async fn dead_letters(tx: &Tx<'_>, session_id: &str) -> TxResult<Vec<
     for row in &rows {
         let cursor = CursorRow::decode(row, 0)?;
         let event = decode_event(row, CURSOR_WIDTH, session_id)?;
-        heads.push(cursor.to_head(event, state.clear)?);
+        heads.push(
+            cursor
+                .to_head(event, state.clear)?
+                .with_incarnation(state.incarnation()),
+        );
     }
     heads.sort_by(compare_heads);
     Ok(heads)
@@ -175,7 +176,9 @@ pub(crate) async fn redrive(
 ) -> TxResult<(RedriveResult, bool)> {
     let session_id = request.session_id.as_str();
     let consumers = request.consumers.as_deref();
-    let clear = index_of(lock_session(tx, session_id).await?.clear)?;
+    let state = lock_session(tx, session_id).await?;
+    state.fence(session_id, request.incarnation)?;
+    let clear = index_of(state.clear)?;
     // Only a head above the clear (and storable) can be a dead letter.
     let index = i64::try_from(request.index)
         .ok()

@@ -13,7 +13,7 @@ use crate::rows::index_of;
 
 /// The source session's row, locked: `$1` session.
 const LOCK_SOURCE: &str = "SELECT head, clear_index, reclaimed_through, forked_session, \
-    forked_index FROM sessions WHERE session_id = $1 FOR UPDATE";
+    forked_index, incarnation FROM sessions WHERE session_id = $1 FOR UPDATE";
 
 /// The copy: `$1` the fork, `$2` the source, `$3`..`$4` the indexes copied.
 const COPY_ROWS: &str = "INSERT INTO events (session_id, idx, id, type, payload, created_at, \
@@ -23,9 +23,10 @@ const COPY_ROWS: &str = "INSERT INTO events (session_id, idx, id, type, payload,
     FROM events e WHERE e.session_id = $2 AND e.idx >= $3 AND e.idx <= $4 ORDER BY e.idx";
 
 /// The fork's session row as the plan lists it: `$1` the fork, `$2` head,
-/// `$3` clear, `$4` reclaimed through, `$5`..`$6` its origin.
+/// `$3` clear, `$4` reclaimed through, `$5`..`$6` its origin, `$7` its last
+/// activity (the fork's creation).
 const SET_FORK: &str = "UPDATE sessions SET head = $2, clear_index = $3, reclaimed_through = $4, \
-    forked_session = $5, forked_index = $6 WHERE session_id = $1";
+    forked_session = $5, forked_index = $6, last_activity = $7 WHERE session_id = $1";
 
 /// The body of [`Store::fork`](a2_store_api::Store::fork) for a validated
 /// request. Both session rows are locked in id order (every other writer
@@ -38,6 +39,7 @@ pub(crate) async fn fork(
     inner: &Inner,
     request: &ForkRequest,
 ) -> TxResult<(ForkResult, Wrote)> {
+    let now = inner.clock.now_ms();
     let (source, into) = if request.session_id < request.into {
         let source = lock_source(tx, &request.session_id).await?;
         (source, lock_into(tx, request).await?)
@@ -58,13 +60,14 @@ pub(crate) async fn fork(
         .transpose()?;
     let payload = notification_payload(&request.into);
     let copy: [&(dyn ToSql + Sync); 4] = [&request.into, &request.session_id, &first, &through];
-    let set: [&(dyn ToSql + Sync); 6] = [
+    let set: [&(dyn ToSql + Sync); 7] = [
         &request.into,
         &through,
         &clear,
         &reclaimed,
         &origin_session,
         &origin_index,
+        &now,
     ];
     let notify: [&(dyn ToSql + Sync); 3] = [&inner.channel, &payload, &request.into];
     tx.commit_with(&[
@@ -74,8 +77,9 @@ pub(crate) async fn fork(
     ])
     .await?;
     let copied = plan.rows();
+    let session = plan.session.with_incarnation(into.incarnation());
     Ok((
-        ForkResult::new(plan.session, copied),
+        ForkResult::new(session, copied),
         Wrote {
             events: true,
             work: false,
@@ -98,7 +102,7 @@ async fn lock_into(tx: &Tx<'_>, request: &ForkRequest) -> TxResult<SessionState>
 }
 
 /// A session row's `head, clear_index, reclaimed_through, forked_session,
-/// forked_index` from column `at`, as `sessions()` lists it.
+/// forked_index, incarnation` from column `at`, as `sessions()` lists it.
 pub(crate) fn session_info(
     session_id: String,
     row: &tokio_postgres::Row,
@@ -116,5 +120,6 @@ pub(crate) fn session_info(
         index_of(row.try_get(at + 1)?)?,
         index_of(row.try_get(at + 2)?)?,
     )
-    .with_forked_from(forked_from))
+    .with_forked_from(forked_from)
+    .with_incarnation(index_of(row.try_get(at + 5)?)?))
 }

@@ -40,7 +40,7 @@ pub(crate) async fn sessions(tx: &Tx<'_>, options: &ListSessions) -> TxResult<Ve
     let rows = query(
         tx,
         "SELECT session_id, head, clear_index, reclaimed_through, forked_session, \
-         forked_index FROM sessions \
+         forked_index, incarnation FROM sessions \
          WHERE head > 0 AND ($1::text IS NULL OR session_id > $1) \
          ORDER BY session_id LIMIT $2",
         &[&options.after, &limit],

@@ -22,9 +22,12 @@ use crate::rows::{index_of, key_of, CursorKey, CursorRow};
 /// renewed consumers' work rows are rewritten from their heads (a lease
 /// ended sooner is found when it ends). Also returns whether a work row was
 /// made ready. The rows renewed are remembered in `claimed` once committed.
+/// A request naming another `incarnation` than the session's has every
+/// claim superseded and changes nothing.
 pub(crate) async fn renew(
     tx: &Tx<'_>,
     session_id: &str,
+    incarnation: Option<u64>,
     holder: &str,
     claims: &[HeldClaim],
     now: i64,
@@ -67,6 +70,11 @@ pub(crate) async fn renew(
     }
     let clear = index_of(state.clear)?;
     let mut result = RenewResult::default();
+    if !state.current(incarnation) {
+        // Another incarnation of the session: nothing it names is held.
+        result.superseded = ordered.iter().map(|claim| claim.cursor.clone()).collect();
+        return Ok((result, false));
+    }
     let mut renewed = BTreeSet::new();
     for claim in ordered {
         let r = &claim.cursor;
@@ -115,7 +123,7 @@ pub(crate) async fn renew(
     let mut answers = tx.commit_with(&statements).await?;
     let ready = plan.finish(&mut answers, &work)?;
     for cursor in renewed.iter().filter_map(|key| cursors.get(key)) {
-        claimed.remember(session_id, cursor, state.clear);
+        claimed.remember(session_id, cursor, &state);
     }
     Ok((result, ready))
 }

@@ -24,6 +24,7 @@ pub(crate) async fn reschedule(
 ) -> TxResult<(RescheduleResult, bool)> {
     let session_id = request.session_id.as_str();
     let state = lock_session(tx, session_id).await?;
+    state.fence(session_id, request.incarnation)?;
     if let Some(cause) = &request.cause {
         fence(tx, session_id, state.clear, cause).await?;
     }

@@ -3,12 +3,14 @@
 //! notifies it; see `notify.rs`), then reads what is new from the table
 //! after the last index it delivered, in pages, whenever it is woken. So
 //! delivery is in order with no gap and no duplicate, whatever wake-ups are
-//! lost or repeated.
+//! lost or repeated. Each read also reads the session's incarnation: a
+//! stream whose session was deleted (its row gone, or made again with
+//! another incarnation) ends with `SessionDeleted`.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use a2_store_api::{EventStream, Result, StoredEvent};
+use a2_store_api::{EventStream, Result, StoreError, StoredEvent};
 use deadpool_postgres::Pool;
 use tokio::sync::broadcast;
 
@@ -21,17 +23,19 @@ use crate::rows::{decode_event, EVENT_COLUMNS};
 const PAGE: i64 = 256;
 
 /// Registers a subscription of `session_id` under the session's writer
-/// lock: every append either committed before (its rows are in the backlog
-/// the stream reads next) or sees the registration and notifies.
-pub(crate) async fn register(tx: &Tx<'_>, session_id: &str, token: &str) -> TxResult<()> {
-    lock_session(tx, session_id).await?;
+/// lock (creating its row when new): every append
+/// either committed before (its rows are in the backlog the stream reads
+/// next) or sees the registration and notifies. Returns the session's
+/// incarnation, the one the stream follows.
+pub(crate) async fn register(tx: &Tx<'_>, session_id: &str, token: &str) -> TxResult<i64> {
+    let state = lock_session(tx, session_id).await?;
     execute(
         tx,
         "INSERT INTO subscribers (session_id, token) VALUES ($1, $2) ON CONFLICT DO NOTHING",
         &[&session_id, &token],
     )
     .await?;
-    Ok(())
+    Ok(state.incarnation)
 }
 
 struct Follow {
@@ -39,6 +43,10 @@ struct Follow {
     session_id: String,
     /// This stream's registration in `subscribers`, removed when it ends.
     token: String,
+    /// The incarnation of the session followed: once the session row is
+    /// gone or has another, the session was deleted and the stream ends
+    /// with `SessionDeleted`.
+    incarnation: i64,
     last: u64,
     buffer: VecDeque<StoredEvent>,
     wakes: broadcast::Receiver<Arc<str>>,
@@ -73,9 +81,14 @@ impl Follow {
     async fn read_more(&mut self) -> Result<usize> {
         let what = "reading a subscribed session";
         let client = self.pool.get().await.map_err(|e| pool_error(what, e))?;
+        // The session's incarnation and the page in one statement (one
+        // snapshot): a delete committed before it shows as no session row
+        // (or another incarnation), never as a log that starts over.
         let sql = format!(
-            "SELECT {EVENT_COLUMNS} FROM events e WHERE e.session_id = $1 AND e.idx > $2 \
-             ORDER BY e.idx LIMIT $3"
+            "SELECT s.incarnation, {EVENT_COLUMNS} FROM sessions s LEFT JOIN LATERAL \
+               (SELECT {EVENT_COLUMNS} FROM events e WHERE e.session_id = s.session_id \
+                 AND e.idx > $2 ORDER BY e.idx LIMIT $3) e ON true \
+             WHERE s.session_id = $1"
         );
         let statement = client
             .prepare_cached(&sql)
@@ -86,14 +99,27 @@ impl Follow {
             .query(&statement, &[&self.session_id, &after, &PAGE])
             .await
             .map_err(|e| db_error(what, e))?;
+        let followed = match rows.first() {
+            Some(row) => row.try_get::<_, i64>(0).map_err(|e| db_error(what, e))?,
+            None => 0,
+        };
+        if followed != self.incarnation {
+            return Err(StoreError::session_deleted(&self.session_id));
+        }
+        let mut count = 0;
         for row in &rows {
-            let event = decode_event(row, 0, &self.session_id).map_err(|e| e.into_store(what))?;
+            let index: Option<i64> = row.try_get(1).map_err(|e| db_error(what, e))?;
+            if index.is_none() {
+                continue;
+            }
+            count += 1;
+            let event = decode_event(row, 1, &self.session_id).map_err(|e| e.into_store(what))?;
             if event.index > self.last {
                 self.last = event.index;
                 self.buffer.push_back(event);
             }
         }
-        Ok(rows.len())
+        Ok(count)
     }
 
     async fn next(mut self) -> Option<(Result<StoredEvent>, Self)> {
@@ -129,12 +155,15 @@ impl Follow {
     }
 }
 
-/// A stream of the session's rows after `after`, then live appends. The
-/// wake receiver is taken before the first read, so no append is missed.
+/// A stream of the session's rows after `after`, then live appends, of
+/// the session's `incarnation` (registered by [`register`]); it ends with
+/// `SessionDeleted` once the session is deleted. The wake receiver is
+/// taken before the first read, so no append (and no delete) is missed.
 pub(crate) fn follow(
     pool: Pool,
     session_id: &str,
     token: String,
+    incarnation: i64,
     after: u64,
     wakes: broadcast::Receiver<Arc<str>>,
 ) -> EventStream {
@@ -142,6 +171,7 @@ pub(crate) fn follow(
         pool,
         session_id: session_id.to_owned(),
         token,
+        incarnation,
         last: after,
         buffer: VecDeque::new(),
         wakes,

@@ -15,7 +15,7 @@ use tokio_postgres::Row;
 
 use super::{sql, take, walk_sql, wanted, Candidates, Claimed, Taken};
 use crate::cursor_table::{ManyCursorWrites, PUT_MANY, RELEASE_PINS};
-use crate::db::{decode_state, SessionState, Stmt, Tx};
+use crate::db::{decode_state, SessionState, Stmt, Tx, STATE_WIDTH};
 use crate::error::TxResult;
 use crate::ops::work::{rewritten, Rule, PICK_MANY, REWRITE_MANY};
 use crate::rows::{clear_of, index_of};
@@ -262,7 +262,7 @@ async fn finish_many(
     }
     let mut states: BTreeMap<String, SessionState> = BTreeMap::new();
     for row in &answers.pop().unwrap_or_default() {
-        states.insert(row.try_get(3)?, decode_state(row)?);
+        states.insert(row.try_get(STATE_WIDTH)?, decode_state(row)?);
     }
     let mut answer = Vec::with_capacity(takens.len());
     for (request, taken) in served.iter().zip(takens.iter_mut()) {
@@ -281,11 +281,12 @@ async fn finish_many(
         let mut dead_lettered = std::mem::take(&mut taken.dead_lettered);
         for head in heads.iter_mut().chain(dead_lettered.iter_mut()) {
             head.clear_index = clear_index;
+            head.incarnation = state.incarnation();
         }
         heads.sort_by(compare_heads);
         dead_lettered.sort_by(compare_heads);
         for cursor in &taken.changed {
-            claimed.remember(&session_id, cursor, state.clear);
+            claimed.remember(&session_id, cursor, &state);
         }
         let result = ClaimResult::Claimed {
             heads,

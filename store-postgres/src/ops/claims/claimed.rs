@@ -14,15 +14,17 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use a2_store_api::retention::incarnation_current;
 use tokio_postgres::types::ToSql;
 
 use crate::cursor_table::CursorWrites;
+use crate::db::SessionState;
 use crate::rows::{CursorKey, CursorRow};
 
 /// The guard of a completion decided on a remembered row: `$1` session,
 /// `$2`..`$18` the row's columns in [`crate::cursor_table::PUT_ALL`]'s
 /// order (one row, as scalars: `CursorWrites::first_row`), `$19` the clear
-/// index remembered. Sent after the row's lock ([`LOCK`]), so its snapshot
+/// index and `$20` the incarnation remembered. Sent after the row's lock ([`LOCK`]), so its snapshot
 /// sees the row this transaction holds.
 pub(crate) const UNCHANGED: &str = "SELECT expect_unchanged(\
     EXISTS (SELECT 1 FROM cursors c WHERE c.session_id = $1 AND c.consumer = $2 \
@@ -33,7 +35,8 @@ pub(crate) const UNCHANGED: &str = "SELECT expect_unchanged(\
        IS NOT DISTINCT FROM ($5::smallint, $6::bigint, $7::bigint, $8::jsonb, $9::bigint, \
             $10::bigint, $11::bigint, $12::text, $13::bigint, $14::bigint, $15::bigint, \
             $16::bigint, $17::text, $18::bigint)) \
-    AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = $1 AND s.clear_index = $19))";
+    AND EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = $1 AND s.clear_index = $19 \
+       AND s.incarnation = $20))";
 
 /// The lock of the cursor a remembered row names, taken before
 /// [`UNCHANGED`] reads it: `$1` session, `$2` consumer, `$3` lane, `$4` slot.
@@ -46,6 +49,7 @@ pub(crate) struct Guard<'k> {
     writes: CursorWrites<'k>,
     key: CursorKey,
     clear: i64,
+    incarnation: i64,
 }
 
 impl<'k> Guard<'k> {
@@ -56,6 +60,7 @@ impl<'k> Guard<'k> {
             writes: CursorWrites::new(session_id, [&known.cursor])?,
             key: known.cursor.key(),
             clear: known.clear,
+            incarnation: known.incarnation,
         })
     }
 
@@ -68,16 +73,28 @@ impl<'k> Guard<'k> {
     pub(crate) fn unchanged_params(&self) -> Option<Vec<&(dyn ToSql + Sync)>> {
         let mut params = self.writes.first_row()?.to_vec();
         params.push(&self.clear);
+        params.push(&self.incarnation);
         Some(params)
     }
 }
 
 /// A cursor row as this store last wrote it, with the session's clear index
-/// read in the same transaction.
+/// and incarnation read in the same transaction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Known {
     pub cursor: CursorRow,
     pub clear: i64,
+    pub incarnation: i64,
+}
+
+impl Known {
+    /// Whether a request naming incarnation `requested` may be decided on
+    /// this row (`retention::incarnation_current`); when not, the caller
+    /// reads the rows as usual and answers from them.
+    pub(crate) fn current(&self, requested: Option<u64>) -> bool {
+        u64::try_from(self.incarnation)
+            .is_ok_and(|incarnation| incarnation_current(requested, incarnation))
+    }
 }
 
 /// A cursor's full key: session, consumer, stored lane, slot.
@@ -96,9 +113,9 @@ impl Claimed {
     const MOST: usize = 4096;
 
     /// Remembers `cursor` as just written (committed) with the session's
-    /// `clear` index; a row not worth remembering (not an event cursor held
+    /// clear index and incarnation (`state`); a row not worth remembering (not an event cursor held
     /// by a claim) forgets its key instead.
-    pub(crate) fn remember(&self, session_id: &str, cursor: &CursorRow, clear: i64) {
+    pub(crate) fn remember(&self, session_id: &str, cursor: &CursorRow, state: &SessionState) {
         let key = (
             session_id.to_owned(),
             cursor.consumer.clone(),
@@ -121,7 +138,8 @@ impl Claimed {
             key,
             Known {
                 cursor: cursor.clone(),
-                clear,
+                clear: state.clear,
+                incarnation: state.incarnation,
             },
         );
     }
@@ -190,13 +208,14 @@ mod tests {
     fn a_held_event_cursor_is_remembered_once() {
         let claimed = Claimed::default();
         let cursor = held("c", 3);
-        claimed.remember("s", &cursor, 0);
+        claimed.remember("s", &cursor, &SessionState::default());
         let known = claimed.take("s", "c", "", 3);
         assert_eq!(
             known,
             Some(Known {
                 cursor: cursor.clone(),
-                clear: 0
+                clear: 0,
+                incarnation: 0,
             })
         );
         assert_eq!(claimed.take("s", "c", "", 3), None, "a guess is tried once");
@@ -206,12 +225,12 @@ mod tests {
     fn a_row_not_held_forgets_its_key() {
         let claimed = Claimed::default();
         let mut cursor = held("c", 3);
-        claimed.remember("s", &cursor, 0);
+        claimed.remember("s", &cursor, &SessionState::default());
         cursor.head = None;
-        claimed.remember("s", &cursor, 0);
+        claimed.remember("s", &cursor, &SessionState::default());
         assert_eq!(claimed.take("s", "c", "", 3), None);
         let lane = CursorRow::new("c", Some("l"), 0, CursorKind::Lane, 0, Some(1), None);
-        claimed.remember("s", &lane, 0);
+        claimed.remember("s", &lane, &SessionState::default());
         assert_eq!(claimed.len(), 0);
     }
 
@@ -219,10 +238,10 @@ mod tests {
     fn a_full_memory_starts_over() {
         let claimed = Claimed::default();
         for slot in 1..=i64::try_from(Claimed::MOST).unwrap() {
-            claimed.remember("s", &held("c", slot), 0);
+            claimed.remember("s", &held("c", slot), &SessionState::default());
         }
         assert_eq!(claimed.len(), Claimed::MOST);
-        claimed.remember("s", &held("d", 1), 0);
+        claimed.remember("s", &held("d", 1), &SessionState::default());
         assert_eq!(claimed.len(), 1);
     }
 }

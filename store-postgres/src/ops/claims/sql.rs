@@ -167,9 +167,11 @@ pub(crate) const PROMOTE_MANY: &str = "UPDATE cursors c SET expired = true \
       AND c.slot = k.slot";
 
 /// The session rows of `$1` sessions without a lock, as `db::READ_SESSION`
-/// reads one (head, clear index, reclaimed offset), each with its session
+/// reads one (its [`STATE_WIDTH`](crate::db::STATE_WIDTH) columns), each with its session
 /// last; a session never written has no row.
-pub(crate) const READ_SESSIONS: &str = "SELECT head, clear_index, reclaimed_through, session_id \
+pub(crate) const READ_SESSIONS: &str =
+    "SELECT head, clear_index, reclaimed_through, incarnation, last_activity IS NOT NULL, \
+    session_id \
     FROM sessions WHERE session_id = ANY($1)";
 
 /// Whether session `$1` has a work row with a time (`ready_at` set) of a

@@ -5,7 +5,7 @@
 //! Two round trips, whatever the batch's size:
 //!
 //! 1. `BEGIN`, the cursors' lock and read ([`LOCK_MANY`], in key order), the
-//!    sessions' clear indexes ([`CLEARS`]), the work rows of their
+//!    sessions' clear indexes and incarnations ([`CLEARS`]), the work rows of their
 //!    `(session, consumer)` pairs locked and the heads deciding them probed
 //!    ([`crate::ops::work::pairs`]), and each lane's next queued index
 //!    ([`NEXT_MANY`]);
@@ -15,17 +15,20 @@
 //!    and an insert, each when needed) and `COMMIT`.
 //!
 //! Between the two, each completion is decided in Rust on the rows read,
-//! with the rules the single path uses (`dispatch::cleared`,
+//! with the rules the single path uses (`retention::incarnation_current`,
+//! `dispatch::cleared`,
 //! `Dispatch::complete_verdict`, the cursor's move past its head), and so
 //! is each pair's work row (`WorkSummary::add` and `touched_row`). Only a
 //! completion whose verdict is `Apply` is written; every other one (a
-//! replay, a superseded attempt, a missing cursor, a log cursor) is left
+//! replay, a superseded attempt, a request naming another incarnation of
+//! its session, a missing cursor, a log cursor) is left
 //! out of the batch and answered by the single path, which reads its rows
 //! again and decides, so no rule is decided twice in two ways.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use a2_store_api::dispatch::cleared;
+use a2_store_api::retention::incarnation_current;
 use a2_store_api::sql::count_to_sql;
 use a2_store_api::{CompleteRequest, CompleteVerdict, CursorKind};
 use tokio_postgres::types::ToSql;
@@ -66,9 +69,13 @@ fn lock_many_sql() -> String {
 /// See [`lock_many_sql`].
 static LOCK_MANY: std::sync::LazyLock<String> = std::sync::LazyLock::new(lock_many_sql);
 
-/// The clear index of each session: `$1` the sessions. Sent after
-/// [`LOCK_MANY`], so its snapshot sees every commit before the locks.
-const CLEARS: &str = "SELECT session_id, clear_index FROM sessions WHERE session_id = ANY($1)";
+/// The clear index and incarnation of each session (`NULL` for a session
+/// that does not exist yet, which no incarnation fences): `$1` the sessions.
+/// Sent after [`LOCK_MANY`], so its snapshot sees every commit before the
+/// locks.
+const CLEARS: &str = "SELECT session_id, clear_index, \
+    CASE WHEN last_activity IS NULL THEN NULL ELSE incarnation END \
+    FROM sessions WHERE session_id = ANY($1)";
 
 /// Each lane's first queued index after the head it finishes, with its
 /// not-before time, then the key's ordinal: `$1`..`$3` the lanes' sessions,
@@ -202,10 +209,19 @@ pub(crate) async fn flush(
         let Some(cursor) = rows.get(&position).cloned() else {
             continue;
         };
-        let Some(&clear) = clears.get(item.request.session_id.as_str()) else {
+        let Some(&(clear, incarnation)) = clears.get(item.request.session_id.as_str()) else {
             continue;
         };
-        if cursor.kind == CursorKind::Log || cleared(item.request.index, index_of(clear)?) {
+        let current = match incarnation {
+            None => true,
+            Some(incarnation) => u64::try_from(incarnation).is_ok_and(|incarnation| {
+                incarnation_current(item.request.incarnation, incarnation)
+            }),
+        };
+        if !current
+            || cursor.kind == CursorKind::Log
+            || cleared(item.request.index, index_of(clear)?)
+        {
             continue;
         }
         let on_head = cursor.head == Some(item.index);
@@ -256,8 +272,8 @@ pub(crate) async fn flush(
 struct Read {
     /// By the item's position: its cursor (locked).
     rows: BTreeMap<usize, CursorRow>,
-    /// The clear index of each session.
-    clears: BTreeMap<String, i64>,
+    /// The clear index and incarnation of each session.
+    clears: BTreeMap<String, (i64, Option<i64>)>,
     /// By the item's position: its lane's next queued row.
     queued: BTreeMap<usize, Row>,
     /// The work rows of the pairs, locked ([`LOCK_PAIRS`]'s answer).
@@ -322,7 +338,10 @@ async fn read(tx: &Tx<'_>, items: &[(usize, Item<'_>)], pairs: &Pairs<'_>) -> Tx
     }
     let mut by_session = BTreeMap::new();
     for row in answers.next().unwrap_or_default() {
-        by_session.insert(row.try_get::<_, String>(0)?, row.try_get::<_, i64>(1)?);
+        by_session.insert(
+            row.try_get::<_, String>(0)?,
+            (row.try_get::<_, i64>(1)?, row.try_get::<_, Option<i64>>(2)?),
+        );
     }
     let locked = answers.next().unwrap_or_default();
     let probed = answers.next().unwrap_or_default();
