@@ -12,7 +12,7 @@ use a2_store_api::{
 };
 use a2_store_postgres::{PostgresOptions, PostgresStore, SCHEMA_VERSION};
 use serde_json::json;
-use support::{PgFactory, UNDO_10, UNDO_12, UNDO_14, UNDO_9};
+use support::{PgFactory, UNDO_10, UNDO_12, UNDO_14, UNDO_15, UNDO_9};
 
 fn options(schema: &str) -> PostgresOptions {
     support::options(schema, Arc::new(SystemClock), Arc::new(RandomIds))
@@ -150,7 +150,7 @@ async fn upgrading_from_version_4_counts_existing_live_heads() {
     // it (version 12 already dropped version 5's counts).
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_14} {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
+            "SET search_path TO \"{schema}\"; {UNDO_15} {UNDO_14} {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
              CREATE INDEX cursors_pending ON cursors (session_id, consumer) \
                WHERE head IS NOT NULL AND failed_at IS NULL; \
              UPDATE schema_version SET version = 4"
@@ -225,7 +225,7 @@ async fn upgrading_from_version_5_keeps_leases_and_promotes_expired_ones() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_14} {UNDO_12} {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
+            "SET search_path TO \"{schema}\"; {UNDO_15} {UNDO_14} {UNDO_12} {UNDO_10} {UNDO_9} {UNDO_7} {UNDO_6} \
              UPDATE schema_version SET version = 5"
         ))
         .await
@@ -454,7 +454,7 @@ async fn upgrading_from_version_7_finds_pending_work() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_14} {UNDO_12} {UNDO_10} {UNDO_9} DROP FUNCTION rewrite_work; \
+            "SET search_path TO \"{schema}\"; {UNDO_15} {UNDO_14} {UNDO_12} {UNDO_10} {UNDO_9} DROP FUNCTION rewrite_work; \
              UPDATE schema_version SET version = 7"
         ))
         .await
@@ -543,7 +543,7 @@ async fn upgrading_from_version_8_keeps_lanes_and_dead_letters() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_14} {UNDO_12} {UNDO_10} {UNDO_9} UPDATE schema_version SET version = 8"
+            "SET search_path TO \"{schema}\"; {UNDO_15} {UNDO_14} {UNDO_12} {UNDO_10} {UNDO_9} UPDATE schema_version SET version = 8"
         ))
         .await
         .expect("downgrade to version 8");
@@ -642,7 +642,7 @@ async fn upgrading_from_version_11_drops_the_counts_and_keeps_pending() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {UNDO_14} {UNDO_12} UPDATE schema_version SET version = 11"
+            "SET search_path TO \"{schema}\"; {UNDO_15} {UNDO_14} {UNDO_12} UPDATE schema_version SET version = 11"
         ))
         .await
         .expect("downgrade to version 11");
@@ -673,4 +673,122 @@ async fn upgrading_from_version_11_drops_the_counts_and_keeps_pending() {
         .await
         .expect("append");
     assert!(!dead.has_pending, "a dead letter is not pending");
+}
+
+/// A schema at version 14 (no incarnations, no last activity) opens at the
+/// current version with its data: every session, a presence-only one
+/// included, gets an incarnation of its own that its heads and listing
+/// carry, and its last activity (its head event's time), so prune finds
+/// the idle ones and a session holding only presence can be deleted.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upgrading_from_version_14_assigns_incarnations_and_activity() {
+    use a2_store_api::{
+        DeleteSessionRequest, DeleteSessionResult, ListSessions, PresenceMeta, PruneRequest,
+    };
+    let Some(factory) = PgFactory::from_env("schema") else {
+        return;
+    };
+    let schema = factory.schema();
+    let clock = ManualClock::new(1_000_000);
+    let open = || async {
+        factory
+            .store_on(&schema, Arc::new(clock.clone()), Arc::new(RandomIds))
+            .await
+            .expect("connect")
+    };
+    let store = open().await;
+    for session in ["a", "b"] {
+        let event = NewEvent::new("e", json!({})).with_target(Target::event("agent"));
+        store
+            .append(session, vec![event], AppendOptions::default())
+            .await
+            .expect("append");
+        clock.advance(1_000);
+    }
+    store
+        .set_presence(
+            "p",
+            "alice",
+            [("typing".to_owned(), json!(true))].into_iter().collect(),
+            PresenceMeta {
+                at: 1,
+                seen: None,
+                ttl_ms: 3_600_000,
+            },
+        )
+        .await
+        .expect("presence");
+    drop(store);
+    let client = support::raw_client(factory.url()).await;
+    client
+        .batch_execute(&format!(
+            "SET search_path TO \"{schema}\"; {UNDO_15} DELETE FROM sessions WHERE head = 0; \
+             UPDATE schema_version SET version = 14"
+        ))
+        .await
+        .expect("downgrade to version 14");
+    let upgraded = open().await;
+    let listed = upgraded
+        .sessions(ListSessions::default())
+        .await
+        .expect("sessions");
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed.iter().all(|info| info.incarnation > 0), "{listed:?}");
+    assert_ne!(listed[0].incarnation, listed[1].incarnation);
+    let read = upgraded
+        .read("a", ReadOptions::default())
+        .await
+        .expect("read");
+    assert_eq!(read.len(), 1, "the rows are kept");
+    let claim = ClaimRequest::new("a", "w", Duration::from_secs(60));
+    let heads = upgraded
+        .claim_available(claim)
+        .await
+        .expect("claim")
+        .into_heads();
+    assert_eq!(heads.len(), 1);
+    assert_eq!(heads[0].incarnation, listed[0].incarnation);
+    let activity: Vec<(String, Option<i64>)> = client
+        .query(
+            &format!(
+                "SELECT session_id, last_activity FROM \"{schema}\".sessions ORDER BY session_id"
+            ),
+            &[],
+        )
+        .await
+        .expect("activity")
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(
+        activity,
+        vec![
+            ("a".to_owned(), Some(1_000_000)),
+            ("b".to_owned(), Some(1_001_000)),
+            ("p".to_owned(), Some(1)),
+        ]
+    );
+    // The presence-only `p` goes; `a` (leased) stays; `b`'s head is
+    // claimable: a delete needs force.
+    clock.advance(10_000);
+    let pruned = upgraded
+        .prune(PruneRequest::idle_for(Duration::from_millis(5_000)).with_limit(2))
+        .await
+        .expect("prune");
+    assert_eq!(
+        (pruned.sessions, pruned.examined),
+        (vec!["p".to_owned()], 2)
+    );
+    let deleted = upgraded
+        .delete_session(DeleteSessionRequest::new("b").forced())
+        .await
+        .expect("delete");
+    assert!(
+        matches!(deleted, DeleteSessionResult::Deleted { .. }),
+        "{deleted:?}"
+    );
 }

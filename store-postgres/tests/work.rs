@@ -144,8 +144,9 @@ async fn upgrading_from_version_6_indexes_pending_work() {
     let client = support::raw_client(factory.url()).await;
     client
         .batch_execute(&format!(
-            "SET search_path TO \"{schema}\"; {} {} {} {} DROP TABLE work; \
+            "SET search_path TO \"{schema}\"; {} {} {} {} {} DROP TABLE work; \
              UPDATE schema_version SET version = 6",
+            support::UNDO_15,
             support::UNDO_14,
             support::UNDO_12,
             support::UNDO_10,
