@@ -81,7 +81,7 @@ pub(crate) fn append(
     }
     let mut session = match existing_session {
         Some(session) => session,
-        None => session::find_or_create(tx, session_id, ctx.clock.now_ms())?,
+        None => session::find_or_create(tx, session_id)?,
     };
     let mut wake = Wake::default();
     let rows = batch::insert(tx, ctx, &mut session, events, consumers, None, &mut wake)?;

@@ -1,7 +1,6 @@
 //! `clear` (the marker, cursor reset, pin release) and `reclaim` (deleting
 //! rows below the marker in batches).
 
-use a2_store_api::retention::fence_incarnation;
 use a2_store_api::{
     ClearRequest, ClearResult, ReclaimResult, StoreError, StoredEvent, RECLAIM_BATCH,
 };
@@ -27,11 +26,7 @@ pub(crate) fn clear(
 ) -> Result<ClearResult, StoreError> {
     let existing = session::find(tx, &request.session_id)?;
     if let Some(session) = &existing {
-        fence_incarnation(
-            &request.session_id,
-            request.incarnation,
-            session.incarnation,
-        )?;
+        session.fence_incarnation(request.incarnation)?;
     }
     if let Some(cause) = &request.cause {
         fence(tx, existing.as_ref(), &request.session_id, cause)?;
@@ -42,7 +37,7 @@ pub(crate) fn clear(
     }
     let mut session = match existing {
         Some(session) => session,
-        None => session::find_or_create(tx, &request.session_id, ctx.clock.now_ms())?,
+        None => session::find_or_create(tx, &request.session_id)?,
     };
     let id = ctx.ids.next_id();
     let marker = StoredEvent::clear_marker(&session.name, id, session.head + 1, ctx.clock.now_ms());

@@ -2,7 +2,6 @@
 //! with it as their cause, or a repeated completion replayed.
 
 use a2_store_api::dispatch::cleared;
-use a2_store_api::retention::incarnation_current;
 use a2_store_api::{
     replay, CompleteRequest, CompleteResult, CompleteVerdict, CursorKind, StoreError,
 };
@@ -48,7 +47,7 @@ pub(crate) fn complete(
     if let Some(session) = &session {
         // An attempt of another incarnation (the session was deleted since)
         // changes nothing, not even the declared types.
-        if !incarnation_current(request.incarnation, session.incarnation) {
+        if !session.incarnation_current(request.incarnation) {
             return Ok(Completed::superseded());
         }
         // Every outcome refreshes the declared log types (an error rolls it back).

@@ -68,7 +68,8 @@ const BY_NAME: &[(&str, &str)] = &[
 const VACUUM: &str = "PRAGMA incremental_vacuum(1024)";
 
 /// Deletes the session `request` names (validated request) at the store
-/// time of `ctx`: `NotFound` (nothing created) when it does not exist,
+/// time of `ctx`: `NotFound` (nothing created) when it does not exist (no
+/// row, or one nothing was appended to and no presence written in),
 /// `NotDeleted` when `if_last_index` does not match, `SessionInUse` when a
 /// head still has work and the request is not forced; else every row of
 /// the session goes.
@@ -77,7 +78,7 @@ pub(crate) fn delete_session(
     ctx: &Ctx,
     request: &DeleteSessionRequest,
 ) -> Result<DeleteSessionResult, StoreError> {
-    let Some(session) = session::find(tx, &request.session_id)? else {
+    let Some(session) = session::find(tx, &request.session_id)?.filter(SessionRow::exists) else {
         return Ok(DeleteSessionResult::NotFound);
     };
     if let Some(unmet) = request.unmet_condition(session.head) {

@@ -3,7 +3,6 @@
 
 use a2_store_api::dispatch::cleared;
 use a2_store_api::order::compare_heads;
-use a2_store_api::retention::{fence_incarnation, incarnation_current};
 use a2_store_api::{
     FailOutcome, FailRequest, FailResult, Head, RedriveAction, RedriveRequest, RedriveResult,
     StoreError,
@@ -29,7 +28,7 @@ pub(crate) fn fail(
     let mut wake = Wake::default();
     let session = session::find(tx, &request.session_id)?;
     if let Some(session) = &session {
-        if !incarnation_current(request.incarnation, session.incarnation) {
+        if !session.incarnation_current(request.incarnation) {
             return Ok((FailResult::superseded(), wake));
         }
     }
@@ -123,11 +122,7 @@ pub(crate) fn redrive(
         let result = RedriveResult::new(false, false);
         return Ok((result, wake));
     };
-    fence_incarnation(
-        &request.session_id,
-        request.incarnation,
-        session.incarnation,
-    )?;
+    session.fence_incarnation(request.incarnation)?;
     refresh_log_types(tx, &session, consumers)?;
     let target = match SqlIndex::fitting(request.index) {
         Some(at) => dead_cursors(tx, &session, Some(at))?

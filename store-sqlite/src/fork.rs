@@ -35,7 +35,7 @@ pub(crate) fn fork(
         message: "internal error: a fork was planned from a session that does not exist".to_owned(),
         source: None,
     })?;
-    let mut into = session::find_or_create(tx, &request.into, now)?;
+    let mut into = session::find_or_create(tx, &request.into)?;
     session::active(tx, &mut into, now)?;
     let first = SqlIndex::new("fork start", plan.first)?;
     let through = SqlIndex::new("fork end", plan.through)?;

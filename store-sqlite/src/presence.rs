@@ -23,7 +23,7 @@ pub(crate) fn set_presence(
     meta: PresenceMeta,
     now: i64,
 ) -> Result<PresenceResult, StoreError> {
-    let session = session::find_or_create(tx, session_id, now)?;
+    let mut session = session::find_or_create(tx, session_id)?;
     let expires_at = now.saturating_add(meta.ttl_ms);
     let seen = meta.seen.map(Bits);
     let mut applied = BTreeMap::new();
@@ -64,6 +64,10 @@ pub(crate) fn set_presence(
         applied.insert(field.clone(), value.clone());
     }
     let applied_count = applied.len();
+    if applied_count > 0 {
+        // The first field stored makes the session exist (for retention).
+        session::created(tx, &mut session, now)?;
+    }
     Ok(PresenceResult::new(applied, applied_count))
 }
 

@@ -93,7 +93,7 @@ pub(crate) fn prune_one(
         return Ok(false);
     };
     if session.incarnation != candidate.incarnation
-        || session.last_activity != candidate.last_activity
+        || session.last_activity != Some(candidate.last_activity)
     {
         return Ok(false);
     }

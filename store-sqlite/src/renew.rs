@@ -2,7 +2,6 @@
 
 use a2_store_api::dispatch::cleared;
 use a2_store_api::order::compare_refs;
-use a2_store_api::retention::incarnation_current;
 use a2_store_api::{RenewRequest, RenewResult, RenewVerdict, StoreError};
 use rusqlite::Connection;
 
@@ -28,7 +27,7 @@ pub(crate) fn renew(
     let mut result = RenewResult::default();
     if session
         .as_ref()
-        .is_some_and(|session| !incarnation_current(request.incarnation, session.incarnation))
+        .is_some_and(|session| !session.incarnation_current(request.incarnation))
     {
         // Claims of another incarnation (the session was deleted since) can
         // never complete.

@@ -2,7 +2,6 @@
 //! index still queued on a lane. This module finds where the index is
 //! (`ScheduledAt`); `RescheduleRequest::verdict` decides what happens.
 
-use a2_store_api::retention::fence_incarnation;
 use a2_store_api::{
     CursorKind, Dispatch, RescheduleRequest, RescheduleResult, RescheduleStep, ScheduledAt,
     StoreError,
@@ -28,11 +27,7 @@ pub(crate) fn reschedule(
     let mut wake = Wake::default();
     let session = session::find(tx, &request.session_id)?;
     if let Some(session) = &session {
-        fence_incarnation(
-            &request.session_id,
-            request.incarnation,
-            session.incarnation,
-        )?;
+        session.fence_incarnation(request.incarnation)?;
     }
     if let Some(cause) = &request.cause {
         fence(tx, session.as_ref(), &request.session_id, cause)?;

@@ -177,8 +177,11 @@ CREATE INDEX cursors_dead_all ON cursors (failed_at, sid)
     // Version 4: retention. Every session has an incarnation, drawn from a
     // counter no delete ever lowers (existing sessions take their key,
     // distinct, and the counter starts above the highest), and the store
-    // time of its last append (existing sessions: their last row's), found
+    // time of its last append (`NULL` while nothing was appended and no
+    // presence written: the session does not exist for retention), found
     // in last-activity order by `prune`; expired presence found by expiry.
+    // Existing sessions take their last row's time; those holding only
+    // presence 0 (idle since an unknown time).
     r#"
 CREATE TABLE counters (
     name  TEXT    PRIMARY KEY,
@@ -186,10 +189,12 @@ CREATE TABLE counters (
 ) WITHOUT ROWID;
 
 ALTER TABLE sessions ADD COLUMN incarnation INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE sessions ADD COLUMN last_activity INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN last_activity INTEGER;
 UPDATE sessions SET incarnation = sid,
-    last_activity = COALESCE((SELECT e.created_at FROM events AS e
-        WHERE e.sid = sessions.sid ORDER BY e.idx DESC LIMIT 1), 0);
+    last_activity = COALESCE(
+        (SELECT e.created_at FROM events AS e WHERE e.sid = sessions.sid
+            ORDER BY e.idx DESC LIMIT 1),
+        (SELECT 0 FROM presence AS p WHERE p.sid = sessions.sid LIMIT 1));
 INSERT INTO counters (name, value)
     SELECT 'incarnation', COALESCE(MAX(sid), 0) FROM sessions;
 CREATE INDEX sessions_idle ON sessions (last_activity, name);

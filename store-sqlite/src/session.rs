@@ -1,6 +1,7 @@
 //! Session rows: head, clear index and reclaimed offset of each log, its
 //! incarnation and the time of its last append.
 
+use a2_store_api::retention::{fence_incarnation, incarnation_current};
 use a2_store_api::StoreError;
 use rusqlite::{Connection, OptionalExtension};
 
@@ -23,14 +24,39 @@ pub(crate) struct SessionRow {
     /// The session's incarnation: drawn from the `incarnation` counter when
     /// the session was created, never handed out again.
     pub incarnation: u64,
-    /// Store time (ms) of its last append of any kind, or of its creation.
-    pub last_activity: i64,
+    /// Store time (ms) of its last append of any kind, or of its creation
+    /// by a presence write; `None` while neither happened (a row made by
+    /// `write_state` alone): such a session does not exist for retention.
+    pub last_activity: Option<i64>,
 }
 
 impl SessionRow {
     /// The clear index as returned on heads: `Some` once cleared.
     pub(crate) fn clear_index(&self) -> Option<u64> {
         (self.clear > 0).then_some(self.clear)
+    }
+
+    /// Whether the session exists for retention: something was appended
+    /// to it or a presence field written. Only such a session is deleted,
+    /// pruned, or fences requests by incarnation.
+    pub(crate) fn exists(&self) -> bool {
+        self.last_activity.is_some()
+    }
+
+    /// Whether a completion, failure or renewal naming `requested` may act
+    /// on this session: it exists in another incarnation, or
+    /// `retention::incarnation_current` says so.
+    pub(crate) fn incarnation_current(&self, requested: Option<u64>) -> bool {
+        !self.exists() || incarnation_current(requested, self.incarnation)
+    }
+
+    /// Refuses a redrive, reschedule or clear naming another incarnation of
+    /// this session, when it exists (`retention::fence_incarnation`).
+    pub(crate) fn fence_incarnation(&self, requested: Option<u64>) -> Result<(), StoreError> {
+        if !self.exists() {
+            return Ok(());
+        }
+        fence_incarnation(&self.name, requested, self.incarnation)
     }
 }
 
@@ -58,13 +84,10 @@ pub(crate) fn find(tx: &Connection, name: &str) -> Result<Option<SessionRow>, St
     .ctx("looking up a session")
 }
 
-/// The session named `name`, created empty at store time `now` if it does
-/// not exist yet (with the next incarnation of the database's counter).
-pub(crate) fn find_or_create(
-    tx: &Connection,
-    name: &str,
-    now: i64,
-) -> Result<SessionRow, StoreError> {
+/// The session named `name`, its row created empty if there is none yet
+/// (with the next incarnation of the database's counter, and no activity:
+/// the caller records what it stores, [`active`] or [`created`]).
+pub(crate) fn find_or_create(tx: &Connection, name: &str) -> Result<SessionRow, StoreError> {
     if let Some(session) = find(tx, name)? {
         return Ok(session);
     }
@@ -74,11 +97,9 @@ pub(crate) fn find_or_create(
         )
         .and_then(|mut stmt| stmt.query_row([], |row| row.get(0)))
         .ctx("drawing a session incarnation")?;
-    tx.prepare_cached(
-        "INSERT INTO sessions (name, incarnation, last_activity) VALUES (?1, ?2, ?3)",
-    )
-    .and_then(|mut stmt| stmt.execute((name, incarnation, now)))
-    .ctx("creating a session")?;
+    tx.prepare_cached("INSERT INTO sessions (name, incarnation) VALUES (?1, ?2)")
+        .and_then(|mut stmt| stmt.execute((name, incarnation)))
+        .ctx("creating a session")?;
     Ok(SessionRow {
         sid: tx.last_insert_rowid(),
         name: name.to_owned(),
@@ -86,7 +107,7 @@ pub(crate) fn find_or_create(
         clear: 0,
         reclaimed: 0,
         incarnation: incarnation.get(),
-        last_activity: now,
+        last_activity: None,
     })
 }
 
@@ -97,14 +118,28 @@ pub(crate) fn active(
     session: &mut SessionRow,
     now: i64,
 ) -> Result<(), StoreError> {
-    if session.last_activity == now {
+    if session.last_activity == Some(now) {
         return Ok(());
     }
     tx.prepare_cached("UPDATE sessions SET last_activity = ?2 WHERE sid = ?1")
         .and_then(|mut stmt| stmt.execute((session.sid, now)))
         .ctx("recording a session's activity")?;
-    session.last_activity = now;
+    session.last_activity = Some(now);
     Ok(())
+}
+
+/// Records that something other than an append (a presence field) was
+/// stored in `session` at `now`: its activity when it had none yet, so it
+/// exists from then on; later such writes are no activity.
+pub(crate) fn created(
+    tx: &Connection,
+    session: &mut SessionRow,
+    now: i64,
+) -> Result<(), StoreError> {
+    if session.exists() {
+        return Ok(());
+    }
+    active(tx, session, now)
 }
 
 /// Stores a session's clear index and reclaimed offset. The head is not

@@ -27,8 +27,7 @@ pub(crate) fn drop_below(tx: &Connection, session: &SessionRow) -> Result<(), St
     Ok(())
 }
 
-/// Applies `writes` in index order (creating the session at `now` if
-/// needed): each becomes the reducer's head snapshot
+/// Applies `writes` in index order: each becomes the reducer's head snapshot
 /// and, when one of its pins holds, a checkpoint kept by those pins. Writes
 /// below the clear are ignored.
 pub(crate) fn write_state(
@@ -36,12 +35,11 @@ pub(crate) fn write_state(
     session_id: &str,
     reducer: &str,
     mut writes: Vec<StateWrite>,
-    now: i64,
 ) -> Result<(), StoreError> {
     if writes.is_empty() {
         return Ok(());
     }
-    let session = session::find_or_create(tx, session_id, now)?;
+    let session = session::find_or_create(tx, session_id)?;
     writes.sort_by_key(|write| write.index);
     for write in writes {
         if !write.kept(session.clear) {

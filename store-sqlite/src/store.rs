@@ -289,9 +289,8 @@ impl Store for SqliteStore {
         validate::write_state(session_id, reducer, &writes)?;
         let session_id = session_id.to_owned();
         let reducer = reducer.to_owned();
-        self.write(move |tx, ctx| {
-            let now = ctx.clock.now_ms();
-            snapshots::write_state(tx, &session_id, &reducer, writes.clone(), now)?;
+        self.write(move |tx, _| {
+            snapshots::write_state(tx, &session_id, &reducer, writes.clone())?;
             Ok(((), Fire::NONE))
         })
         .await

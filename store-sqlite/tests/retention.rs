@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use a2_store_api::{
     ClaimRequest, CompleteRequest, DeleteSessionRequest, DeleteSessionResult, ErrorCode,
-    ListSessions, ManualClock, NewEvent, PruneRequest, ReadOptions, Store, Target,
+    ListSessions, ManualClock, NewEvent, PruneRequest, ReadOptions, ReadStateOptions, StateWrite,
+    Store, Target,
 };
 use a2_store_sqlite::{Durability, SqliteOptions, SqliteStore, SCHEMA_VERSION};
 use futures::StreamExt;
@@ -253,6 +254,48 @@ async fn a_stream_of_a_deleted_session_ends_even_when_the_id_is_used_again() {
     let error = end.expect("an error, not a silent end").unwrap_err();
     assert_eq!(error.code(), ErrorCode::SessionDeleted);
     assert!(stream.next().await.is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_holding_only_a_snapshot_does_not_exist_for_retention() {
+    // As in the reference: only an append, a fork or a presence field makes
+    // a session exist; a snapshot alone is a cache of nothing.
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open(&dir.path().join("state.db"), &clock);
+    let write = StateWrite {
+        index: 0,
+        state: json!({"turns": 0}),
+        pins: Vec::new(),
+    };
+    store.write_state("s", "r", vec![write]).await.unwrap();
+    clock.advance(3_600_000);
+    let pruned = store
+        .prune(PruneRequest::idle_for(Duration::from_secs(60)))
+        .await
+        .unwrap();
+    assert_eq!(pruned.examined, 0, "{pruned:?}");
+    let forced = DeleteSessionRequest::new("s").forced();
+    let answer = store.delete_session(forced).await.unwrap();
+    assert_eq!(answer, DeleteSessionResult::NotFound);
+    let state = store
+        .read_state("s", "r", ReadStateOptions::default())
+        .await
+        .unwrap();
+    assert!(state.snapshot.is_some(), "nothing was deleted");
+    // Its first append makes it exist, idle from then on.
+    store
+        .append("s", vec![queued(1)], Default::default())
+        .await
+        .unwrap();
+    let forced = DeleteSessionRequest::new("s").forced();
+    let removed = store.delete_session(forced).await.unwrap();
+    assert!(matches!(removed, DeleteSessionResult::Deleted { .. }));
+    let state = store
+        .read_state("s", "r", ReadStateOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(state.snapshot, None, "the snapshot went with the session");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
