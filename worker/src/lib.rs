@@ -118,6 +118,13 @@
 //!   [`ShutdownSummary`]. Nothing is lost: a head given back, or held by a
 //!   worker that died, is claimed again (an expired lease counts as a
 //!   failure, as the store defines).
+//! - **Prunes idle sessions**, when asked
+//!   ([`retention`](WorkerBuilder::retention)`(idle_for, every)`): a task
+//!   beside the claims deletes, every `every`, the sessions idle for
+//!   `idle_for` with nothing left to do (`Store::prune`; dead letters keep
+//!   their sessions), a bounded number of pages per round. A failed round
+//!   is logged and tried again at the next; it never stops the worker, and
+//!   it stops when the worker shuts down.
 //!
 //! ## Defaults and why
 //!
@@ -133,6 +140,7 @@
 //! | max failures | 10 | with the backoff above, a head rides out about 9 minutes of outage before it is dead-lettered |
 //! | handler timeout | 10 min | a hung handler (whose lease the worker keeps renewed) cannot hold its head forever, while long model calls still fit |
 //! | shutdown grace | 30 s | most running handlers finish; the rest are given back before an orchestrator's kill (often 30 s after its stop signal) |
+//! | retention | off | deleting data is a decision: pick the idle time (e.g. 30 days) and enable it on one or a few workers; rounds of at most 10 pages of 100 sessions keep each round's load bounded |
 //! | spawn handlers | yes | a handler that waits runs in parallel on a multi-threaded runtime, and one that blocks its thread delays only itself; one that finishes at once costs no task |
 //!
 //! ## Sizing the store's connections
@@ -176,7 +184,11 @@
 //! `given back at shutdown` (INFO). Dead letters found by a claim (expired
 //! leases at `max_failures`) are ERROR events with the same fields. The
 //! worker's own events (`worker started`, `claim failed; trying again`,
-//! `worker stopped` with its stats) carry its `holder`.
+//! `worker stopped` with its stats) carry its `holder`. The retention task
+//! runs in a span `a2_worker.retention` (`holder`, `idle_for_ms`,
+//! `every_ms`): `pruned idle sessions` (INFO, `deleted`, `examined`,
+//! `pages`, `more`), each `pruned idle session` (DEBUG, `session`), `prune
+//! failed; trying again next round` (WARN, `error`, `code`).
 //! [`WorkerHandle::stats`] gives the counts at any time.
 
 #![forbid(unsafe_code)]
@@ -185,11 +197,13 @@
 mod handler;
 pub mod ids;
 mod job;
+mod retention;
 mod retry;
 mod worker;
 
 pub use handler::{handler_fn, FailureKind, FnHandler, Handler, HandlerError, HandlerResult};
 pub use job::{Job, LeaseToken};
+pub use retention::{RETENTION_PAGES_PER_ROUND, RETENTION_PAGE_LIMIT};
 pub use retry::{Backoff, RetryPolicy};
 pub use worker::{
     ShutdownSummary, ShutdownTrigger, Worker, WorkerBuilder, WorkerHandle, WorkerStats,

@@ -24,6 +24,7 @@ use tracing::Instrument;
 use crate::handler::{Handler, HandlerError, HandlerResult};
 use crate::ids::{assign_ids, OutputKind};
 use crate::job::{is_transient, with_transient_retry, Job, LeaseToken};
+use crate::retention::{self, Retention, Tally};
 use crate::retry::RetryPolicy;
 
 /// The part of the lease ttl after which a running handler's lease is
@@ -38,7 +39,8 @@ pub const CLAIM_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// The longest pause between claims that fail.
 pub const CLAIM_ERROR_PAUSE_MAX: Duration = Duration::from_secs(5);
 
-const TARGET: &str = "a2_worker";
+/// The `tracing` target of the worker's spans and events.
+pub(crate) const TARGET: &str = "a2_worker";
 
 /// The default of [`WorkerBuilder::claim_batch`]: one claim asks for at
 /// most 16 heads (the default in-flight bound), so by default a claim may
@@ -89,6 +91,11 @@ pub struct WorkerStats {
     /// `claim_work` calls made (each waits up to the claim wait when
     /// nothing is claimable, so an idle worker makes one per wait).
     pub claim_calls: u64,
+    /// Sessions deleted by the retention task ([`WorkerBuilder::retention`]).
+    pub pruned: u64,
+    /// `prune` calls of the retention task that failed (each retried at
+    /// its next round).
+    pub prune_errors: u64,
 }
 
 #[derive(Debug, Default)]
@@ -105,6 +112,8 @@ struct Counters {
     unsettled: AtomicU64,
     in_flight: AtomicU64,
     claim_calls: AtomicU64,
+    pruned: AtomicU64,
+    prune_errors: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64) {
@@ -127,6 +136,8 @@ impl Counters {
             unsettled: get(&self.unsettled),
             in_flight: get(&self.in_flight),
             claim_calls: get(&self.claim_calls),
+            pruned: get(&self.pruned),
+            prune_errors: get(&self.prune_errors),
         }
     }
 }
@@ -156,6 +167,7 @@ struct Config {
     handler_timeout: Option<Duration>,
     shutdown_grace: Duration,
     spawn_handlers: bool,
+    retention: Option<Retention>,
 }
 
 impl Default for Config {
@@ -173,6 +185,7 @@ impl Default for Config {
             handler_timeout: Some(Duration::from_secs(600)),
             shutdown_grace: Duration::from_secs(30),
             spawn_handlers: true,
+            retention: None,
         }
     }
 }
@@ -190,6 +203,16 @@ struct Shared {
     completion_consumers: Option<Vec<ConsumerDeclaration>>,
     config: Config,
     counters: Counters,
+}
+
+impl Tally for Shared {
+    fn pruned(&self, sessions: u64) {
+        self.counters.pruned.fetch_add(sessions, Ordering::Relaxed);
+    }
+
+    fn prune_failed(&self) {
+        bump(&self.counters.prune_errors);
+    }
 }
 
 impl Shared {
@@ -383,6 +406,29 @@ impl WorkerBuilder {
         self
     }
 
+    /// Runs a retention task beside the claims (default: none): at start,
+    /// then every `every`, it prunes the sessions nothing was appended to
+    /// for `idle_for` that have nothing left to do (no head leased,
+    /// claimable, waiting or scheduled, no dead letter), as
+    /// `Store::prune` defines, [`RETENTION_PAGE_LIMIT`](crate::RETENTION_PAGE_LIMIT)
+    /// sessions a page and at most [`RETENTION_PAGES_PER_ROUND`](crate::RETENTION_PAGES_PER_ROUND)
+    /// pages a round (a round that stops there continues where it stopped
+    /// at the next). It logs what it deleted (`pruned idle sessions` at
+    /// INFO, each session at DEBUG, in a span `a2_worker.retention`) and
+    /// counts it in [`WorkerStats::pruned`]; a failed prune is logged (WARN),
+    /// counted in [`WorkerStats::prune_errors`] and tried again next round,
+    /// never stopping the worker. It stops when the worker starts shutting
+    /// down. Both durations must be at least 1 ms.
+    ///
+    /// Every worker given this prunes: enable it on one or a few (several
+    /// are safe, as each delete is atomic, but repeat the reads). Dead
+    /// letters keep their sessions; prune those with `a2-store prune
+    /// --include-dead-letters` after looking at them.
+    pub fn retention(mut self, idle_for: Duration, every: Duration) -> Self {
+        self.config.retention = Some(Retention { idle_for, every });
+        self
+    }
+
     /// The worker, or `InvalidInput` when no consumer is served, a consumer
     /// has two handlers, or an option is out of range (the claim it would
     /// make is checked by the store's own rules).
@@ -428,6 +474,9 @@ impl WorkerBuilder {
             return Err(StoreError::invalid_input(format!(
                 "claim_wait must be 1 ms to {MAX_WAIT_MS} ms, not {wait} ms"
             )));
+        }
+        if let Some(retention) = &config.retention {
+            retention.check()?;
         }
         if config.handler_timeout.is_some_and(|t| t.is_zero()) {
             return Err(StoreError::invalid_input(
@@ -785,6 +834,15 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
     let mut backlog = false;
     let most = shared.config.claim_batch.min(shared.config.max_in_flight);
     tracing::info!(target: TARGET, holder = %shared.config.holder, "worker started");
+    let retention = shared.config.retention.map(|config| {
+        retention::spawn(
+            Arc::clone(&shared.store),
+            config,
+            &shared.config.holder,
+            Arc::clone(&shared) as Arc<dyn Tally>,
+            stop.clone(),
+        )
+    });
     loop {
         let allowed = if backlog {
             shared
@@ -862,6 +920,8 @@ async fn run(shared: Arc<Shared>, mut stop: watch::Receiver<bool>) -> ShutdownSu
             }
         }
     }
+    // The retention task stops with the claims.
+    drop(retention);
     // No more claims: one waiting in the store is dropped; those that
     // answer at once are let answer, and their heads run like the others.
     claims.waiting = None;
@@ -1058,7 +1118,9 @@ impl Attempt {
         loop {
             tokio::time::sleep(every).await;
             let request = RenewRequest {
-                incarnation: None,
+                // Fenced by the session's incarnation: a renewal never
+                // reaches a new session of the same id after a delete.
+                incarnation: self.head().fence(),
                 session_id: self.session_id().to_owned(),
                 holder: shared.config.holder.clone(),
                 claims: vec![held.clone()],
@@ -1139,7 +1201,7 @@ impl Attempt {
         // Built per call (a repeat after a transient error sends the same
         // request again), so the first call needs no copy kept aside.
         let request = || CompleteRequest {
-            incarnation: None,
+            incarnation: job.head().fence(),
             session_id: job.session_id().to_owned(),
             consumer: job.consumer().to_owned(),
             lane: job.lane().map(str::to_owned),
@@ -1202,7 +1264,7 @@ impl Attempt {
         };
         let job = &self.job;
         let request = || FailRequest {
-            incarnation: None,
+            incarnation: job.head().fence(),
             session_id: job.session_id().to_owned(),
             consumer: job.consumer().to_owned(),
             lane: job.lane().map(str::to_owned),

@@ -419,9 +419,8 @@ async fn leases_are_renewed_while_a_slow_handler_runs() {
 async fn a_completion_lost_at_commit_is_replayed_not_duplicated() {
     let inner = memory();
     let store: Arc<dyn Store> = Arc::new(LostAtCommit {
-        inner: Arc::clone(&inner),
-        appends_to_lose: AtomicU32::new(0),
         completions_to_lose: AtomicU32::new(1),
+        ..LostAtCommit::new(Arc::clone(&inner))
     });
     let handler = handler_fn(|job: Job| async move {
         Ok(vec![
@@ -457,9 +456,8 @@ async fn a_completion_lost_at_commit_is_replayed_not_duplicated() {
 async fn a_fenced_append_lost_at_commit_is_replayed_and_fenced() {
     let inner = memory();
     let store: Arc<dyn Store> = Arc::new(LostAtCommit {
-        inner: Arc::clone(&inner),
         appends_to_lose: AtomicU32::new(1),
-        completions_to_lose: AtomicU32::new(0),
+        ..LostAtCommit::new(Arc::clone(&inner))
     });
     let handler = handler_fn(|job: Job| async move {
         let first = job
@@ -853,4 +851,166 @@ async fn a_handler_schedules_a_follow_up_that_runs_at_its_time() {
     let types: Vec<&str> = log.iter().map(|e| e.event_type.as_str()).collect();
     assert_eq!(types, ["msg", "reminder", "reminded"]);
     assert_eq!(log[2].cause.as_ref().map(|c| c.index), Some(2));
+}
+
+/// An hour: the idle time of the retention tests.
+const HOUR_MS: i64 = 3_600_000;
+
+/// Session ids of `store`.
+async fn session_ids(store: &dyn Store) -> Vec<String> {
+    let sessions = store.sessions(Default::default()).await.unwrap();
+    sessions.into_iter().map(|s| s.session_id).collect()
+}
+
+/// A worker serving [`CONSUMER`] with a handler that returns nothing,
+/// pruning sessions idle for an hour every 5 ms.
+fn pruning_worker(store: Arc<dyn Store>) -> WorkerHandle {
+    Worker::builder(store)
+        .consumer(
+            ConsumerDeclaration::targeted(CONSUMER),
+            handler_fn(|_job: Job| async { Ok(Vec::new()) }),
+        )
+        .claim_wait(Duration::from_millis(20))
+        .retention(Duration::from_secs(3_600), Duration::from_millis(5))
+        .build()
+        .unwrap()
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_prunes_idle_finished_sessions_and_keeps_those_with_work() {
+    let (store, clock) = manual(1_000_000);
+    let worker = pruning_worker(Arc::clone(&store));
+    message(store.as_ref(), "done", "main").await;
+    // A message for a consumer no worker serves: work left, never done.
+    let other = NewEvent::new("msg", json!({})).with_target(Target::lane("other", "main"));
+    store
+        .append("waiting", vec![other], Default::default())
+        .await
+        .unwrap();
+    eventually("handled", || {
+        let stats = worker.stats();
+        async move { stats.completed == 1 }
+    })
+    .await;
+    // Rounds run, but nothing is idle yet.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(worker.stats().pruned, 0);
+    assert_eq!(session_ids(store.as_ref()).await, ["done", "waiting"]);
+    clock.advance(2 * HOUR_MS);
+    eventually("the finished session is pruned", || {
+        let stats = worker.stats();
+        async move { stats.pruned == 1 }
+    })
+    .await;
+    // Later rounds keep the session with work left.
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(session_ids(store.as_ref()).await, ["waiting"]);
+    let summary = worker.shutdown().await;
+    assert_eq!(summary.error, None);
+    assert_eq!((summary.stats.pruned, summary.stats.prune_errors), (1, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_prune_is_tried_again_next_round_and_the_worker_goes_on() {
+    let (inner, clock) = manual(1_000_000);
+    let store: Arc<dyn Store> = Arc::new(LostAtCommit {
+        prunes_to_lose: AtomicU32::new(3),
+        ..LostAtCommit::new(Arc::clone(&inner))
+    });
+    let worker = pruning_worker(Arc::clone(&store));
+    eventually("three prunes failed", || {
+        let stats = worker.stats();
+        async move { stats.prune_errors == 3 }
+    })
+    .await;
+    message(store.as_ref(), "done", "main").await;
+    eventually("handled", || {
+        let stats = worker.stats();
+        async move { stats.completed == 1 }
+    })
+    .await;
+    clock.advance(2 * HOUR_MS);
+    eventually("pruned after the failures", || {
+        let stats = worker.stats();
+        async move { stats.pruned == 1 }
+    })
+    .await;
+    assert!(session_ids(inner.as_ref()).await.is_empty());
+    let summary = worker.shutdown().await;
+    assert_eq!(summary.error, None);
+    assert_eq!(summary.stats.prune_errors, 3);
+}
+
+#[tokio::test]
+async fn retention_durations_are_checked() {
+    let build = |idle_for, every| {
+        Worker::builder(memory())
+            .consumer(
+                ConsumerDeclaration::targeted(CONSUMER),
+                handler_fn(|_job: Job| async { Ok(Vec::new()) }),
+            )
+            .retention(idle_for, every)
+            .build()
+            .map(|_| ())
+            .map_err(|e| e.code())
+    };
+    let hour = Duration::from_secs(3_600);
+    assert_eq!(build(Duration::ZERO, hour), Err(ErrorCode::InvalidInput));
+    assert_eq!(build(hour, Duration::ZERO), Err(ErrorCode::InvalidInput));
+    assert_eq!(build(hour, hour), Ok(()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_completion_from_before_a_delete_never_reaches_the_new_session() {
+    let store = memory();
+    let (release, released) = oneshot::channel::<()>();
+    let (started_tx, started) = oneshot::channel::<()>();
+    let first = Arc::new(tokio::sync::Mutex::new(Some((started_tx, released))));
+    let handler = {
+        let first = Arc::clone(&first);
+        handler_fn(move |job: Job| {
+            let first = Arc::clone(&first);
+            async move {
+                // The first attempt waits until its session was replaced.
+                let waits = first.lock().await.take();
+                if let Some((started, released)) = waits {
+                    let _ = started.send(());
+                    let _ = released.await;
+                }
+                Ok(vec![NewEvent::new(DONE, json!({"source": job.index()}))])
+            }
+        })
+    };
+    let worker = Worker::builder(Arc::clone(&store))
+        .consumer(ConsumerDeclaration::targeted(CONSUMER), handler)
+        .max_in_flight(2)
+        .build()
+        .unwrap()
+        .spawn()
+        .unwrap();
+    message(store.as_ref(), "s", "L").await;
+    started.await.unwrap();
+    let forced = a2_store_api::DeleteSessionRequest::new("s").forced();
+    store.delete_session(forced).await.unwrap();
+    // The same id again: its head has the same consumer, lane, index and
+    // attempt, and is claimed and handled by the other slot.
+    message(store.as_ref(), "s", "L").await;
+    eventually("the new session's message is handled", || {
+        let stats = worker.stats();
+        async move { stats.completed == 1 }
+    })
+    .await;
+    let _ = release.send(());
+    eventually("the old attempt is settled", || {
+        let stats = worker.stats();
+        async move { stats.in_flight == 0 }
+    })
+    .await;
+    let summary = worker.shutdown().await;
+    assert_eq!((summary.stats.completed, summary.stats.superseded), (1, 1));
+    let done = common::log(store.as_ref(), "s").await;
+    let done: Vec<_> = done.iter().filter(|e| e.event_type == DONE).collect();
+    assert_eq!(done.len(), 1, "{done:?}");
 }

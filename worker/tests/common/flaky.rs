@@ -16,12 +16,25 @@ use a2_store_api::{
 use async_trait::async_trait;
 use serde_json::Value;
 
-/// Forwards every call; the first `n` appends and completions (each counted
-/// on its own) are applied, then answered with a `Backend` error.
+/// Forwards every call; the first `n` appends, completions and prunes
+/// (each counted on its own) are applied, then answered with a `Backend` error.
 pub struct LostAtCommit {
     pub inner: Arc<dyn Store>,
     pub appends_to_lose: AtomicU32,
     pub completions_to_lose: AtomicU32,
+    pub prunes_to_lose: AtomicU32,
+}
+
+impl LostAtCommit {
+    /// Wraps `inner`, losing nothing until a counter is set.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            appends_to_lose: AtomicU32::new(0),
+            completions_to_lose: AtomicU32::new(0),
+            prunes_to_lose: AtomicU32::new(0),
+        }
+    }
 }
 
 fn lost() -> StoreError {
@@ -157,6 +170,10 @@ impl Store for LostAtCommit {
         &self,
         request: a2_store_api::PruneRequest,
     ) -> Result<a2_store_api::PruneResult> {
-        self.inner.prune(request).await
+        let result = self.inner.prune(request).await?;
+        if take(&self.prunes_to_lose) {
+            return Err(lost());
+        }
+        Ok(result)
     }
 }
