@@ -69,7 +69,7 @@ mod writer;
 
 pub use health::{Health, OpenTransaction, TableHealth};
 pub use options::{validate_schema_name, PostgresOptions, Rotation, MAX_SCHEMA_NAME_LEN};
-pub use rotate::{RotatedTable, RotationReport, STATE_TABLES};
+pub use rotate::{RotatedTable, RotationReport, LOG_TABLES, STATE_TABLES};
 pub use schema::SCHEMA_VERSION;
 pub use scratch::ScratchSchemas;
 pub use store::{PostgresStore, MAX_RETRIES};

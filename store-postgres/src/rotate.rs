@@ -17,9 +17,8 @@ use crate::error::{db_error, pool_error};
 use crate::inner::Inner;
 use crate::options::Rotation;
 
-/// The tables rotations reclaim: those whose rows are updated or deleted
-/// in place. The log (`events`) and the replay records (`completions`)
-/// only grow, until a session is cleared and reclaimed.
+/// The state tables rotations reclaim: those whose rows are updated or
+/// deleted in place. Rotations also reclaim the [`LOG_TABLES`].
 pub const STATE_TABLES: [&str; 10] = [
     "sessions",
     "cursors",
@@ -32,6 +31,21 @@ pub const STATE_TABLES: [&str; 10] = [
     "subscribers",
     "pauses",
 ];
+
+/// The append-only tables, which rotations reclaim too (after the
+/// [`STATE_TABLES`]): the log (`events`) and the replay records
+/// (`completions`) only grow until a session is cleared and reclaimed,
+/// deleted or pruned; those deletes leave dead rows that a transaction
+/// holding vacuum back keeps. A store whose sessions are pruned as fast as
+/// they come holds few live rows in them, and a rotation then takes them
+/// back to those (a log of more than [`Rotation::max_live`] rows is left
+/// to vacuum).
+pub const LOG_TABLES: [&str; 2] = ["events", "completions"];
+
+/// Every table rotations reclaim, in the order a pass rotates them.
+fn rotated_tables() -> impl Iterator<Item = &'static str> {
+    STATE_TABLES.into_iter().chain(LOG_TABLES)
+}
 
 /// Bytes on disk of each named table with its indexes and TOAST: `$1` the
 /// names (the connection's `search_path` is the store's schema).
@@ -90,10 +104,11 @@ async fn connection(pool: &Pool) -> Result<Client> {
         .map_err(|e| pool_error("rotating the state tables", e))
 }
 
-/// The current bytes of every state table, in [`STATE_TABLES`] order.
+/// The current bytes of every table rotations reclaim, in
+/// [`STATE_TABLES`] then [`LOG_TABLES`] order.
 async fn sizes(client: &Client) -> Result<Vec<(String, u64)>> {
     let doing = "measuring the state tables";
-    let names: Vec<&str> = STATE_TABLES.to_vec();
+    let names: Vec<&str> = rotated_tables().collect();
     let rows = client
         .query(SIZES, &[&names])
         .await

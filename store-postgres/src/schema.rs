@@ -624,7 +624,10 @@ $$;
     // session_id)` order, so a page costs its own rows. The index makes
     // appends' session updates non-HOT (see the README's Retention
     // section). `presence_expiry` finds expired presence fields for
-    // `prune`'s sweep without a scan.
+    // `prune`'s sweep without a scan. `rotate_table` (version 14's, same
+    // body) also takes the append-only `events` and `completions`: deleted
+    // and pruned sessions leave their dead rows there, which a transaction
+    // holding vacuum back keeps (see `crate::rotate::LOG_TABLES`).
     r#"
 CREATE SEQUENCE session_incarnations;
 ALTER TABLE sessions
@@ -640,6 +643,34 @@ UPDATE sessions s SET last_activity = p.at
     WHERE p.session_id = s.session_id AND s.last_activity IS NULL;
 CREATE INDEX sessions_idle ON sessions (last_activity, session_id);
 CREATE INDEX presence_expiry ON presence (expires_at);
+CREATE OR REPLACE FUNCTION rotate_table(p_table text, p_max_live bigint, p_lock_timeout_ms bigint)
+RETURNS bigint LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    v_kept bigint;
+    v_rows text;
+BEGIN
+    IF p_table <> ALL (ARRAY['sessions', 'cursors', 'lane_queue', 'work', 'presence',
+            'snapshots', 'checkpoints', 'pins', 'subscribers', 'pauses',
+            'events', 'completions']) THEN
+        RAISE EXCEPTION 'rotate_table: % is not a rotated table', p_table
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM set_config('lock_timeout', p_lock_timeout_ms::text || 'ms', true);
+    EXECUTE format('LOCK TABLE %I IN ACCESS EXCLUSIVE MODE', p_table);
+    EXECUTE format('SELECT count(*) FROM (SELECT FROM %I LIMIT $1) r', p_table)
+        INTO v_kept USING p_max_live + 1;
+    IF v_kept > p_max_live THEN
+        RETURN -1;
+    END IF;
+    EXECUTE format('SELECT array_agg(r)::text FROM %I r', p_table) INTO v_rows;
+    EXECUTE format('TRUNCATE %I', p_table);
+    IF v_kept > 0 THEN
+        EXECUTE format('INSERT INTO %I SELECT * FROM unnest($1::%I[])', p_table, p_table)
+            USING v_rows;
+    END IF;
+    RETURN v_kept;
+END
+$$;
 "#,
 ];
 

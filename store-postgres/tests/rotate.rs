@@ -16,7 +16,7 @@ use a2_store_api::{
     AppendOptions, ClaimRequest, CompleteRequest, CompleteResult, ConsumerDeclaration, NewEvent,
     PauseRequest, PresenceMeta, RandomIds, StateWrite, Store, SystemClock, Target,
 };
-use a2_store_postgres::{PostgresOptions, PostgresStore, Rotation, STATE_TABLES};
+use a2_store_postgres::{PostgresOptions, PostgresStore, Rotation, LOG_TABLES, STATE_TABLES};
 use serde_json::json;
 use support::PgFactory;
 
@@ -53,7 +53,7 @@ fn by_hand() -> Rotation {
 /// Every row of every state table, as JSON text, sorted per table.
 async fn dump(client: &tokio_postgres::Client, schema: &str) -> BTreeMap<String, Vec<String>> {
     let mut tables = BTreeMap::new();
-    for table in STATE_TABLES {
+    for table in STATE_TABLES.into_iter().chain(LOG_TABLES) {
         let rows = client
             .query(
                 &format!("SELECT to_jsonb(t)::text FROM \"{schema}\".\"{table}\" t"),
@@ -199,7 +199,8 @@ async fn rotation_keeps_every_row_and_reclaims_under_a_held_transaction() {
         "{report:?}"
     );
     let rotated: Vec<&str> = report.rotated.iter().map(|t| t.table.as_str()).collect();
-    assert_eq!(rotated, STATE_TABLES.to_vec());
+    let every: Vec<&str> = STATE_TABLES.into_iter().chain(LOG_TABLES).collect();
+    assert_eq!(rotated, every);
     for table in &report.rotated {
         assert_eq!(
             table.rows,
@@ -467,5 +468,9 @@ async fn a_one_connection_store_rotates() {
     .expect("connect");
     support::lane_cycle(&store, "s", 1).await;
     let report = store.rotate().await.expect("rotate on the one connection");
-    assert_eq!(report.rotated.len(), STATE_TABLES.len(), "{report:?}");
+    assert_eq!(
+        report.rotated.len(),
+        STATE_TABLES.len() + LOG_TABLES.len(),
+        "{report:?}"
+    );
 }

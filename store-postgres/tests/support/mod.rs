@@ -114,7 +114,7 @@ pub async fn lane_cycle(store: &PostgresStore, session: &str, n: u64) {
 /// Undoes migration 15 (in a connection whose `search_path` is the
 /// schema): the sessions' incarnations and last activity, their sequence
 /// and the retention indexes go.
-pub const UNDO_15: &str = "DROP INDEX presence_expiry; \
+pub const UNDO_15: &str = "DROP INDEX presence_expiry; DROP INDEX sessions_idle; \
     ALTER TABLE sessions DROP COLUMN incarnation, DROP COLUMN last_activity; \
     DROP SEQUENCE IF EXISTS session_incarnations;";
 
