@@ -11,6 +11,7 @@ use a2_store_api::{
     RescheduleRequest, RescheduleResult, ResumeRequest, ResumeResult, SessionInfo, SessionWork,
     StateRead, StateWrite, Store, StoredEvent, WakeLogResult,
 };
+use a2_store_api::{DeleteSessionRequest, DeleteSessionResult, PruneRequest, PruneResult};
 use serde_json::Value;
 
 /// One concrete call, with logical session names (the runner prefixes them).
@@ -63,6 +64,10 @@ pub enum Call {
     RedriveAll(BulkRedrive),
     /// `fork`, with logical session names.
     Fork(ForkRequest),
+    /// `delete_session`.
+    DeleteSession(DeleteSessionRequest),
+    /// `prune`.
+    Prune(PruneRequest),
     /// Advance every store's manual clock by this many ms.
     Advance(i64),
 }
@@ -83,13 +88,18 @@ impl Call {
             Self::Pause(r) => r.session_id.as_deref(),
             Self::Resume(r) => r.session_id.as_deref(),
             Self::Fork(r) => Some(&r.into),
+            Self::DeleteSession(r) => Some(&r.session_id),
             Self::Reclaim(s)
             | Self::Read(s, _)
             | Self::WakeLog(s, _)
             | Self::WriteState(s, _, _)
             | Self::ReadState(s, _, _)
             | Self::SetPresence(s, _, _, _) => Some(s),
-            Self::ClaimWork(_) | Self::ListWork(_) | Self::RedriveAll(_) | Self::Advance(_) => None,
+            Self::ClaimWork(_)
+            | Self::ListWork(_)
+            | Self::RedriveAll(_)
+            | Self::Prune(_)
+            | Self::Advance(_) => None,
         }
     }
 }
@@ -137,6 +147,11 @@ pub enum Outcome {
     RedriveAll(BulkRedriveResult),
     /// Of `fork`, with logical session ids.
     Fork(ForkResult),
+    /// `delete_session`'s result.
+    DeleteSession(DeleteSessionResult),
+    /// `prune`'s result, this run's sessions only, by their logical ids,
+    /// with the sweep counts (each backend's own) left at 0.
+    Prune(PruneResult),
     /// The clock now reads this.
     Advanced(i64),
 }
@@ -311,6 +326,27 @@ pub async fn execute(
                 Outcome::Fork(result)
             })
         }
+        Call::DeleteSession(mut r) => {
+            r.session_id = physical(prefix, &r.session_id);
+            store.delete_session(r).await.map(Outcome::DeleteSession)
+        }
+        Call::Prune(r) => store.prune(r).await.map(|mut result| {
+            // A store of its own per case holds no other sessions; any
+            // other's would not compare anyway.
+            result.sessions = result
+                .sessions
+                .iter()
+                .filter_map(|s| logical(prefix, s).map(str::to_owned))
+                .collect();
+            if let Some(next) = result.next.as_mut() {
+                if let Some(name) = logical(prefix, &next.session_id) {
+                    next.session_id = name.to_owned();
+                }
+            }
+            // How many expired presence fields and checkpoints a prune
+            // sweeps is each backend's own (CONTRACT, retention): not compared.
+            Outcome::Prune(result.with_swept(0, 0))
+        }),
         Call::Advance(ms) => Ok(Outcome::Advanced(clock.advance(ms))),
     };
     result.map_err(|error| error.code())

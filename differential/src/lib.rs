@@ -14,6 +14,7 @@
 
 mod call;
 mod fencing;
+mod incarnation;
 mod invariants;
 pub mod load;
 mod model;

@@ -11,10 +11,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use a2_store_api::{
     AppendOptions, BulkRedrive, Cause, ClaimRequest, ClaimResult, ClaimWorkRequest,
     ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
-    ConsumerDeclaration, CursorRef, FailRequest, ForkRequest, HeldClaim, ListWork, NewEvent,
-    NotBefore, PauseRequest, PresenceMeta, ReadOptions, ReadStateOptions, RedriveAction,
-    RedriveRequest, RenewRequest, RescheduleRequest, RescheduleResult, ResumeRequest,
-    ScheduleChange, StateWrite, Target,
+    ConsumerDeclaration, CursorRef, DeleteSessionRequest, DeleteSessionResult, FailRequest,
+    ForkRequest, HeldClaim, ListWork, NewEvent, NotBefore, PauseRequest, PresenceMeta,
+    PruneRequest, ReadOptions, ReadStateOptions, RedriveAction, RedriveRequest, RenewRequest,
+    RescheduleRequest, RescheduleResult, ResumeRequest, ScheduleChange, StateWrite, Target,
 };
 use serde_json::{json, Value};
 
@@ -38,9 +38,19 @@ pub struct KnownHead {
     pub cursor: CursorRef,
     /// The attempt returned by the claim.
     pub attempt: u32,
+    /// The session's incarnation when it was claimed, as an ordinal (see
+    /// `incarnation`; 0: the store did not say). A head claimed before its
+    /// session was deleted stays known, so later ops complete, fail and
+    /// renew it against the new session of the same id.
+    pub incarnation: u64,
 }
 
 impl KnownHead {
+    /// The incarnation requests about this head name (`for_head` does the same).
+    fn fence(&self) -> Option<u64> {
+        (self.incarnation != 0).then_some(self.incarnation)
+    }
+
     fn cause(&self) -> Cause {
         Cause {
             consumer: self.cursor.consumer.clone(),
@@ -108,6 +118,14 @@ fn redrive_action(skip: bool) -> RedriveAction {
         RedriveAction::Skip
     } else {
         RedriveAction::Retry
+    }
+}
+
+/// The index an `if_last_index` spec names against the session's `head`.
+fn if_last_index(spec: IfLast, head: u64) -> u64 {
+    match spec {
+        IfLast::Head => head,
+        IfLast::Behind(n) => head.saturating_sub(u64::from(n) + 1),
     }
 }
 
@@ -221,7 +239,7 @@ impl Model {
                     }
                 }
                 Call::Renew(RenewRequest {
-                    incarnation: None,
+                    incarnation: first.and_then(KnownHead::fence),
                     session_id: SESSIONS[session % SESSIONS.len()].to_owned(),
                     holder: pick(&HOLDERS, *holder).to_owned(),
                     claims,
@@ -235,9 +253,10 @@ impl Model {
                 events,
                 consumers,
             } => {
-                let (session, cursor, attempt) = self.target_of(state, *n, *attempt_delta);
+                let (session, cursor, attempt, incarnation) =
+                    self.target_of(state, *n, *attempt_delta);
                 Call::Complete(CompleteRequest {
-                    incarnation: None,
+                    incarnation,
                     session_id: session,
                     consumer: cursor.consumer,
                     lane: cursor.lane,
@@ -256,9 +275,10 @@ impl Model {
                 retry_after,
                 max_failures,
             } => {
-                let (session, cursor, attempt) = self.target_of(state, *n, *attempt_delta);
+                let (session, cursor, attempt, incarnation) =
+                    self.target_of(state, *n, *attempt_delta);
                 Call::Fail(FailRequest {
-                    incarnation: None,
+                    incarnation,
                     session_id: session,
                     consumer: cursor.consumer,
                     lane: cursor.lane,
@@ -322,8 +342,10 @@ impl Model {
                 cause,
             } => {
                 let (consumer, lane, index) = self.schedule_pick(state, *session, *n, *queued);
+                let cause = cause.and_then(|n| self.recent(n));
                 Call::Reschedule(RescheduleRequest {
-                    incarnation: None,
+                    // Fenced like the cause: stale after a delete.
+                    incarnation: cause.and_then(KnownHead::fence),
                     session_id: session_name(*session),
                     consumer,
                     lane,
@@ -332,7 +354,7 @@ impl Model {
                         Some(when) => ScheduleChange::To(not_before(*when, now)),
                         None => ScheduleChange::Cancel,
                     },
-                    cause: cause.and_then(|n| self.recent(n)).map(KnownHead::cause),
+                    cause: cause.map(KnownHead::cause),
                 })
             }
             Op::Pause {
@@ -400,14 +422,12 @@ impl Model {
                 let head = state
                     .session(usize::from(*session) % SESSIONS.len())
                     .map_or(0, |s| s.head());
+                let cause = cause.and_then(|n| self.recent(n));
                 Call::Clear(ClearRequest {
-                    incarnation: None,
+                    incarnation: cause.and_then(KnownHead::fence),
                     session_id: session_name(*session),
-                    if_last_index: if_last.map(|spec| match spec {
-                        IfLast::Head => head,
-                        IfLast::Behind(n) => head.saturating_sub(u64::from(n) + 1),
-                    }),
-                    cause: cause.and_then(|n| self.recent(n)).map(KnownHead::cause),
+                    if_last_index: if_last.map(|spec| if_last_index(spec, head)),
+                    cause: cause.map(KnownHead::cause),
                 })
             }
             Op::Reclaim { session } => Call::Reclaim(session_name(*session)),
@@ -540,6 +560,34 @@ impl Model {
                     limit: limit.map(usize::from),
                 })
             }
+            Op::DeleteSession {
+                session,
+                force,
+                if_last_index: if_last,
+            } => {
+                let head = state
+                    .session(usize::from(*session) % SESSIONS.len())
+                    .map_or(0, |s| s.head());
+                Call::DeleteSession(DeleteSessionRequest {
+                    session_id: session_name(*session),
+                    force: *force,
+                    if_last_index: if_last.map(|spec| if_last_index(spec, head)),
+                })
+            }
+            // A prune acts store-wide: not where stores share a database.
+            Op::Prune { .. } if self.avoid.unlisted_work_claims => Call::Advance(0),
+            Op::Prune {
+                idle_for_ms,
+                limit,
+                dry_run,
+                include_dead_letters,
+            } => Call::Prune(PruneRequest {
+                idle_for_ms: *idle_for_ms,
+                limit: limit.map(usize::from),
+                dry_run: *dry_run,
+                include_dead_letters: *include_dead_letters,
+                after: None,
+            }),
             Op::Advance { ms } => Call::Advance(*ms),
         }
     }
@@ -595,12 +643,20 @@ impl Model {
     /// The head a completion or failure names: a recently claimed one, else
     /// a current (unclaimed) head of the first session, else a made-up
     /// `(agent, event cursor, i)` with `i` in `0..=head + 1`.
-    fn target_of(&self, state: &StoreState, n: u8, delta: i8) -> (String, CursorRef, u32) {
+    /// A recently claimed head is named with its incarnation; the others
+    /// with none.
+    fn target_of(
+        &self,
+        state: &StoreState,
+        n: u8,
+        delta: i8,
+    ) -> (String, CursorRef, u32, Option<u64>) {
         if let Some(known) = self.recent(n) {
             return (
                 SESSIONS[known.session % SESSIONS.len()].to_owned(),
                 known.cursor.clone(),
                 with_delta(known.attempt, delta),
+                known.fence(),
             );
         }
         let current = state
@@ -611,7 +667,12 @@ impl Model {
             .filter_map(|c| c.head_ref().map(|r| (r, c.dispatch.attempt_count)))
             .nth(usize::from(n));
         match current {
-            Some((cursor, attempt)) => (SESSIONS[0].to_owned(), cursor, with_delta(attempt, delta)),
+            Some((cursor, attempt)) => (
+                SESSIONS[0].to_owned(),
+                cursor,
+                with_delta(attempt, delta),
+                None,
+            ),
             None => (
                 SESSIONS[0].to_owned(),
                 CursorRef::new(
@@ -620,6 +681,7 @@ impl Model {
                     u64::from(n) % (state.session(0).map_or(0, |s| s.head()) + 2),
                 ),
                 with_delta(1, delta),
+                None,
             ),
         }
     }
@@ -664,6 +726,14 @@ impl Model {
                         let session = session_index(&head.session_id);
                         self.finish(session, &head.cursor.consumer, lane, head.cursor.index);
                     }
+                }
+            }
+            return;
+        }
+        if let (Call::Prune(request), Ok(Outcome::Prune(result))) = (call, outcome) {
+            if !request.dry_run {
+                for name in &result.sessions {
+                    self.forget(session_index(name));
                 }
             }
             return;
@@ -745,8 +815,18 @@ impl Model {
             (Call::Clear(_), Ok(Outcome::Clear(ClearResult::Cleared { .. }))) => {
                 self.lanes.retain(|key, _| key.0 != session);
             }
+            (
+                Call::DeleteSession(_),
+                Ok(Outcome::DeleteSession(DeleteSessionResult::Deleted { .. })),
+            ) => self.forget(session),
             _ => {}
         }
+    }
+
+    /// A deleted session's lanes start over (its heads claimed before stay
+    /// known: their requests are stale now).
+    fn forget(&mut self, session: usize) {
+        self.lanes.retain(|key, _| key.0 != session);
     }
 
     /// Marks `index` finished on a lane when it is the lane's head.
@@ -766,9 +846,13 @@ impl Model {
                 session,
                 cursor: head.cursor_ref(),
                 attempt: head.dispatch.attempt_count,
+                incarnation: head.incarnation,
             };
-            self.known
-                .retain(|k| !(k.session == session && k.cursor == known.cursor));
+            self.known.retain(|k| {
+                !(k.session == session
+                    && k.cursor == known.cursor
+                    && k.incarnation == known.incarnation)
+            });
             self.known.push(known);
         }
         let excess = self.known.len().saturating_sub(KNOWN_HEADS);

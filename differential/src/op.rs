@@ -295,6 +295,26 @@ pub enum Op {
         /// `limit` (0: invalid input).
         limit: Option<u8>,
     },
+    /// `delete_session`.
+    DeleteSession {
+        /// Session index.
+        session: u8,
+        /// `force`: end the heads that still have work.
+        force: bool,
+        /// `if_last_index`, resolved against the session's head.
+        if_last_index: Option<IfLast>,
+    },
+    /// `prune` (from the first idle session: no `after`).
+    Prune {
+        /// `idle_for_ms` (not above 0: invalid input).
+        idle_for_ms: i64,
+        /// `limit` (0: invalid input).
+        limit: Option<u8>,
+        /// Only list.
+        dry_run: bool,
+        /// Also prune sessions whose only heads are dead-lettered.
+        include_dead_letters: bool,
+    },
     /// Advances every store's manual clock.
     Advance {
         /// How far, ms.
@@ -555,6 +575,31 @@ fn control() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Retention: deletes (mostly without force, so a session with work
+/// refuses) and prunes, with idle times the clock's advances reach.
+fn retention() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (
+            session(),
+            prop_oneof![2 => Just(false), 1 => Just(true)],
+            option::weighted(0.2, prop_oneof![3 => Just(IfLast::Head), 1 => small(1).prop_map(IfLast::Behind)]),
+        )
+            .prop_map(|(session, force, if_last_index)| Op::DeleteSession { session, force, if_last_index }),
+        2 => (
+            prop_oneof![8 => prop_oneof![Just(1i64), Just(500), Just(2000), Just(5000)], 1 => Just(0i64)],
+            option::weighted(0.4, prop_oneof![10 => 1u8..=2, 1 => Just(0u8)]),
+            prop_oneof![3 => Just(false), 1 => Just(true)],
+            any::<bool>(),
+        )
+            .prop_map(|(idle_for_ms, limit, dry_run, include_dead_letters)| Op::Prune {
+                idle_for_ms,
+                limit,
+                dry_run,
+                include_dead_letters,
+            }),
+    ]
+}
+
 fn advance() -> impl Strategy<Value = Op> {
     prop_oneof![Just(1i64), Just(400), Just(1000), Just(3500)].prop_map(|ms| Op::Advance { ms })
 }
@@ -585,6 +630,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         4 => advance().boxed(),
         5 => misc().boxed(),
         3 => control().boxed(),
+        2 => retention().boxed(),
     ]
 }
 

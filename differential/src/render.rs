@@ -200,7 +200,8 @@ pub fn rust(call: &Call) -> String {
             opt(&r.limit)
         ),
         Call::Renew(r) => format!(
-            "store.renew_claims(RenewRequest {{ session_id: {}, holder: {}, claims: vec![{}], ttl_ms: {}, expires_at_ms: {} }}).await",
+            "store.renew_claims(RenewRequest {{ incarnation: {}, session_id: {}, holder: {}, claims: vec![{}], ttl_ms: {}, expires_at_ms: {} }}).await",
+            opt(&r.incarnation),
             owned(&r.session_id),
             owned(&r.holder),
             r.claims
@@ -212,7 +213,8 @@ pub fn rust(call: &Call) -> String {
             opt(&r.expires_at_ms)
         ),
         Call::Complete(r) => format!(
-            "store.complete_attempt(CompleteRequest {{ session_id: {}, consumer: {}, lane: {}, index: {}, attempt: {}, events: {}, consumers: {} }}).await",
+            "store.complete_attempt(CompleteRequest {{ incarnation: {}, session_id: {}, consumer: {}, lane: {}, index: {}, attempt: {}, events: {}, consumers: {} }}).await",
+            opt(&r.incarnation),
             owned(&r.session_id),
             owned(&r.consumer),
             opt_owned(&r.lane),
@@ -222,7 +224,8 @@ pub fn rust(call: &Call) -> String {
             declarations(&r.consumers)
         ),
         Call::Fail(r) => format!(
-            "store.fail_attempt(FailRequest {{ session_id: {}, consumer: {}, lane: {}, index: {}, attempt: {}, error: {}, max_failures: {}, retry_after_ms: {} }}).await",
+            "store.fail_attempt(FailRequest {{ incarnation: {}, session_id: {}, consumer: {}, lane: {}, index: {}, attempt: {}, error: {}, max_failures: {}, retry_after_ms: {} }}).await",
+            opt(&r.incarnation),
             owned(&r.session_id),
             owned(&r.consumer),
             opt_owned(&r.lane),
@@ -233,7 +236,8 @@ pub fn rust(call: &Call) -> String {
             opt(&r.retry_after_ms)
         ),
         Call::Redrive(r) => format!(
-            "store.redrive(RedriveRequest {{ session_id: {}, consumer: {}, index: {}, action: {}, lane: {}, consumers: {} }}).await",
+            "store.redrive(RedriveRequest {{ incarnation: {}, session_id: {}, consumer: {}, index: {}, action: {}, lane: {}, consumers: {} }}).await",
+            opt(&r.incarnation),
             owned(&r.session_id),
             owned(&r.consumer),
             r.index,
@@ -242,13 +246,15 @@ pub fn rust(call: &Call) -> String {
             declarations(&r.consumers)
         ),
         Call::Clear(r) => format!(
-            "store.clear(ClearRequest {{ session_id: {}, if_last_index: {}, cause: {} }}).await",
+            "store.clear(ClearRequest {{ incarnation: {}, session_id: {}, if_last_index: {}, cause: {} }}).await",
+            opt(&r.incarnation),
             owned(&r.session_id),
             opt(&r.if_last_index),
             opt_cause(&r.cause)
         ),
         Call::Reschedule(r) => format!(
-            "store.reschedule(RescheduleRequest {{ session_id: {}, consumer: {}, lane: {}, index: {}, change: {}, cause: {} }}).await",
+            "store.reschedule(RescheduleRequest {{ incarnation: {}, session_id: {}, consumer: {}, lane: {}, index: {}, change: {}, cause: {} }}).await",
+            opt(&r.incarnation),
             owned(&r.session_id),
             owned(&r.consumer),
             opt_owned(&r.lane),
@@ -343,6 +349,19 @@ pub fn rust(call: &Call) -> String {
             opt_owned(&r.after),
             opt(&r.limit)
         ),
+        Call::DeleteSession(r) => format!(
+            "store.delete_session(DeleteSessionRequest {{ session_id: {}, force: {}, if_last_index: {} }}).await",
+            owned(&r.session_id),
+            r.force,
+            opt(&r.if_last_index)
+        ),
+        Call::Prune(r) => format!(
+            "store.prune(PruneRequest {{ idle_for_ms: {}, limit: {}, dry_run: {}, include_dead_letters: {}, after: None }}).await",
+            r.idle_for_ms,
+            opt(&r.limit),
+            r.dry_run,
+            r.include_dead_letters
+        ),
         Call::Advance(ms) => format!("clock.advance({ms})"),
     }
 }
@@ -359,6 +378,8 @@ pub fn program(calls: &[Call], start_ms: i64, id_prefix: &str, failure: &str) ->
          use std::sync::Arc;\n\
          use a2_store_api::*;\n\
          use serde_json::json;\n\
+         // `incarnation: Some(n)`: the n-th incarnation the run saw (each\n\
+         // store numbers its own; read the store's number from its results).\n\
          let clock = ManualClock::new({start_ms});\n\
          let store = open_store(Arc::new(clock.clone()), Arc::new(CounterIds::new({})));",
         text(id_prefix)
@@ -387,7 +408,8 @@ pub fn program(calls: &[Call], start_ms: i64, id_prefix: &str, failure: &str) ->
 #[cfg(test)]
 mod tests {
     use a2_store_api::{
-        BulkRedrive, ForkRequest, NewEvent, PauseRequest, RescheduleRequest, ResumeRequest, Target,
+        BulkRedrive, DeleteSessionRequest, ForkRequest, NewEvent, PauseRequest, PruneRequest,
+        RescheduleRequest, ResumeRequest, Target,
     };
     use serde_json::json;
 
@@ -419,7 +441,7 @@ mod tests {
         ));
         assert_eq!(
             rust(&reschedule),
-            "store.reschedule(RescheduleRequest { session_id: \"s0\".into(), consumer: \"agent\".into(), lane: Some(\"L1\".into()), index: 2, change: ScheduleChange::To(NotBefore::AfterMs(300)), cause: None }).await"
+            "store.reschedule(RescheduleRequest { incarnation: None, session_id: \"s0\".into(), consumer: \"agent\".into(), lane: Some(\"L1\".into()), index: 2, change: ScheduleChange::To(NotBefore::AfterMs(300)), cause: None }).await"
         );
         let pause = Call::Pause(PauseRequest::everywhere("agent").with_until_ms(9));
         assert_eq!(
@@ -442,6 +464,21 @@ mod tests {
         assert_eq!(
             rust(&fork),
             "store.fork(ForkRequest { session_id: \"s0\".into(), into: \"sf\".into(), through: Some(3) }).await"
+        );
+        let delete = Call::DeleteSession(
+            DeleteSessionRequest::new("s1")
+                .forced()
+                .with_if_last_index(4),
+        );
+        assert_eq!(
+            rust(&delete),
+            "store.delete_session(DeleteSessionRequest { session_id: \"s1\".into(), force: true, if_last_index: Some(4) }).await"
+        );
+        let prune =
+            Call::Prune(PruneRequest::idle_for(std::time::Duration::from_millis(500)).dry_run());
+        assert_eq!(
+            rust(&prune),
+            "store.prune(PruneRequest { idle_for_ms: 500, limit: None, dry_run: true, include_dead_letters: false, after: None }).await"
         );
     }
 }

@@ -10,14 +10,15 @@ use std::sync::Arc;
 
 use a2_conformance::StoreFactory;
 use a2_store_api::{
-    ClaimResult, ClaimWorkResult, Clock, CompleteResult, CounterIds, FailOutcome, ManualClock,
-    RescheduleResult, Store,
+    ClaimResult, ClaimWorkResult, Clock, CompleteResult, CounterIds, DeleteSessionResult,
+    FailOutcome, ManualClock, RescheduleResult, Store,
 };
 use a2_store_memory::{MemoryOptions, MemoryStore};
 use proptest::strategy::{Strategy, ValueTree};
 use proptest::test_runner::{Config as ProptestConfig, RngAlgorithm, TestRng, TestRunner};
 
 use crate::call::{execute, Call, Outcome, Projection};
+use crate::incarnation::Incarnations;
 use crate::model::Model;
 use crate::op::{ops, Op};
 use crate::snapshot::{backlog, capture};
@@ -226,7 +227,8 @@ impl fmt::Display for Summary {
 ///
 /// Every store of a case gets its own [`ManualClock`] (advanced identically)
 /// and its own [`CounterIds`] with the same prefix. Each case uses session
-/// ids of its own, so `candidate` may hand out stores over one database.
+/// ids of its own, but `prune` works store-wide: `candidate` must hand out
+/// a store of its own (a fresh database, file or schema) per case.
 pub async fn run_differential(
     candidate: &dyn StoreFactory,
     config: Config,
@@ -331,6 +333,8 @@ fn outcome_name(call: &Call, outcome: &Projection) -> String {
         Call::Resume(_) => "resume",
         Call::RedriveAll(_) => "redrive_all",
         Call::Fork(_) => "fork",
+        Call::DeleteSession(_) => "delete_session",
+        Call::Prune(_) => "prune",
         Call::Advance(_) => "advance",
     };
     let result = match outcome {
@@ -406,6 +410,19 @@ fn outcome_name(call: &Call, outcome: &Projection) -> String {
             result.more
         ),
         Ok(Outcome::Fork(result)) => format!("forked(cleared={})", result.session.clear_index > 0),
+        Ok(Outcome::DeleteSession(result)) => match result {
+            DeleteSessionResult::Deleted { removed } => {
+                format!("Deleted(ended>0={})", removed.ended > 0)
+            }
+            DeleteSessionResult::NotDeleted { .. } => "NotDeleted".to_owned(),
+            DeleteSessionResult::NotFound => "NotFound".to_owned(),
+            other => format!("{other:?}"),
+        },
+        Ok(Outcome::Prune(result)) => format!(
+            "pruned>0={},more={}",
+            !result.sessions.is_empty(),
+            result.more()
+        ),
         Ok(_) => "Ok".to_owned(),
     };
     format!("{call_name}:{result}")
@@ -439,6 +456,10 @@ async fn run_case(
         .await
         .map_err(|error| (DivergenceKind::Setup(error.to_string()), Vec::new()))?;
     let mut model = Model::new(avoid);
+    // Each store numbers incarnations its own way: results, states and the
+    // model use the order of appearance (see `incarnation`).
+    let mut reference_incarnations = Incarnations::default();
+    let mut candidate_incarnations = Incarnations::default();
     let mut reference_state = capture(&reference, &prefix, reference_clock.now_ms()).await;
     let mut candidate_state = capture(store.as_ref(), &prefix, candidate_clock.now_ms()).await;
     let mut calls = Vec::with_capacity(ops.len());
@@ -448,8 +469,16 @@ async fn run_case(
         let call = model.resolve(op, &reference_state, reference_now);
         calls.push(call.clone());
         model.note_declarations(&call);
-        let expected = execute(&reference, &reference_clock, &prefix, &call).await;
-        let actual = execute(store.as_ref(), &candidate_clock, &prefix, &call).await;
+        let sent = reference_incarnations.request(&call);
+        let mut expected = execute(&reference, &reference_clock, &prefix, &sent).await;
+        let sent = candidate_incarnations.request(&call);
+        let mut actual = execute(store.as_ref(), &candidate_clock, &prefix, &sent).await;
+        if let Ok(outcome) = expected.as_mut() {
+            reference_incarnations.outcome(outcome);
+        }
+        if let Ok(outcome) = actual.as_mut() {
+            candidate_incarnations.outcome(outcome);
+        }
         if let Some(summary) = summary.as_deref_mut() {
             summary.calls += 1;
             *summary
@@ -464,8 +493,10 @@ async fn run_case(
             };
             return Err((kind, calls));
         }
-        let reference_after = capture(&reference, &prefix, reference_clock.now_ms()).await;
-        let candidate_after = capture(store.as_ref(), &prefix, candidate_clock.now_ms()).await;
+        let mut reference_after = capture(&reference, &prefix, reference_clock.now_ms()).await;
+        reference_incarnations.state(&mut reference_after);
+        let mut candidate_after = capture(store.as_ref(), &prefix, candidate_clock.now_ms()).await;
+        candidate_incarnations.state(&mut candidate_after);
         if let Some((read, a, b)) = reference_after.difference(&candidate_after) {
             let kind = DivergenceKind::State {
                 read,

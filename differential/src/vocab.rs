@@ -74,9 +74,10 @@ pub struct Avoid {
     pub ambiguous_redrives: bool,
     /// Name the case's sessions in every `claim_work` (no claim of "every
     /// session"), name a session in every `redrive_all`, and pause only in
-    /// one session: needed when the factory's stores share one database,
-    /// where a claim, bulk redrive or pause of "every session" would reach
-    /// other cases' sessions.
+    /// one session, and run no `prune` (it examines every session): needed
+    /// when the factory's stores share one database, where a claim, bulk
+    /// redrive, pause or prune of "every session" would reach other cases'
+    /// sessions.
     pub unlisted_work_claims: bool,
 }
 

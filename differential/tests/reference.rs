@@ -66,7 +66,20 @@ async fn memory_agrees_with_itself() {
         "redrive_all:redriven>0=false,more=false",
         "fork:forked(cleared=false)",
         "fork:INVALID_INPUT",
+        "delete_session:Deleted(ended>0=false)",
+        "delete_session:Deleted(ended>0=true)",
+        "delete_session:SESSION_IN_USE",
+        "delete_session:NotFound",
+        "prune:INVALID_INPUT",
     ] {
+        // Prunes that delete, not only ones that find nothing idle.
+        assert!(
+            summary
+                .outcomes
+                .iter()
+                .any(|(name, count)| name.starts_with("prune:pruned>0=true") && *count > 0),
+            "no prune deleted anything: {summary}"
+        );
         assert!(
             summary.outcomes.get(exercised).copied().unwrap_or(0) > 0,
             "{exercised} never happened: {summary}"
