@@ -301,21 +301,7 @@ fn earliest_of(
 mod tests {
     use super::*;
 
-    /// The plan SQLite picks for `sql` on a migrated database, one step a line.
-    fn plan(sql: &str) -> String {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::schema::migrate(&mut conn, ":memory:").unwrap();
-        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-        let unbound = vec![rusqlite::types::Null; stmt.parameter_count()];
-        let steps: Vec<String> = stmt
-            .query_map(rusqlite::params_from_iter(unbound), |row| {
-                row.get::<_, String>(3)
-            })
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        steps.join("\n")
-    }
+    use crate::schema::query_plan as plan;
 
     #[test]
     fn finding_work_reads_index_ranges_only() {

@@ -145,3 +145,17 @@ pub(crate) fn remove(
 pub(crate) fn free_pages(tx: &Connection) -> Result<(), StoreError> {
     tx.execute_batch(VACUUM).ctx("giving free pages back")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::query_plan as plan;
+
+    #[test]
+    fn a_delete_reads_only_ranges_led_by_the_session() {
+        for (sql, _) in BY_KEY.iter().chain(BY_NAME) {
+            let shown = plan(sql);
+            assert!(!shown.contains("SCAN"), "no scan: {sql}\n{shown}");
+        }
+    }
+}

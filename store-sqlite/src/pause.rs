@@ -141,23 +141,7 @@ pub(crate) fn pauses(
 
 #[cfg(test)]
 mod tests {
-    use rusqlite::Connection;
-
-    /// The plan SQLite picks for `sql` on a migrated database.
-    fn plan(sql: &str) -> String {
-        let mut conn = Connection::open_in_memory().unwrap();
-        crate::schema::migrate(&mut conn, ":memory:").unwrap();
-        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
-        let unbound = vec![rusqlite::types::Null; stmt.parameter_count()];
-        let steps: Vec<String> = stmt
-            .query_map(rusqlite::params_from_iter(unbound), |row| {
-                row.get::<_, String>(3)
-            })
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        steps.join("\n")
-    }
+    use crate::schema::query_plan as plan;
 
     #[test]
     fn a_claim_reads_only_the_pauses_covering_its_session() {

@@ -18,6 +18,30 @@ use crate::errors::SqlContext;
 use crate::session;
 use crate::values::{SqlIndex, SqlLimit};
 
+/// The idle sessions (last activity below `?1`) in `(last_activity, name)`
+/// order, at most `?2`: a range of `sessions_idle`.
+const IDLE: &str =
+    "SELECT name, last_activity, incarnation FROM sessions INDEXED BY sessions_idle \
+     WHERE last_activity < ?1 ORDER BY last_activity, name LIMIT ?2";
+
+/// [`IDLE`] after `(?2, ?3)`, at most `?4`.
+const IDLE_AFTER: &str = "SELECT name, last_activity, incarnation FROM sessions \
+     INDEXED BY sessions_idle WHERE last_activity < ?1 AND (last_activity, name) > (?2, ?3) \
+     ORDER BY last_activity, name LIMIT ?4";
+
+/// Deletes up to `?2` presence fields expired before `?1`, the earliest
+/// first: a range of `presence_expiry`, each deleted by primary key.
+const EXPIRED_PRESENCE: &str = "DELETE FROM presence WHERE (sid, participant, field) IN \
+     (SELECT sid, participant, field FROM presence INDEXED BY presence_expiry \
+     WHERE expires_at < ?1 ORDER BY expires_at LIMIT ?2)";
+
+/// Deletes up to `?1` checkpoints no pin holds (one `pins_by_checkpoint`
+/// probe per checkpoint read).
+const UNPINNED: &str = "DELETE FROM checkpoints WHERE (sid, reducer, idx) IN \
+     (SELECT c.sid, c.reducer, c.idx FROM checkpoints AS c WHERE NOT EXISTS \
+     (SELECT 1 FROM pins AS p INDEXED BY pins_by_checkpoint \
+     WHERE p.sid = c.sid AND p.reducer = c.reducer AND p.cp_idx = c.idx) LIMIT ?1)";
+
 /// An idle session of a page, as the page's read found it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Candidate {
@@ -56,24 +80,15 @@ pub(crate) fn candidates(
         })
     };
     match &request.after {
-        Some(after) => tx
-            .prepare_cached(
-                "SELECT name, last_activity, incarnation FROM sessions INDEXED BY sessions_idle \
-                 WHERE last_activity < ?1 AND (last_activity, name) > (?2, ?3) \
-                 ORDER BY last_activity, name LIMIT ?4",
-            )
-            .and_then(|mut stmt| {
-                stmt.query_map(
-                    (cutoff, after.last_activity_ms, &after.session_id, limit),
-                    decode,
-                )?
-                .collect()
-            }),
+        Some(after) => tx.prepare_cached(IDLE_AFTER).and_then(|mut stmt| {
+            stmt.query_map(
+                (cutoff, after.last_activity_ms, &after.session_id, limit),
+                decode,
+            )?
+            .collect()
+        }),
         None => tx
-            .prepare_cached(
-                "SELECT name, last_activity, incarnation FROM sessions INDEXED BY sessions_idle \
-                 WHERE last_activity < ?1 ORDER BY last_activity, name LIMIT ?2",
-            )
+            .prepare_cached(IDLE)
             .and_then(|mut stmt| stmt.query_map((cutoff, limit), decode)?.collect()),
     }
     .ctx("finding idle sessions")
@@ -119,22 +134,46 @@ pub(crate) fn prune_one(
 pub(crate) fn sweep(tx: &Connection, now: i64, limit: usize) -> Result<(u64, u64), StoreError> {
     let limit = SqlLimit(Some(limit));
     let presence = tx
-        .prepare_cached(
-            "DELETE FROM presence WHERE (sid, participant, field) IN \
-             (SELECT sid, participant, field FROM presence INDEXED BY presence_expiry \
-             WHERE expires_at < ?1 ORDER BY expires_at LIMIT ?2)",
-        )
+        .prepare_cached(EXPIRED_PRESENCE)
         .and_then(|mut stmt| stmt.execute((now, limit)))
         .ctx("deleting expired presence")?;
     let checkpoints = tx
-        .prepare_cached(
-            "DELETE FROM checkpoints WHERE (sid, reducer, idx) IN \
-             (SELECT c.sid, c.reducer, c.idx FROM checkpoints AS c WHERE NOT EXISTS \
-             (SELECT 1 FROM pins AS p INDEXED BY pins_by_checkpoint \
-             WHERE p.sid = c.sid AND p.reducer = c.reducer AND p.cp_idx = c.idx) LIMIT ?1)",
-        )
+        .prepare_cached(UNPINNED)
         .and_then(|mut stmt| stmt.execute([limit]))
         .ctx("deleting unpinned checkpoints")?;
     free_pages(tx)?;
     Ok((presence as u64, checkpoints as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::query_plan as plan;
+
+    #[test]
+    fn a_page_reads_one_range_of_the_idle_index_and_sorts_nothing() {
+        for sql in [IDLE, IDLE_AFTER] {
+            let shown = plan(sql);
+            assert!(
+                shown.contains("SEARCH sessions USING INDEX sessions_idle (")
+                    && shown.contains("last_activity<?)"),
+                "{shown}"
+            );
+            assert!(!shown.contains("TEMP B-TREE"), "no sort: {shown}");
+            assert!(!shown.contains("SCAN"), "no scan: {shown}");
+        }
+        let expired = plan(EXPIRED_PRESENCE);
+        assert!(
+            expired.contains("USING COVERING INDEX presence_expiry (expires_at<?)"),
+            "{expired}"
+        );
+        assert!(!expired.contains("SCAN presence"), "{expired}");
+        let unpinned = plan(UNPINNED);
+        assert!(
+            unpinned.contains(
+                "USING COVERING INDEX pins_by_checkpoint (sid=? AND reducer=? AND cp_idx=?)"
+            ),
+            "{unpinned}"
+        );
+    }
 }

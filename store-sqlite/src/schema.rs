@@ -268,3 +268,22 @@ pub(crate) fn open_error(path: &str, doing: &str, error: rusqlite::Error) -> Sto
     };
     crate::errors::sql_error(&format!("{doing} of '{path}'{hint}"), error)
 }
+
+/// The plan SQLite picks for `sql` on a database migrated to this version
+/// (every parameter unbound), one step a line: the unit tests check that
+/// the queries read index ranges, never a whole table.
+#[cfg(test)]
+pub(crate) fn query_plan(sql: &str) -> String {
+    let mut conn = Connection::open_in_memory().unwrap();
+    migrate(&mut conn, ":memory:").unwrap();
+    let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+    let unbound = vec![rusqlite::types::Null; stmt.parameter_count()];
+    let steps: Vec<String> = stmt
+        .query_map(rusqlite::params_from_iter(unbound), |row| {
+            row.get::<_, String>(3)
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    steps.join("\n")
+}
