@@ -252,17 +252,7 @@ impl Store for PostgresStore {
         let now = self.inner.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
         let (result, work) = transact!(self.inner, "renewing claims", |tx| {
-            ops::renew::renew(
-                &tx,
-                &request.session_id,
-                request.incarnation,
-                &request.holder,
-                &request.claims,
-                now,
-                expires_at,
-                &self.inner.claimed,
-            )
-            .await?
+            ops::renew::renew(&tx, &request, now, expires_at, &self.inner.claimed).await?
         })?;
         self.inner.committed(
             &request.session_id,

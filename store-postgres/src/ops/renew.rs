@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use a2_store_api::dispatch::cleared;
 use a2_store_api::order::compare_refs;
-use a2_store_api::{HeldClaim, RenewResult, RenewVerdict};
+use a2_store_api::{HeldClaim, RenewRequest, RenewResult, RenewVerdict};
 
 use tokio_postgres::types::ToSql;
 
@@ -26,14 +26,14 @@ use crate::rows::{index_of, key_of, CursorKey, CursorRow};
 /// claim superseded and changes nothing.
 pub(crate) async fn renew(
     tx: &Tx<'_>,
-    session_id: &str,
-    incarnation: Option<u64>,
-    holder: &str,
-    claims: &[HeldClaim],
+    request: &RenewRequest,
     now: i64,
     expires_at: i64,
     claimed: &Claimed,
 ) -> TxResult<(RenewResult, bool)> {
+    let session_id = request.session_id.as_str();
+    let (incarnation, holder) = (request.incarnation, request.holder.as_str());
+    let claims = request.claims.as_slice();
     let mut ordered: Vec<&HeldClaim> = claims.iter().collect();
     ordered.sort_by(|a, b| compare_refs(&a.cursor, &b.cursor));
     let key = |claim: &HeldClaim| {
