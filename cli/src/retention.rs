@@ -325,7 +325,7 @@ async fn confirm(question: &str) -> Result<bool, Failure> {
 }
 
 /// What every page of a prune added up to.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default)]
 struct Totals {
     sessions: Vec<String>,
     examined: usize,
