@@ -30,6 +30,9 @@ enum Flaw {
     HandsOutBusyHeads,
     /// Panics in `reclaim`.
     PanicsOnReclaim,
+    /// Drops the incarnation of completions, failures and renewals: a
+    /// worker's attempt from before a delete reaches the new session.
+    ForgetsIncarnations,
 }
 
 struct Broken {
@@ -97,15 +100,24 @@ impl Store for Broken {
         }
     }
 
-    async fn renew_claims(&self, request: RenewRequest) -> Result<RenewResult> {
+    async fn renew_claims(&self, mut request: RenewRequest) -> Result<RenewResult> {
+        if self.flaw == Flaw::ForgetsIncarnations {
+            request.incarnation = None;
+        }
         self.inner.renew_claims(request).await
     }
 
-    async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
+    async fn complete_attempt(&self, mut request: CompleteRequest) -> Result<CompleteResult> {
+        if self.flaw == Flaw::ForgetsIncarnations {
+            request.incarnation = None;
+        }
         self.inner.complete_attempt(request).await
     }
 
-    async fn fail_attempt(&self, request: FailRequest) -> Result<FailResult> {
+    async fn fail_attempt(&self, mut request: FailRequest) -> Result<FailResult> {
+        if self.flaw == Flaw::ForgetsIncarnations {
+            request.incarnation = None;
+        }
         self.inner.fail_attempt(request).await
     }
 
@@ -234,6 +246,20 @@ impl Store for Broken {
     async fn fork(&self, request: a2_store_api::ForkRequest) -> Result<a2_store_api::ForkResult> {
         self.inner.fork(request).await
     }
+
+    async fn delete_session(
+        &self,
+        request: a2_store_api::DeleteSessionRequest,
+    ) -> Result<a2_store_api::DeleteSessionResult> {
+        self.inner.delete_session(request).await
+    }
+
+    async fn prune(
+        &self,
+        request: a2_store_api::PruneRequest,
+    ) -> Result<a2_store_api::PruneResult> {
+        self.inner.prune(request).await
+    }
 }
 
 /// Memory stores, optionally wrapped with a flaw, with the given capabilities.
@@ -297,6 +323,12 @@ fn assert_fails(report: &Report, expected: &[&str]) {
             report.backend
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_that_forgets_incarnations_fails_the_incarnation_cases() {
+    let report = run(&broken(Flaw::ForgetsIncarnations)).await;
+    assert_fails(&report, &["attempts_from_before_a_delete_are_superseded"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -712,11 +712,7 @@ pub trait Store: Send + Sync {
     /// # Ok(())
     /// # }
     /// ```
-    async fn delete_session(&self, request: DeleteSessionRequest) -> Result<DeleteSessionResult> {
-        // RETENTION-TEMP: removed once every backend implements it.
-        let _ = request;
-        Err(crate::StoreError::invalid_input("delete_session: not implemented yet"))
-    }
+    async fn delete_session(&self, request: DeleteSessionRequest) -> Result<DeleteSessionResult>;
 
     /// Deletes, a page at a time, the sessions nothing was appended to for
     /// `idle_for_ms` that have nothing left to do (no head leased,
@@ -741,11 +737,7 @@ pub trait Store: Send + Sync {
     /// # Ok(())
     /// # }
     /// ```
-    async fn prune(&self, request: PruneRequest) -> Result<PruneResult> {
-        // RETENTION-TEMP: removed once every backend implements it.
-        let _ = request;
-        Err(crate::StoreError::invalid_input("prune: not implemented yet"))
-    }
+    async fn prune(&self, request: PruneRequest) -> Result<PruneResult>;
 }
 
 #[cfg(test)]

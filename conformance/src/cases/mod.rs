@@ -404,7 +404,7 @@ macro_rules! __a2_cases {
                 retention::retention_refuses_bad_input,
             ]
             pair: [
-                retention::attempts_from_before_a_delete_on_another_instance_are_superseded,
+                multi::attempts_from_before_a_delete_on_another_instance_are_superseded,
                 multi::second_instance_sees_first_instance_appends,
                 multi::claims_are_exclusive_across_instances,
                 multi::concurrent_claims_across_instances_never_share_a_head,

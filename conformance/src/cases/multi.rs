@@ -388,3 +388,15 @@ pub(crate) async fn work_claims_across_instances_never_share_a_head(cx: Cx) -> C
     ensure_eq!(total, 32);
     Ok(())
 }
+
+/// Two stores on one database: a session deleted and created again
+/// through one, the other's attempts from before are superseded.
+pub(crate) async fn attempts_from_before_a_delete_on_another_instance_are_superseded(
+    cx: Cx,
+) -> CaseResult {
+    let [a, b] = cx.pair()?;
+    let s = cx.session_id("s");
+    let (old, _) = super::retention::replaced(a.as_ref(), b.as_ref(), &cx, &s).await?;
+    super::retention::stale_attempts_are_superseded(b.as_ref(), &cx, &s, &old).await?;
+    super::retention::stale_attempts_are_superseded(a.as_ref(), &cx, &s, &old).await
+}

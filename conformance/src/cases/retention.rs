@@ -352,7 +352,7 @@ pub(crate) async fn deleted_session_id_starts_a_new_incarnation(cx: Cx) -> CaseR
 /// Recreates `s` after claiming its lane head: returns the old head (from
 /// before the delete) and the new one, with the same consumer, lane, index
 /// and attempt.
-async fn replaced(
+pub(super) async fn replaced(
     store: &dyn Store,
     other: &dyn Store,
     cx: &Cx,
@@ -387,7 +387,7 @@ async fn replaced(
 /// Checks that completing, failing and renewing `old` (from before the
 /// delete) through `store` is superseded and leaves the new session as it
 /// was.
-async fn stale_attempts_are_superseded(
+pub(super) async fn stale_attempts_are_superseded(
     store: &dyn Store,
     cx: &Cx,
     s: &str,
@@ -476,18 +476,6 @@ pub(crate) async fn requests_from_before_a_delete_are_refused(cx: Cx) -> CaseRes
         "the current dead letter was not redriven"
     );
     Ok(())
-}
-
-/// Two stores on one database: a session deleted and created again
-/// through one, the other's attempts from before are superseded.
-pub(crate) async fn attempts_from_before_a_delete_on_another_instance_are_superseded(
-    cx: Cx,
-) -> CaseResult {
-    let [a, b] = cx.pair()?;
-    let s = cx.session_id("s");
-    let (old, _) = replaced(a.as_ref(), b.as_ref(), &cx, &s).await?;
-    stale_attempts_are_superseded(b.as_ref(), &cx, &s, &old).await?;
-    stale_attempts_are_superseded(a.as_ref(), &cx, &s, &old).await
 }
 
 /// `prune` deletes the sessions idle for the given time with nothing left
