@@ -304,21 +304,25 @@ impl StoreError {
     }
 
     /// The [`ErrorCode::SessionInUse`] error refusing to delete `session_id`
-    /// while `cursor`'s head still has work (as seen at `now_ms`).
-    pub fn session_in_use(session_id: &str, cursor: &crate::types::Cursor, now_ms: i64) -> Self {
+    /// while `cursor`'s head still has `work`.
+    pub fn session_in_use(
+        session_id: &str,
+        cursor: &crate::types::Cursor,
+        work: &crate::retention::HeadWork,
+    ) -> Self {
+        use crate::retention::HeadWork;
         let lane = cursor
             .lane
             .as_deref()
             .map(|lane| format!(" lane '{lane}'"))
             .unwrap_or_default();
         let index = cursor.head.unwrap_or(cursor.position);
-        let dispatch = &cursor.dispatch;
-        let state = match (&dispatch.claim_holder, dispatch.claim_expires_at) {
-            (Some(holder), Some(until)) if until > now_ms => {
+        let state = match work {
+            HeadWork::Leased { holder, until } => {
                 format!("is leased by '{holder}' until {until} ms")
             }
-            (None, Some(until)) if until > now_ms => format!("waits to be retried at {until} ms"),
-            _ => "is waiting to be claimed".to_owned(),
+            HeadWork::Retrying { until } => format!("waits to be retried at {until} ms"),
+            HeadWork::Waiting => "is waiting to be claimed".to_owned(),
         };
         Self::SessionInUse {
             message: format!(

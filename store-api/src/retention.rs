@@ -7,6 +7,7 @@
 //! last activity) and stores the answer; these functions decide:
 //!
 //! - [`delete_blocker`]: what keeps a session from being deleted without `force`;
+//! - [`work_left`]: what a head that still has work is doing ([`HeadWork`]);
 //! - [`prunable`]: whether an idle session has nothing left to do;
 //! - [`heads_ended`]: how many heads a forced delete ends;
 //! - [`idle_cutoff`]: the last-activity time below which a session is idle;
@@ -275,6 +276,44 @@ pub fn fence_incarnation(session_id: &str, requested: Option<u64>, current: u64)
     }
 }
 
+/// What a head that still has work is doing, as a delete refused without
+/// `force` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeadWork {
+    /// Claimed by `holder` until `until` (ms).
+    Leased {
+        /// Who holds the claim.
+        holder: String,
+        /// When the lease ends, ms.
+        until: i64,
+    },
+    /// Failed, or its lease ran out, and is not claimable before `until` (ms).
+    Retrying {
+        /// When the retry delay ends, ms.
+        until: i64,
+    },
+    /// Claimable, scheduled or held by a pause: waiting for a claim.
+    Waiting,
+}
+
+/// Whether `cursor`'s head still has work, and what it is doing at
+/// `now_ms`: `None` without a head or when the head is dead-lettered.
+pub fn work_left(cursor: &Cursor, now_ms: i64) -> Option<HeadWork> {
+    cursor.head?;
+    let dispatch = &cursor.dispatch;
+    if dispatch.is_dead_lettered() {
+        return None;
+    }
+    Some(match (&dispatch.claim_holder, dispatch.claim_expires_at) {
+        (Some(holder), Some(until)) if until > now_ms => HeadWork::Leased {
+            holder: holder.clone(),
+            until,
+        },
+        (None, Some(until)) if until > now_ms => HeadWork::Retrying { until },
+        _ => HeadWork::Waiting,
+    })
+}
+
 /// Whether a cursor's head still has work: it has a head that is not
 /// dead-lettered (leased, claimable, waiting for a retry, scheduled or held
 /// by a pause).
@@ -288,10 +327,10 @@ fn has_work(cursor: &Cursor) -> bool {
 /// it (and its holder and lease end, when leased at `now_ms`). `None` when
 /// no head has work; dead letters never keep a session from a delete.
 pub fn delete_blocker(session_id: &str, cursors: &[Cursor], now_ms: i64) -> Option<StoreError> {
-    cursors
-        .iter()
-        .find(|cursor| has_work(cursor))
-        .map(|cursor| StoreError::session_in_use(session_id, cursor, now_ms))
+    cursors.iter().find_map(|cursor| {
+        let work = work_left(cursor, now_ms)?;
+        Some(StoreError::session_in_use(session_id, cursor, &work))
+    })
 }
 
 /// How many heads a forced delete of a session with these `cursors` ends.
