@@ -84,6 +84,23 @@ fn prune(idle_ms: i64) -> PruneRequest {
     }
 }
 
+/// Sets alice's `typing` presence field in `s` for an hour.
+async fn typing(cx: &Cx, s: &str) -> CaseResult {
+    cx.store
+        .set_presence(
+            s,
+            "alice",
+            [("typing".to_owned(), json!(true))].into_iter().collect(),
+            PresenceMeta {
+                at: cx.now(),
+                seen: None,
+                ttl_ms: HOUR,
+            },
+        )
+        .await?;
+    Ok(())
+}
+
 /// A session with finished lane work, a dead letter, a snapshot, presence
 /// and a pause on its (idle) lane consumer: nothing of it has work left.
 async fn finished_session(cx: &Cx, s: &str) -> std::result::Result<(), Failure> {
@@ -115,18 +132,7 @@ async fn finished_session(cx: &Cx, s: &str) -> std::result::Result<(), Failure> 
             }],
         )
         .await?;
-    cx.store
-        .set_presence(
-            s,
-            "alice",
-            [("typing".to_owned(), json!(true))].into_iter().collect(),
-            PresenceMeta {
-                at: cx.now(),
-                seen: None,
-                ttl_ms: HOUR,
-            },
-        )
-        .await?;
+    typing(cx, s).await?;
     cx.store.pause(PauseRequest::in_session("agent", s)).await?;
     Ok(())
 }
@@ -272,18 +278,7 @@ pub(crate) async fn delete_session_of_an_unknown_session_is_not_found(cx: Cx) ->
 /// A session holding only presence exists: its delete removes the fields.
 pub(crate) async fn delete_session_of_a_presence_only_session_removes_it(cx: Cx) -> CaseResult {
     let s = cx.session_id("s");
-    cx.store
-        .set_presence(
-            &s,
-            "alice",
-            [("typing".to_owned(), json!(true))].into_iter().collect(),
-            PresenceMeta {
-                at: cx.now(),
-                seen: None,
-                ttl_ms: HOUR,
-            },
-        )
-        .await?;
+    typing(&cx, &s).await?;
     let removed = delete(&cx, &s, false).await?;
     ensure_eq!((removed.events, removed.head, removed.cursors), (0, 0, 0));
     ensure_eq!(cx.store.read_presence(&s).await?, Vec::new());
