@@ -3,6 +3,7 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
+use a2_store::backend::retention::{self, HeadWork};
 use a2_store::{
     Clock, Cursor, DeleteSessionRequest, DeleteSessionResult, ErrorCode, ListSessions, PruneFrom,
     PruneRequest, PruneResult, Removed, SessionInfo, Store, StoreError, SystemClock,
@@ -220,18 +221,14 @@ async fn preview(store: &dyn Store, url: &str, info: SessionInfo) -> Result<Prev
     })
 }
 
-/// `cursor`'s head when it still has work at `now` (not dead-lettered).
+/// `cursor`'s head when it still has work at `now`, as
+/// `retention::work_left` (the rule the delete itself applies) says.
 fn busy(cursor: &Cursor, now: i64) -> Option<Busy> {
     let index = cursor.head?;
-    let dispatch = &cursor.dispatch;
-    if dispatch.is_dead_lettered() {
-        return None;
-    }
-    let until = dispatch.claim_expires_at.filter(|until| *until > now);
-    let (state, holder) = match (&dispatch.claim_holder, until) {
-        (Some(holder), Some(_)) => ("leased", Some(holder.clone())),
-        (None, Some(_)) => ("retrying", None),
-        _ => ("waiting", None),
+    let (state, holder, until_ms) = match retention::work_left(cursor, now)? {
+        HeadWork::Leased { holder, until } => ("leased", Some(holder), Some(until)),
+        HeadWork::Retrying { until } => ("retrying", None, Some(until)),
+        HeadWork::Waiting => ("waiting", None, None),
     };
     Some(Busy {
         consumer: cursor.consumer.clone(),
@@ -239,7 +236,7 @@ fn busy(cursor: &Cursor, now: i64) -> Option<Busy> {
         index,
         state,
         holder,
-        until_ms: until,
+        until_ms,
     })
 }
 
