@@ -1,0 +1,1 @@
+//! The actions: CSRF, read-only refusal, what each does.

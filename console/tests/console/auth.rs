@@ -1,0 +1,1 @@
+//! Tokens, the login cookie, 401 pages.
