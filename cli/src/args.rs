@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// `schema=NAME`, `pool_size=N`, `statement_timeout_ms=N`).
 ///
 /// The URL of `check`, `inspect`, `redrive`, `clear`, `reclaim`, `pause`,
-/// `resume`, `fork`, `reschedule`, `delete` and `prune` may be omitted when the environment variable `A2_STORE_URL` holds it, e.g.
+/// `resume`, `fork`, `reschedule`, `delete`, `prune` and `console` may be omitted when the environment variable `A2_STORE_URL` holds it, e.g.
 /// `A2_STORE_URL=sqlite:app.db a2-store inspect sessions`; a URL on the
 /// command line wins.
 ///
@@ -183,6 +183,46 @@ pub enum Command {
     /// deletes nothing; run it first. Safe to run from cron: a session
     /// that gets work meanwhile is kept.
     Prune(PruneArgs),
+    /// Serve the web console: sessions, timelines, dead letters and repairs in a browser.
+    ///
+    /// Opens the store and serves the console (`a2-store-console`) on
+    /// --listen (default 127.0.0.1:7800), printing the address. Read-only
+    /// unless --allow-writes (the store itself is then opened read-only
+    /// too). On an address that is not loopback it refuses to start
+    /// without a token (--token-file or --token-env): the browser then
+    /// logs in at /login with one of them, and scripts send `Authorization:
+    /// Bearer TOKEN`. Tokens are never printed; the log names an operator
+    /// by the token's id. For a PostgreSQL store the health page shows the
+    /// schema's tables and oldest transaction. Stops on Ctrl-C or SIGTERM,
+    /// giving open requests a few seconds to end.
+    Console(ConsoleArgs),
+}
+
+/// Arguments of `console`.
+#[derive(Debug, Args)]
+pub struct ConsoleArgs {
+    /// The store; `$A2_STORE_URL` when omitted.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// The address to listen on (port 0: any free port, printed at start).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7800", value_parser = parse_listen)]
+    pub listen: std::net::SocketAddr,
+    /// Allow the repair actions (redrive, pause, resume, reschedule, fork, clear, delete).
+    #[arg(long)]
+    pub allow_writes: bool,
+    /// A file of access tokens, one per line (blank lines ignored); required off loopback.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// An environment variable holding an access token.
+    #[arg(long, value_name = "VAR")]
+    pub token_env: Option<String>,
+    /// Never show event payloads, snapshots or presence values (only their size).
+    #[arg(long)]
+    pub hide_payloads: bool,
+    /// A consumer the overview and the work listings show (repeat for several). The store
+    /// keeps no list of consumers: name them here, or pages take `?consumer=NAME`.
+    #[arg(long = "consumer", value_name = "NAME")]
+    pub consumers: Vec<String>,
 }
 
 /// Arguments of `delete`.
@@ -672,6 +712,13 @@ fn parse_limit(text: &str) -> Result<usize, String> {
             "'{text}' is not a limit: give a whole number of at least 1, e.g. --limit 50"
         )),
     }
+}
+
+/// `console --listen`: an IP address and port.
+fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+    text.parse().map_err(|_| {
+        format!("'{text}' is not an address to listen on: give IP:PORT, e.g. 127.0.0.1:7800 or [::1]:7800")
+    })
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {

@@ -140,8 +140,8 @@ fn render(health: &Health) -> String {
     text
 }
 
-/// The JSON view: every figure, ages in ms.
-fn as_json(health: &Health) -> serde_json::Value {
+/// The JSON view: every figure, ages in ms (also the console's health report).
+pub fn as_json(health: &Health) -> serde_json::Value {
     json!({
         "version": JSON_VERSION,
         "schema": health.schema,

@@ -11,6 +11,7 @@ mod args;
 mod bench;
 mod bulk;
 mod check;
+mod console;
 mod control;
 mod failure;
 mod health;
@@ -88,6 +89,7 @@ const TAKES_URL: &[&str] = &[
     "reschedule",
     "delete",
     "prune",
+    "console",
 ];
 
 /// Parses the command line. Help and version go to stdout (exit 0); any
@@ -194,5 +196,6 @@ async fn run(command: Command) -> Result<u8, Failure> {
         Command::Reschedule(args) => control::reschedule(&args).await.map(|()| 0),
         Command::Delete(args) => retention::delete(&args).await.map(|()| 0),
         Command::Prune(args) => retention::prune(&args).await.map(|()| 0),
+        Command::Console(args) => console::run(&args).await.map(|()| 0),
     }
 }
