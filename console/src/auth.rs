@@ -145,6 +145,7 @@ pub(crate) async fn login_page(request: Request) -> Response {
         operator: None,
         writes: None,
         flash: None,
+        logout: None,
     };
     let body = html! {
         h1 { "Log in" }
@@ -213,7 +214,7 @@ pub(crate) async fn login(
         "{COOKIE}={}; Path={path}; HttpOnly; SameSite=Strict{secure}",
         cookie_value(&state, token)
     );
-    see_other(&format!("{base}/"), Some(cookie))
+    see_other(&render::home(&base), Some(cookie))
 }
 
 /// `POST /logout`: forgets the cookie.

@@ -126,6 +126,7 @@ impl Ctx {
             operator: Some(&self.operator),
             writes: Some(self.options().allow_writes),
             flash: self.flash.as_deref(),
+            logout: (!self.options().tokens.is_empty()).then_some(self.csrf.as_str()),
         }
     }
 }
@@ -220,21 +221,24 @@ impl FromRequestParts<State> for SessionId {
     }
 }
 
-/// An error answered as an HTML page.
+/// An error answered as an HTML page (boxed: results stay small).
 #[derive(Debug)]
-pub(crate) struct Failure {
-    pub base: String,
-    pub status: StatusCode,
-    pub title: String,
-    pub message: String,
-    pub code: Option<&'static str>,
-    pub testid: &'static str,
-    pub extra: Option<Markup>,
+pub(crate) struct Failure(Box<FailureBody>);
+
+#[derive(Debug)]
+pub(crate) struct FailureBody {
+    base: String,
+    status: StatusCode,
+    title: String,
+    message: String,
+    code: Option<&'static str>,
+    testid: &'static str,
+    extra: Option<Markup>,
 }
 
 impl Failure {
     pub fn new(base: &str, status: StatusCode, title: &str, message: impl Into<String>) -> Self {
-        Self {
+        Self(Box::new(FailureBody {
             base: base.to_owned(),
             status,
             title: title.to_owned(),
@@ -242,16 +246,21 @@ impl Failure {
             code: None,
             testid: "error",
             extra: None,
-        }
+        }))
     }
 
     pub fn with_testid(mut self, testid: &'static str) -> Self {
-        self.testid = testid;
+        self.0.testid = testid;
         self
     }
 
     pub fn with_extra(mut self, extra: Markup) -> Self {
-        self.extra = Some(extra);
+        self.0.extra = Some(extra);
+        self
+    }
+
+    fn with_code(mut self, code: &'static str) -> Self {
+        self.0.code = Some(code);
         self
     }
 }
@@ -275,33 +284,33 @@ pub(crate) fn status_of(code: ErrorCode) -> StatusCode {
 
 pub(crate) fn store_failure(base: &str, error: StoreError) -> Failure {
     let code = error.code();
-    let mut failure = Failure::new(base, status_of(code), "Store error", error.to_string());
-    failure.code = Some(code.as_str());
-    failure
+    Failure::new(base, status_of(code), "Store error", error.to_string()).with_code(code.as_str())
 }
 
 impl IntoResponse for Failure {
     fn into_response(self) -> Response {
+        let this = *self.0;
         let chrome = render::Chrome {
-            base: &self.base,
+            base: &this.base,
             operator: None,
             writes: None,
             flash: None,
+            logout: None,
         };
         let body = html! {
-            section.failure data-testid=(self.testid) {
-                h1 { (self.title) }
-                @if let Some(code) = self.code {
+            section.failure data-testid=(this.testid) {
+                h1 { (this.title) }
+                @if let Some(code) = this.code {
                     p { "Code: " code { (code) } }
                 }
-                p.message { (self.message) }
-                @if let Some(extra) = &self.extra { (extra) }
-                p { a href={ (self.base) "/" } { "Back to the overview" } }
+                p.message { (this.message) }
+                @if let Some(extra) = &this.extra { (extra) }
+                p { a href=(render::home(&this.base)) { "Back to the overview" } }
             }
         };
-        let page = render::page(&chrome, &self.title, body);
-        let mut response = (self.status, page).into_response();
-        if self.status == StatusCode::UNAUTHORIZED {
+        let page = render::page(&chrome, &this.title, body);
+        let mut response = (this.status, page).into_response();
+        if this.status == StatusCode::UNAUTHORIZED {
             response.headers_mut().insert(
                 header::WWW_AUTHENTICATE,
                 HeaderValue::from_static("Bearer realm=\"a2-store console\""),

@@ -199,7 +199,7 @@ pub(crate) async fn overview(ctx: Ctx) -> Page {
     let body = html! {
         h1 { "Overview" }
         div.toolbar {
-            form.stack method="get" action={ (ctx.base) "/" } {
+            form.stack method="get" action=(render::home(&ctx.base)) {
                 label { "Consumers (comma-separated)" input type="text" name="consumer" value=(consumers.join(",")); }
                 button type="submit" { "Show" }
             }
@@ -339,7 +339,10 @@ pub(crate) async fn sessions(ctx: Ctx) -> Page {
                     break;
                 }
             }
-            let next = match page.iter().take(limit).last() {
+            let next = match page
+                .get(..limit.min(page.len()))
+                .and_then(<[SessionInfo]>::last)
+            {
                 Some(last) if more && !ended => Some(last.session_id.clone()),
                 _ => None,
             };

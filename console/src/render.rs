@@ -19,6 +19,8 @@ pub(crate) struct Chrome<'a> {
     /// Whether writes are allowed; `None` when not to be said.
     pub writes: Option<bool>,
     pub flash: Option<&'a str>,
+    /// With tokens configured: a logout button carrying this CSRF token.
+    pub logout: Option<&'a str>,
 }
 
 /// A whole page.
@@ -39,9 +41,9 @@ pub(crate) fn page(chrome: &Chrome<'_>, title: &str, body: Markup) -> Html<Strin
             }
             body {
                 header.top {
-                    a.brand href={ (base) "/" } { "a2 console" }
+                    a.brand href=(home(base)) { "a2 console" }
                     nav {
-                        a href={ (base) "/" } { "Overview" }
+                        a href=(home(base)) { "Overview" }
                         a href={ (base) "/sessions" } { "Sessions" }
                         a href={ (base) "/dead-letters" } { "Dead letters" }
                         a href={ (base) "/health" } { "Health" }
@@ -56,6 +58,12 @@ pub(crate) fn page(chrome: &Chrome<'_>, title: &str, body: Markup) -> Html<Strin
                     @if let Some(operator) = chrome.operator {
                         span.operator title="operator (token id)" { (operator) }
                     }
+                    @if let Some(csrf) = chrome.logout {
+                        form.inline method="post" action={ (base) "/logout" } {
+                            (csrf_field(csrf))
+                            button type="submit" data-testid="logout" { "Log out" }
+                        }
+                    }
                 }
                 main {
                     @if let Some(flash) = chrome.flash {
@@ -67,6 +75,16 @@ pub(crate) fn page(chrome: &Chrome<'_>, title: &str, body: Markup) -> Html<Strin
         }
     };
     Html(markup.into_string())
+}
+
+/// The overview's address: the prefix itself (an app nesting the
+/// console at `/admin` serves `/admin`, not `/admin/`), or `/` at the root.
+pub(crate) fn home(base: &str) -> String {
+    if base.is_empty() {
+        "/".to_owned()
+    } else {
+        base.to_owned()
+    }
 }
 
 /// A UTC time, `2024-05-01 12:34:56.789Z`.

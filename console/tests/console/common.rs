@@ -141,8 +141,7 @@ pub async fn get(app: &Router, uri: &str) -> Reply {
     send(app, Request::get(uri).body(Body::empty()).expect("request")).await
 }
 
-pub fn form_request(uri: &str, form: &[(&str, &str)]) -> axum::http::request::Builder {
-    let _ = form;
+pub fn form_request(uri: &str) -> axum::http::request::Builder {
     Request::post(uri).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
 }
 
@@ -152,7 +151,7 @@ pub fn encode(form: &[(&str, &str)]) -> String {
 
 /// POSTs `form` (as a browser on this site would, with Sec-Fetch-Site).
 pub async fn post(app: &Router, uri: &str, form: &[(&str, &str)]) -> Reply {
-    let request = form_request(uri, form)
+    let request = form_request(uri)
         .header("sec-fetch-site", "same-origin")
         .body(Body::from(encode(form)))
         .expect("request");
