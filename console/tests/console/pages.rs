@@ -459,3 +459,56 @@ async fn a_sqlite_store_renders_alike() {
     assert_eq!(reply.status, StatusCode::SEE_OTHER);
     assert!(store.dead_letters("chat-1").await.unwrap().is_empty());
 }
+
+#[tokio::test]
+async fn odd_input_never_breaks_a_page() {
+    let store = populated().await;
+    let app = app(&store, writable());
+    let odd = [
+        "",
+        "%00",
+        "%E2%80%AE",
+        "a%2Fb",
+        "..%2F..",
+        "%F0%9F%98%80",
+        "99999999999999999999999",
+        "-1",
+        "%20",
+        "%3Cscript%3E",
+        "x%0D%0Ay",
+    ];
+    for value in odd {
+        for uri in [
+            format!("/sessions/{value}x"),
+            format!("/sessions/{value}x/live?after=0&x={value}"),
+            format!("/sessions/{value}x/delete"),
+            format!("/sessions?consumer={value}&prefix={value}&after={value}"),
+            format!("/sessions?consumer=agent&state=dead&prefix={value}"),
+            format!("/sessions/chat-1?after={value}&limit={value}&reducer={value}"),
+            format!("/dead-letters?consumer={value}&lane={value}&since={value}&after={value}"),
+            format!("/redrive-all?consumer={value}&lane={value}&action={value}"),
+            format!("/?consumer={value}"),
+            format!("/fragments/overview?consumer={value}"),
+        ] {
+            let request = axum::http::Request::get(uri.as_str()).body(axum::body::Body::empty());
+            let Ok(request) = request else { continue };
+            let is_live = uri.contains("/live");
+            let reply = if is_live {
+                // The stream stays open: only the head matters.
+                let response = tower::ServiceExt::oneshot(app.clone(), request)
+                    .await
+                    .unwrap();
+                assert!(!response.status().is_server_error(), "{uri}");
+                continue;
+            } else {
+                send(&app, request).await
+            };
+            assert!(
+                !reply.status.is_server_error() || reply.body.contains("Code"),
+                "{uri}: {}",
+                reply.status
+            );
+            reply.assert_safe();
+        }
+    }
+}
