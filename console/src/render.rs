@@ -35,6 +35,7 @@ pub(crate) fn page(chrome: &Chrome<'_>, title: &str, body: Markup) -> Html<Strin
                 meta name="htmx-config" content=r#"{"includeIndicatorStyles":false,"allowEval":false,"allowScriptTags":false,"historyCacheSize":0}"#;
                 title { (title) " · a2 console" }
                 link rel="stylesheet" href={ (base) "/assets/console.css" };
+                link rel="icon" href="data:,";
                 script src={ (base) "/assets/" (HTMX) } {}
                 script src={ (base) "/assets/" (HTMX_SSE) } {}
                 script src={ (base) "/assets/console.js" } {}
