@@ -198,24 +198,38 @@ async fn long_session(store: &dyn Store, clock: &ManualClock) {
     }
 }
 
-/// The pages measured: function-id suffix, path, and the rows each shows
-/// (of `testid`) on a store of `sessions` sessions.
-const PAGES: [(&str, &str, &str, fn(u64) -> usize); 3] = [
-    (
-        "sessions",
-        "/sessions?limit=50",
-        "session-row",
-        |sessions| (sessions as usize + 1).min(50),
-    ),
-    (
-        "sessions-by-consumer",
-        "/sessions?consumer=agent&limit=50",
-        "session-row",
-        |sessions| (sessions.div_ceil(100) as usize).min(50),
-    ),
-    ("session", "/sessions/console-long", "event", |_| {
-        LONG_EVENTS as usize
-    }),
+/// A page measured.
+struct Page {
+    /// The function id's suffix.
+    name: &'static str,
+    /// What is requested.
+    path: &'static str,
+    /// The `data-testid` of the rows the page shows.
+    testid: &'static str,
+    /// How many rows it shows on a store of so many sessions.
+    rows: fn(u64) -> usize,
+}
+
+/// The pages measured.
+const PAGES: [Page; 3] = [
+    Page {
+        name: "sessions",
+        path: "/sessions?limit=50",
+        testid: "session-row",
+        rows: |sessions| (sessions as usize + 1).min(50),
+    },
+    Page {
+        name: "sessions-by-consumer",
+        path: "/sessions?consumer=agent&limit=50",
+        testid: "session-row",
+        rows: |sessions| (sessions.div_ceil(100) as usize).min(50),
+    },
+    Page {
+        name: "session",
+        path: "/sessions/console-long",
+        testid: "event",
+        rows: |_| LONG_EVENTS as usize,
+    },
 ];
 
 /// Every request's time of one benchmark, for its percentiles.
@@ -238,7 +252,13 @@ fn bench_pages(
     sessions: u64,
 ) {
     let fixture = rt.block_on(Fixture::build(factory, sessions));
-    for (name, path, testid, rows) in PAGES {
+    for Page {
+        name,
+        path,
+        testid,
+        rows,
+    } in PAGES
+    {
         rt.block_on(fixture.check(path, testid, rows(fixture.sessions)));
         let samples: Samples = Arc::default();
         let id = BenchmarkId::new(format!("{}-{name}", factory.name()), fixture.sessions);
