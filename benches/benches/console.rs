@@ -6,6 +6,9 @@
 //! 100,000; 1,000 in `--test` mode):
 //! - `console_page/<backend>-sessions`: `GET /sessions?limit=50`, the
 //!   first page of the sessions list;
+//! - `console_page/<backend>-sessions-middle`: `GET
+//!   /sessions?after=<the middle session>&limit=50`, a page from the middle
+//!   of the list;
 //! - `console_page/<backend>-sessions-by-consumer`: `GET
 //!   /sessions?consumer=agent&limit=50`, the sessions with work of a
 //!   consumer (the store's work index);
@@ -202,8 +205,8 @@ async fn long_session(store: &dyn Store, clock: &ManualClock) {
 struct Page {
     /// The function id's suffix.
     name: &'static str,
-    /// What is requested.
-    path: &'static str,
+    /// What is requested on a store of so many sessions.
+    path: fn(u64) -> String,
     /// The `data-testid` of the rows the page shows.
     testid: &'static str,
     /// How many rows it shows on a store of so many sessions.
@@ -211,22 +214,30 @@ struct Page {
 }
 
 /// The pages measured.
-const PAGES: [Page; 3] = [
+const PAGES: [Page; 4] = [
     Page {
         name: "sessions",
-        path: "/sessions?limit=50",
+        path: |_| "/sessions?limit=50".to_owned(),
         testid: "session-row",
         rows: |sessions| (sessions as usize + 1).min(50),
     },
     Page {
+        name: "sessions-middle",
+        path: |sessions| format!("/sessions?after={}&limit=50", session_id(sessions / 2)),
+        // The ids after the middle one, and `console-long` (which sorts
+        // after every numbered id).
+        testid: "session-row",
+        rows: |sessions| ((sessions - sessions / 2) as usize).min(50),
+    },
+    Page {
         name: "sessions-by-consumer",
-        path: "/sessions?consumer=agent&limit=50",
+        path: |_| format!("/sessions?consumer={CONSUMER}&limit=50"),
         testid: "session-row",
         rows: |sessions| (sessions.div_ceil(100) as usize).min(50),
     },
     Page {
         name: "session",
-        path: "/sessions/console-long",
+        path: |_| format!("/sessions/{LONG_SESSION}"),
         testid: "event",
         rows: |_| LONG_EVENTS as usize,
     },
@@ -259,6 +270,8 @@ fn bench_pages(
         rows,
     } in PAGES
     {
+        let path = path(fixture.sessions);
+        let path = path.as_str();
         rt.block_on(fixture.check(path, testid, rows(fixture.sessions)));
         let samples: Samples = Arc::default();
         let id = BenchmarkId::new(format!("{}-{name}", factory.name()), fixture.sessions);
