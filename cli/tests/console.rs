@@ -5,6 +5,8 @@
 
 #[path = "fixture/console.rs"]
 mod console;
+#[path = "fixture/postgres.rs"]
+mod postgres;
 
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -197,4 +199,41 @@ fn the_url_may_come_from_the_environment() {
     let err = String::from_utf8_lossy(&output.stderr).into_owned();
     assert_eq!(output.status.code(), Some(2), "{err}");
     assert!(err.contains("without a token"), "{err}");
+}
+
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[test]
+fn a_postgres_store_has_a_health_page_and_its_sessions() {
+    let Some(scratch) = postgres::scratch("a_postgres_store_has_a_health_page") else {
+        return;
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let store = a2_store::open(&scratch.url, a2_store::OpenOptions::default())
+            .await
+            .unwrap();
+        let msg = a2_store::NewEvent::new("msg", serde_json::json!({"n": 1}));
+        store
+            .append("s1", vec![msg], a2_store::AppendOptions::default())
+            .await
+            .unwrap();
+    });
+    let console = Console::start(&scratch.url, &["--consumer", "agent"]);
+    let (code, page) = http(&console.base, "GET", "/health", &[], "");
+    assert_eq!(code, 200, "{page}");
+    for shown in ["dead_tuples", "oldest_transaction", "events"] {
+        assert!(
+            page.contains(shown),
+            "no {shown} on the health page: {page}"
+        );
+    }
+    let (code, page) = http(&console.base, "GET", "/sessions/s1", &[], "");
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("data-testid=\"event\""), "{page}");
+    let (status, _, stderr) = console.terminate(Duration::from_secs(10));
+    assert!(status.success(), "{stderr}");
+    drop(scratch);
 }
