@@ -66,6 +66,17 @@ impl SessionMap {
         session
     }
 
+    /// Up to `limit` sessions whose id sorts after `after` (`None`: from the
+    /// first), in id order, with their ids.
+    pub fn page_after(&self, after: Option<&str>, limit: usize) -> Vec<(Arc<str>, SessionCell)> {
+        let lower: Bound<&str> = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.order
+            .range::<str, _>((lower, Bound::Unbounded))
+            .filter_map(|id| Some((id.clone(), self.by_id.get(id)?.clone())))
+            .take(limit)
+            .collect()
+    }
+
     /// Moves session `id` in the activity order from `before` (`None`: it did
     /// not exist) to `after`.
     pub fn touch(&mut self, id: &str, before: Option<i64>, after: i64) {
@@ -115,14 +126,5 @@ impl SessionMap {
     #[cfg(test)]
     pub fn values(&self) -> impl Iterator<Item = &SessionCell> {
         self.by_id.values()
-    }
-
-    /// The sessions whose id sorts after `after` (`None`: every session),
-    /// in id order.
-    pub fn after<'a>(&'a self, after: Option<&'a str>) -> impl Iterator<Item = &'a SessionCell> {
-        let lower: Bound<&str> = after.map_or(Bound::Unbounded, Bound::Excluded);
-        self.order
-            .range::<str, _>((lower, Bound::Unbounded))
-            .filter_map(|id| self.by_id.get(id))
     }
 }

@@ -408,18 +408,26 @@ impl Store for MemoryStore {
     }
 
     async fn sessions(&self, options: ListSessions) -> Result<Vec<SessionInfo>> {
-        let candidates: Vec<Arc<Mutex<Session>>> = lock(&self.shared.sessions, "sessions map")?
-            .after(options.after.as_deref())
-            .cloned()
-            .collect();
+        // Chunks of the page's size, so a page costs its size (plus the
+        // empty sessions it steps over), not the number of sessions after it.
         let limit = options.limit.unwrap_or(usize::MAX);
+        let chunk = limit.clamp(1, 1_000);
         let mut listed = Vec::new();
-        for session in candidates {
-            if listed.len() >= limit {
+        let mut after: Option<Arc<str>> = options.after.as_deref().map(Arc::from);
+        while listed.len() < limit {
+            let candidates: Vec<(Arc<str>, Arc<Mutex<Session>>)> =
+                lock(&self.shared.sessions, "sessions map")?.page_after(after.as_deref(), chunk);
+            let Some((last, _)) = candidates.last() else {
                 break;
-            }
-            if let Some(info) = lock(&session, "session")?.info() {
-                listed.push(info);
+            };
+            after = Some(last.clone());
+            for (_, session) in candidates {
+                if listed.len() >= limit {
+                    break;
+                }
+                if let Some(info) = lock(&session, "session")?.info() {
+                    listed.push(info);
+                }
             }
         }
         Ok(listed)

@@ -32,20 +32,28 @@ pub(crate) async fn read(
         .collect()
 }
 
-/// Sessions with at least one appended row, by id, after `after`.
+/// The sessions listing's columns, from the first page.
+const SESSIONS_FIRST: &str = "SELECT session_id, head, clear_index, reclaimed_through, \
+    forked_session, forked_index, incarnation FROM sessions \
+    WHERE head > 0 ORDER BY session_id LIMIT $1";
+
+/// The same after the id `$1`: its own statement, so its plan is always an
+/// index range from `$1` (one text with `$1 IS NULL OR ...` got a generic
+/// plan that filtered every session before `$1`).
+const SESSIONS_AFTER: &str = "SELECT session_id, head, clear_index, reclaimed_through, \
+    forked_session, forked_index, incarnation FROM sessions \
+    WHERE session_id > $1 AND head > 0 ORDER BY session_id LIMIT $2";
+
+/// Sessions with at least one appended row, by id, after `after`: an index
+/// range of the page, however many sessions come before it.
 pub(crate) async fn sessions(tx: &Tx<'_>, options: &ListSessions) -> TxResult<Vec<SessionInfo>> {
     let limit = options
         .limit
         .map(|limit| i64::try_from(limit).unwrap_or(i64::MAX));
-    let rows = query(
-        tx,
-        "SELECT session_id, head, clear_index, reclaimed_through, forked_session, \
-         forked_index, incarnation FROM sessions \
-         WHERE head > 0 AND ($1::text IS NULL OR session_id > $1) \
-         ORDER BY session_id LIMIT $2",
-        &[&options.after, &limit],
-    )
-    .await?;
+    let rows = match &options.after {
+        None => query(tx, SESSIONS_FIRST, &[&limit]).await?,
+        Some(after) => query(tx, SESSIONS_AFTER, &[after, &limit]).await?,
+    };
     let mut sessions = Vec::with_capacity(rows.len());
     for row in &rows {
         sessions.push(session_info(row.try_get(0)?, row, 1)?);
