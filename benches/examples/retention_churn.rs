@@ -79,11 +79,15 @@ enum Storage {
     /// A SQLite file (and its WAL).
     Sqlite { path: PathBuf },
     /// A PostgreSQL schema, with the connection holding a transaction open.
-    Postgres {
-        client: tokio_postgres::Client,
-        holder: tokio_postgres::Client,
-        schema: String,
-    },
+    Postgres(Box<PgStorage>),
+}
+
+/// A PostgreSQL schema measured by `client` while `holder` keeps a
+/// transaction open.
+struct PgStorage {
+    client: tokio_postgres::Client,
+    holder: tokio_postgres::Client,
+    schema: String,
 }
 
 impl Storage {
@@ -96,7 +100,8 @@ impl Storage {
                 let wal = std::fs::metadata(PathBuf::from(wal)).map_or(0, |m| m.len());
                 Ok(main + wal)
             }
-            Self::Postgres { client, schema, .. } => {
+            Self::Postgres(pg) => {
+                let PgStorage { client, schema, .. } = pg.as_ref();
                 let row = client
                     .query_one(
                         "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint \
@@ -116,7 +121,8 @@ impl Storage {
     async fn still_held(&self) -> bool {
         match self {
             Self::Sqlite { .. } => true,
-            Self::Postgres { holder, .. } => holder
+            Self::Postgres(pg) => pg
+                .holder
                 .query_one("SELECT txid_current_if_assigned() IS NOT NULL", &[])
                 .await
                 .map(|row| row.get::<_, bool>(0))
@@ -206,11 +212,11 @@ async fn run(args: Args) -> Result<bool, String> {
                 .batch_execute("BEGIN; SELECT txid_current();")
                 .await
                 .map_err(|e| format!("holding a transaction: {e}"))?;
-            let storage = Storage::Postgres {
+            let storage = Storage::Postgres(Box::new(PgStorage {
                 client: client(&url).await?,
                 holder,
                 schema,
-            };
+            }));
             scratch = Some(schemas);
             (Arc::new(store), storage)
         }
@@ -257,7 +263,7 @@ async fn run(args: Args) -> Result<bool, String> {
         early,
         args.early,
         end,
-        if matches!(storage, Storage::Postgres { .. }) {
+        if matches!(storage, Storage::Postgres(_)) {
             if held {
                 " (a transaction held open throughout)"
             } else {
