@@ -260,16 +260,27 @@ pub fn idle_cutoff(now_ms: i64, idle_for_ms: i64) -> i64 {
 }
 
 /// Whether a request naming `requested` may act on the session whose
-/// incarnation is `current`: yes when it names none, or this one.
-pub fn incarnation_current(requested: Option<u64>, current: u64) -> bool {
-    requested.is_none_or(|requested| requested == current)
+/// incarnation is `current` (`None`: the session does not exist, never
+/// written or deleted, and a request on it is answered as without
+/// incarnations): yes when it names none, the session does not exist, or
+/// it names this incarnation.
+pub fn incarnation_current(requested: Option<u64>, current: Option<u64>) -> bool {
+    match (requested, current) {
+        (Some(requested), Some(current)) => requested == current,
+        _ => true,
+    }
 }
 
 /// Refuses a request naming incarnation `requested` of `session_id` whose
-/// incarnation is now `current` with [`ErrorCode::SessionDeleted`](crate::ErrorCode::SessionDeleted).
-pub fn fence_incarnation(session_id: &str, requested: Option<u64>, current: u64) -> Result<()> {
-    match requested {
-        Some(requested) if requested != current => {
+/// incarnation is now `current` with [`ErrorCode::SessionDeleted`](crate::ErrorCode::SessionDeleted);
+/// a session that does not exist (`current` `None`) refuses nothing.
+pub fn fence_incarnation(
+    session_id: &str,
+    requested: Option<u64>,
+    current: Option<u64>,
+) -> Result<()> {
+    match (requested, current) {
+        (Some(requested), Some(current)) if requested != current => {
             Err(StoreError::session_replaced(session_id, requested, current))
         }
         _ => Ok(()),
@@ -299,11 +310,10 @@ pub enum HeadWork {
 /// Whether `cursor`'s head still has work, and what it is doing at
 /// `now_ms`: `None` without a head or when the head is dead-lettered.
 pub fn work_left(cursor: &Cursor, now_ms: i64) -> Option<HeadWork> {
-    cursor.head?;
-    let dispatch = &cursor.dispatch;
-    if dispatch.is_dead_lettered() {
+    if !has_work(cursor) {
         return None;
     }
+    let dispatch = &cursor.dispatch;
     Some(match (&dispatch.claim_holder, dispatch.claim_expires_at) {
         (Some(holder), Some(until)) if until > now_ms => HeadWork::Leased {
             holder: holder.clone(),
@@ -385,11 +395,17 @@ mod tests {
 
     #[test]
     fn the_incarnation_fence_lets_unnamed_requests_through() {
-        assert!(incarnation_current(None, 7));
-        assert!(incarnation_current(Some(7), 7));
-        assert!(!incarnation_current(Some(6), 7));
-        assert!(fence_incarnation("s", Some(6), 7).is_err());
-        assert!(fence_incarnation("s", None, 7).is_ok());
+        assert!(incarnation_current(None, Some(7)));
+        assert!(incarnation_current(Some(7), Some(7)));
+        assert!(!incarnation_current(Some(6), Some(7)));
+        assert!(fence_incarnation("s", Some(6), Some(7)).is_err());
+        assert!(fence_incarnation("s", None, Some(7)).is_ok());
+    }
+
+    #[test]
+    fn a_session_that_does_not_exist_is_not_fenced() {
+        assert!(incarnation_current(Some(6), None));
+        assert!(fence_incarnation("s", Some(6), None).is_ok());
     }
 
     #[test]

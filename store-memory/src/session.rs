@@ -97,19 +97,22 @@ impl Session {
         }
     }
 
-    /// Whether a request naming `requested` may act on this session: it
-    /// names no incarnation, this one, or the session does not exist.
-    pub fn incarnation_current(&self, requested: Option<u64>) -> bool {
-        !self.exists() || a2_store_api::retention::incarnation_current(requested, self.incarnation)
+    /// The incarnation the fence compares with: `None` while the session
+    /// does not exist.
+    fn current_incarnation(&self) -> Option<u64> {
+        self.exists().then_some(self.incarnation)
     }
 
-    /// Refuses a request naming another incarnation of an existing session
+    /// Whether a request naming `requested` may act on this session
+    /// ([`a2_store_api::retention::incarnation_current`]).
+    pub fn incarnation_current(&self, requested: Option<u64>) -> bool {
+        a2_store_api::retention::incarnation_current(requested, self.current_incarnation())
+    }
+
+    /// Refuses a request naming another incarnation of this session
     /// ([`a2_store_api::retention::fence_incarnation`]).
     pub fn fence_incarnation(&self, requested: Option<u64>) -> Result<()> {
-        if !self.exists() {
-            return Ok(());
-        }
-        a2_store_api::retention::fence_incarnation(&self.id, requested, self.incarnation)
+        a2_store_api::retention::fence_incarnation(&self.id, requested, self.current_incarnation())
     }
 
     /// Whether a served cursor (`None`: any) has a head that is not

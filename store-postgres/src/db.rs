@@ -343,20 +343,17 @@ impl SessionState {
     /// session (`retention::incarnation_current`); a session that does not
     /// exist is not fenced (it behaves as before incarnations existed).
     pub(crate) fn current(&self, requested: Option<u64>) -> bool {
-        !self.exists || incarnation_current(requested, self.incarnation())
+        incarnation_current(requested, self.exists.then(|| self.incarnation()))
     }
 
     /// [`retention::fence_incarnation`](a2_store_api::retention::fence_incarnation)
     /// for a session that exists: `SessionDeleted` when `requested` names
     /// another incarnation.
     pub(crate) fn fence(&self, session_id: &str, requested: Option<u64>) -> TxResult<()> {
-        if !self.exists {
-            return Ok(());
-        }
         Ok(fence_incarnation(
             session_id,
             requested,
-            self.incarnation(),
+            self.exists.then(|| self.incarnation()),
         )?)
     }
 }

@@ -47,16 +47,17 @@ impl SessionRow {
     /// on this session: it exists in another incarnation, or
     /// `retention::incarnation_current` says so.
     pub(crate) fn incarnation_current(&self, requested: Option<u64>) -> bool {
-        !self.exists() || incarnation_current(requested, self.incarnation)
+        incarnation_current(requested, self.exists().then_some(self.incarnation))
     }
 
     /// Refuses a redrive, reschedule or clear naming another incarnation of
     /// this session, when it exists (`retention::fence_incarnation`).
     pub(crate) fn fence_incarnation(&self, requested: Option<u64>) -> Result<(), StoreError> {
-        if !self.exists() {
-            return Ok(());
-        }
-        fence_incarnation(&self.name, requested, self.incarnation)
+        fence_incarnation(
+            &self.name,
+            requested,
+            self.exists().then_some(self.incarnation),
+        )
     }
 }
 

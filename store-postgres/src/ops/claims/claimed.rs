@@ -93,7 +93,7 @@ impl Known {
     /// reads the rows as usual and answers from them.
     pub(crate) fn current(&self, requested: Option<u64>) -> bool {
         u64::try_from(self.incarnation)
-            .is_ok_and(|incarnation| incarnation_current(requested, incarnation))
+            .is_ok_and(|incarnation| incarnation_current(requested, Some(incarnation)))
     }
 }
 

@@ -215,7 +215,7 @@ pub(crate) async fn flush(
         let current = match incarnation {
             None => true,
             Some(incarnation) => u64::try_from(incarnation).is_ok_and(|incarnation| {
-                incarnation_current(item.request.incarnation, incarnation)
+                incarnation_current(item.request.incarnation, Some(incarnation))
             }),
         };
         if !current
