@@ -1,6 +1,7 @@
 //! Scenarios every backend's worker tests run: a store in, assertions out.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod flaky;
 pub mod processes;
 pub mod watched;

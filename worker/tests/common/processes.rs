@@ -23,28 +23,37 @@ pub async fn open(url: &str) -> Arc<dyn Store> {
 
 /// Starts a worker process on `url`.
 fn start_worker(url: &str, holder: &str) -> Child {
+    start_child(
+        "worker_process",
+        &[(CHILD_URL, url), (CHILD_HOLDER, holder)],
+        Stdio::null(),
+    )
+}
+
+/// Runs this test binary again on its ignored test `test` alone, with
+/// `env` set, standard input and output piped, `stderr` where asked.
+pub fn start_child(test: &str, env: &[(&str, &str)], stderr: Stdio) -> Child {
     let exe = std::env::current_exe().expect("the test binary");
     Command::new(exe)
         .args([
-            "worker_process",
+            test,
             "--exact",
             "--ignored",
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD_URL, url)
-        .env(CHILD_HOLDER, holder)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .kill_on_drop(true)
         .spawn()
         .expect("start a worker process")
 }
 
 /// Closes the process's standard input (asking it to shut down), waits for
-/// it and returns its summary line's counts.
-async fn stop_worker(mut child: Child) -> Vec<(String, u64)> {
+/// it and returns its summary line's counts (`SUMMARY name=count …`).
+pub async fn stop_worker(mut child: Child) -> Vec<(String, u64)> {
     drop(child.stdin.take());
     let mut stdout = child.stdout.take().expect("piped stdout");
     let mut text = String::new();
