@@ -276,7 +276,7 @@ pub(crate) fn status_of(code: ErrorCode) -> StatusCode {
         | ErrorCode::SessionCleared
         | ErrorCode::IdempotencyConflict
         | ErrorCode::PartialDuplicateBatch => StatusCode::CONFLICT,
-        ErrorCode::Busy => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorCode::Busy | ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
     }

@@ -36,6 +36,14 @@ pub enum ErrorCode {
     InvalidInput,
     /// The backend stayed busy (locked) past its timeout; retrying may work.
     Busy,
+    /// The backend could not be reached or stopped answering: the
+    /// connection was refused, lost, or gave no answer within its bound (a
+    /// server failing over, a bad network). Retrying may work once it is
+    /// back. The one error whose call may have been applied: when the
+    /// connection was lost after the call's commit was sent, the outcome is
+    /// unknown, so repeat the same call (appends are idempotent by event
+    /// id, completions and failures replay their recorded verdict).
+    Unavailable,
     /// A delete without `force` found a head that still has work (leased,
     /// claimable, waiting or scheduled); nothing was deleted.
     SessionInUse,
@@ -62,6 +70,7 @@ impl ErrorCode {
             Self::NoSuchEvent => "NO_SUCH_EVENT",
             Self::InvalidInput => "INVALID_INPUT",
             Self::Busy => "BUSY",
+            Self::Unavailable => "UNAVAILABLE",
             Self::SessionInUse => "SESSION_IN_USE",
             Self::SessionDeleted => "SESSION_DELETED",
             Self::StorageFull => "STORAGE_FULL",
@@ -71,13 +80,24 @@ impl ErrorCode {
     }
 }
 
+impl ErrorCode {
+    /// Whether a call failing with this code may succeed when repeated
+    /// unchanged: [`Busy`](Self::Busy) and [`Unavailable`](Self::Unavailable).
+    pub fn is_retryable(self) -> bool {
+        matches!(self, Self::Busy | Self::Unavailable)
+    }
+}
+
 impl fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
 }
 
-/// Every failure of a store call. A call that returns an error changed nothing.
+/// Every failure of a store call. A call that returns an error changed
+/// nothing, except [`ErrorCode::Unavailable`], whose outcome may be unknown
+/// (see there); [`StoreError::is_retryable`] tells which errors a repeat of
+/// the same call may cure.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StoreError {
@@ -130,6 +150,15 @@ pub enum StoreError {
         #[source]
         source: Option<BoxError>,
     },
+    /// See [`ErrorCode::Unavailable`].
+    #[error("backend unavailable: {message}")]
+    Unavailable {
+        /// What was lost or did not answer, and what to do.
+        message: String,
+        /// The backend's own error, when there is one.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// See [`ErrorCode::SessionInUse`].
     #[error("session in use: {message}")]
     SessionInUse {
@@ -179,12 +208,20 @@ impl StoreError {
             Self::NoSuchEvent { .. } => ErrorCode::NoSuchEvent,
             Self::InvalidInput { .. } => ErrorCode::InvalidInput,
             Self::Busy { .. } => ErrorCode::Busy,
+            Self::Unavailable { .. } => ErrorCode::Unavailable,
             Self::SessionInUse { .. } => ErrorCode::SessionInUse,
             Self::SessionDeleted { .. } => ErrorCode::SessionDeleted,
             Self::StorageFull { .. } => ErrorCode::StorageFull,
             Self::IncompatibleSchema { .. } => ErrorCode::IncompatibleSchema,
             Self::Backend { .. } => ErrorCode::Backend,
         }
+    }
+
+    /// Whether repeating the same call may succeed: [`ErrorCode::Busy`] (a
+    /// lock or the pool stayed busy) and [`ErrorCode::Unavailable`] (the
+    /// backend was unreachable). Every other code answers the same again.
+    pub fn is_retryable(&self) -> bool {
+        self.code().is_retryable()
     }
 
     /// An [`ErrorCode::InvalidInput`] error.
@@ -352,6 +389,14 @@ impl StoreError {
         }
     }
 
+    /// An [`ErrorCode::Unavailable`] error keeping `source`.
+    pub fn unavailable(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Unavailable {
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
     /// An [`ErrorCode::Backend`] error keeping `source`.
     pub fn backend(message: impl Into<String>, source: impl Into<BoxError>) -> Self {
         Self::Backend {
@@ -374,6 +419,20 @@ mod tests {
             serde_json::to_string(&ErrorCode::PartialDuplicateBatch).unwrap(),
             "\"PARTIAL_DUPLICATE_BATCH\""
         );
+    }
+
+    #[test]
+    fn only_busy_and_unavailable_are_retryable() {
+        let lost = StoreError::unavailable("claiming", std::io::Error::other("reset"));
+        assert_eq!(lost.code().as_str(), "UNAVAILABLE");
+        assert!(lost.is_retryable());
+        let busy = StoreError::Busy {
+            message: "locked".into(),
+            source: None,
+        };
+        assert!(busy.is_retryable());
+        assert!(!StoreError::invalid_input("bad").is_retryable());
+        assert!(!StoreError::backend("x", std::io::Error::other("y")).is_retryable());
     }
 
     #[test]
