@@ -74,8 +74,33 @@ pub(crate) fn db_error(what: &str, error: tokio_postgres::Error) -> StoreError {
         if let Some(failure) = crate::tls::tls_failure(&error) {
             return StoreError::backend(failure.message(what), error);
         }
+        if connection_lost(&error) {
+            return StoreError::unavailable(
+                format!("{what}: the PostgreSQL connection could not be opened or was lost (the server is down, failing over or unreachable) — retry once it is back; a call cut off at its commit may have been applied, and repeating it is safe"),
+                error,
+            );
+        }
         return StoreError::backend(format!("{what}: the PostgreSQL connection failed"), error);
     };
+    if code.code().starts_with("08")
+        || code == SqlState::ADMIN_SHUTDOWN
+        || code == SqlState::CRASH_SHUTDOWN
+        || code == SqlState::CANNOT_CONNECT_NOW
+    {
+        // Connection exceptions, and a server shutting down or starting
+        // (a failover, a restart): the call may succeed on the next server.
+        let detail = error
+            .as_db_error()
+            .map(|db| db.message().to_owned())
+            .unwrap_or_default();
+        return StoreError::unavailable(
+            format!(
+                "{what}: the PostgreSQL server is not available: {detail} (SQLSTATE {}) — retry once it is back",
+                code.code()
+            ),
+            error,
+        );
+    }
     let mut detail = error
         .as_db_error()
         .map(|db| db.message().to_owned())
@@ -128,25 +153,45 @@ pub(crate) fn db_error(what: &str, error: tokio_postgres::Error) -> StoreError {
     }
 }
 
+/// Whether a driver error without a SQLSTATE is the connection failing
+/// (closed, reset, refused, timed out) rather than a configuration or
+/// protocol problem: the error says so, or its source is an I/O error.
+fn connection_lost(error: &tokio_postgres::Error) -> bool {
+    if error.is_closed() {
+        return true;
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        if cause.is::<std::io::Error>() {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
 /// Maps a failure to get a pooled connection.
 pub(crate) fn pool_error(what: &str, error: deadpool_postgres::PoolError) -> StoreError {
     match error {
         deadpool_postgres::PoolError::Backend(error) => db_error(what, error),
         deadpool_postgres::PoolError::Timeout(kind) => {
-            let message = match kind {
-                deadpool_postgres::TimeoutType::Wait => format!(
+            let (busy, message) = match kind {
+                deadpool_postgres::TimeoutType::Wait => (true, format!(
                     "{what}: the connection pool is exhausted: no pooled PostgreSQL connection became free within the acquire timeout — raise pool_timeout_ms or pool_size in the URL"
-                ),
-                deadpool_postgres::TimeoutType::Create => format!(
+                )),
+                deadpool_postgres::TimeoutType::Create => (false, format!(
                     "{what}: opening a PostgreSQL connection for the pool took longer than the statement timeout — check that the server answers"
-                ),
-                deadpool_postgres::TimeoutType::Recycle => format!(
+                )),
+                deadpool_postgres::TimeoutType::Recycle => (false, format!(
                     "{what}: checking a pooled PostgreSQL connection took longer than the statement timeout — check that the server answers"
-                ),
+                )),
             };
-            StoreError::Busy {
-                message,
-                source: Some(Box::new(error)),
+            let source: Option<a2_store_api::BoxError> = Some(Box::new(error));
+            if busy {
+                StoreError::Busy { message, source }
+            } else {
+                // The server does not answer: down, failing over, unreachable.
+                StoreError::Unavailable { message, source }
             }
         }
         other => StoreError::backend(

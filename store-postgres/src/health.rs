@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use a2_store_api::{Result, StoreError};
 
-use crate::error::{db_error, pool_error};
+use crate::error::db_error;
 use crate::store::PostgresStore;
 
 /// A snapshot of a store's schema and of the server's oldest transaction,
@@ -122,52 +122,52 @@ impl PostgresStore {
     /// in time, `Backend` when the server cannot answer.
     pub async fn health(&self) -> Result<Health> {
         let doing = "reading the schema's health";
-        let client = self
-            .inner
-            .pool
-            .get()
-            .await
-            .map_err(|e| pool_error(doing, e))?;
-        let schema: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&self.inner.schema];
-        let (tables, oldest) =
-            futures::try_join!(client.query(TABLES, &schema), client.query_opt(OLDEST, &[]),)
-                .map_err(|e| db_error(doing, e))?;
-        let decode = |e: tokio_postgres::Error| db_error(doing, e);
-        let mut found = Vec::with_capacity(tables.len());
-        for row in &tables {
-            found.push(TableHealth {
-                name: row.try_get(0).map_err(decode)?,
-                live_tuples: count(row.try_get(1).map_err(decode)?),
-                dead_tuples: count(row.try_get(2).map_err(decode)?),
-                updates: count(row.try_get(3).map_err(decode)?),
-                hot_updates: count(row.try_get(4).map_err(decode)?),
-                table_bytes: count(row.try_get(5).map_err(decode)?),
-                index_bytes: count(row.try_get(6).map_err(decode)?),
-            });
-        }
-        if found.is_empty() {
-            return Err(StoreError::Backend {
-                message: format!(
-                    "schema '{}' has no tables: it was dropped, or the store's role cannot see it",
-                    self.inner.schema
-                ),
-                source: None,
-            });
-        }
-        let oldest_transaction = match oldest {
-            Some(row) => Some(OpenTransaction {
-                pid: row.try_get(0).map_err(decode)?,
-                age: Duration::from_millis(count(row.try_get(1).map_err(decode)?)),
-                state: row.try_get(2).map_err(decode)?,
-                application_name: row.try_get(3).map_err(decode)?,
-                holds_horizon: row.try_get(4).map_err(decode)?,
-            }),
-            None => None,
-        };
-        Ok(Health {
-            schema: self.inner.schema.clone(),
-            tables: found,
-            oldest_transaction,
+        let schema_name = self.inner.schema.clone();
+        crate::deadline::on_connection(&self.inner, doing, |client| {
+            Box::pin(async move {
+                let schema: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&schema_name];
+                let (tables, oldest) =
+                    futures::try_join!(client.query(TABLES, &schema), client.query_opt(OLDEST, &[]),)
+                        .map_err(|e| db_error(doing, e))?;
+                let decode = |e: tokio_postgres::Error| db_error(doing, e);
+                let mut found = Vec::with_capacity(tables.len());
+                for row in &tables {
+                    found.push(TableHealth {
+                        name: row.try_get(0).map_err(decode)?,
+                        live_tuples: count(row.try_get(1).map_err(decode)?),
+                        dead_tuples: count(row.try_get(2).map_err(decode)?),
+                        updates: count(row.try_get(3).map_err(decode)?),
+                        hot_updates: count(row.try_get(4).map_err(decode)?),
+                        table_bytes: count(row.try_get(5).map_err(decode)?),
+                        index_bytes: count(row.try_get(6).map_err(decode)?),
+                    });
+                }
+                if found.is_empty() {
+                    return Err(StoreError::Backend {
+                        message: format!(
+                            "schema '{}' has no tables: it was dropped, or the store's role cannot see it",
+                            schema_name
+                        ),
+                        source: None,
+                    });
+                }
+                let oldest_transaction = match oldest {
+                    Some(row) => Some(OpenTransaction {
+                        pid: row.try_get(0).map_err(decode)?,
+                        age: Duration::from_millis(count(row.try_get(1).map_err(decode)?)),
+                        state: row.try_get(2).map_err(decode)?,
+                        application_name: row.try_get(3).map_err(decode)?,
+                        holds_horizon: row.try_get(4).map_err(decode)?,
+                    }),
+                    None => None,
+                };
+                Ok(Health {
+                    schema: schema_name,
+                    tables: found,
+                    oldest_transaction,
+                })
+            })
         })
+        .await
     }
 }

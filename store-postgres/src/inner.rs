@@ -42,6 +42,11 @@ pub(crate) struct Inner {
     pub(crate) claimed: crate::ops::claims::claimed::Claimed,
     /// When the state tables are rotated (see [`crate::rotate`]).
     pub(crate) rotation: crate::options::Rotation,
+    /// The longest a call waits ([`crate::PostgresOptions::call_bound`]).
+    pub(crate) call_bound: std::time::Duration,
+    /// How long the network may stay silent
+    /// ([`crate::PostgresOptions::network_timeout`]).
+    pub(crate) network_timeout: std::time::Duration,
 }
 
 impl Inner {
@@ -63,6 +68,7 @@ impl Inner {
                     [self.channel.clone(), self.work_channel.clone()],
                     self.wakes.clone(),
                     self.signal.clone(),
+                    self.network_timeout,
                 )
             })
             .await;

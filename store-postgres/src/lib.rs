@@ -50,6 +50,7 @@ mod transact;
 mod batch;
 mod cursor_table;
 mod db;
+mod deadline;
 mod error;
 mod health;
 mod inner;
@@ -68,7 +69,9 @@ mod work_source;
 mod writer;
 
 pub use health::{Health, OpenTransaction, TableHealth};
-pub use options::{validate_schema_name, PostgresOptions, Rotation, MAX_SCHEMA_NAME_LEN};
+pub use options::{
+    validate_schema_name, PostgresOptions, Rotation, DEFAULT_NETWORK_TIMEOUT, MAX_SCHEMA_NAME_LEN,
+};
 pub use rotate::{RotatedTable, RotationReport, LOG_TABLES, STATE_TABLES};
 pub use schema::SCHEMA_VERSION;
 pub use scratch::ScratchSchemas;

@@ -9,6 +9,8 @@
 //! `ops::work`): a notification there, or a (re)connect, fires the store's
 //! `WorkSignal`, so waiting claimers claim again.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -100,12 +102,18 @@ impl Listener {
         channels: [String; 2],
         sender: broadcast::Sender<Arc<str>>,
         signal: WorkSignal,
+        network_timeout: Duration,
     ) -> Self {
         let (state, watched) = watch::channel(ListenState::Connecting);
         let task = tokio::spawn(async move {
             let mut delay = Duration::from_millis(50);
+            let links = Links {
+                sender: &sender,
+                signal: &signal,
+                state: &state,
+            };
             loop {
-                if listen_once(&config, &tls, &channels, &sender, &signal, &state).await {
+                if listen_once(&config, &tls, &channels, &links, network_timeout).await {
                     delay = Duration::from_millis(50);
                 }
                 state.send_replace(ListenState::Down);
@@ -131,17 +139,46 @@ impl Listener {
     }
 }
 
+/// How often a listening connection with nothing to say is probed
+/// (`SELECT 1`) to find out that it still carries packets: half the network
+/// timeout, between 100 ms and 5 s.
+pub(crate) fn probe_interval(network_timeout: Duration) -> Duration {
+    (network_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(5))
+}
+
+/// Where a listening connection sends what it hears.
+struct Links<'a> {
+    /// The session ids of subscription notifications.
+    sender: &'a broadcast::Sender<Arc<str>>,
+    /// Fired for work notifications.
+    signal: &'a WorkSignal,
+    /// The listener's state.
+    state: &'a watch::Sender<ListenState>,
+}
+
 /// One connection's life: `LISTEN`, wake everyone, forward notifications
-/// until the connection ends. Returns whether it got as far as listening.
+/// until the connection ends, or until a liveness probe (sent every
+/// [`probe_interval`]) goes unanswered for `network_timeout`: a connection
+/// cut silently (a partition, a proxy that stalled) carries no error, and
+/// would otherwise stay deaf until TCP gives up. Returns whether it got as
+/// far as listening.
 async fn listen_once(
     config: &tokio_postgres::Config,
     tls: &crate::tls::Connector,
     [channel, work_channel]: &[String; 2],
-    sender: &broadcast::Sender<Arc<str>>,
-    signal: &WorkSignal,
-    state: &watch::Sender<ListenState>,
+    links: &Links<'_>,
+    network_timeout: Duration,
 ) -> bool {
-    let Ok((client, mut connection)) = config.connect(tls.clone()).await else {
+    let Links {
+        sender,
+        signal,
+        state,
+    } = links;
+    let connect = tokio::time::timeout(
+        network_timeout.saturating_mul(2),
+        config.connect(tls.clone()),
+    );
+    let Ok(Ok((client, mut connection))) = connect.await else {
         return false;
     };
     let mut messages = futures::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -156,6 +193,11 @@ async fn listen_once(
     };
     tokio::pin!(listen);
     let mut listening = false;
+    // The `LISTEN` itself is bounded like a probe.
+    let mut answer_by = Some(tokio::time::Instant::now() + network_timeout.saturating_mul(2));
+    let mut probes = tokio::time::interval(probe_interval(network_timeout));
+    probes.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut probe: Option<Pin<Box<dyn Future<Output = bool> + Send + '_>>> = None;
     loop {
         tokio::select! {
             done = &mut listen, if !listening => {
@@ -163,9 +205,36 @@ async fn listen_once(
                     return false;
                 }
                 listening = true;
+                answer_by = None;
                 state.send_replace(ListenState::Listening);
                 let _ = sender.send(Arc::from(EVERYONE));
                 signal.notify();
+            }
+            _ = probes.tick(), if listening && probe.is_none() => {
+                let client = &client;
+                probe = Some(Box::pin(async move { client.simple_query("SELECT 1").await.is_ok() }));
+                answer_by = Some(tokio::time::Instant::now() + network_timeout);
+            }
+            answered = async {
+                match probe.as_mut() {
+                    Some(probe) => probe.await,
+                    None => std::future::pending().await,
+                }
+            }, if probe.is_some() => {
+                if !answered {
+                    return listening;
+                }
+                probe = None;
+                answer_by = None;
+            }
+            () = async {
+                match answer_by {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                // No answer in time: reconnect (dropping the client closes it).
+                return listening;
             }
             message = messages.next() => match message {
                 Some(Ok(AsyncMessage::Notification(note))) if note.channel() == work_channel => {
@@ -195,13 +264,16 @@ async fn listen_once(
 /// crash between commit and notice, or to a failed connection, only delays
 /// waiters elsewhere until their fallback poll. The task ends when the
 /// store (the sender) is dropped.
-pub(crate) fn work_notifier(pool: Pool, channel: String) -> watch::Sender<u64> {
+///
+/// Each notice is bounded by `bound` (the store's call bound): a notice
+/// nobody answers is given up, so a silent network cannot stall later ones.
+pub(crate) fn work_notifier(pool: Pool, channel: String, bound: Duration) -> watch::Sender<u64> {
     let (notices, mut pending) = watch::channel(0u64);
     tokio::spawn(async move {
         while pending.changed().await.is_ok() {
             pending.borrow_and_update();
             // Best effort: an error only delays other processes' waiters.
-            let _ = send_work_notice(&pool, &channel).await;
+            let _ = send_work_notice(&pool, &channel, bound).await;
         }
     });
     notices
@@ -215,16 +287,28 @@ pub(crate) fn work_notifier(pool: Pool, channel: String) -> watch::Sender<u64> {
 async fn send_work_notice(
     pool: &Pool,
     channel: &str,
+    bound: Duration,
 ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    let client = pool.get().await?;
-    let notify = client.prepare_cached("SELECT pg_notify($1, '')").await?;
-    let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&channel];
-    futures::try_join!(
-        client.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
-        client.execute(&notify, &params),
-        client.batch_execute("COMMIT"),
-    )?;
-    Ok(())
+    let deadline = tokio::time::Instant::now() + bound;
+    let client = tokio::time::timeout_at(deadline, pool.get()).await??;
+    let sent = tokio::time::timeout_at(deadline, async {
+        let notify = client.prepare_cached("SELECT pg_notify($1, '')").await?;
+        let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&channel];
+        futures::try_join!(
+            client.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
+            client.execute(&notify, &params),
+            client.batch_execute("COMMIT"),
+        )?;
+        Ok::<_, tokio_postgres::Error>(())
+    })
+    .await;
+    match sent {
+        Ok(outcome) => Ok(outcome?),
+        Err(elapsed) => {
+            crate::deadline::discard(client);
+            Err(elapsed.into())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -233,6 +317,11 @@ mod tests {
 
     /// A listener on a server at `port` of this machine.
     fn listener_on(port: u16) -> Listener {
+        listener_within(port, Duration::from_secs(10))
+    }
+
+    /// A listener on a server at `port` that waits `network` for answers.
+    fn listener_within(port: u16, network: Duration) -> Listener {
         let url = format!("postgres://nobody@127.0.0.1:{port}/none?sslmode=disable");
         let (config, tls) = crate::tls::prepare(&url).expect("a valid URL");
         let (sender, _) = broadcast::channel(4);
@@ -242,7 +331,47 @@ mod tests {
             ["a".to_owned(), "b".to_owned()],
             sender,
             WorkSignal::new(),
+            network,
         )
+    }
+
+    /// A server that accepts the connection and then says nothing is given
+    /// up after twice the network timeout (the listener is `Down` and
+    /// tries again), not waited for forever.
+    #[tokio::test]
+    async fn a_silent_server_is_given_up_after_the_network_timeout() {
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a local port");
+        let port = silent.local_addr().expect("its address").port();
+        let listener = listener_within(port, Duration::from_millis(200));
+        let mut state = listener.state.clone();
+        let started = std::time::Instant::now();
+        let down = state.wait_for(|s| *s == ListenState::Down);
+        tokio::time::timeout(Duration::from_secs(5), down)
+            .await
+            .expect("the listener gives up on a silent server")
+            .expect("the listener task runs");
+        assert!(
+            started.elapsed() >= Duration::from_millis(400),
+            "{:?}",
+            started.elapsed()
+        );
+        drop(silent);
+    }
+
+    #[test]
+    fn probes_run_at_half_the_network_timeout_within_limits() {
+        assert_eq!(
+            probe_interval(Duration::from_secs(2)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            probe_interval(Duration::from_secs(60)),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            probe_interval(Duration::from_millis(10)),
+            Duration::from_millis(100)
+        );
     }
 
     /// A listener whose server accepts the connection but never answers

@@ -9,6 +9,9 @@ use a2_store_api::{Clock, IdGenerator, RandomIds, Result, StoreError, SystemCloc
 /// The longest schema name PostgreSQL keeps without truncating (`NAMEDATALEN - 1`).
 pub const MAX_SCHEMA_NAME_LEN: usize = 63;
 
+/// [`PostgresOptions::network_timeout`]'s default.
+pub const DEFAULT_NETWORK_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How a [`PostgresStore`](crate::PostgresStore) connects and what it runs on.
 #[derive(Debug, Clone)]
 pub struct PostgresOptions {
@@ -39,6 +42,18 @@ pub struct PostgresOptions {
     /// with `StoreError::Busy` saying the pool is exhausted; `None` waits as
     /// long as [`statement_timeout`](Self::statement_timeout).
     pub pool_timeout: Option<Duration>,
+    /// How long the store waits on the network before it takes a connection
+    /// for dead (10 s by default): the TCP user timeout and keepalive of
+    /// every connection (unless the URL sets `tcp_user_timeout` or
+    /// `keepalives_idle`), the time to open a connection to each host
+    /// (unless the URL sets `connect_timeout`), how long the `LISTEN`
+    /// connection may leave a liveness probe unanswered, and the grace on
+    /// top of [`statement_timeout`](Self::statement_timeout) in every call's
+    /// bound: a call answers within the pool wait
+    /// ([`pool_timeout`](Self::pool_timeout), else the statement timeout) +
+    /// the statement timeout + this, else fails with
+    /// `StoreError::Unavailable` and closes its connection.
+    pub network_timeout: Duration,
     /// Pooled connections unused for longer are closed; `None` keeps them.
     pub idle_timeout: Option<Duration>,
     /// Pooled connections older than this are closed and replaced; `None`
@@ -127,6 +142,7 @@ impl Default for PostgresOptions {
             min_idle: 0,
             statement_timeout: Duration::from_secs(30),
             pool_timeout: None,
+            network_timeout: DEFAULT_NETWORK_TIMEOUT,
             idle_timeout: None,
             max_lifetime: None,
             application_name: None,
@@ -134,6 +150,22 @@ impl Default for PostgresOptions {
             read_only: false,
             rotation: Rotation::default(),
         }
+    }
+}
+
+impl PostgresOptions {
+    /// The longest a store call waits before it answers: the pool wait
+    /// ([`pool_timeout`](Self::pool_timeout), else the statement timeout),
+    /// plus the [`statement_timeout`](Self::statement_timeout), plus the
+    /// [`network_timeout`](Self::network_timeout). Past it the call fails
+    /// with `StoreError::Unavailable` and its connection is closed. Waiting
+    /// calls (`claim_work` with a wait, a stream between events) wait as
+    /// long as asked on top of it, never longer.
+    pub fn call_bound(&self) -> Duration {
+        self.pool_timeout
+            .unwrap_or(self.statement_timeout)
+            .saturating_add(self.statement_timeout)
+            .saturating_add(self.network_timeout)
     }
 }
 
@@ -187,6 +219,8 @@ mod tests {
         assert_eq!(options.statement_timeout, Duration::from_secs(30));
         assert_eq!(options.schema, "a2");
         assert_eq!(options.pool_timeout, None);
+        assert_eq!(options.network_timeout, Duration::from_secs(10));
+        assert_eq!(options.call_bound(), Duration::from_secs(70));
         assert_eq!(options.idle_timeout, None);
         assert_eq!(options.max_lifetime, None);
         assert_eq!(options.application_name, None);

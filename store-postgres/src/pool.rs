@@ -39,6 +39,7 @@ pub(crate) fn build(manager: Manager, options: &PostgresOptions) -> Result<Pool>
         lifetime: options.max_lifetime,
     };
     let read_only = options.read_only;
+    let bound = options.call_bound();
     let mut builder = Pool::builder(manager)
         .max_size(options.pool_size)
         .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -78,7 +79,7 @@ pub(crate) fn build(manager: Manager, options: &PostgresOptions) -> Result<Pool>
                 let status = pool.status();
                 if status.size < keep && status.available == status.size {
                     // Best effort: a failure here is the next call's to report.
-                    let _ = fill(&pool, keep, read_only).await;
+                    let _ = fill(&pool, keep, read_only, bound).await;
                 }
             }
         });
@@ -88,9 +89,15 @@ pub(crate) fn build(manager: Manager, options: &PostgresOptions) -> Result<Pool>
 
 /// Opens connections until the pool holds `count`, by taking `count` at
 /// once and handing them back, and warms the ones it opened
-/// ([`crate::warm`]; `read_only`: the store's). A connection whose warm-up
-/// failed is closed, not handed back. Errors as a call's would be.
-pub(crate) async fn fill(pool: &Pool, count: usize, read_only: bool) -> Result<()> {
+/// ([`crate::warm`]; `read_only`: the store's), each within `bound` (the
+/// store's call bound). A connection whose warm-up failed or got no answer
+/// is closed, not handed back. Errors as a call's would be.
+pub(crate) async fn fill(
+    pool: &Pool,
+    count: usize,
+    read_only: bool,
+    bound: Duration,
+) -> Result<()> {
     if count == 0 {
         return Ok(());
     }
@@ -102,18 +109,23 @@ pub(crate) async fn fill(pool: &Pool, count: usize, read_only: bool) -> Result<(
         if Object::metrics(&client).recycle_count > 0 {
             return Ok(());
         }
-        match crate::warm::warm(&client, read_only).await {
-            Ok(()) => Ok(()),
-            Err(error) => {
+        match tokio::time::timeout(bound, crate::warm::warm(&client, read_only)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(error)) => {
                 // Its session may be left inside the warm-up's transaction.
                 drop(Object::take(client));
-                Err(error)
+                Err(crate::error::db_error(doing, error))
+            }
+            Err(_) => {
+                // No answer: the connection may still owe one.
+                crate::deadline::discard(client);
+                Err(crate::deadline::no_answer(doing, bound))
             }
         }
     }))
     .await;
     for outcome in warmed {
-        outcome.map_err(|error| crate::error::db_error(doing, error))?;
+        outcome?;
     }
     Ok(())
 }

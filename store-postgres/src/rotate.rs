@@ -10,10 +10,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use a2_store_api::Result;
-use deadpool_postgres::{Client, Pool};
+use deadpool_postgres::Client;
 use tokio_postgres::error::SqlState;
 
-use crate::error::{db_error, pool_error};
+use crate::error::db_error;
 use crate::inner::Inner;
 use crate::options::Rotation;
 
@@ -89,19 +89,14 @@ pub struct RotatedTable {
 /// Rotates every state table now (see `PostgresStore::rotate`), on one
 /// pooled connection of `inner`.
 pub(crate) async fn rotate_now(inner: &Inner) -> Result<RotationReport> {
-    let client = connection(&inner.pool).await?;
-    let sizes = sizes(&client).await?;
-    rotate_tables(&client, &inner.rotation, &sizes).await
-}
-
-/// One pooled connection for a whole pass: measuring, rotating and
-/// measuring again on it, so a pass never waits for a second connection
-/// while holding one (with `pool_size` 1 it would wait until the pool's
-/// timeout).
-async fn connection(pool: &Pool) -> Result<Client> {
-    pool.get()
-        .await
-        .map_err(|e| pool_error("rotating the state tables", e))
+    let rotation = inner.rotation.clone();
+    crate::deadline::on_connection(inner, "rotating the state tables", |client| {
+        Box::pin(async move {
+            let sizes = sizes(client).await?;
+            rotate_tables(client, &rotation, &sizes).await
+        })
+    })
+    .await
 }
 
 /// The current bytes of every table rotations reclaim, in
@@ -176,7 +171,7 @@ async fn rotate_tables(
 
 /// What the periodic check knows of each table: its smallest size seen
 /// since its last rotation by this store (0 before the first).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Floors(HashMap<String, u64>);
 
 impl Floors {
@@ -225,15 +220,24 @@ pub(crate) fn start(inner: &Arc<Inner>) {
         loop {
             tokio::time::sleep(interval).await;
             let Some(inner) = inner.upgrade() else { break };
-            let Ok(client) = connection(&inner.pool).await else {
-                continue;
-            };
-            let Ok(sizes) = sizes(&client).await else {
-                continue;
-            };
-            let due = floors.due(&sizes, inner.rotation.min_growth);
-            if let Ok(report) = rotate_tables(&client, &inner.rotation, &due).await {
-                floors.passed(&report, &sizes);
+            // Bounded as a call is: a pass nobody answers is given up (and
+            // does not keep the store alive).
+            let rotation = inner.rotation.clone();
+            let mut seen = floors.clone();
+            let pass =
+                crate::deadline::on_connection(&inner, "rotating the state tables", |client| {
+                    Box::pin(async move {
+                        let sizes = sizes(client).await?;
+                        let due = seen.due(&sizes, rotation.min_growth);
+                        let report = rotate_tables(client, &rotation, &due).await;
+                        Ok((seen, report, sizes))
+                    })
+                });
+            if let Ok((seen, report, sizes)) = pass.await {
+                floors = seen;
+                if let Ok(report) = report {
+                    floors.passed(&report, &sizes);
+                }
             }
         }
     });

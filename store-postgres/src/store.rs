@@ -115,24 +115,33 @@ impl PostgresStore {
             _ => startup,
         };
         config.options(&startup);
+        crate::deadline::apply_network_timeout(&mut config, options.network_timeout);
+        let call_bound = options.call_bound();
         if let Some(name) = &options.application_name {
             config.application_name(name);
         } else if config.get_application_name().is_none() {
             config.application_name("a2-store-postgres");
         }
-        let (mut client, connection) = config
-            .connect(tls.clone())
-            .await
-            .map_err(|error| db_error("connecting to PostgreSQL", error))?;
-        let driver = tokio::spawn(connection);
-        let migrated = if options.read_only {
-            crate::schema::check_version(&client, &schema).await
-        } else {
-            crate::schema::migrate(&mut client, &schema).await
+        let opening = async {
+            let (mut client, connection) = config
+                .connect(tls.clone())
+                .await
+                .map_err(|error| db_error("connecting to PostgreSQL", error))?;
+            let driver = tokio::spawn(connection);
+            let migrated = if options.read_only {
+                crate::schema::check_version(&client, &schema).await
+            } else {
+                crate::schema::migrate(&mut client, &schema).await
+            };
+            drop(client);
+            let _ = driver.await;
+            migrated
         };
-        drop(client);
-        let _ = driver.await;
-        migrated?;
+        // A server that accepts the connection and then stays silent must
+        // not hold `connect` forever either.
+        tokio::time::timeout(call_bound, opening)
+            .await
+            .map_err(|_| crate::deadline::no_answer("connecting to PostgreSQL", call_bound))??;
         let manager = Manager::from_config(
             config.clone(),
             tls.clone(),
@@ -141,10 +150,11 @@ impl PostgresStore {
             },
         );
         let pool = crate::pool::build(manager, &options)?;
-        crate::pool::fill(&pool, options.min_idle, options.read_only).await?;
+        crate::pool::fill(&pool, options.min_idle, options.read_only, call_bound).await?;
         let (wakes, _) = broadcast::channel(1024);
         let work_channel = work_channel(&schema);
-        let work_notices = crate::notify::work_notifier(pool.clone(), work_channel.clone());
+        let work_notices =
+            crate::notify::work_notifier(pool.clone(), work_channel.clone(), call_bound);
         let read_only = options.read_only;
         let inner = Arc::new(Inner {
             pool,
@@ -162,6 +172,8 @@ impl PostgresStore {
             claim_hints: ops::claims::Hints::default(),
             claimed: ops::claims::claimed::Claimed::default(),
             rotation: options.rotation,
+            call_bound,
+            network_timeout: options.network_timeout,
         });
         if !read_only {
             crate::rotate::start(&inner);
@@ -266,14 +278,21 @@ impl Store for PostgresStore {
 
     async fn complete_attempt(&self, request: CompleteRequest) -> Result<CompleteResult> {
         validate::complete_attempt(&request)?;
+        // The whole call, its wait for a batch included, answers within
+        // the call bound.
+        let deadline = tokio::time::Instant::now() + self.inner.call_bound;
+        let what = "completing an attempt";
         // Concurrent completions share a transaction (see `crate::writer`);
         // one the batch leaves alone, and a lone one, run here.
         let (request, _turn) =
-            match crate::writer::complete(&self.completer, &self.inner, request).await {
+            match crate::writer::complete(&self.completer, &self.inner, request, deadline).await {
                 crate::writer::Route::Done(result) => return Ok(result),
                 crate::writer::Route::Alone(request, turn) => (request, turn),
+                crate::writer::Route::Late => {
+                    return Err(crate::deadline::no_answer(what, self.inner.call_bound))
+                }
             };
-        let (result, wrote) = transact!(self.inner, "completing an attempt", |tx| {
+        let (result, wrote) = transact!(self.inner, what, deadline = deadline, |tx| {
             ops::complete::complete(&tx, &self.inner, &request).await?
         })?;
         self.inner.committed(&request.session_id, wrote);
@@ -380,6 +399,7 @@ impl Store for PostgresStore {
         })?;
         Ok(follow(
             self.inner.pool.clone(),
+            self.inner.call_bound,
             session_id,
             token,
             incarnation,

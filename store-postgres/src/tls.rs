@@ -220,11 +220,83 @@ pub(crate) type Connector = tokio_postgres::NoTls;
 pub(crate) fn prepare(url: &str) -> Result<(tokio_postgres::Config, Connector)> {
     let (driver_url, settings) = split_tls_settings(url)?;
     let mut config: tokio_postgres::Config = driver_url.parse().map_err(|error| {
-        StoreError::invalid_input(format!("the URL is not a valid PostgreSQL URL: {error}"))
+        StoreError::invalid_input(format!(
+            "the URL is not a valid PostgreSQL URL: {}",
+            parse_problem(&error, may_hold_secret(&driver_url))
+        ))
     })?;
     config.ssl_mode(settings.driver_mode());
     let connector = connector(&settings)?;
     Ok((config, connector))
+}
+
+/// Whether a connection string may carry a secret: a password in a URL's
+/// user part, or a key such as `password` or `scram_client_key`.
+fn may_hold_secret(url: &str) -> bool {
+    let lower = url.to_ascii_lowercase();
+    let user_password = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .is_some_and(|(user, _)| user.contains(':'));
+    user_password || lower.contains("password") || lower.contains("scram_")
+}
+
+/// What the driver found wrong with a connection string, in words that
+/// quote nothing of it when it `may_hold_secret`: the driver's own details
+/// may name an unknown option, which can be a piece of a password split
+/// off at an `&`, `=` or space that was not percent-encoded, or show one
+/// of its characters.
+fn parse_problem(error: &tokio_postgres::Error, may_hold_secret: bool) -> String {
+    /// libpq's connection keywords: an unknown option named so is safe to name.
+    const LIBPQ_KEYS: &str = "host hostaddr port dbname user passfile require_auth \
+        channel_binding connect_timeout client_encoding options application_name \
+        fallback_application_name keepalives keepalives_idle keepalives_interval \
+        keepalives_count keepalives_retries tcp_user_timeout replication gssencmode sslmode \
+        sslnegotiation sslcompression sslcert sslkey sslcertmode sslrootcert sslcrl sslcrldir \
+        sslsni requirepeer ssl_min_protocol_version ssl_max_protocol_version \
+        min_protocol_version max_protocol_version krbsrvname gsslib gssdelegation service \
+        target_session_attrs load_balance_hosts";
+    let detail = std::error::Error::source(error)
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    if detail.starts_with("invalid value for option `") {
+        // Names one of the driver's fixed keys, never the value.
+        return format!("{detail}: check that key's value");
+    }
+    if let Some(name) = detail
+        .strip_prefix("unknown option `")
+        .and_then(|rest| rest.strip_suffix('`'))
+    {
+        return if LIBPQ_KEYS.split_whitespace().any(|key| key == name) {
+            format!("the driver does not support the option `{name}`: leave it out")
+        } else if !may_hold_secret {
+            format!("unknown option `{name}`: check the spelling of the URL's query keys")
+        } else {
+            "it holds an option the driver does not know (not named here: it may be a piece \
+             of the password): check the query keys, and percent-encode `&`, `=`, `@`, `/` \
+             and spaces in a password"
+                .to_owned()
+        };
+    }
+    if detail.starts_with("invalid utf-8") || detail.starts_with("incomplete utf-8") {
+        return format!("a percent-escape does not decode to UTF-8 ({detail})");
+    }
+    match detail.as_str() {
+        "unterminated parameter" => {
+            "a query parameter has no `=`: write key=value pairs joined by &, \
+             and percent-encode `&` in a password"
+                .to_owned()
+        }
+        "unterminated quoted connection parameter value" => {
+            "a quoted value has no closing `'`".to_owned()
+        }
+        "unexpected EOF" => "it ends where a value is expected".to_owned(),
+        _ if detail.starts_with("unexpected character") => {
+            "a keyword is not followed by `=`: write key=value pairs".to_owned()
+        }
+        // Anything else is not repeated: it could quote the password.
+        _ => "check its form: postgres://USER@HOST:PORT/DATABASE?KEY=VALUE".to_owned(),
+    }
 }
 
 #[cfg(not(feature = "tls"))]

@@ -8,20 +8,35 @@ use std::time::Duration;
 /// Runs `$body` (which uses `$tx`) in a transaction on a pooled connection,
 /// committing when it returns `Ok`, rolling back otherwise (and waiting for
 /// the rollback before answering or retrying), and running it again after a
-/// deadlock or serialization failure.
+/// deadlock or serialization failure; all of it within the store's call
+/// bound, past which the call fails with `Unavailable` and its connection is
+/// closed (`crate::deadline`).
+/// `transact!(inner, what, deadline = at, |tx| body)` answers by `at` (a
+/// call that spent part of its bound before its transaction).
 macro_rules! transact {
     ($inner:expr, $what:expr, |$tx:ident| $body:expr) => {{
+        let inner: &$crate::inner::Inner = &$inner;
+        transact!(
+            inner,
+            $what,
+            deadline = tokio::time::Instant::now() + inner.call_bound,
+            |$tx| $body
+        )
+    }};
+    ($inner:expr, $what:expr, deadline = $deadline:expr, |$tx:ident| $body:expr) => {{
         let inner: &$crate::inner::Inner = &$inner;
         let what: &str = $what;
         let mut tries: u32 = 0;
         let mut missed = false;
+        // The call's client-side bound (see `crate::deadline`): retries
+        // included, it answers by then.
+        let deadline: tokio::time::Instant = $deadline;
         loop {
-            let client = inner
-                .pool
-                .get()
-                .await
-                .map_err(|e| $crate::error::pool_error(what, e))?;
-            let outcome: std::result::Result<_, $crate::error::TxError> = {
+            let client = match tokio::time::timeout_at(deadline, inner.pool.get()).await {
+                Ok(got) => got.map_err(|e| $crate::error::pool_error(what, e))?,
+                Err(_) => break Err($crate::deadline::no_answer(what, inner.call_bound)),
+            };
+            let attempt = tokio::time::timeout_at(deadline, async {
                 let $tx = $crate::db::Tx::new(&client);
                 let outcome: std::result::Result<_, $crate::error::TxError> = async {
                     let value = $body;
@@ -41,6 +56,15 @@ macro_rules! transact {
                         let _ = $tx.end().await;
                         Err(error)
                     }
+                }
+            })
+            .await;
+            let outcome: std::result::Result<_, $crate::error::TxError> = match attempt {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    // No answer in time: the connection may still owe one.
+                    $crate::deadline::discard(client);
+                    break Err($crate::deadline::no_answer(what, inner.call_bound));
                 }
             };
             match outcome {

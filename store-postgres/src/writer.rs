@@ -82,6 +82,8 @@ pub(crate) enum Route {
     Done(CompleteResult),
     /// Run on the single path; the turn (if any) is held until it ends.
     Alone(CompleteRequest, Option<Turn>),
+    /// The call's bound passed while it waited for its batch.
+    Late,
 }
 
 /// A lone write's place among the writes in flight; given back when
@@ -106,11 +108,15 @@ impl Drop for Turn {
 }
 
 /// Routes a validated completion: at once alone when nothing waits and a
-/// write slot is free; through a batch otherwise.
+/// write slot is free; through a batch otherwise. A caller still waiting
+/// for its batch at `deadline` (its call's bound) is answered
+/// [`Route::Late`]: the batch may yet commit it, which is what
+/// `Unavailable` says.
 pub(crate) async fn complete(
     completer: &Arc<Completer>,
     inner: &Arc<Inner>,
     request: CompleteRequest,
+    deadline: tokio::time::Instant,
 ) -> Route {
     if !batch::batchable(&request) {
         return Route::Alone(request, None);
@@ -137,7 +143,10 @@ pub(crate) async fn complete(
         }
         (receiver, request_copy)
     };
-    match receiver.0.await {
+    let Ok(reply) = tokio::time::timeout_at(deadline, receiver.0).await else {
+        return Route::Late;
+    };
+    match reply {
         Ok(Reply::Completed) => Route::Done(CompleteResult::Completed { events: Vec::new() }),
         Ok(Reply::Alone(request)) => Route::Alone(request, None),
         // The flush ended without answering (its task stopped): the single
@@ -247,15 +256,34 @@ async fn flush(inner: &Inner, batch: Vec<Pending>) {
 /// The batch's transaction on a pooled connection; `None` when it failed
 /// (it ended, every item runs alone).
 async fn run(inner: &Inner, requests: &[&CompleteRequest]) -> Option<Flushed> {
-    let client = inner.pool.get().await.ok()?;
-    let tx = Tx::new(&client);
-    let now = inner.clock.now_ms();
-    match batch::flush(&tx, requests, now, &inner.claimed).await {
-        Ok(flushed) => Some(flushed),
-        // Not an error of any call: each item runs alone and reports its
-        // own. Ended before anyone is answered: no lock outlives the batch.
+    // Bounded as a call is: a flush nobody answers must not hold its
+    // callers (they then run alone, each under its own bound).
+    let deadline = tokio::time::Instant::now() + inner.call_bound;
+    let client = tokio::time::timeout_at(deadline, inner.pool.get())
+        .await
+        .ok()?
+        .ok()?;
+    let flushed = tokio::time::timeout_at(deadline, async {
+        let tx = Tx::new(&client);
+        let now = inner.clock.now_ms();
+        match batch::flush(&tx, requests, now, &inner.claimed).await {
+            Ok(flushed) => Some(flushed),
+            // Not an error of any call: each item runs alone and reports its
+            // own. Ended before anyone is answered: no lock outlives the batch.
+            Err(_) => {
+                let _ = tx.end().await;
+                None
+            }
+        }
+    })
+    .await;
+    match flushed {
+        Ok(flushed) => flushed,
         Err(_) => {
-            let _ = tx.end().await;
+            // Its transaction ends on the server when the connection closes
+            // (or when idle_in_transaction_session_timeout ends it); an item
+            // whose COMMIT did get through replays when it runs alone.
+            crate::deadline::discard(client);
             None
         }
     }

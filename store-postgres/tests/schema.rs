@@ -49,13 +49,15 @@ async fn a_bad_url_or_pool_size_is_invalid_input() {
 }
 
 #[tokio::test]
-async fn an_unreachable_server_is_a_backend_error() {
+async fn an_unreachable_server_is_unavailable_and_retryable() {
     // Port 1 on loopback: nothing listens there.
     let url = "postgres://postgres@127.0.0.1:1/test?connect_timeout=2";
     let error = PostgresStore::connect(url, options("a2"))
         .await
         .expect_err("no server");
-    assert_eq!(error.code(), ErrorCode::Backend, "{error}");
+    assert_eq!(error.code(), ErrorCode::Unavailable, "{error}");
+    assert!(error.is_retryable());
+    assert!(!error.to_string().contains("127.0.0.1:1"), "{error}");
 }
 
 #[cfg_attr(

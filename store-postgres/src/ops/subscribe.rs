@@ -40,6 +40,8 @@ pub(crate) async fn register(tx: &Tx<'_>, session_id: &str, token: &str) -> TxRe
 
 struct Follow {
     pool: Pool,
+    /// The store's call bound: each read answers within it.
+    bound: std::time::Duration,
     session_id: String,
     /// This stream's registration in `subscribers`, removed when it ends.
     token: String,
@@ -64,7 +66,8 @@ impl Drop for Follow {
         let pool = self.pool.clone();
         let session_id = std::mem::take(&mut self.session_id);
         let token = std::mem::take(&mut self.token);
-        runtime.spawn(async move {
+        let bound = self.bound;
+        let remove = async move {
             if let Ok(client) = pool.get().await {
                 let _ = client
                     .execute(
@@ -73,14 +76,36 @@ impl Drop for Follow {
                     )
                     .await;
             }
+        };
+        runtime.spawn(async move {
+            let _ = tokio::time::timeout(bound, remove).await;
         });
     }
 }
 
 impl Follow {
+    /// Reads the next page, within the store's call bound (past it the
+    /// stream ends with `Unavailable`, its connection closed).
     async fn read_more(&mut self) -> Result<usize> {
         let what = "reading a subscribed session";
-        let client = self.pool.get().await.map_err(|e| pool_error(what, e))?;
+        let deadline = tokio::time::Instant::now() + self.bound;
+        let client = tokio::time::timeout_at(deadline, self.pool.get())
+            .await
+            .map_err(|_| crate::deadline::no_answer(what, self.bound))?
+            .map_err(|e| pool_error(what, e))?;
+        let bound = self.bound;
+        match tokio::time::timeout_at(deadline, self.read_page(&client)).await {
+            Ok(read) => read,
+            Err(_) => {
+                crate::deadline::discard(client);
+                Err(crate::deadline::no_answer(what, bound))
+            }
+        }
+    }
+
+    /// One page after `last` on `client`.
+    async fn read_page(&mut self, client: &deadpool_postgres::Object) -> Result<usize> {
+        let what = "reading a subscribed session";
         // The session's incarnation and the page in one statement (one
         // snapshot): a delete committed before it shows as no session row
         // (or another incarnation), never as a log that starts over.
@@ -161,6 +186,7 @@ impl Follow {
 /// taken before the first read, so no append (and no delete) is missed.
 pub(crate) fn follow(
     pool: Pool,
+    bound: std::time::Duration,
     session_id: &str,
     token: String,
     incarnation: i64,
@@ -169,6 +195,7 @@ pub(crate) fn follow(
 ) -> EventStream {
     let state = Follow {
         pool,
+        bound,
         session_id: session_id.to_owned(),
         token,
         incarnation,
