@@ -76,14 +76,24 @@ impl LeaseToken {
 const TRANSIENT_TRIES: u32 = 4;
 const TRANSIENT_PAUSE: Duration = Duration::from_millis(50);
 
+/// How long a call answered `Unavailable` (the backend unreachable: a
+/// failover, a partition) keeps being repeated, and the longest pause
+/// between repeats: a failover takes seconds, and the work of the attempt
+/// is kept if its completion gets through meanwhile (it is fenced, so a
+/// late one is answered superseded, never applied twice).
+const UNAVAILABLE_FOR: Duration = Duration::from_secs(20);
+const UNAVAILABLE_MAX_PAUSE: Duration = Duration::from_secs(1);
+
 /// Whether a store error may go away when the same call is made again.
 pub(crate) fn is_transient(code: ErrorCode) -> bool {
-    matches!(code, ErrorCode::Busy | ErrorCode::Backend)
+    code.is_retryable() || code == ErrorCode::Backend
 }
 
 /// Runs `call` until it succeeds, fails with a non-transient error, or has
-/// been made [`TRANSIENT_TRIES`] times (pausing 50, 100, 200 ms between).
-/// Only for calls that are idempotent when repeated.
+/// been made [`TRANSIENT_TRIES`] times (pausing 50, 100, 200 ms between);
+/// while it answers `Unavailable`, for up to [`UNAVAILABLE_FOR`] (pauses
+/// doubling up to [`UNAVAILABLE_MAX_PAUSE`]). Only for calls that are
+/// idempotent when repeated.
 pub(crate) async fn with_transient_retry<T, F, Fut>(mut call: F) -> Result<T>
 where
     F: FnMut() -> Fut,
@@ -91,8 +101,18 @@ where
 {
     let mut pause = TRANSIENT_PAUSE;
     let mut tries = 1;
+    let started = tokio::time::Instant::now();
     loop {
         match call().await {
+            Err(error)
+                if error.code() == ErrorCode::Unavailable
+                    && started.elapsed() + pause < UNAVAILABLE_FOR =>
+            {
+                tracing::debug!(target: "a2_worker", error = %error, tries, "store unavailable; repeating the call");
+                tokio::time::sleep(pause).await;
+                pause = pause.saturating_mul(2).min(UNAVAILABLE_MAX_PAUSE);
+                tries += 1;
+            }
             Err(error) if tries < TRANSIENT_TRIES && is_transient(error.code()) => {
                 tracing::debug!(target: "a2_worker", error = %error, tries, "transient store error; repeating the call");
                 tokio::time::sleep(pause).await;
@@ -299,6 +319,55 @@ mod tests {
     use super::*;
     use a2_store_api::StoreError;
     use std::sync::atomic::AtomicU32;
+
+    /// A failover answers `Unavailable` for seconds: the call is repeated
+    /// for [`UNAVAILABLE_FOR`] (pauses capped), then its error is returned.
+    #[tokio::test(start_paused = true)]
+    async fn unavailable_is_repeated_through_a_failover_then_given_up() {
+        let calls = AtomicU32::new(0);
+        let started = tokio::time::Instant::now();
+        let result: Result<u32> = with_transient_retry(|| {
+            let call = calls.fetch_add(1, Ordering::SeqCst);
+            let elapsed = started.elapsed();
+            async move {
+                if elapsed < Duration::from_secs(5) {
+                    Err(StoreError::unavailable(
+                        "promoting",
+                        std::io::Error::other("refused"),
+                    ))
+                } else {
+                    Ok(call)
+                }
+            }
+        })
+        .await;
+        assert!(result.is_ok(), "the call got through after the failover");
+        assert!(
+            started.elapsed() < Duration::from_secs(7),
+            "{:?}",
+            started.elapsed()
+        );
+
+        calls.store(0, Ordering::SeqCst);
+        let started = tokio::time::Instant::now();
+        let result: Result<()> = with_transient_retry(|| {
+            calls.fetch_add(1, Ordering::SeqCst);
+            async {
+                Err(StoreError::unavailable(
+                    "down",
+                    std::io::Error::other("refused"),
+                ))
+            }
+        })
+        .await;
+        assert_eq!(result.unwrap_err().code(), ErrorCode::Unavailable);
+        assert!(
+            started.elapsed() <= UNAVAILABLE_FOR,
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(calls.load(Ordering::SeqCst) > TRANSIENT_TRIES);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn transient_errors_are_retried_a_bounded_number_of_times() {
