@@ -4,6 +4,7 @@
 pub mod cluster;
 pub mod flaky;
 pub mod processes;
+pub mod proxy;
 pub mod watched;
 
 use std::collections::{BTreeMap, HashMap};
