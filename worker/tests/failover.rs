@@ -483,157 +483,6 @@ async fn synchronous_primary_killed_under_load() {
         .iter()
         .map(|(holder, path)| (holder.clone(), read_lines(path)))
         .collect();
-    let mut problems: Vec<String> = Vec::new();
-
-    // Inputs: every acknowledged one where it was acknowledged, no other.
-    let mut inputs: HashMap<(String, u64), &StoredEvent> = HashMap::new();
-    for (session, rows) in &final_logs {
-        for event in rows.iter().filter(|event| event.event_type == INPUT) {
-            inputs.insert((session.clone(), event.index), event);
-        }
-    }
-    let mut lost_inputs = 0;
-    for input in &producer.acked {
-        match inputs.get(&(input.session.clone(), input.index)) {
-            Some(event) if event.id == input.id => {}
-            other => {
-                lost_inputs += 1;
-                if lost_inputs <= 5 {
-                    problems.push(format!(
-                        "acknowledged input {} of {} at {} is not there: {:?}",
-                        input.id,
-                        input.session,
-                        input.index,
-                        other.map(|event| &event.id)
-                    ));
-                }
-            }
-        }
-    }
-    let acked_ids: HashSet<(&str, &str)> = producer
-        .acked
-        .iter()
-        .map(|input| (input.session.as_str(), input.id.as_str()))
-        .collect();
-    let unacked_inputs = inputs
-        .values()
-        .filter(|event| !acked_ids.contains(&(event.session_id.as_str(), event.id.as_str())))
-        .count();
-    if unacked_inputs > 0 {
-        problems.push(format!(
-            "{unacked_inputs} inputs stored that the producer never saw acknowledged"
-        ));
-    }
-
-    // Outputs: exactly one per acknowledged input, on its lane, in order.
-    let mut outputs_by_input: HashMap<(String, u64), Vec<&StoredEvent>> = HashMap::new();
-    let mut lane_order_breaks = 0;
-    for (session, rows) in &final_logs {
-        let mut last_by_lane: HashMap<String, u64> = HashMap::new();
-        for event in rows.iter().filter(|event| event.event_type == OUTPUT) {
-            let Some(cause) = &event.cause else {
-                problems.push(format!("output {} of {session} has no cause", event.id));
-                continue;
-            };
-            outputs_by_input
-                .entry((session.clone(), cause.index))
-                .or_default()
-                .push(event);
-            if let Some(lane) = &cause.lane {
-                let last = last_by_lane.entry(lane.clone()).or_default();
-                if cause.index <= *last {
-                    lane_order_breaks += 1;
-                    problems.push(format!(
-                        "{session} lane {lane}: output for {} after the one for {}",
-                        cause.index, *last
-                    ));
-                }
-                *last = cause.index;
-            }
-        }
-    }
-    let mut lost_jobs = 0;
-    let mut doubled_jobs = 0;
-    for input in &producer.acked {
-        let outputs = outputs_by_input
-            .get(&(input.session.clone(), input.index))
-            .map(Vec::as_slice)
-            .unwrap_or(&[]);
-        match outputs {
-            [] => lost_jobs += 1,
-            [output] => {
-                let cause = output.cause.as_ref().expect("checked above");
-                if cause.lane != input.lane || output.id != format!("out-{}", input.id) {
-                    problems.push(format!(
-                        "output {} answers {} on lane {:?}, its cause says lane {:?}",
-                        output.id, input.id, input.lane, cause.lane
-                    ));
-                }
-            }
-            _ => doubled_jobs += 1,
-        }
-    }
-    let answered: usize = outputs_by_input.values().map(Vec::len).sum();
-
-    // Handler starts: no attempt number twice for one head.
-    let mut starts: HashMap<AttemptKey, Vec<&str>> = HashMap::new();
-    let mut completed: HashMap<AttemptKey, usize> = HashMap::new();
-    let mut completions_at: Vec<i64> = Vec::new();
-    let mut worker_problems: BTreeMap<String, usize> = BTreeMap::new();
-    for (holder, lines) in &worker_logs {
-        for line in lines {
-            match (line.str("kind"), line.str("message")) {
-                ("start", _) => starts.entry(line.attempt()).or_default().push(holder),
-                ("event", "completed") => {
-                    *completed.entry(line.attempt()).or_default() += 1;
-                    completions_at.push(line.num("t_ms"));
-                }
-                ("event", message) if line.str("level") != "INFO" => {
-                    let error: String = line.str("error").chars().take(160).collect();
-                    *worker_problems
-                        .entry(format!("{} {message}: {error}", line.str("level")))
-                        .or_default() += 1;
-                }
-                _ => {}
-            }
-        }
-    }
-    let reissued: Vec<String> = starts
-        .iter()
-        .filter(|(_, holders)| holders.len() > 1)
-        .map(|(key, holders)| format!("{key} started by {holders:?}"))
-        .collect();
-    let completed_twice: Vec<String> = completed
-        .iter()
-        .filter(|(_, count)| **count > 1)
-        .map(|(key, count)| format!("{key} completed {count} times"))
-        .collect();
-    // Each job's completions: one attempt at most told "completed".
-    let mut completed_by_job: HashMap<(&str, &str, &str, u64), usize> = HashMap::new();
-    for key in completed.keys() {
-        *completed_by_job
-            .entry((&key.session, &key.consumer, &key.lane, key.index))
-            .or_default() += 1;
-    }
-    let jobs_completed_twice = completed_by_job.values().filter(|n| **n > 1).count();
-    for (session, rows) in &final_logs {
-        for output in rows.iter().filter(|event| event.event_type == OUTPUT) {
-            let Some(cause) = &output.cause else { continue };
-            let key = AttemptKey {
-                session: session.clone(),
-                consumer: cause.consumer.clone(),
-                lane: cause.lane.clone().unwrap_or_default(),
-                index: cause.index,
-                attempt: cause.attempt,
-            };
-            if !starts.contains_key(&key) {
-                problems.push(format!(
-                    "output {} from {key}, which no handler ran",
-                    output.id
-                ));
-            }
-        }
-    }
     let mut dead = 0;
     let mut open_heads = 0;
     for session in &sessions {
@@ -650,174 +499,459 @@ async fn synchronous_primary_killed_under_load() {
             .filter(|cursor| cursor.head.is_some())
             .count();
     }
+    let run = Run {
+        plan,
+        failovers,
+        producer,
+        final_logs,
+        worker_logs,
+        summaries,
+        later,
+        dead,
+        open_heads,
+        load_start,
+        tail_start,
+        load_end,
+        drain_ms: drain_start.elapsed().as_millis() as i64,
+    };
+    let verdict = Verdict::of(&run);
+    verdict.print(&run);
+    verdict.assert_contract(&run);
+    drop(cluster);
+}
 
-    // Resumption: per failover and worker, from the promotion to the
-    // worker's first completion after it.
-    let mut resumes: Vec<i64> = Vec::new();
-    for (n, failover) in failovers.iter().enumerate() {
-        let from = ms(failover.promoted_at);
-        let until = failovers
+/// What a run left to check: the producer's acknowledgements, the final
+/// log, the workers' logs and summaries, the failovers.
+struct Run {
+    plan: Plan,
+    failovers: Vec<Failover>,
+    producer: ProducerLog,
+    final_logs: BTreeMap<String, Vec<StoredEvent>>,
+    worker_logs: Vec<(String, Vec<Line>)>,
+    summaries: Vec<Vec<(String, u64)>>,
+    /// Rows that appeared after the workers stopped.
+    later: i64,
+    dead: usize,
+    open_heads: usize,
+    load_start: i64,
+    tail_start: i64,
+    load_end: i64,
+    drain_ms: i64,
+}
+
+impl Run {
+    /// The window from failover `n`'s promotion (or kill) to the next kill.
+    fn until_next(&self, n: usize) -> i64 {
+        self.failovers
             .get(n + 1)
-            .map_or(i64::MAX, |next| ms(next.killed_at));
-        let mut row = Vec::new();
-        for (holder, lines) in &worker_logs {
-            let first = lines
-                .iter()
-                .filter(|line| line.str("kind") == "event" && line.str("message") == "completed")
-                .map(|line| line.num("t_ms"))
-                .filter(|at| *at >= from && *at < until)
-                .min();
-            match first {
-                Some(at) => {
-                    resumes.push(at - from);
-                    row.push(format!("{holder} {} ms", at - from));
-                }
-                None => {
-                    resumes.push(i64::MAX);
-                    row.push(format!("{holder} never"));
-                    problems.push(format!(
-                        "{holder} completed nothing between failover {} and the next",
-                        n + 1
+            .map_or(i64::MAX, |next| ms(next.killed_at))
+    }
+}
+
+/// The checks of a run, counted, with the first examples of each breach.
+#[derive(Default)]
+struct Verdict {
+    problems: Vec<String>,
+    lost_inputs: usize,
+    unacked_inputs: usize,
+    lost_jobs: usize,
+    lost_completions: usize,
+    doubled_jobs: usize,
+    answered: usize,
+    lane_order_breaks: usize,
+    reissued: usize,
+    completed_twice: usize,
+    jobs_completed_twice: usize,
+    /// Per failover, per worker: ms from the promotion to its first
+    /// completion (`None`: none before the next kill).
+    resumes: Vec<Vec<(String, Option<i64>)>>,
+    completions_at: Vec<i64>,
+    worker_problems: BTreeMap<String, usize>,
+}
+
+impl Verdict {
+    fn of(run: &Run) -> Self {
+        let mut verdict = Self::default();
+        verdict.check_inputs(run);
+        verdict.check_outputs(run);
+        verdict.check_attempts(run);
+        verdict.measure_resumes(run);
+        verdict
+    }
+
+    /// Every acknowledged input is where it was acknowledged; no other.
+    fn check_inputs(&mut self, run: &Run) {
+        let mut inputs: HashMap<(&str, u64), &StoredEvent> = HashMap::new();
+        for (session, rows) in &run.final_logs {
+            for event in rows.iter().filter(|event| event.event_type == INPUT) {
+                inputs.insert((session, event.index), event);
+            }
+        }
+        for input in &run.producer.acked {
+            match inputs.get(&(input.session.as_str(), input.index)) {
+                Some(event) if event.id == input.id => {}
+                other => {
+                    self.lost_inputs += 1;
+                    self.problems.push(format!(
+                        "acknowledged input {} of {} at {} is not there: {:?}",
+                        input.id,
+                        input.session,
+                        input.index,
+                        other.map(|event| &event.id)
                     ));
                 }
             }
         }
-        println!("failover {}: resumed {}", n + 1, row.join(", "));
+        let acked: HashSet<(&str, &str)> = run
+            .producer
+            .acked
+            .iter()
+            .map(|input| (input.session.as_str(), input.id.as_str()))
+            .collect();
+        self.unacked_inputs = inputs
+            .values()
+            .filter(|event| !acked.contains(&(event.session_id.as_str(), event.id.as_str())))
+            .count();
+        if self.unacked_inputs > 0 {
+            self.problems.push(format!(
+                "{} inputs stored that the producer never saw acknowledged",
+                self.unacked_inputs
+            ));
+        }
+        for refused in &run.producer.refused {
+            self.problems
+                .push(format!("append refused: {} {}", refused.code, refused.text));
+        }
     }
-    resumes.sort_unstable();
-    let (p50, max) = if resumes.is_empty() {
-        (0, 0)
-    } else {
-        (percentile(&resumes, 0.5), *resumes.last().unwrap())
-    };
 
-    // Figures.
-    let rate = |from: i64, to: i64| {
-        let count = completions_at
+    /// Exactly one output per acknowledged input, from its lane, and the
+    /// outputs of a lane in the order of its inputs.
+    fn check_outputs(&mut self, run: &Run) {
+        let mut outputs_by_input: HashMap<(&str, u64), Vec<&StoredEvent>> = HashMap::new();
+        for (session, rows) in &run.final_logs {
+            let mut last_by_lane: HashMap<&str, u64> = HashMap::new();
+            for event in rows.iter().filter(|event| event.event_type == OUTPUT) {
+                let Some(cause) = &event.cause else {
+                    self.problems
+                        .push(format!("output {} of {session} has no cause", event.id));
+                    continue;
+                };
+                outputs_by_input
+                    .entry((session, cause.index))
+                    .or_default()
+                    .push(event);
+                if let Some(lane) = &cause.lane {
+                    let last = last_by_lane.entry(lane).or_default();
+                    if cause.index <= *last {
+                        self.lane_order_breaks += 1;
+                        self.problems.push(format!(
+                            "{session} lane {lane}: output for {} after the one for {}",
+                            cause.index, *last
+                        ));
+                    }
+                    *last = cause.index;
+                }
+            }
+        }
+        for input in &run.producer.acked {
+            let outputs = outputs_by_input
+                .get(&(input.session.as_str(), input.index))
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
+            match outputs {
+                [] => {
+                    self.lost_jobs += 1;
+                    self.problems
+                        .push(format!("input {} has no output", input.id));
+                }
+                [output] => {
+                    let cause = output.cause.as_ref().expect("checked above");
+                    if cause.lane != input.lane || output.id != format!("out-{}", input.id) {
+                        self.problems.push(format!(
+                            "output {} answers {} on lane {:?}, its cause says lane {:?}",
+                            output.id, input.id, input.lane, cause.lane
+                        ));
+                    }
+                }
+                _ => {
+                    self.doubled_jobs += 1;
+                    self.problems
+                        .push(format!("input {} has {} outputs", input.id, outputs.len()));
+                }
+            }
+        }
+        self.answered = outputs_by_input.values().map(Vec::len).sum();
+    }
+
+    /// No attempt started twice (an attempt number issued twice for one
+    /// head), none told completed twice, at most one attempt of a job told
+    /// completed, each completion told in the log with its own output, and
+    /// each output from an attempt a handler ran.
+    fn check_attempts(&mut self, run: &Run) {
+        let mut starts: HashMap<AttemptKey, Vec<&str>> = HashMap::new();
+        let mut completed: HashMap<AttemptKey, usize> = HashMap::new();
+        for (holder, lines) in &run.worker_logs {
+            for line in lines {
+                match (line.str("kind"), line.str("message")) {
+                    ("start", _) => starts.entry(line.attempt()).or_default().push(holder),
+                    ("event", "completed") => {
+                        *completed.entry(line.attempt()).or_default() += 1;
+                        self.completions_at.push(line.num("t_ms"));
+                    }
+                    ("event", message) if line.str("level") != "INFO" => {
+                        let error: String = line.str("error").chars().take(160).collect();
+                        *self
+                            .worker_problems
+                            .entry(format!("{} {message}: {error}", line.str("level")))
+                            .or_default() += 1;
+                    }
+                    _ => {}
+                }
+            }
+        }
+        for (key, holders) in &starts {
+            if holders.len() > 1 {
+                self.reissued += 1;
+                self.problems.push(format!("{key} started by {holders:?}"));
+            }
+        }
+        let mut completed_by_job: HashMap<(&str, &str, &str, u64), usize> = HashMap::new();
+        for (key, count) in &completed {
+            if *count > 1 {
+                self.completed_twice += 1;
+                self.problems
+                    .push(format!("{key} told completed {count} times"));
+            }
+            *completed_by_job
+                .entry((&key.session, &key.consumer, &key.lane, key.index))
+                .or_default() += 1;
+        }
+        self.jobs_completed_twice = completed_by_job.values().filter(|n| **n > 1).count();
+        let mut output_attempts: HashSet<AttemptKey> = HashSet::new();
+        for (session, rows) in &run.final_logs {
+            for output in rows.iter().filter(|event| event.event_type == OUTPUT) {
+                let Some(cause) = &output.cause else { continue };
+                let key = AttemptKey {
+                    session: session.clone(),
+                    consumer: cause.consumer.clone(),
+                    lane: cause.lane.clone().unwrap_or_default(),
+                    index: cause.index,
+                    attempt: cause.attempt,
+                };
+                if !starts.contains_key(&key) {
+                    self.problems.push(format!(
+                        "output {} from {key}, which no handler ran",
+                        output.id
+                    ));
+                }
+                output_attempts.insert(key);
+            }
+        }
+        // Another attempt's output in place of the one told completed
+        // would mean that completion was lost and the job done again.
+        for key in completed.keys() {
+            if !output_attempts.contains(key) {
+                self.lost_completions += 1;
+                self.problems.push(format!(
+                    "{key} told completed, its output is not in the log"
+                ));
+            }
+        }
+    }
+
+    /// Per failover and worker: from the promotion to the worker's first
+    /// completion after it.
+    fn measure_resumes(&mut self, run: &Run) {
+        for (n, failover) in run.failovers.iter().enumerate() {
+            let from = ms(failover.promoted_at);
+            let until = run.until_next(n);
+            let mut row = Vec::new();
+            for (holder, lines) in &run.worker_logs {
+                let first = lines
+                    .iter()
+                    .filter(|line| {
+                        line.str("kind") == "event" && line.str("message") == "completed"
+                    })
+                    .map(|line| line.num("t_ms"))
+                    .filter(|at| *at >= from && *at < until)
+                    .min();
+                if first.is_none() {
+                    self.problems.push(format!(
+                        "{holder} completed nothing between failover {} and the next",
+                        n + 1
+                    ));
+                }
+                row.push((holder.clone(), first.map(|at| at - from)));
+            }
+            self.resumes.push(row);
+        }
+    }
+
+    /// Resume times, sorted, a worker that never resumed as `i64::MAX`.
+    fn resume_figures(&self) -> (usize, i64, i64) {
+        let mut all: Vec<i64> = self
+            .resumes
+            .iter()
+            .flatten()
+            .map(|(_, resume)| resume.unwrap_or(i64::MAX))
+            .collect();
+        all.sort_unstable();
+        match all.last() {
+            Some(max) => (all.len(), percentile(&all, 0.5), *max),
+            None => (0, 0, 0),
+        }
+    }
+
+    /// Completions per second between `from` and `to` (ms).
+    fn rate(&self, from: i64, to: i64) -> f64 {
+        let count = self
+            .completions_at
             .iter()
             .filter(|at| **at >= from && **at < to)
             .count();
         count as f64 * 1000.0 / (to - from).max(1) as f64
-    };
-    let first_kill = failovers.first().map_or(tail_start, |f| ms(f.killed_at));
-    let warm_from = (first_kill - plan.warmup.as_millis() as i64 + 1000).max(load_start);
-    println!(
-        "failover: {} failovers, {} jobs acknowledged over {:.1} s, {} answered; \
-         lost {} (inputs {}), doubled {}, attempts issued twice {}, completed twice {} \
-         (jobs told completed twice {}), lane order breaks {}, dead letters {}, open heads {}, \
-         outputs after the workers stopped {}",
-        failovers.len(),
-        producer.acked.len(),
-        (load_end - load_start) as f64 / 1000.0,
-        answered,
-        lost_jobs,
-        lost_inputs,
-        doubled_jobs,
-        reissued.len(),
-        completed_twice.len(),
-        jobs_completed_twice,
-        lane_order_breaks,
-        dead,
-        open_heads,
-        later
-    );
-    println!(
-        "failover: resume after promotion p50 {p50} ms, max {} ({} samples); \
-         jobs/s completed before {:.0}, after {:.0}; drain {} ms",
-        if max == i64::MAX {
-            "never".to_owned()
-        } else {
-            format!("{max} ms")
-        },
-        resumes.len(),
-        rate(warm_from, first_kill),
-        rate(tail_start, load_end),
-        drain_start.elapsed().as_millis()
-    );
-    println!(
-        "failover: producer errors {} (retried), refused {}",
-        producer.errors.len(),
-        producer.refused.len()
-    );
-    let mut producer_errors: BTreeMap<String, usize> = BTreeMap::new();
-    for error in producer.errors.iter().chain(&producer.refused) {
-        let text: String = error.text.chars().take(160).collect();
-        *producer_errors
-            .entry(format!("{} {text}", error.code))
-            .or_default() += 1;
-    }
-    for (text, count) in &producer_errors {
-        println!("  producer {count}x {text}");
-    }
-    for (text, count) in &worker_problems {
-        println!("  workers {count}x {text}");
-    }
-    for (n, failover) in failovers.iter().enumerate() {
-        let from = ms(failover.killed_at);
-        let until = failovers
-            .get(n + 1)
-            .map_or(i64::MAX, |next| ms(next.killed_at));
-        let first_ack = producer
-            .acked
-            .iter()
-            .map(|input| input.at_ms)
-            .filter(|at| *at >= ms(failover.promoted_at))
-            .min();
-        let failed = producer
-            .errors
-            .iter()
-            .filter(|error| error.at_ms >= from && error.at_ms < until)
-            .map(|error| error.at_ms - from)
-            .collect::<Vec<_>>();
-        println!(
-            "failover {}: producer: {} errors, the first {:?} ms after the kill; first acknowledgement {:?} ms after the promotion",
-            n + 1,
-            failed.len(),
-            failed.first(),
-            first_ack.map(|at| at - ms(failover.promoted_at))
-        );
-    }
-    for summary in &summaries {
-        println!("  worker summary {summary:?}");
     }
 
-    let mut stats: HashMap<&str, u64> = HashMap::new();
-    for summary in &summaries {
-        for (name, value) in summary {
-            *stats.entry(name.as_str()).or_default() += value;
+    fn print(&self, run: &Run) {
+        for (n, row) in self.resumes.iter().enumerate() {
+            let row: Vec<String> = row
+                .iter()
+                .map(|(holder, resume)| match resume {
+                    Some(ms) => format!("{holder} {ms} ms"),
+                    None => format!("{holder} never"),
+                })
+                .collect();
+            println!("failover {}: resumed {}", n + 1, row.join(", "));
+        }
+        let producer = &run.producer;
+        for (n, failover) in run.failovers.iter().enumerate() {
+            let (killed, promoted) = (ms(failover.killed_at), ms(failover.promoted_at));
+            let errors: Vec<i64> = producer
+                .errors
+                .iter()
+                .filter(|error| error.at_ms >= killed && error.at_ms < run.until_next(n))
+                .map(|error| error.at_ms - killed)
+                .collect();
+            let first_ack = producer
+                .acked
+                .iter()
+                .map(|input| input.at_ms)
+                .filter(|at| *at >= promoted)
+                .min();
+            println!(
+                "failover {}: producer: {} errors, the first {:?} ms after the kill; \
+                 first acknowledgement {:?} ms after the promotion",
+                n + 1,
+                errors.len(),
+                errors.first(),
+                first_ack.map(|at| at - promoted)
+            );
+        }
+        println!(
+            "failover: {} failovers, {} jobs acknowledged over {:.1} s, {} answered; \
+             lost {} (inputs {}, acknowledged completions {}), doubled {}, \
+             attempts issued twice {}, attempts told completed twice {}, \
+             jobs told completed twice {}, lane order breaks {}, dead letters {}, \
+             open heads {}, rows after the workers stopped {}",
+            run.failovers.len(),
+            producer.acked.len(),
+            (run.load_end - run.load_start) as f64 / 1000.0,
+            self.answered,
+            self.lost_jobs,
+            self.lost_inputs,
+            self.lost_completions,
+            self.doubled_jobs,
+            self.reissued,
+            self.completed_twice,
+            self.jobs_completed_twice,
+            self.lane_order_breaks,
+            run.dead,
+            run.open_heads,
+            run.later
+        );
+        let (samples, p50, max) = self.resume_figures();
+        let first_kill = run
+            .failovers
+            .first()
+            .map_or(run.tail_start, |f| ms(f.killed_at));
+        // The warm-up's first second left out: the workers start then.
+        let warm_from =
+            (first_kill - run.plan.warmup.as_millis() as i64 + 1000).max(run.load_start);
+        println!(
+            "failover: resume after promotion p50 {p50} ms, max {} ({samples} samples); \
+             jobs/s completed before {:.0}, after {:.0}; drain {} ms",
+            if max == i64::MAX {
+                "never".to_owned()
+            } else {
+                format!("{max} ms")
+            },
+            self.rate(warm_from, first_kill),
+            self.rate(run.tail_start, run.load_end),
+            run.drain_ms
+        );
+        println!(
+            "failover: producer errors {} (retried), refused {}",
+            producer.errors.len(),
+            producer.refused.len()
+        );
+        let mut producer_errors: BTreeMap<String, usize> = BTreeMap::new();
+        for error in producer.errors.iter().chain(&producer.refused) {
+            let text: String = error.text.chars().take(160).collect();
+            *producer_errors
+                .entry(format!("{} {text}", error.code))
+                .or_default() += 1;
+        }
+        for (text, count) in &producer_errors {
+            println!("  producer {count}x {text}");
+        }
+        for (text, count) in &self.worker_problems {
+            println!("  workers {count}x {text}");
+        }
+        for summary in &run.summaries {
+            println!("  worker summary {summary:?}");
         }
     }
-    problems.extend(reissued.iter().take(5).cloned());
-    problems.extend(completed_twice.iter().take(5).cloned());
-    for refused in producer.refused.iter().take(5) {
-        problems.push(format!("append refused: {} {}", refused.code, refused.text));
+
+    /// The issue's contract: nothing lost, nothing doubled, no attempt
+    /// issued twice, lane order, and the resume targets.
+    fn assert_contract(&self, run: &Run) {
+        let problems: Vec<&String> = self.problems.iter().take(20).collect();
+        assert_eq!(run.failovers.len(), run.plan.rounds);
+        assert!(
+            run.producer.acked.len() >= 1000,
+            "only {} jobs acknowledged",
+            run.producer.acked.len()
+        );
+        assert_eq!(
+            self.lost_inputs, 0,
+            "acknowledged inputs lost: {problems:#?}"
+        );
+        assert_eq!(self.lost_jobs, 0, "jobs without an output: {problems:#?}");
+        assert_eq!(
+            self.lost_completions, 0,
+            "acknowledged completions lost: {problems:#?}"
+        );
+        assert_eq!(self.doubled_jobs, 0, "jobs with two outputs: {problems:#?}");
+        assert_eq!(self.reissued, 0, "attempts issued twice: {problems:#?}");
+        assert_eq!(
+            self.jobs_completed_twice, 0,
+            "jobs completed twice: {problems:#?}"
+        );
+        assert_eq!(
+            self.lane_order_breaks, 0,
+            "lane order broken: {problems:#?}"
+        );
+        assert_eq!(run.dead, 0, "dead letters: {problems:#?}");
+        assert_eq!(run.open_heads, 0, "heads left with work: {problems:#?}");
+        assert_eq!(run.later, 0, "rows appeared after the drain");
+        assert!(problems.is_empty(), "{problems:#?}");
+        let (_, p50, max) = self.resume_figures();
+        assert!(
+            max < RESUME_MAX.as_millis() as i64 && p50 < RESUME_P50.as_millis() as i64,
+            "workers resumed p50 {p50} ms, max {max} ms after a promotion: the target is \
+             p50 < {RESUME_P50:?}, max < {RESUME_MAX:?}"
+        );
     }
-    assert_eq!(failovers.len(), plan.rounds);
-    assert!(
-        producer.acked.len() >= 1000,
-        "only {} jobs acknowledged",
-        producer.acked.len()
-    );
-    assert_eq!(lost_inputs, 0, "acknowledged inputs lost: {problems:#?}");
-    assert_eq!(lost_jobs, 0, "jobs without an output: {problems:#?}");
-    assert_eq!(doubled_jobs, 0, "jobs with two outputs: {problems:#?}");
-    assert!(reissued.is_empty(), "attempts issued twice: {problems:#?}");
-    assert_eq!(
-        jobs_completed_twice, 0,
-        "jobs completed twice: {problems:#?}"
-    );
-    assert_eq!(lane_order_breaks, 0, "lane order broken: {problems:#?}");
-    assert_eq!(dead, 0, "dead letters: {problems:#?}");
-    assert_eq!(open_heads, 0, "heads left with work: {problems:#?}");
-    assert_eq!(later, 0, "outputs appeared after the drain");
-    assert!(problems.is_empty(), "{problems:#?}");
-    assert_eq!(stats.get("dead_lettered").copied().unwrap_or(0), 0);
-    assert!(
-        max < RESUME_MAX.as_millis() as i64 && p50 < RESUME_P50.as_millis() as i64,
-        "workers resumed p50 {p50} ms, max {max} ms after a promotion: the target is \
-         p50 < {RESUME_P50:?}, max < {RESUME_MAX:?}"
-    );
-    drop(cluster);
 }
 
 /// A worker process's JSON-lines log: handler starts, written by the

@@ -3,7 +3,7 @@
 //! ports of their own, made synchronous, that a test kills (SIGKILL, as a
 //! crashed host), promotes and rebuilds.
 //!
-//! The binaries are found in `A2_PG_BINDIR`, `/usr/lib/postgresql/15/bin`
+//! The binaries are found in `A2_PG_BIN`, `/usr/lib/postgresql/15/bin`
 //! or `pg_config --bindir`; without them the test fails, it never skips.
 //! `initdb` refuses to run as root, so as root every server binary runs as
 //! the `postgres` OS user (`runuser -u postgres --`), with its data
@@ -49,13 +49,13 @@ impl Default for ClusterOptions {
     }
 }
 
-/// The directory of the PostgreSQL server binaries: `A2_PG_BINDIR`, the
+/// The directory of the PostgreSQL server binaries: `A2_PG_BIN`, the
 /// Debian path of PostgreSQL 15, or `pg_config --bindir`. Panics when none
 /// holds `initdb`.
 pub fn find_bindir() -> PathBuf {
     let mut tried = Vec::new();
     let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(dir) = std::env::var_os("A2_PG_BINDIR") {
+    if let Some(dir) = std::env::var_os("A2_PG_BIN") {
         candidates.push(dir.into());
     }
     candidates.push("/usr/lib/postgresql/15/bin".into());
@@ -73,7 +73,7 @@ pub fn find_bindir() -> PathBuf {
     }
     panic!(
         "no PostgreSQL server binaries (initdb, pg_ctl, pg_basebackup) in {tried:?}: \
-         install the server (e.g. postgresql-15) or set A2_PG_BINDIR"
+         install the server (e.g. postgresql-15) or set A2_PG_BIN"
     );
 }
 
