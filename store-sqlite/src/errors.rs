@@ -8,7 +8,9 @@ use rusqlite::ErrorCode as SqliteCode;
 /// stored value that does not convert back → `StoreError::corrupt`, a value
 /// that does not convert on the way in → the error its
 /// [`ToSql`](rusqlite::ToSql) gave, anything else → `Backend`, always
-/// keeping the source.
+/// keeping the source. A failing disk (`SQLITE_IOERR`, and
+/// `SQLITE_CORRUPT`, which is how SQLite reports a read that failed with
+/// `EIO`) is `Backend` with a message that says so and what to do.
 pub(crate) fn sql_error(doing: &str, error: rusqlite::Error) -> StoreError {
     match error {
         rusqlite::Error::FromSqlConversionFailure(column, ..)
@@ -36,7 +38,47 @@ pub(crate) fn sql_error(doing: &str, error: rusqlite::Error) -> StoreError {
             ),
             source: Some(Box::new(error)),
         },
+        Some(SqliteCode::SystemIoFailure) => StoreError::Backend {
+            message: format!(
+                "{doing}: the disk or file system failed ({}); nothing was changed: check the disk and the kernel log (dmesg) and retry once it works (an open store needs no reopen)",
+                failure_text(&error)
+            ),
+            source: Some(Box::new(error)),
+        },
+        Some(SqliteCode::DatabaseCorrupt) => StoreError::Backend {
+            message: format!(
+                "{doing}: SQLite reports the database file malformed, as it also reports a read the disk failed (EIO); nothing was changed: check the disk and the kernel log (dmesg) and retry once it works (an open store needs no reopen); if it persists, stop every store on the file and run PRAGMA integrity_check"
+            ),
+            source: Some(Box::new(error)),
+        },
         _ => StoreError::backend(doing.to_owned(), error),
+    }
+}
+
+/// What SQLite says failed, by its extended code (for `SQLITE_IOERR`: a
+/// read, a write, an fsync, ...), which the error's own text leaves out.
+pub(crate) fn failure_text(error: &rusqlite::Error) -> String {
+    match error {
+        rusqlite::Error::SqliteFailure(failure, _) => format!(
+            "{}, SQLite extended code {}",
+            rusqlite::ffi::code_to_str(failure.extended_code),
+            failure.extended_code
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// Whether a `COMMIT` that failed with `error` may have left its whole
+/// transaction in the WAL file: an I/O error other than a failed write
+/// (SQLite writes the commit frame last, so a failed write means it was
+/// not written; a failed fsync, or a failure after it, comes after it).
+pub(crate) fn commit_unconfirmed(error: &rusqlite::Error) -> bool {
+    match error {
+        rusqlite::Error::SqliteFailure(failure, _) => {
+            failure.code == SqliteCode::SystemIoFailure
+                && failure.extended_code != rusqlite::ffi::SQLITE_IOERR_WRITE
+        }
+        _ => false,
     }
 }
 
@@ -77,5 +119,13 @@ mod tests {
         assert_eq!(corrupt.code(), ErrorCode::Backend);
         assert!(std::error::Error::source(&corrupt).is_some());
         assert!(corrupt.to_string().contains("reading"));
+        assert!(corrupt.to_string().contains("EIO"), "{corrupt}");
+        let fsync = sql_error(
+            "committing",
+            sqlite_failure(rusqlite::ffi::SQLITE_IOERR_FSYNC),
+        );
+        assert_eq!(fsync.code(), ErrorCode::Backend);
+        assert!(fsync.to_string().contains("(fsync)"), "{fsync}");
+        assert!(fsync.to_string().contains("check the disk"), "{fsync}");
     }
 }

@@ -33,7 +33,7 @@ use tokio::runtime::RuntimeFlavor;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::connection::{open_connection, Location};
-use crate::errors::{is_busy, SqlContext};
+use crate::errors::{commit_unconfirmed, failure_text, is_busy, sql_error, SqlContext};
 use crate::moved::FileIdentity;
 use crate::notify::Notifier;
 use crate::options::{Durability, SqliteOptions, SQLITE_MAX_PAGE_COUNT};
@@ -453,7 +453,7 @@ impl Core {
         };
         let conn = match self.connection(&mut slot, settings) {
             Ok(conn) => conn,
-            Err(error) => return fail_all(jobs, &error),
+            Err(error) => return fail_all(jobs, error),
         };
         let deadline = Instant::now().checked_add(settings.busy_timeout);
         let waiting_since = Instant::now();
@@ -503,7 +503,7 @@ impl Core {
                     job.committed();
                 }
             }
-            Err(error) => fail_all(jobs, &error),
+            Err(error) => fail_all(jobs, error),
         }
     }
 
@@ -527,10 +527,17 @@ impl Core {
     }
 }
 
-/// Answers every job with (a copy of) `error`.
-fn fail_all(jobs: Vec<Box<dyn Job>>, error: &StoreError) {
+/// Answers every job with `error`: the last one gets it as it is (so a
+/// lone caller keeps SQLite's error as the source, with its extended
+/// code), the others a copy.
+fn fail_all(jobs: Vec<Box<dyn Job>>, error: StoreError) {
+    let mut jobs = jobs.into_iter();
+    let last = jobs.next_back();
     for job in jobs {
-        job.failed(copy_error(error));
+        job.failed(copy_error(&error));
+    }
+    if let Some(job) = last {
+        job.failed(error);
     }
 }
 
@@ -619,16 +626,73 @@ fn attempt(
     };
     // Last before the commit (one `stat` per batch), so a write into a file
     // the path no longer names is rolled back, never acknowledged.
-    let committed = opened
-        .check()
-        .and_then(|()| exec(conn, "COMMIT", "committing a transaction"));
+    if let Err(error) = opened.check() {
+        rollback(conn);
+        return Attempt::Done(Err(error));
+    }
+    let committed = conn
+        .prepare_cached("COMMIT")
+        .and_then(|mut stmt| stmt.execute([]));
     match committed {
-        Ok(()) => Attempt::Done(Ok(fire)),
+        Ok(_) => Attempt::Done(Ok(fire)),
+        Err(error) if commit_unconfirmed(&error) => Attempt::Done(Err(cut_off(conn, error))),
         Err(error) => {
+            let error = sql_error("committing a transaction", error);
             rollback(conn);
             Attempt::Done(Err(error))
         }
     }
+}
+
+/// After a `COMMIT` that failed on an I/O error past the writes (the
+/// fsync of the WAL): makes sure the failed transaction is not applied
+/// later, and says what became of it.
+///
+/// SQLite writes the whole transaction, commit frame included, into the
+/// WAL file before it syncs it. When the sync fails it does not publish
+/// the commit in the WAL index, so nobody sees it and the next commit
+/// writes over those frames. But should the WAL be recovered from the file
+/// first (this process dies, or the last connection to the file closes
+/// while the disk still fails, so its checkpoint fails and the WAL stays),
+/// recovery finds a valid commit and applies the call whose caller was
+/// told it failed. So the writer commits a transaction of its own at once
+/// (`PRAGMA user_version` rewritten unchanged): its frame lands where the
+/// failed transaction starts and cuts it off. If that fails too (the disk
+/// still fails), the outcome is unknown and the message says so.
+fn cut_off(conn: &Connection, error: rusqlite::Error) -> StoreError {
+    rollback(conn);
+    let failed = format!(
+        "committing a transaction: the disk or file system failed ({})",
+        failure_text(&error)
+    );
+    let message = match overwrite_tail(conn) {
+        Ok(()) => format!(
+            "{failed}; the commit may have reached the WAL file unconfirmed, so the store overwrote it at once: the call was not applied; check the disk and the kernel log (dmesg) and retry once it works (the store needs no reopen)"
+        ),
+        Err(again) => format!(
+            "{failed}; OUTCOME UNKNOWN: the commit may be in the WAL file unconfirmed and overwriting it failed too ({}); it is not visible and the next commit on the file discards it, but if the process stops or every store on the file is closed first, recovery applies it; check the disk and the kernel log (dmesg), then repeat the same call (appends with event ids, completions and failures are idempotent)",
+            failure_text(&again)
+        ),
+    };
+    StoreError::Backend {
+        message,
+        source: Some(Box::new(error)),
+    }
+}
+
+/// Commits a transaction that changes nothing but writes a page (the
+/// schema version, rewritten as it is), so its frame is the next in the
+/// WAL after the last published commit.
+fn overwrite_tail(conn: &Connection) -> rusqlite::Result<()> {
+    let written = conn.execute_batch("BEGIN IMMEDIATE").and_then(|()| {
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        conn.pragma_update(None, "user_version", version)?;
+        conn.execute_batch("COMMIT")
+    });
+    if written.is_err() {
+        rollback(conn);
+    }
+    written
 }
 
 /// A lock file beside the database (`<file>-a2-writer`) through which
