@@ -14,8 +14,10 @@
 //! and 15 s (max) of each promotion.
 //!
 //! Each standby is promoted a while after the kill (0 to 3 s, in turn:
-//! a failover manager's detection), so leases lapse, completions are lost
-//! with the primary and the workers' claim backoff grows.
+//! a failover manager's detection), so calls in flight fail, completions
+//! are repeated and the workers' claim backoff grows;
+//! `A2_FAILOVER_PROMOTION_DELAYS_MS` (e.g. `8000,25000`: past the workers'
+//! 5 s lease) sets other delays.
 //!
 //! The short form (2 failovers, a few thousand jobs, well under a minute)
 //! runs with the other tests; `A2_FAILOVER_ROUNDS=20` makes the long form.
@@ -60,8 +62,8 @@ const RESUME_P50: Duration = Duration::from_secs(5);
 const RESUME_MAX: Duration = Duration::from_secs(15);
 
 /// How long after each kill the standby is promoted, in turn (ms): the
-/// outage a failover manager's detection makes, so that in-flight leases
-/// lapse and the workers' claim backoff grows.
+/// outage a failover manager's detection makes, during which calls fail
+/// and the workers' claim backoff grows.
 const PROMOTION_DELAYS: &[u64] = &[1_000, 3_000, 0, 2_000, 500];
 
 /// Error codes a repeat of the same call may cure (`UNAVAILABLE` named by
@@ -72,6 +74,8 @@ const RETRYABLE: &[&str] = &["BUSY", "BACKEND", "UNAVAILABLE"];
 #[derive(Debug)]
 struct Plan {
     rounds: usize,
+    /// Kill to promotion, ms, in turn.
+    promotion_delays: Vec<u64>,
     workers: usize,
     sessions: usize,
     producers: usize,
@@ -95,8 +99,21 @@ impl Plan {
                 .unwrap_or_else(|_| panic!("{name}={text}: not a number")),
             Err(_) => default,
         };
+        let promotion_delays = match std::env::var("A2_FAILOVER_PROMOTION_DELAYS_MS") {
+            Ok(list) => list
+                .split(',')
+                .map(|ms| {
+                    ms.trim()
+                        .parse()
+                        .unwrap_or_else(|_| panic!("{ms:?} in {list:?}: not a number of ms"))
+                })
+                .collect(),
+            Err(_) => PROMOTION_DELAYS.to_vec(),
+        };
+        assert!(!promotion_delays.is_empty(), "no promotion delays");
         Self {
             rounds: number("A2_FAILOVER_ROUNDS", 2.0) as usize,
+            promotion_delays,
             workers: 3,
             sessions: 200,
             producers: 4,
@@ -422,7 +439,7 @@ async fn synchronous_primary_killed_under_load() {
     tokio::time::sleep(plan.warmup).await;
     let mut failovers: Vec<Failover> = Vec::new();
     for round in 0..plan.rounds {
-        let delay = PROMOTION_DELAYS[round % PROMOTION_DELAYS.len()];
+        let delay = plan.promotion_delays[round % plan.promotion_delays.len()];
         let failover =
             tokio::task::block_in_place(|| cluster.failover_after(Duration::from_millis(delay)));
         println!(
