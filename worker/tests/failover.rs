@@ -583,6 +583,9 @@ struct Verdict {
     /// completion (`None`: none before the next kill).
     resumes: Vec<Vec<(String, Option<i64>)>>,
     completions_at: Vec<i64>,
+    /// For each acknowledged input whose first attempt started: when it
+    /// was acknowledged and how long after that its handler started (ms).
+    start_latencies: Vec<(i64, i64)>,
     worker_problems: BTreeMap<String, usize>,
 }
 
@@ -705,12 +708,28 @@ impl Verdict {
     /// completed, each completion told in the log with its own output, and
     /// each output from an attempt a handler ran.
     fn check_attempts(&mut self, run: &Run) {
+        let acked_at: HashMap<(&str, u64), i64> = run
+            .producer
+            .acked
+            .iter()
+            .map(|input| ((input.session.as_str(), input.index), input.at_ms))
+            .collect();
         let mut starts: HashMap<AttemptKey, Vec<&str>> = HashMap::new();
         let mut completed: HashMap<AttemptKey, usize> = HashMap::new();
         for (holder, lines) in &run.worker_logs {
             for line in lines {
                 match (line.str("kind"), line.str("message")) {
-                    ("start", _) => starts.entry(line.attempt()).or_default().push(holder),
+                    ("start", _) => {
+                        let key = line.attempt();
+                        if key.attempt == 1 {
+                            if let Some(at) = acked_at.get(&(key.session.as_str(), key.index)) {
+                                // The start may precede the acknowledgement's arrival.
+                                let latency = (line.num("t_ms") - at).max(0);
+                                self.start_latencies.push((*at, latency));
+                            }
+                        }
+                        starts.entry(key).or_default().push(holder);
+                    }
                     ("event", "completed") => {
                         *completed.entry(line.attempt()).or_default() += 1;
                         self.completions_at.push(line.num("t_ms"));
@@ -829,6 +848,22 @@ impl Verdict {
         count as f64 * 1000.0 / (to - from).max(1) as f64
     }
 
+    /// Append → first handler start of the inputs acknowledged between
+    /// `from` and `to` (ms): p50 and p99.
+    fn start_latency(&self, from: i64, to: i64) -> (i64, i64) {
+        let mut latencies: Vec<i64> = self
+            .start_latencies
+            .iter()
+            .filter(|(at, _)| *at >= from && *at < to)
+            .map(|(_, latency)| *latency)
+            .collect();
+        latencies.sort_unstable();
+        if latencies.is_empty() {
+            return (-1, -1);
+        }
+        (percentile(&latencies, 0.5), percentile(&latencies, 0.99))
+    }
+
     fn print(&self, run: &Run) {
         for (n, row) in self.resumes.iter().enumerate() {
             let row: Vec<String> = row
@@ -905,6 +940,15 @@ impl Verdict {
             self.rate(warm_from, first_kill),
             self.rate(run.tail_start, run.load_end),
             run.drain_ms
+        );
+        // A worker with free slots waits in the store for work and is
+        // woken by it: the same figures after the failovers as before
+        // mean the wake-ups came back with the new primary.
+        let (before_p50, before_p99) = self.start_latency(warm_from, first_kill);
+        let (after_p50, after_p99) = self.start_latency(run.tail_start, run.load_end);
+        println!(
+            "failover: append -> handler start p50 {before_p50} ms, p99 {before_p99} ms before; \
+             p50 {after_p50} ms, p99 {after_p99} ms after"
         );
         println!(
             "failover: producer errors {} (retried), refused {}",
