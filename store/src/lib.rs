@@ -150,6 +150,7 @@ mod open;
 mod options;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod redact;
 mod url;
 
 /// The contract in the project's own words: concepts, the lifecycle of a

@@ -38,11 +38,11 @@ use crate::url::PostgresUrlOptions;
 
 /// The backend options a PostgreSQL URL asks for: its `schema`,
 /// `pool_size`, `min_idle`, `statement_timeout_ms`, `pool_timeout_ms`,
-/// `idle_timeout_ms`, `max_lifetime_ms` and the `rotate_*` keys where given, the backend's
+/// `idle_timeout_ms`, `max_lifetime_ms`, `network_timeout_ms` and the `rotate_*` keys where given, the backend's
 /// defaults elsewhere, with the clock and ids of `options`. This is what
 /// [`open`](crate::open) connects with. (`application_name`,
-/// `connect_timeout` and the TLS keys stay in the connection URL, where the
-/// backend reads them.)
+/// `connect_timeout`, `target_session_attrs`, the other driver keys and the
+/// TLS keys stay in the connection URL, where the backend reads them.)
 pub fn options(url_options: &PostgresUrlOptions, options: OpenOptions) -> PostgresOptions {
     let mut postgres = PostgresOptions {
         clock: options.clock,
@@ -81,6 +81,9 @@ pub fn options(url_options: &PostgresUrlOptions, options: OpenOptions) -> Postgr
     }
     if let Some(ms) = url_options.rotate_lock_timeout_ms {
         postgres.rotation.lock_timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = url_options.network_timeout_ms {
+        postgres.network_timeout = Duration::from_millis(ms);
     }
     postgres
 }
@@ -121,6 +124,24 @@ mod tests {
         assert_eq!(given.idle_timeout, Some(Duration::from_millis(50)));
         assert_eq!(given.max_lifetime, Some(Duration::from_millis(60)));
         assert_eq!(plain.rotation, defaults.rotation);
+        assert_eq!(plain.network_timeout, defaults.network_timeout);
+    }
+
+    #[test]
+    fn network_timeout_ms_sets_the_network_timeout() {
+        let given = options(
+            &url_options(
+                "postgres://h1,h2/db?network_timeout_ms=1500&target_session_attrs=read-write",
+            ),
+            OpenOptions::default(),
+        );
+        assert_eq!(given.network_timeout, Duration::from_millis(1500));
+        assert_ne!(
+            PostgresOptions::default().network_timeout,
+            given.network_timeout,
+            "the key changes the default"
+        );
+        assert!(StoreUrl::parse("postgres://h/db?network_timeout_ms=0").is_err());
     }
 
     #[test]

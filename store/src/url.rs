@@ -10,6 +10,8 @@ use std::str::FromStr;
 
 use a2_store_api::StoreError;
 
+use crate::redact;
+
 /// The URL forms [`open`](crate::open) accepts, for error messages.
 pub const URL_FORMS: &str =
     "memory:, sqlite:PATH[?OPTIONS], sqlite::memory: or postgres://USER@HOST/DATABASE[?OPTIONS]";
@@ -39,15 +41,29 @@ pub const URL_FORMS: &str =
 /// tables (`a2_store_postgres::Rotation`): `rotate_interval_ms=N` (how often
 /// the store checks; 0 never; default 1000), `rotate_min_growth=BYTES`
 /// (default 256 KiB), `rotate_max_live=ROWS` (default 20000) and
-/// `rotate_lock_timeout_ms=N` (at least 1; default 50); every other query parameter
-/// is left in the connection URL for the driver: `sslmode`, `sslrootcert`
-/// (TLS, see `a2_store_postgres::tls`), `connect_timeout` (seconds),
+/// `rotate_lock_timeout_ms=N` (at least 1; default 50), and
+/// `network_timeout_ms=N` (at least 1; default 10 s: how long the store
+/// waits on the network before it takes a connection for dead, see
+/// `a2_store_postgres::PostgresOptions::network_timeout`); every other query
+/// parameter is left in the connection URL for the driver: `sslmode`,
+/// `sslrootcert` (TLS, see `a2_store_postgres::tls`), `connect_timeout`
+/// (seconds), `target_session_attrs=any|read-write|read-only`,
+/// `load_balance_hosts=disable|random`, `keepalives`, `keepalives_idle`,
+/// `keepalives_interval`, `keepalives_retries`, `tcp_user_timeout`,
 /// `application_name`, `password`, ... — it rejects the ones it does not know.
 ///
+/// A URL may name several servers, `postgres://USER@HOST1:PORT1,HOST2:PORT2/DB`:
+/// each connection tries them in order (or shuffled, with
+/// `load_balance_hosts=random`) and keeps the first that answers and, with
+/// `target_session_attrs=read-write`, accepts writes — after a failover the
+/// store's new connections find the new primary.
+///
 /// The `Display` and `Debug` forms, and every error message, hide the
-/// password, whether in the user part or a `password=` parameter
+/// password, whether in the user part (which runs to the last `@` before
+/// the host, spaces and all) or a `password=` parameter
 /// (`postgres://app:***@host/db`); [`StoreUrl::redact`] does the same to
-/// any text.
+/// any text. An input that is not a URL at all is never repeated in an
+/// error: it may be a secret.
 ///
 /// ```
 /// use a2_store::{SqliteDurability, SqliteLocation, StoreUrl};
@@ -65,6 +81,14 @@ pub const URL_FORMS: &str =
 /// let secret: StoreUrl = "postgres://app:s3cret@db.internal/prod".parse()?;
 /// assert_eq!(secret.to_string(), "postgres://app:***@db.internal/prod");
 /// assert!(!format!("{secret:?}").contains("s3cret"));
+///
+/// let failover: StoreUrl =
+///     "postgres://app:pw@db1:5432,db2:5432/prod?target_session_attrs=read-write&network_timeout_ms=3000"
+///         .parse()?;
+/// assert_eq!(
+///     failover.to_string(),
+///     "postgres://app:***@db1:5432,db2:5432/prod?target_session_attrs=read-write&network_timeout_ms=3000"
+/// );
 /// # Ok::<(), a2_store::StoreError>(())
 /// ```
 #[derive(Clone, PartialEq, Eq)]
@@ -128,6 +152,10 @@ pub struct PostgresUrlOptions {
     /// `rotate_lock_timeout_ms=N`: how long a rotation waits for a table's
     /// lock (at least 1; default 50).
     pub rotate_lock_timeout_ms: Option<u64>,
+    /// `network_timeout_ms=N`: how long the store waits on the network
+    /// before it takes a connection for dead (at least 1; default 10 s; see
+    /// `a2_store_postgres::PostgresOptions::network_timeout`).
+    pub network_timeout_ms: Option<u64>,
 }
 
 /// Where a SQLite store lives.
@@ -181,25 +209,43 @@ impl StoreUrl {
     /// says what is wrong and what a valid URL looks like.
     pub fn parse(url: &str) -> Result<Self, StoreError> {
         // Messages show the URL with its password hidden.
-        let shown = Self::redact(url);
-        let Some((scheme, rest)) = url.split_once(':') else {
-            return Err(not_a_url(&shown));
+        let shown = redact::redact_whole(url);
+        let Some((scheme, rest)) = split_scheme(url) else {
+            return Err(not_a_url(url, &shown));
         };
         match scheme {
             "memory" => parse_memory(&shown, rest),
             "sqlite" => parse_sqlite(&shown, rest),
             "postgres" | "postgresql" => parse_postgres(url, &shown),
-            "" => Err(not_a_url(&shown)),
+            // Only the scheme: the rest of an unknown URL may hold a secret
+            // this parser cannot place.
+            other if other.eq_ignore_ascii_case("postgres")
+                || other.eq_ignore_ascii_case("postgresql") =>
+            {
+                Err(StoreError::invalid_input(format!(
+                    "unknown store URL scheme '{other}': URL schemes are lowercase here, write postgres://"
+                )))
+            }
             other => Err(StoreError::invalid_input(format!(
-                "unknown store URL scheme '{other}' in '{shown}': use {URL_FORMS}"
+                "unknown store URL scheme '{other}' (the rest of the URL is not repeated: it may hold a password): use {URL_FORMS}"
             ))),
         }
     }
 
-    /// `text` with the password of every PostgreSQL URL in it replaced by
-    /// `***`: the one after `user:` and any `password=` parameter. A URL
-    /// starts at `postgres:` or `postgresql:` and runs to the next
-    /// whitespace; when in doubt more is hidden, never less.
+    /// `text` with every secret in it replaced by `***`: the password in
+    /// the user part of each URL (`postgres:`, `postgresql:` and any other
+    /// `scheme://` but `sqlite://`), which runs to the last `@` before the
+    /// host even across spaces and tabs; the value of every key ending in
+    /// `password` (`password=`, `sslpassword=`, `PGPASSWORD=`, any case,
+    /// percent-encoded keys of a URL query too) and of `scram_client_key`
+    /// and `scram_server_key`, in a URL's query (up to the next `&`) and in
+    /// `key=value` connection strings as libpq reads them (`password=pw`,
+    /// `password = 'a \' b'`). In a query, what follows such a value up to
+    /// the next key libpq or the store knows is hidden with it (it may be
+    /// the rest of a password whose `&` was not percent-encoded). A URL ends
+    /// with its line, and a quoted URL at its closing quote. When in doubt
+    /// more is hidden, never less: a `password=` value that ends a URL that
+    /// is not quoted hides the rest of the line.
     ///
     /// ```
     /// use a2_store::StoreUrl;
@@ -208,20 +254,18 @@ impl StoreUrl {
     ///     StoreUrl::redact("opening 'postgres://app:pw@db/prod?password=pw&sslmode=require' failed"),
     ///     "opening 'postgres://app:***@db/prod?password=***&sslmode=require' failed"
     /// );
+    /// assert_eq!(
+    ///     StoreUrl::redact("in 'postgres://app:my secret@db1,db2/prod': refused"),
+    ///     "in 'postgres://app:***@db1,db2/prod': refused"
+    /// );
+    /// assert_eq!(
+    ///     StoreUrl::redact("host=db user=app password='my secret' dbname=prod"),
+    ///     "host=db user=app password='***' dbname=prod"
+    /// );
     /// assert_eq!(StoreUrl::redact("sqlite:a.db"), "sqlite:a.db");
     /// ```
     pub fn redact(text: &str) -> String {
-        let mut out = String::with_capacity(text.len());
-        let mut rest = text;
-        while let Some(start) = next_postgres_url(rest) {
-            out.push_str(&rest[..start]);
-            let tail = &rest[start..];
-            let end = tail.find(char::is_whitespace).unwrap_or(tail.len());
-            out.push_str(&redact_one(&tail[..end]));
-            rest = &tail[end..];
-        }
-        out.push_str(rest);
-        out
+        redact::redact_text(text)
     }
 
     /// The backend's name: `memory`, `sqlite` or `postgres`.
@@ -263,7 +307,7 @@ impl fmt::Display for StoreUrl {
         match self {
             Self::Memory => f.write_str("memory:"),
             Self::Postgres { url, options } => {
-                f.write_str(&redact_one(url))?;
+                f.write_str(&redact::redact_whole(url))?;
                 let mut pairs = Vec::new();
                 if let Some(schema) = &options.schema {
                     pairs.push(format!("schema={schema}"));
@@ -297,6 +341,9 @@ impl fmt::Display for StoreUrl {
                 }
                 if let Some(ms) = options.rotate_lock_timeout_ms {
                     pairs.push(format!("rotate_lock_timeout_ms={ms}"));
+                }
+                if let Some(ms) = options.network_timeout_ms {
+                    pairs.push(format!("network_timeout_ms={ms}"));
                 }
                 if !pairs.is_empty() {
                     let join = if url.contains('?') { "&" } else { "?" };
@@ -352,84 +399,52 @@ impl fmt::Debug for StoreUrl {
                 .finish(),
             Self::Postgres { url, options } => f
                 .debug_struct("Postgres")
-                .field("url", &redact_one(url))
+                .field("url", &redact::redact_whole(url))
                 .field("options", options)
                 .finish(),
         }
     }
 }
 
-/// Where the next `postgres:` or `postgresql:` URL in `text` starts (with
-/// or without the `//` a valid one has).
-fn next_postgres_url(text: &str) -> Option<usize> {
-    let short = text.find("postgres:");
-    let long = text.find("postgresql:");
-    match (short, long) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+/// The scheme of `url` and what follows its `:`, when it has a scheme: a
+/// letter, then letters, digits, `+`, `-` or `.`.
+fn split_scheme(url: &str) -> Option<(&str, &str)> {
+    let (scheme, rest) = url.split_once(':')?;
+    let mut bytes = scheme.bytes();
+    let valid = bytes.next().is_some_and(|b| b.is_ascii_alphabetic())
+        && bytes.all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'));
+    valid.then_some((scheme, rest))
 }
 
-/// One PostgreSQL URL with its password hidden: the user part's after the
-/// first `:` (up to the last `@`), and every `password=` parameter's value.
-fn redact_one(url: &str) -> String {
-    let Some(colon) = url.find(':') else {
-        return url.to_owned();
-    };
-    let scheme_end = if url[colon..].starts_with("://") {
-        colon + 3
-    } else {
-        colon + 1
-    };
-    let (scheme, rest) = url.split_at(scheme_end);
-    // The user part ends at the last `@` before the query; a password may
-    // hold `?`, so with no `@` before the first `?` take the last `@` at all
-    // (hiding too much rather than too little).
-    let before_query = rest.find('?').map_or(rest, |q| &rest[..q]);
-    let at = before_query.rfind('@').or_else(|| rest.rfind('@'));
-    let mut out = String::from(scheme);
-    let after_user = match at {
-        Some(at) => {
-            let user = &rest[..at];
-            match user.split_once(':') {
-                Some((name, _)) => {
-                    out.push_str(name);
-                    out.push_str(":***");
-                }
-                None => out.push_str(user),
-            }
-            &rest[at..]
-        }
-        None => rest,
-    };
-    match after_user.split_once('?') {
-        None => out.push_str(after_user),
-        Some((path, query)) => {
-            out.push_str(path);
-            out.push('?');
-            let pairs: Vec<String> = query
-                .split('&')
-                .map(|pair| match pair.split_once('=') {
-                    Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=***"),
-                    _ => pair.to_owned(),
-                })
-                .collect();
-            out.push_str(&pairs.join("&"));
-        }
-    }
-    out
-}
-
-fn not_a_url(url: &str) -> StoreError {
+/// The error for an input with no URL scheme. It repeats the input only
+/// when it looks like a SQLite file name (redacted as `shown`): anything
+/// else may be a secret pasted in the wrong place or a `key=value`
+/// connection string with its password.
+fn not_a_url(input: &str, shown: &str) -> StoreError {
     let looks_like_file = [".db", ".sqlite", ".sqlite3"]
         .iter()
-        .any(|ext| url.ends_with(ext));
-    if looks_like_file {
+        .any(|ext| input.ends_with(ext))
+        && !input.contains(['=', '@']);
+    if input.trim().is_empty() {
         StoreError::invalid_input(format!(
-            "'{url}' is not a store URL: write sqlite:{url} to open it as a SQLite database"
+            "an empty string is not a store URL: use {URL_FORMS}"
         ))
+    } else if looks_like_file {
+        StoreError::invalid_input(format!(
+            "'{shown}' is not a store URL: write sqlite:{shown} to open it as a SQLite database"
+        ))
+    } else if input == ":memory:" {
+        StoreError::invalid_input(
+            "':memory:' is not a store URL: write sqlite::memory: for a private in-memory SQLite database, or memory:",
+        )
+    } else if input.contains('=') {
+        StoreError::invalid_input(
+            "a key=value connection string (host=... user=...) is not a store URL (it is not repeated here: it may hold a password): write it as postgres://USER@HOST:PORT/DATABASE?KEY=VALUE&... (a password goes in as USER:PASSWORD@HOST)",
+        )
     } else {
-        StoreError::invalid_input(format!("'{url}' is not a store URL: use {URL_FORMS}"))
+        StoreError::invalid_input(format!(
+            "the argument is not a store URL: it has no scheme such as memory:, sqlite: or postgres:// (it is not repeated here: it may hold a secret); use {URL_FORMS}"
+        ))
     }
 }
 
@@ -571,6 +586,10 @@ fn parse_postgres(url: &str, shown: &str) -> Result<StoreUrl, StoreError> {
             "rotate_lock_timeout_ms" => {
                 let ms = number(shown, key, value, 1)?;
                 set_once(shown, key, &mut options.rotate_lock_timeout_ms, ms)?;
+            }
+            "network_timeout_ms" => {
+                let ms = number(shown, key, value, 1)?;
+                set_once(shown, key, &mut options.network_timeout_ms, ms)?;
             }
             _ => passed_on.push(pair),
         }
@@ -726,10 +745,40 @@ mod tests {
     #[test]
     fn not_urls() {
         assert!(error("app.db").contains("write sqlite:app.db"));
+        assert!(error("dir with space/a:b.db").contains("write sqlite:dir with space/a:b.db"));
         assert!(error("nonsense").contains("is not a store URL"));
+        assert!(error("nonsense").contains("no scheme"));
         assert!(error("").contains("is not a store URL"));
-        assert!(error(":memory:").contains("is not a store URL"));
+        assert!(error(":memory:").contains("write sqlite::memory:"));
         assert!(error("mysql://localhost/db").contains("unknown store URL scheme 'mysql'"));
+        assert!(error("POSTGRES://h/db").contains("lowercase"));
+    }
+
+    #[test]
+    fn inputs_that_are_no_url_are_never_repeated() {
+        let secret = "S3cret";
+        for (input, says) in [
+            (
+                "host=127.0.0.1 user=app password=S3cret",
+                "key=value connection string",
+            ),
+            ("host=h password='a S3cret'", "key=value connection string"),
+            ("S3cret", "no scheme"),
+            ("S3cret word", "no scheme"),
+            ("user=app S3cret.db", "key=value connection string"),
+            (
+                "mysql://root:S3cret@h/db",
+                "unknown store URL scheme 'mysql'",
+            ),
+            ("app:S3cret@h/db", "unknown store URL scheme 'app'"),
+            ("Postgres://app:S3cret@h/db", "lowercase"),
+            ("postgres:app:S3cret@h/db", "not a PostgreSQL URL"),
+            ("postgres:app:S3cret word@h/db", "not a PostgreSQL URL"),
+        ] {
+            let message = error(input);
+            assert!(!message.contains(secret), "{input}: {message}");
+            assert!(message.contains(says), "{input}: {message}");
+        }
     }
 
     #[test]
@@ -807,19 +856,83 @@ mod tests {
             "postgres://app:***@db/prod?schema=a"
         );
         assert_eq!(
-            StoreUrl::redact("a postgres://u:p@h/d and postgresql://v:q@i/e?password=r end"),
-            "a postgres://u:***@h/d and postgresql://v:***@i/e?password=*** end"
+            StoreUrl::redact("a postgres://u:p@h/d and 'postgresql://v:q@i/e?password=r' end"),
+            "a postgres://u:***@h/d and 'postgresql://v:***@i/e?password=***' end"
+        );
+        // Unquoted, a password parameter may run on past a space: the rest
+        // of the line is hidden with it.
+        assert_eq!(
+            StoreUrl::redact("a postgres://u:p@h/d and postgresql://v:q@i/e?password=r end\nnext"),
+            "a postgres://u:***@h/d and postgresql://v:***@i/e?password=***\nnext"
         );
         assert_eq!(StoreUrl::redact("postgres://u@h/d"), "postgres://u@h/d");
+        for text in [
+            "postgres://app:s3cr3t-pw word@127.0.0.1:1/x",
+            "postgres://app:s3cr3t-pw\tword@127.0.0.1:1/x",
+            "postgres://app:x s3cr3t-pw@h/db?schema=a",
+            "postgres://app:s3cr3t-pw@h1:5432,h2:5433/db?target_session_attrs=read-write",
+            "postgres://app:s3cr3t%2Dpw%20x@h/db",
+            "postgres://app@h1,h2/db?password=s3cr3t-pw word&connect_timeout=2",
+            "postgres://app@h/db?pass%77ord=s3cr3t-pw&sslpassword=s3cr3t-pw",
+            "postgres://app@h/db?password=s3cr3t-pw&x&schema=a",
+        ] {
+            let url = parse(text);
+            for shown in [url.to_string(), format!("{url:?}"), format!("{url:#?}")] {
+                assert!(!shown.contains("s3cr3t"), "{text} shows as {shown}");
+            }
+            for context in [
+                text.to_owned(),
+                format!("in '{text}': failed"),
+                format!("`a2-store inspect {text} sessions`"),
+            ] {
+                let shown = StoreUrl::redact(&context);
+                assert!(!shown.contains("s3cr3t"), "{context} shows as {shown}");
+            }
+        }
         for bad in [
             "postgres://app:s3cr3t-pw@h/db?pool_size=0",
             "postgres://app:s3cr3t-pw@h/db?schema=",
             "postgres://app:s3cr3t-pw@h/db?schema=a&schema=b",
             "postgres://app:s3cr3t-pw@h/db?statement_timeout_ms=x",
             "postgres:app:s3cr3t-pw@h",
+            "postgres://app:s3cr3t-pw word@h/db?pool_size=0",
+            "postgres://app:s3cr3t-pw\tword@h/db?network_timeout_ms=0",
+            "postgres://app@h/db?password=s3cr3t-pw word&schema=",
+            "postgres://app:s3cr3t-pw@h1,h2/db?min_idle=x",
         ] {
             assert!(!error(bad).contains(secret), "{bad}: {}", error(bad));
         }
+    }
+
+    #[test]
+    fn multi_host_urls_keep_their_hosts_and_driver_keys() {
+        let text = "postgres://postgres@127.0.0.1:5432,127.0.0.1:5433/test?target_session_attrs=read-write&connect_timeout=2\
+                    &load_balance_hosts=random&keepalives=1&keepalives_idle=5&keepalives_interval=2\
+                    &keepalives_retries=3&tcp_user_timeout=9&network_timeout_ms=2500&schema=app";
+        let url = parse(text);
+        let StoreUrl::Postgres { url: conn, options } = &url else {
+            panic!("{url:?}")
+        };
+        assert_eq!(
+            conn,
+            "postgres://postgres@127.0.0.1:5432,127.0.0.1:5433/test?target_session_attrs=read-write&connect_timeout=2\
+             &load_balance_hosts=random&keepalives=1&keepalives_idle=5&keepalives_interval=2\
+             &keepalives_retries=3&tcp_user_timeout=9"
+        );
+        assert_eq!(options.network_timeout_ms, Some(2500));
+        assert_eq!(options.schema.as_deref(), Some("app"));
+        assert_eq!(parse(&url.to_string()), url);
+        let secret = parse("postgres://app:pw@h1:1,[::1]:5433/db?target_session_attrs=read-write");
+        assert_eq!(
+            secret.to_string(),
+            "postgres://app:***@h1:1,[::1]:5433/db?target_session_attrs=read-write"
+        );
+        assert!(error("postgres://h1,h2/db?network_timeout_ms=0").contains("at least 1"));
+        assert!(error("postgres://h/db?network_timeout_ms=soon").contains("whole number"));
+        assert!(
+            error("postgres://h/db?network_timeout_ms=1&network_timeout_ms=2")
+                .contains("given twice")
+        );
     }
 
     #[test]
