@@ -930,3 +930,145 @@ fn check_streams_each_case_and_reports_milliseconds() {
     assert!(case["duration_ms"].as_f64().unwrap() >= 0.0, "{report}");
     assert!(case.get("duration").is_none(), "{report}");
 }
+
+/// A secret in every form a store URL or connection string can carry one
+/// never shows in stdout or stderr, and the one-line error still says what
+/// is wrong (`needle`).
+#[test]
+fn secrets_never_show_in_any_url_form() {
+    const SECRET: &str = "Pl4nted";
+    // Against a closed port: opening fails, after parsing succeeded.
+    let refused = "connecting to PostgreSQL";
+    let cases = [
+        ("postgres://app:Pl4nted word@127.0.0.1:1/x", refused),
+        ("postgres://app:Pl4nted\tword@127.0.0.1:1/x", refused),
+        ("postgres://app:a Pl4nted b@127.0.0.1:1/x?connect_timeout=2", refused),
+        ("postgres://app:it's Pl4nted@127.0.0.1:1/x", refused),
+        (
+            "postgres://app:Pl4nted@127.0.0.1:1,127.0.0.1:1/x?target_session_attrs=read-write&connect_timeout=2",
+            refused,
+        ),
+        ("postgres://app:Pl4nted%20%26x@127.0.0.1:1/x", refused),
+        ("postgres://app@127.0.0.1:1/x?password=Pl4nted word&connect_timeout=2", refused),
+        ("postgres://app@127.0.0.1:1/x?pass%77ord=Pl4nted", refused),
+        // The driver knows `password` only in lower case.
+        ("postgres://app@127.0.0.1:1/x?PASSWORD=Pl4nted", "does not know"),
+        // The driver refuses these: a password split at an unencoded `&`.
+        ("postgres://app@127.0.0.1:1/x?password=a&Pl4nted=b", "does not know"),
+        ("postgres://app@127.0.0.1:1/x?password=a&Pl4nted", "has no `=`"),
+        ("postgres://app:Pl4nted@127.0.0.1:1/x?sslpassword=Pl4nted", "sslpassword"),
+        // Not store URLs: never repeated.
+        ("host=127.0.0.1 user=app password=Pl4nted", "key=value connection string"),
+        ("host=127.0.0.1 password='a Pl4nted \\' b'", "key=value connection string"),
+        ("host=h PGPASSWORD=Pl4nted", "key=value connection string"),
+        ("Pl4nted", "no scheme"),
+        ("mysql://root:Pl4nted@127.0.0.1/db", "unknown store URL scheme 'mysql'"),
+        ("Postgres://app:Pl4nted@127.0.0.1:1/x", "lowercase"),
+        ("postgres:app:Pl4nted word@127.0.0.1:1/x", "not a PostgreSQL URL"),
+        ("postgres://app:Pl4nted word@127.0.0.1:1/x?pool_size=0", "at least 1"),
+        (
+            "postgres://app:Pl4nted@127.0.0.1:1/x?network_timeout_ms=0",
+            "network_timeout_ms=0",
+        ),
+    ];
+    for (url, needle) in cases {
+        for args in [
+            vec!["inspect", url, "sessions"],
+            vec!["inspect", url, "cursors", "s"],
+            vec!["clear", url, "s", "--if-last-index", "1"],
+            vec!["check", url, "--only", "append_assigns"],
+        ] {
+            let output = a2(&args);
+            let (out, err) = (stdout(&output), stderr(&output));
+            assert!(
+                !out.contains(SECRET) && !err.contains(SECRET),
+                "{args:?} shows the secret:\nstdout: {out}\nstderr: {err}"
+            );
+            assert_eq!(output.status.code(), Some(2), "{args:?}: {err}");
+            assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+            if args[0] == "inspect" {
+                assert!(
+                    err.contains(needle),
+                    "{args:?}: expected '{needle}' in {err}"
+                );
+            }
+        }
+        // Through A2_STORE_URL too.
+        let output = a2_with_url(url, &["inspect", "sessions"]);
+        let err = stderr(&output);
+        assert!(!err.contains(SECRET), "A2_STORE_URL={url}: {err}");
+        assert!(
+            err.contains(needle),
+            "A2_STORE_URL: expected '{needle}' in {err}"
+        );
+    }
+    // With no secret in the URL the driver's complaint names the key.
+    fails(
+        &[
+            "inspect",
+            "postgres://app@127.0.0.1:1/x?bogus=1",
+            "sessions",
+        ],
+        "unknown option `bogus`",
+    );
+}
+
+/// `A2_POSTGRES_URL` with a closed port (127.0.0.1:1) as its first host.
+fn with_closed_first_host(url: &str) -> String {
+    let start = url.find("://").map_or(0, |s| s + 3);
+    let authority_end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |e| start + e);
+    let host = url[start..authority_end]
+        .rfind('@')
+        .map_or(start, |at| start + at + 1);
+    format!("{}127.0.0.1:1,{}", &url[..host], &url[host..])
+}
+
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[test]
+fn multi_host_urls_connect_to_the_first_host_that_answers() {
+    let Some(url) = postgres::server_url("multi_host_urls") else {
+        return;
+    };
+    let scratch = a2_store::postgres::ScratchSchemas::new(url.clone(), "a2_clitest_");
+    let schema = scratch.fresh_schema().unwrap();
+    let multi = with_closed_first_host(&url);
+    assert!(multi.contains("127.0.0.1:1,"), "{multi}");
+    let join = if multi.contains('?') { '&' } else { '?' };
+    let store_url = format!(
+        "{multi}{join}target_session_attrs=read-write&connect_timeout=2&network_timeout_ms=3000&schema={schema}&pool_size=2"
+    );
+    let parsed = a2_store::StoreUrl::parse(&store_url).unwrap();
+    assert_eq!(
+        a2_store::StoreUrl::parse(&parsed.to_string()).unwrap(),
+        parsed
+    );
+    runtime().block_on(async {
+        let store = a2_store::open(&store_url, OpenOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", a2_store::StoreUrl::redact(&store_url)));
+        seed_store(store.as_ref()).await;
+        let rows = store.read("s2", Default::default()).await.unwrap();
+        assert_eq!(rows.len(), 1, "{rows:?}");
+    });
+    // A read-only open starts its sessions read-only, which
+    // `target_session_attrs=read-write` would refuse: inspect without it.
+    let read_url = format!("{multi}{join}connect_timeout=2&schema={schema}");
+    let sessions = json_of(&ok(&["inspect", &read_url, "sessions", "--json"]));
+    assert_eq!(sessions.as_array().unwrap().len(), 2, "{sessions}");
+    let cleared = ok(&["clear", &store_url, "s2", "--if-last-index", "1"]);
+    assert!(cleared.contains("marker at index 2"), "{cleared}");
+    // Only the closed host: the error says the connection failed.
+    let closed = format!(
+        "postgres://postgres@127.0.0.1:1,127.0.0.1:1/test?target_session_attrs=read-write&connect_timeout=2&schema={schema}"
+    );
+    fails(
+        &["inspect", &closed, "sessions"],
+        "connecting to PostgreSQL",
+    );
+    runtime().block_on(scratch.drop_all()).unwrap();
+}
