@@ -260,9 +260,11 @@ pub(crate) fn open_error(path: &str, doing: &str, error: rusqlite::Error) -> Sto
     use rusqlite::ErrorCode as Code;
     let hint = match error.sqlite_error_code() {
         Some(Code::NotADatabase) => " (the file is not a SQLite database)",
-        Some(Code::DatabaseCorrupt) => " (the database file is corrupt)",
+        Some(Code::DatabaseCorrupt) => " (the database file is corrupt or could not be read)",
         Some(Code::CannotOpen) => " (check that the directory exists and is writable)",
-        Some(Code::ReadOnly) => " (the file or its directory is read-only)",
+        Some(Code::ReadOnly) => {
+            " (the file, its directory or its -wal/-shm side files are read-only or immutable: check ls -l and lsattr)"
+        }
         Some(Code::PermissionDenied) => " (permission denied)",
         _ => "",
     };
