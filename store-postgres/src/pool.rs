@@ -49,6 +49,17 @@ pub(crate) fn build(manager: Manager, options: &PostgresOptions) -> Result<Pool>
         ))
         .create_timeout(Some(options.statement_timeout))
         .recycle_timeout(Some(options.statement_timeout));
+    if read_only {
+        // Every transaction of a read-only store is read-only on the server.
+        builder = builder.post_create(Hook::async_fn(|client, _| {
+            Box::pin(async move {
+                client
+                    .batch_execute("SET default_transaction_read_only = on")
+                    .await
+                    .map_err(HookError::Backend)
+            })
+        }));
+    }
     if limits.any() {
         builder = builder.pre_recycle(Hook::sync_fn(move |_, metrics| {
             if limits.expired(metrics) {

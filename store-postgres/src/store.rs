@@ -104,12 +104,10 @@ impl PostgresStore {
             "-c search_path={schema} -c statement_timeout={timeout_ms} \
              -c idle_in_transaction_session_timeout={timeout_ms} -c plan_cache_mode=force_generic_plan"
         );
-        // A read-only store's transactions are read-only on the server.
-        let startup = if options.read_only {
-            format!("{startup} -c default_transaction_read_only=on")
-        } else {
-            startup
-        };
+        // A read-only store's transactions are made read-only on the server
+        // by each pooled connection once it is open (`crate::pool`), not
+        // by a startup option: with one, every server would answer
+        // read-only, and `target_session_attrs=read-write` would find none.
         let startup = match config.get_options() {
             Some(existing) if !existing.is_empty() => format!("{existing} {startup}"),
             _ => startup,

@@ -116,10 +116,12 @@ pub fn split_tls_settings(url: &str) -> Result<(String, TlsSettings)> {
                 if std::mem::replace(&mut seen_mode, true) {
                     return Err(twice("sslmode"));
                 }
+                // The value is not echoed: with an unencoded `&` or a quote
+                // in a password, it may be a piece of the password.
                 settings.mode = SslMode::parse(value).ok_or_else(|| {
-                    StoreError::invalid_input(format!(
-                        "sslmode={value} is not a TLS mode: use disable, prefer, require, verify-ca or verify-full"
-                    ))
+                    StoreError::invalid_input(
+                        "the sslmode value is not a TLS mode: use disable, prefer, require, verify-ca or verify-full",
+                    )
                 })?;
                 Ok(true)
             }
@@ -162,15 +164,81 @@ pub fn split_tls_settings(url: &str) -> Result<(String, TlsSettings)> {
         }
     } else {
         let mut kept = Vec::new();
-        for word in url.split_whitespace() {
-            let (key, value) = word.split_once('=').unwrap_or((word, ""));
-            if !take(key.trim(), value.trim_matches('\''))? {
-                kept.push(word);
+        for pair in conninfo_pairs(url) {
+            if !take(pair.key, &pair.value)? {
+                kept.push(pair.text);
             }
         }
         kept.join(" ")
     };
     Ok((rest, settings))
+}
+
+/// One `key = value` of a libpq key=value connection string: the key, the
+/// value unquoted (`'…'` with `\'` and `\\` escapes), and the pair's
+/// text as written.
+struct ConninfoPair<'a> {
+    key: &'a str,
+    value: String,
+    text: &'a str,
+}
+
+/// The pairs of a key=value connection string, read as libpq reads them:
+/// spaces around `=` allowed, a quoted value may hold spaces, quotes and
+/// `sslmode=` text without ending the pair. A malformed tail (an
+/// unterminated quote) is one last pair, left for the driver to refuse.
+fn conninfo_pairs(text: &str) -> Vec<ConninfoPair<'_>> {
+    let bytes = text.as_bytes();
+    let mut pairs = Vec::new();
+    let mut at = 0;
+    let skip_space = |mut i: usize| {
+        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        i
+    };
+    loop {
+        let start = skip_space(at);
+        if start >= bytes.len() {
+            break;
+        }
+        let mut i = start;
+        while i < bytes.len() && bytes[i] != b'=' && !bytes[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        let key = &text[start..i];
+        i = skip_space(i);
+        let mut value = Vec::new();
+        if i < bytes.len() && bytes[i] == b'=' {
+            i = skip_space(i + 1);
+            if i < bytes.len() && bytes[i] == b'\'' {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'\'' {
+                    if bytes[i] == b'\\' && i + 1 < bytes.len() {
+                        i += 1;
+                    }
+                    value.push(bytes[i]);
+                    i += 1;
+                }
+                i = (i + 1).min(bytes.len());
+            } else {
+                while i < bytes.len() && !bytes[i].is_ascii_whitespace() {
+                    if bytes[i] == b'\\' && i + 1 < bytes.len() {
+                        i += 1;
+                    }
+                    value.push(bytes[i]);
+                    i += 1;
+                }
+            }
+        }
+        pairs.push(ConninfoPair {
+            key,
+            value: String::from_utf8_lossy(&value).into_owned(),
+            text: &text[start..i],
+        });
+        at = i;
+    }
+    pairs
 }
 
 fn twice(key: &str) -> StoreError {
@@ -615,6 +683,26 @@ mod tests {
         assert_eq!(settings.root_cert, Some(RootCerts::System));
         assert!(split_tls_settings("postgres://h/db?sslmode=strict").is_err());
         assert!(split_tls_settings("postgres://h/db?sslmode=require&sslmode=disable").is_err());
+    }
+
+    /// Quoted values keep their spaces and are never read as keys of their
+    /// own, and a bad sslmode value is not echoed (it may be a piece of a
+    /// password).
+    #[test]
+    fn key_value_strings_are_read_as_libpq_reads_them() {
+        let (rest, settings) = split_tls_settings(
+            "host=h password = 'a  b sslmode=x \\' q' sslmode = 'verify-ca' user=u",
+        )
+        .unwrap();
+        assert_eq!(rest, "host=h password = 'a  b sslmode=x \\' q' user=u");
+        assert_eq!(settings.mode, SslMode::VerifyCa);
+        let error = split_tls_settings("host=h sslmode=S3cret").unwrap_err();
+        assert!(!error.to_string().contains("S3cret"), "{error}");
+        let error = split_tls_settings("postgres://u@h/db?sslmode=S3cret").unwrap_err();
+        assert!(!error.to_string().contains("S3cret"), "{error}");
+        // An unterminated quote is one last pair, for the driver to refuse.
+        let (rest, _) = split_tls_settings("host=h password='open").unwrap();
+        assert_eq!(rest, "host=h password='open");
     }
 
     #[test]

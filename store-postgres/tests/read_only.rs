@@ -82,6 +82,31 @@ async fn a_read_only_store_creates_nothing_and_refuses_writes() {
         .unwrap_err();
     assert!(error.to_string().contains("read-only"), "{error}");
     assert_eq!(error.code(), ErrorCode::InvalidInput);
+
+    // A failover-ready URL asks for the writable server: a read-only store
+    // must still find it (its read-only mode is set after connecting).
+    let join = if url.contains('?') { '&' } else { '?' };
+    let failover_url = format!("{url}{join}target_session_attrs=read-write");
+    let reader = PostgresStore::connect(&failover_url, options(&schema, true))
+        .await
+        .unwrap();
+    assert_eq!(
+        reader
+            .read("s", ReadOptions::default())
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let error = reader
+        .append(
+            "s",
+            vec![NewEvent::new("msg", json!(3))],
+            Default::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.code(), ErrorCode::InvalidInput, "{error}");
     assert_eq!(
         writer
             .read("s", ReadOptions::default())
