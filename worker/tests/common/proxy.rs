@@ -30,7 +30,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -67,6 +67,8 @@ pub struct Connection {
     pub id: u64,
     /// Its client sent a `LISTEN` statement.
     pub listen: bool,
+    /// When the proxy first saw it (forwarded or not).
+    pub listened_at: Option<std::time::Instant>,
     /// Its current mode.
     pub mode: Mode,
     /// Neither side has closed it (as far as the proxy has read).
@@ -77,6 +79,7 @@ struct Conn {
     id: u64,
     mode: watch::Sender<Mode>,
     listen: AtomicBool,
+    listened_at: OnceLock<std::time::Instant>,
     /// Directions still relaying (2 at the start).
     relaying: AtomicUsize,
 }
@@ -200,6 +203,7 @@ impl Proxy {
             .map(|conn| Connection {
                 id: conn.id,
                 listen: conn.listen.load(Ordering::SeqCst),
+                listened_at: conn.listened_at.get().copied(),
                 mode: *conn.mode.borrow(),
                 open: conn.relaying.load(Ordering::SeqCst) == 2,
             })
@@ -217,6 +221,7 @@ impl Shared {
             id: self.next_id.fetch_add(1, Ordering::SeqCst),
             mode: watch::Sender::new(mode),
             listen: AtomicBool::new(false),
+            listened_at: OnceLock::new(),
             relaying: AtomicUsize::new(2),
         });
         self.conns.lock().unwrap().push(Arc::clone(&conn));
@@ -294,6 +299,7 @@ async fn read_side(
             shared.client_writes.fetch_add(1, Ordering::SeqCst);
             tail.extend_from_slice(&buf[..read]);
             if tail.windows(NEEDLE.len()).any(|window| window == NEEDLE) {
+                let _ = conn.listened_at.set(std::time::Instant::now());
                 conn.listen.store(true, Ordering::SeqCst);
             }
             let keep = tail.len().saturating_sub(NEEDLE.len() - 1);
