@@ -39,6 +39,10 @@ impl Failure {
                 " — another process holds the database locked: retry, or raise ?busy_timeout_ms= in the URL"
             }
             ErrorCode::StorageFull => " — free disk space and retry",
+            // The message says the server is unreachable and to retry.
+            ErrorCode::Unavailable if url.starts_with("postgres") => {
+                " — check that the server is up and the URL's hosts and ports (list every server of a failover pair with target_session_attrs=read-write)"
+            }
             // TLS failures say what to change about TLS themselves.
             ErrorCode::Backend if text.contains("TLS") => "",
             ErrorCode::Backend if url.starts_with("postgres") => {
