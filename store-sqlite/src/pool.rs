@@ -274,6 +274,10 @@ impl Pool {
                 message: prefix(message),
                 source,
             },
+            StoreError::Unavailable { message, source } => StoreError::Unavailable {
+                message: prefix(message),
+                source,
+            },
             other => other,
         }
     }

@@ -563,6 +563,10 @@ fn copy_error(error: &StoreError) -> StoreError {
             message: message.clone(),
             source,
         },
+        StoreError::Unavailable { message, .. } => StoreError::Unavailable {
+            message: message.clone(),
+            source,
+        },
         other => StoreError::Backend {
             message: other.to_string(),
             source,
@@ -658,7 +662,8 @@ fn attempt(
 /// told it failed. So the writer commits a transaction of its own at once
 /// (`PRAGMA user_version` rewritten unchanged): its frame lands where the
 /// failed transaction starts and cuts it off. If that fails too (the disk
-/// still fails), the outcome is unknown and the message says so.
+/// still fails), the outcome is unknown: `Unavailable`, the one error
+/// whose call may have been applied, and the message says so.
 fn cut_off(conn: &Connection, error: rusqlite::Error) -> StoreError {
     rollback(conn);
     let failed = format!(
@@ -669,10 +674,17 @@ fn cut_off(conn: &Connection, error: rusqlite::Error) -> StoreError {
         Ok(()) => format!(
             "{failed}; the commit may have reached the WAL file unconfirmed, so the store overwrote it at once: the call was not applied; check the disk and the kernel log (dmesg) and retry once it works (the store needs no reopen)"
         ),
-        Err(again) => format!(
-            "{failed}; OUTCOME UNKNOWN: the commit may be in the WAL file unconfirmed and overwriting it failed too ({}); it is not visible and the next commit on the file discards it, but if the process stops or every store on the file is closed first, recovery applies it; check the disk and the kernel log (dmesg), then repeat the same call (appends with event ids, completions and failures are idempotent)",
-            failure_text(&again)
-        ),
+        // The one failure whose call may have been applied: the code the
+        // contract keeps for an unknown outcome.
+        Err(again) => {
+            return StoreError::Unavailable {
+                message: format!(
+                    "{failed}; OUTCOME UNKNOWN: the commit may be in the WAL file unconfirmed and overwriting it failed too ({}); it is not visible and the next commit on the file discards it, but if the process stops or every store on the file is closed first, recovery applies it; check the disk and the kernel log (dmesg), then repeat the same call (appends with event ids, completions and failures are idempotent)",
+                    failure_text(&again)
+                ),
+                source: Some(Box::new(error)),
+            }
+        }
     };
     StoreError::Backend {
         message,

@@ -9,7 +9,9 @@
 //! The child turns faults on and off around single calls (an append, a
 //! claim, a completion, a checkpoint, the fsync at commit, reads) and
 //! checks that each failing call returns a typed `Backend` error naming
-//! the file, never panics or hangs, and changed nothing, and that the
+//! the file, never panics or hangs, and changed nothing (or, when the
+//! store could not overwrite a commit whose fsync failed, `Unavailable`,
+//! the one error whose call may have been applied), and that the
 //! store works again without a reopen once the fault is lifted. It ends
 //! by aborting (a crash: no checkpoint, the WAL is recovered by the next
 //! open), and the parent reopens the file without the shim: it must hold
@@ -333,7 +335,24 @@ fn events(name: &str, count: usize, bytes: usize) -> Vec<NewEvent> {
 /// The failure of a call on the failing disk: `Backend`, naming the file,
 /// saying what failed (`says`) and keeping SQLite's error as the source.
 fn assert_disk_error(error: &StoreError, db: &Path, says: &[&str]) {
-    assert_eq!(error.code(), ErrorCode::Backend, "{error}");
+    assert_failure(error, ErrorCode::Backend, db, says);
+}
+
+/// The failure of a commit whose fsync failed and that the store could
+/// not overwrite: `Unavailable` (the one code whose call may have been
+/// applied, retryable), saying so.
+fn assert_unknown_outcome(error: &StoreError, db: &Path) {
+    assert_failure(
+        error,
+        ErrorCode::Unavailable,
+        db,
+        &["(fsync)", "OUTCOME UNKNOWN", "repeat the same call"],
+    );
+    assert!(error.is_retryable());
+}
+
+fn assert_failure(error: &StoreError, code: ErrorCode, db: &Path, says: &[&str]) {
+    assert_eq!(error.code(), code, "{error}");
     let message = error.to_string();
     assert!(
         message.contains(&db.display().to_string()),
@@ -473,11 +492,7 @@ async fn faults(child: &mut Child) {
     let before = child.state().await;
     child.fault("sync-wal", "");
     let error = child.append(events("u1", 1, 10)).await.unwrap_err();
-    assert_disk_error(
-        &error,
-        &db,
-        &["(fsync)", "OUTCOME UNKNOWN", "repeat the same call"],
-    );
+    assert_unknown_outcome(&error, &db);
     child.tell("UNKNOWN u1-0");
     assert_eq!(
         child.state().await,
@@ -554,7 +569,7 @@ async fn fsync_stuck(child: &mut Child) {
     child.fault("die", "");
     child.fault("sync-wal", "");
     let error = child.append(events("u3", 2, 10)).await.unwrap_err();
-    assert_disk_error(&error, &child.db, &["OUTCOME UNKNOWN"]);
+    assert_unknown_outcome(&error, &child.db);
     child.tell("UNKNOWN u3-0");
     child.tell("UNKNOWN u3-1");
 }
