@@ -873,7 +873,16 @@ impl Verdict {
                     None => format!("{holder} never"),
                 })
                 .collect();
-            println!("failover {}: resumed {}", n + 1, row.join(", "));
+            // Append -> start from a second after the promotion to the next
+            // kill: a trend over the rounds would show wake-ups wearing off.
+            let promoted = ms(run.failovers[n].promoted_at);
+            let (p50, p99) =
+                self.start_latency(promoted + 1000, run.until_next(n).min(run.load_end));
+            println!(
+                "failover {}: resumed {}; append -> start then p50 {p50} ms, p99 {p99} ms",
+                n + 1,
+                row.join(", ")
+            );
         }
         let producer = &run.producer;
         for (n, failover) in run.failovers.iter().enumerate() {

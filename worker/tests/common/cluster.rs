@@ -53,12 +53,18 @@ impl Default for ClusterOptions {
 /// Debian path of PostgreSQL 15, or `pg_config --bindir`. Panics when none
 /// holds `initdb`.
 pub fn find_bindir() -> PathBuf {
-    let mut tried = Vec::new();
-    let mut candidates: Vec<PathBuf> = Vec::new();
+    let has_binaries = |dir: &Path| dir.join("initdb").exists() && dir.join("pg_ctl").exists();
     if let Some(dir) = std::env::var_os("A2_PG_BIN") {
-        candidates.push(dir.into());
+        let dir = PathBuf::from(dir);
+        assert!(
+            has_binaries(&dir),
+            "A2_PG_BIN={}: no initdb and pg_ctl there",
+            dir.display()
+        );
+        return dir;
     }
-    candidates.push("/usr/lib/postgresql/15/bin".into());
+    let mut tried = Vec::new();
+    let mut candidates: Vec<PathBuf> = vec!["/usr/lib/postgresql/15/bin".into()];
     if let Ok(output) = Command::new("pg_config").arg("--bindir").output() {
         if output.status.success() {
             let dir = String::from_utf8_lossy(&output.stdout).trim().to_owned();
@@ -66,7 +72,7 @@ pub fn find_bindir() -> PathBuf {
         }
     }
     for dir in candidates {
-        if dir.join("initdb").exists() && dir.join("pg_ctl").exists() {
+        if has_binaries(&dir) {
             return dir;
         }
         tried.push(dir.display().to_string());
