@@ -66,10 +66,6 @@ const RESUME_MAX: Duration = Duration::from_secs(15);
 /// and the workers' claim backoff grows.
 const PROMOTION_DELAYS: &[u64] = &[1_000, 3_000, 0, 2_000, 500];
 
-/// Error codes a repeat of the same call may cure (`UNAVAILABLE` named by
-/// its text: it is newer than some builds of the store).
-const RETRYABLE: &[&str] = &["BUSY", "BACKEND", "UNAVAILABLE"];
-
 /// The workload and its rhythm.
 #[derive(Debug)]
 struct Plan {
@@ -231,7 +227,8 @@ async fn produce(
         let started = Instant::now();
         loop {
             let call = store.append(session, events.clone(), Default::default());
-            let error = match tokio::time::timeout(Duration::from_secs(30), call).await {
+            let (error, retryable) = match tokio::time::timeout(Duration::from_secs(30), call).await
+            {
                 Ok(Ok(result)) => {
                     let at_ms = now_ms();
                     let mut log = log.lock().unwrap();
@@ -246,18 +243,26 @@ async fn produce(
                     }
                     break;
                 }
-                Ok(Err(error)) => SeenError {
-                    at_ms: now_ms(),
-                    code: error.code().as_str().to_owned(),
-                    text: error.to_string(),
-                },
-                Err(_) => SeenError {
-                    at_ms: now_ms(),
-                    code: "NO ANSWER".to_owned(),
-                    text: "append gave no answer within 30 s".to_owned(),
-                },
+                // The contract: a server lost or failing over answers an
+                // error that says a repeat may cure it; any other refuses.
+                Ok(Err(error)) => (
+                    SeenError {
+                        at_ms: now_ms(),
+                        code: error.code().as_str().to_owned(),
+                        text: error.to_string(),
+                    },
+                    error.is_retryable(),
+                ),
+                // Repeated, and reported: every call is bounded by the store.
+                Err(_) => (
+                    SeenError {
+                        at_ms: now_ms(),
+                        code: "NO ANSWER".to_owned(),
+                        text: "append gave no answer within 30 s".to_owned(),
+                    },
+                    true,
+                ),
             };
-            let retryable = RETRYABLE.contains(&error.code.as_str()) || error.code == "NO ANSWER";
             if !retryable {
                 log.lock().unwrap().refused.push(error);
                 break;
@@ -636,6 +641,17 @@ impl Verdict {
             self.problems.push(format!(
                 "{} inputs stored that the producer never saw acknowledged",
                 self.unacked_inputs
+            ));
+        }
+        let unanswered = run
+            .producer
+            .errors
+            .iter()
+            .filter(|error| error.code == "NO ANSWER")
+            .count();
+        if unanswered > 0 {
+            self.problems.push(format!(
+                "{unanswered} appends gave no answer within 30 s (the store bounds every call)"
             ));
         }
         for refused in &run.producer.refused {
