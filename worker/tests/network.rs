@@ -34,8 +34,8 @@ use std::time::{Duration, Instant};
 
 use a2_store::postgres::{fresh_schema_name, PostgresOptions, ScratchSchemas};
 use a2_store_api::{
-    AppendOptions, ClaimWorkRequest, ClaimWorkResult, CompleteRequest, ConsumerDeclaration,
-    ErrorCode, NewEvent, Store, StoreError, Target,
+    AppendOptions, ClaimWorkRequest, ClaimWorkResult, CompleteRequest, CompleteResult,
+    ConsumerDeclaration, ErrorCode, NewEvent, Store, StoreError, Target,
 };
 use a2_worker::{handler_fn, Job, RetryPolicy, Worker, WorkerHandle, WorkerStats};
 use common::processes::open;
@@ -50,10 +50,11 @@ const POOL_TIMEOUT: Duration = Duration::from_millis(1_000);
 /// Their client-side network deadline (`network_timeout_ms`).
 const NETWORK_TIMEOUT: Duration = Duration::from_millis(2_000);
 
-/// The longest any call may take, as store-postgres documents it
-/// (README, "Faults"): the wait for a pooled connection (`pool_timeout`,
-/// else `statement_timeout`), plus `statement_timeout`, plus
-/// `network_timeout`. A waiting `claim_work` may wait its `wait_ms` on top.
+/// The longest any call may take, as store-postgres documents it (README,
+/// "Failover and bad networks", and `PostgresOptions::call_bound`, checked
+/// equal here): the wait for a pooled connection (`pool_timeout`, else
+/// `statement_timeout`), plus `statement_timeout`, plus `network_timeout`.
+/// A waiting `claim_work` may wait its `wait_ms` on top.
 fn call_bound() -> Duration {
     let documented = POOL_TIMEOUT + STATEMENT_TIMEOUT + NETWORK_TIMEOUT;
     let options = PostgresOptions {
@@ -71,7 +72,7 @@ fn call_bound() -> Duration {
 }
 
 /// How long after a silent cut the store's `LISTEN` connection is found
-/// dead, as documented: a probe goes out every half `network_timeout`
+/// dead, as documented (same README section): a probe goes out every half `network_timeout`
 /// (between 100 ms and 5 s) and one unanswered for `network_timeout` makes
 /// the listener reconnect.
 fn listener_bound() -> Duration {
@@ -84,8 +85,9 @@ fn listener_bound() -> Duration {
 const BOUND_SLACK: Duration = Duration::from_millis(1_000);
 
 /// How often a waiting claimer claims again without a wake-up
-/// (store-postgres's fallback poll), and the slack allowed over it (the
-/// claim's own round trip and scheduling).
+/// (store-postgres's fallback poll, documented there: "no ready work waits
+/// longer than that"), and the slack allowed over it (the claim's own
+/// round trip and scheduling).
 const FALLBACK_POLL: Duration = Duration::from_millis(1_000);
 const FALLBACK_SLACK: Duration = Duration::from_millis(500);
 
@@ -285,8 +287,12 @@ async fn the_proxy_passes_delays_holds_and_heals() {
     listening.write_all(b"x").await.unwrap();
     let held = tokio::time::timeout(Duration::from_millis(300), listening.read(&mut buf)).await;
     assert!(held.is_err(), "the cut connection answered: {held:?}");
-    let later = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
-    drop(later);
+    // A later connection passes (once the proxy has accepted it).
+    let _later = tokio::net::TcpStream::connect(proxy.addr()).await.unwrap();
+    let started = Instant::now();
+    while proxy.connections().len() < 3 && started.elapsed() < Duration::from_secs(2) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let modes: Vec<Mode> = proxy.connections().iter().map(|c| c.mode).collect();
     assert_eq!(modes, [Mode::Pass, Mode::Blackhole, Mode::Pass]);
 }
@@ -799,37 +805,84 @@ async fn a_partition_healed_after_ten_seconds_loses_nothing() {
     setup.finish().await;
 }
 
+/// What [`claim_and_complete`] did.
+#[derive(Debug, Default, Clone)]
+struct Worked {
+    /// Heads completed.
+    completed: usize,
+    /// `claim_work` calls made.
+    claims: usize,
+    /// Claims answered `Busy` (every ready session held by another claimer).
+    busy: usize,
+    /// Calls that failed with a retryable error and were repeated, by code.
+    repeated: BTreeMap<&'static str, usize>,
+}
+
+/// Repeats `call` while it fails with a retryable error (the same request:
+/// a claim claims again, a completion replays), at most 20 times; counts
+/// the repeats in `repeated`.
+async fn repeating<T, F, Fut>(
+    what: &str,
+    repeated: &mut BTreeMap<&'static str, usize>,
+    mut call: F,
+) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    for _ in 0..20 {
+        match call().await {
+            Ok(value) => return value,
+            Err(error) if error.is_retryable() => {
+                *repeated.entry(error.code().as_str()).or_default() += 1;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(error) => panic!("{what}: {error}"),
+        }
+    }
+    panic!("{what}: still failing after 20 tries");
+}
+
 /// Claims and completes every job of the store through `store`, with
-/// `concurrency` tasks each claiming one head at a time; returns how many,
-/// and how many claims were made and answered `Busy` (every ready session
-/// held by another claimer).
-async fn claim_and_complete(store: Arc<dyn Store>, concurrency: usize) -> (usize, usize, usize) {
+/// `concurrency` tasks each claiming one head at a time; a call failing
+/// with a retryable error is repeated, as a worker would.
+async fn claim_and_complete(store: Arc<dyn Store>, concurrency: usize) -> Worked {
     let tasks: Vec<_> = (0..concurrency)
         .map(|task| {
             let store = Arc::clone(&store);
             tokio::spawn(async move {
                 let holder = format!("claimer-{task}");
-                let (mut done_here, mut claims, mut busy) = (0, 0, 0);
+                let mut worked = Worked::default();
                 loop {
-                    claims += 1;
+                    worked.claims += 1;
                     let request = ClaimWorkRequest::for_consumers(
                         &holder,
                         consumers(),
                         Duration::from_secs(30),
                     );
-                    let claimed = store.claim_work(request).await.expect("claim");
+                    let claimed = repeating("claim", &mut worked.repeated, || {
+                        store.claim_work(request.clone())
+                    })
+                    .await;
                     match claimed {
-                        ClaimWorkResult::Settled => return (done_here, claims, busy),
+                        ClaimWorkResult::Settled => return worked,
                         ClaimWorkResult::Busy { .. } => {
-                            busy += 1;
+                            worked.busy += 1;
                             tokio::time::sleep(Duration::from_millis(5)).await;
                         }
                         claimed => {
                             for (_, head) in claimed.heads() {
                                 let request =
                                     CompleteRequest::for_head(head, vec![done(head.event.index)]);
-                                store.complete_attempt(request).await.expect("complete");
-                                done_here += 1;
+                                let outcome = repeating("complete", &mut worked.repeated, || {
+                                    store.complete_attempt(request.clone())
+                                })
+                                .await;
+                                assert!(
+                                    matches!(outcome, CompleteResult::Completed { .. }),
+                                    "completion of {head:?}: {outcome:?}"
+                                );
+                                worked.completed += 1;
                             }
                         }
                     }
@@ -837,10 +890,15 @@ async fn claim_and_complete(store: Arc<dyn Store>, concurrency: usize) -> (usize
             })
         })
         .collect();
-    let mut total = (0, 0, 0);
+    let mut total = Worked::default();
     for task in tasks {
-        let (done, claims, busy) = task.await.expect("claimer");
-        total = (total.0 + done, total.1 + claims, total.2 + busy);
+        let worked = task.await.expect("claimer");
+        total.completed += worked.completed;
+        total.claims += worked.claims;
+        total.busy += worked.busy;
+        for (code, count) in worked.repeated {
+            *total.repeated.entry(code).or_default() += count;
+        }
     }
     total
 }
@@ -850,8 +908,10 @@ async fn claim_and_complete(store: Arc<dyn Store>, concurrency: usize) -> (usize
 /// through the proxy, one head a claim) at 0, 50 and 200 ms more per
 /// round trip (half of it each way), alternating in one run: every job
 /// completed exactly once, in lane order; each run's throughput, its ratio
-/// to the 0 ms runs' and the client's writes per job (about its round
-/// trips) are printed. CI size: 64 jobs over 16 sessions each run;
+/// to the 0 ms runs', the client's writes per job (about its round trips)
+/// and the calls repeated after a retryable error (`BUSY`: a lock waited
+/// for past the 2 s statement timeout, more likely as every lock is held
+/// across slower round trips) are printed. CI size: 64 jobs over 16 sessions each run;
 /// `A2_NETWORK_LONG=1`: 2,000 jobs over 100 sessions each run, each
 /// latency twice.
 #[cfg_attr(
@@ -881,7 +941,7 @@ async fn latency_keeps_claims_and_completions_correct() {
     let setup = Setup::new("&pool_size=16&min_idle=16").await;
     let direct = open(&setup.direct).await;
     let store = open(&setup.proxied).await;
-    let mut results: Vec<(u64, usize, Duration, u64, usize, usize)> = Vec::new();
+    let mut results: Vec<(u64, usize, Duration, u64, Worked)> = Vec::new();
     for (run, &(latency, sessions, per_lane)) in runs.iter().enumerate() {
         let sessions = common::session_ids(&format!("lat{run}"), sessions);
         let jobs = common::produce(direct.as_ref(), &sessions, LANES, per_lane).await;
@@ -893,13 +953,13 @@ async fn latency_keeps_claims_and_completions_correct() {
         });
         let writes = setup.proxy.client_writes();
         let started = Instant::now();
-        let (completed, claims, busy) = claim_and_complete(Arc::clone(&store), CONCURRENCY).await;
+        let worked = claim_and_complete(Arc::clone(&store), CONCURRENCY).await;
         let took = started.elapsed();
         let writes = setup.proxy.client_writes() - writes;
         setup.proxy.set_mode(Mode::Pass);
-        assert_eq!(completed, jobs, "run {run} at {latency} ms");
+        assert_eq!(worked.completed, jobs, "run {run} at {latency} ms");
         common::assert_exactly_once_in_order(direct.as_ref(), &sessions, LANES * per_lane).await;
-        results.push((latency, jobs, took, writes, claims, busy));
+        results.push((latency, jobs, took, writes, worked));
     }
     let rate = |jobs: usize, took: Duration| jobs as f64 / took.as_secs_f64();
     let base: Vec<f64> = results
@@ -909,13 +969,16 @@ async fn latency_keeps_claims_and_completions_correct() {
         .collect();
     let base = base.iter().sum::<f64>() / base.len() as f64;
     println!("latency (added per round trip), claim + complete by {CONCURRENCY} tasks:");
-    for (latency, jobs, took, writes, claims, busy) in &results {
+    for (latency, jobs, took, writes, worked) in &results {
         let per_second = rate(*jobs, *took);
         println!(
-            "  {latency:>3} ms: {jobs} jobs in {} ms, {per_second:.1} jobs/s, {:.3} of the 0 ms runs' {base:.1} jobs/s; {:.1} client writes a job; {claims} claims, {busy} answered Busy",
+            "  {latency:>3} ms: {jobs} jobs in {} ms, {per_second:.1} jobs/s, {:.3} of the 0 ms runs' {base:.1} jobs/s; {:.1} client writes a job; {} claims, {} answered Busy; calls repeated after a retryable error {:?}",
             millis(*took),
             per_second / base,
-            *writes as f64 / *jobs as f64
+            *writes as f64 / *jobs as f64,
+            worked.claims,
+            worked.busy,
+            worked.repeated
         );
     }
     drop((store, direct));
