@@ -146,6 +146,11 @@
 
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 pub mod layer;
+/// Store layers; with feature `encryption` alone, the payload codec layer only.
+#[cfg(all(feature = "encryption", not(any(feature = "tracing", feature = "metrics"))))]
+pub mod layer {
+    pub mod codec;
+}
 mod open;
 mod options;
 #[cfg(feature = "postgres")]
@@ -270,6 +275,8 @@ pub use a2_store_api::{
 pub use a2_worker as worker;
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 pub use layer::{ObservedStore, Operation};
+#[cfg(feature = "encryption")]
+pub use layer::codec::{EncryptedStore, KeyProvider, Keyring, RecyclingIds, SecretKey};
 pub use open::{open, open_url};
 pub use options::OpenOptions;
 pub use url::{

@@ -120,6 +120,8 @@ use a2_store_api::{
 use async_trait::async_trait;
 use serde_json::Value;
 
+#[cfg(feature = "encryption")]
+pub mod codec;
 #[cfg(feature = "metrics")]
 mod metrics;
 #[cfg(feature = "tracing")]
