@@ -2,16 +2,16 @@
 //! ([`Place`], bound as associated data), and the cipher.
 //!
 //! ```text
-//! {"$a2enc": 1, "kid": "k2", "sid": "chat-1", "ct": "<base64: nonce(24) | ciphertext | tag(16)>"}
+//! {"$a2enc": 1, "kid": "k2", "sid": "chat-1", "ct": "<base64: nonce(12) | ciphertext | tag(16)>"}
 //! ```
 //!
 //! `sid` (events only) names the session the payload was encrypted in, so a
 //! fork, which copies rows verbatim, can still authenticate them.
 
 use a2_store_api::{Result, StoreError};
+use aes_gcm_siv::aead::AeadInOut;
+use aes_gcm_siv::Nonce;
 use base64::Engine as _;
-use chacha20poly1305::aead::AeadInOut;
-use chacha20poly1305::XNonce;
 use hmac::Mac;
 use serde_json::{Map, Value};
 
@@ -23,8 +23,8 @@ pub const RESERVED_KEY: &str = "$a2enc";
 /// The envelope format version written in [`RESERVED_KEY`].
 pub(crate) const VERSION: u64 = 1;
 
-/// Nonce bytes (XChaCha20) and tag bytes (Poly1305).
-const NONCE_LEN: usize = 24;
+/// Nonce and tag bytes of AES-256-GCM-SIV.
+const NONCE_LEN: usize = 12;
 const TAG_LEN: usize = 16;
 
 /// The base64 of the ciphertext: standard alphabet, no padding.
@@ -219,7 +219,7 @@ pub(crate) fn seal(
     mac.update(&plaintext);
     let digest = mac.finalize().into_bytes();
     let nonce_bytes = &digest[..NONCE_LEN];
-    let nonce = XNonce::try_from(nonce_bytes).map_err(|_| encrypt_failed(place))?;
+    let nonce = Nonce::try_from(nonce_bytes).map_err(|_| encrypt_failed(place))?;
     let mut out = Vec::with_capacity(NONCE_LEN + plaintext.len() + TAG_LEN);
     out.extend_from_slice(nonce_bytes);
     out.extend_from_slice(&plaintext);
@@ -272,9 +272,9 @@ pub(crate) fn open(
     }
     let aad = place.associated_data();
     let (nonce, rest) = bytes.split_at_mut(NONCE_LEN);
-    let nonce = XNonce::try_from(&*nonce).map_err(|_| OpenFailure::Malformed)?;
+    let nonce = Nonce::try_from(&*nonce).map_err(|_| OpenFailure::Malformed)?;
     let (body, tag) = rest.split_at_mut(rest.len() - TAG_LEN);
-    let tag = chacha20poly1305::Tag::try_from(&*tag).map_err(|_| OpenFailure::Malformed)?;
+    let tag = aes_gcm_siv::Tag::try_from(&*tag).map_err(|_| OpenFailure::Malformed)?;
     key.derived()
         .cipher
         .decrypt_inout_detached(&nonce, &aad, body.into(), &tag)

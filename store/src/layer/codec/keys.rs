@@ -8,8 +8,8 @@ use std::path::Path;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use a2_store_api::{Result, StoreError};
+use aes_gcm_siv::{Aes256GcmSiv, KeyInit};
 use base64::Engine as _;
-use chacha20poly1305::{KeyInit, XChaCha20Poly1305};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use zeroize::Zeroizing;
@@ -21,7 +21,7 @@ pub const KEYS_ENV: &str = "A2_STORE_KEYS";
 pub const MAX_KEY_ID_BYTES: usize = 64;
 
 /// Domain separation of the two keys derived from a data key.
-const CIPHER_LABEL: &[u8] = b"a2-store payload encryption v1: XChaCha20-Poly1305 key";
+const CIPHER_LABEL: &[u8] = b"a2-store payload encryption v1: AES-256-GCM-SIV key";
 const NONCE_LABEL: &[u8] = b"a2-store payload encryption v1: synthetic nonce key";
 
 /// A 256-bit data key, as the encryption layer uses it: the cipher key and
@@ -45,7 +45,7 @@ pub struct SecretKey(Arc<Derived>);
 /// What a [`SecretKey`] holds: the derived keys, ready to use.
 pub(crate) struct Derived {
     /// The AEAD, keyed with the derived cipher key.
-    pub(crate) cipher: XChaCha20Poly1305,
+    pub(crate) cipher: Aes256GcmSiv,
     /// HMAC-SHA256 keyed with the derived nonce key (cloned per payload).
     pub(crate) nonce_mac: Hmac<Sha256>,
 }
@@ -57,7 +57,7 @@ impl SecretKey {
         let master = Zeroizing::new(bytes);
         let cipher_key = Zeroizing::new(derive(&master, CIPHER_LABEL));
         let nonce_key = Zeroizing::new(derive(&master, NONCE_LABEL));
-        let cipher = XChaCha20Poly1305::new(&(*cipher_key).into());
+        let cipher = Aes256GcmSiv::new(&(*cipher_key).into());
         Self(Arc::new(Derived {
             cipher,
             nonce_mac: hmac_of(&nonce_key),
@@ -260,6 +260,14 @@ impl Keyring {
     /// A ring from the environment variable `var` (see [`parse`](Self::parse);
     /// [`KEYS_ENV`], `A2_STORE_KEYS`, is the conventional name), e.g.
     /// `A2_STORE_KEYS=k1:<base64>,k2:<base64>`.
+    ///
+    /// ```
+    /// use a2_store::Keyring;
+    ///
+    /// // Unset: an error naming the variable (never a key).
+    /// let error = Keyring::from_env("A2_STORE_KEYS_OF_NO_APP").unwrap_err();
+    /// assert!(error.to_string().contains("A2_STORE_KEYS_OF_NO_APP is not set"));
+    /// ```
     pub fn from_env(var: &str) -> Result<Self> {
         let text = Zeroizing::new(std::env::var(var).map_err(|_| {
             StoreError::invalid_input(format!(
@@ -271,6 +279,16 @@ impl Keyring {
 
     /// A ring from a file with one `kid:<base64>` per line (see
     /// [`parse`](Self::parse)); the last line is current.
+    ///
+    /// ```
+    /// use a2_store::Keyring;
+    ///
+    /// let path = std::env::temp_dir().join(format!("a2-doc-keys-{}", std::process::id()));
+    /// std::fs::write(&path, "# rotated 2026-01\nk1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\nk2:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=\n").unwrap();
+    /// let ring = Keyring::from_file(&path).unwrap();
+    /// # std::fs::remove_file(&path).unwrap();
+    /// assert_eq!(ring.current_id().as_deref(), Some("k2"));
+    /// ```
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let text = Zeroizing::new(std::fs::read_to_string(path).map_err(|error| {
