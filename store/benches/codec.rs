@@ -13,9 +13,10 @@
 //! `cargo bench -p a2-store --features encryption,memory,sqlite --bench codec`
 //!
 //! With `A2_CODEC_ALTERNATE=<rounds>` the bench skips criterion and times
-//! bare and encrypted runs alternately, round after round, in one process,
-//! printing the median per operation of each and their ratio: the figures
-//! to compare (both sides see the same machine state).
+//! bare and encrypted alternately, one batch (memory) or one claim +
+//! complete (SQLite) on each side in turn, in one process, printing the
+//! median of each and their difference: the figures to compare (both sides
+//! see the same machine state, bursts of load elsewhere hit both alike).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -231,18 +232,17 @@ fn alternate(rounds: usize) {
             (enc / bare - 1.0) * 100.0
         );
     };
-    // Per payload on memory: (append + read of a batch) / BATCH, in µs.
+    // Per payload on memory: (append + read of a batch) / BATCH, in µs,
+    // one batch on each side in turn.
     let stores = [rt.block_on(memory(false)), rt.block_on(memory(true))];
     let mut times = [Vec::new(), Vec::new()];
     let mut session = 0;
-    for _ in 0..rounds {
+    for _ in 0..rounds * 10 {
         for (side, store) in stores.iter().enumerate() {
+            session += 1;
             let start = Instant::now();
-            for _ in 0..10 {
-                session += 1;
-                rt.block_on(append_and_read(store.as_ref(), &format!("s{session}")));
-            }
-            times[side].push(start.elapsed().as_secs_f64() * 1e6 / (10 * BATCH) as f64);
+            rt.block_on(append_and_read(store.as_ref(), &format!("s{session}")));
+            times[side].push(start.elapsed().as_secs_f64() * 1e6 / BATCH as f64);
         }
     }
     let [bare, enc] = times;
@@ -252,6 +252,8 @@ fn alternate(rounds: usize) {
         bare,
         enc,
     );
+    // Claim + complete: one operation on each side in turn, each timed
+    // alone (so a burst of load elsewhere hits both sides alike).
     for backend in [Sqlite::File, Sqlite::Memory] {
         let stores = [
             rt.block_on(backend.open(&dir, false)),
@@ -260,14 +262,16 @@ fn alternate(rounds: usize) {
         const BLOCK: u64 = 200;
         let mut times = [Vec::new(), Vec::new()];
         for round in 0..rounds {
-            for (side, store) in stores.iter().enumerate() {
-                let session = format!("r{round}");
+            let session = format!("r{round}");
+            for store in &stores {
                 rt.block_on(prefill(store.as_ref(), &session, BLOCK));
-                let start = Instant::now();
-                for _ in 0..BLOCK {
+            }
+            for _ in 0..BLOCK {
+                for (side, store) in stores.iter().enumerate() {
+                    let start = Instant::now();
                     rt.block_on(claim_complete(store.as_ref(), &session));
+                    times[side].push(start.elapsed().as_secs_f64() * 1e6);
                 }
-                times[side].push(start.elapsed().as_secs_f64() * 1e6 / BLOCK as f64);
             }
         }
         let [bare, enc] = times;
