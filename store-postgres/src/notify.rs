@@ -140,7 +140,7 @@ impl Listener {
 }
 
 /// How often a listening connection with nothing to say is probed
-/// (`SELECT 1`) to find out that it still carries packets: half the network
+/// (its `LISTEN` repeated) to find out that it still carries packets: half the network
 /// timeout, between 100 ms and 5 s.
 pub(crate) fn probe_interval(network_timeout: Duration) -> Duration {
     (network_timeout / 2).clamp(Duration::from_millis(100), Duration::from_secs(5))
@@ -195,7 +195,8 @@ async fn listen_once(
     let mut listening = false;
     // The `LISTEN` itself is bounded like a probe.
     let mut answer_by = Some(tokio::time::Instant::now() + network_timeout.saturating_mul(2));
-    let mut probes = tokio::time::interval(probe_interval(network_timeout));
+    let every = probe_interval(network_timeout);
+    let mut probes = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     probes.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut probe: Option<Pin<Box<dyn Future<Output = bool> + Send + '_>>> = None;
     loop {
@@ -211,8 +212,11 @@ async fn listen_once(
                 signal.notify();
             }
             _ = probes.tick(), if listening && probe.is_none() => {
-                let client = &client;
-                probe = Some(Box::pin(async move { client.simple_query("SELECT 1").await.is_ok() }));
+                // The probe repeats the subscriptions' `LISTEN` (a no-op on a
+                // channel already listened to), so `pg_stat_activity.query`
+                // keeps showing the connection as the listener.
+                let (client, listen) = (&client, &listen_sessions);
+                probe = Some(Box::pin(async move { client.batch_execute(listen).await.is_ok() }));
                 answer_by = Some(tokio::time::Instant::now() + network_timeout);
             }
             answered = async {
