@@ -150,6 +150,16 @@ pub mod layer;
 #[cfg(all(feature = "encryption", not(any(feature = "tracing", feature = "metrics"))))]
 pub mod layer {
     pub mod codec;
+    #[cfg(feature = "offload")]
+    pub mod offload;
+}
+/// Store layers; with feature `offload` alone, the offloading layer only.
+#[cfg(all(
+    feature = "offload",
+    not(any(feature = "tracing", feature = "metrics", feature = "encryption"))
+))]
+pub mod layer {
+    pub mod offload;
 }
 mod open;
 mod options;
@@ -277,6 +287,8 @@ pub use a2_worker as worker;
 pub use layer::{ObservedStore, Operation};
 #[cfg(feature = "encryption")]
 pub use layer::codec::{EncryptedStore, KeyProvider, Keyring, RecyclingIds, SecretKey};
+#[cfg(feature = "offload")]
+pub use layer::offload::OffloadStore;
 pub use open::{open, open_url};
 pub use options::OpenOptions;
 pub use url::{

@@ -122,6 +122,8 @@ use serde_json::Value;
 
 #[cfg(feature = "encryption")]
 pub mod codec;
+#[cfg(feature = "offload")]
+pub mod offload;
 #[cfg(feature = "metrics")]
 mod metrics;
 #[cfg(feature = "tracing")]

@@ -1,0 +1,28 @@
+//! The whole conformance suite through the offloading layer
+//! (`OffloadStore`, 64-byte threshold, a temporary local object store), on
+//! memory, SQLite files and PostgreSQL: trials named
+//! `<backend>+offload::<case>`. The PostgreSQL trials run only when
+//! `A2_POSTGRES_URL` is set; otherwise they are reported as ignored (and
+//! said so on stderr), so the counts never claim cases that did not run.
+
+mod offload_support;
+
+use offload_support::{postgres_url, Memory, Offloaded, Postgres, Sqlite};
+
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let mut trials = a2_conformance::trials("memory+offload", Some(|| Offloaded::new(Memory)));
+    trials.extend(a2_conformance::trials(
+        "sqlite+offload",
+        Some(|| Offloaded::new(Sqlite::new())),
+    ));
+    let postgres = postgres_url().map(|url| move || Offloaded::new(Postgres::new(&url)));
+    if postgres.is_none() {
+        eprintln!(
+            "offload_conformance: the PostgreSQL trials were NOT run: {} is not set",
+            offload_support::POSTGRES_URL_VAR
+        );
+    }
+    trials.extend(a2_conformance::trials("postgres+offload", postgres));
+    libtest_mimic::run(&args, trials).exit();
+}
