@@ -63,13 +63,12 @@ impl Objects {
 
     /// Writes `value` when its JSON exceeds the threshold; its reference.
     async fn offload(&self, session: &str, kind: Kind, value: &Value) -> Result<Option<Reference>> {
-        let bytes = serde_json::to_vec(value).map_err(|error| {
+        let (bytes, reference) = super::reference::serialize(value).map_err(|error| {
             StoreError::invalid_input(format!("a payload does not serialize as JSON: {error}"))
         })?;
         if bytes.len() <= self.threshold {
             return Ok(None);
         }
-        let reference = Reference::of(&bytes);
         let path = self.keys.object(session, kind, &reference);
         self.store
             .put(&path, PutPayload::from(bytes))

@@ -36,6 +36,35 @@ pub(super) fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
+/// `value`'s JSON bytes and their reference, hashed while they are written
+/// (one pass over the bytes, not two).
+pub(super) fn serialize(value: &Value) -> serde_json::Result<(Vec<u8>, Reference)> {
+    struct Hashing {
+        bytes: Vec<u8>,
+        hasher: Sha256,
+    }
+    impl std::io::Write for Hashing {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.hasher.update(buf);
+            self.bytes.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Hashing {
+        bytes: Vec::new(),
+        hasher: Sha256::new(),
+    };
+    serde_json::to_writer(&mut out, value)?;
+    let reference = Reference {
+        sha256: hex(&out.hasher.finalize()),
+        len: u64::try_from(out.bytes.len()).unwrap_or(u64::MAX),
+    };
+    Ok((out.bytes, reference))
+}
+
 /// Whether `value` uses the reserved key at its top level.
 pub(super) fn uses_reserved_key(value: &Value) -> bool {
     value
@@ -238,6 +267,14 @@ mod tests {
             Reference::parse(&json!({"$a2ref": 1, "sha256": "zz", "len": 1})),
             Some(Err(_))
         ));
+    }
+
+    #[test]
+    fn serializing_hashes_the_bytes_written() {
+        let value = json!({"text": "x".repeat(100_000), "n": [1, 2]});
+        let (bytes, reference) = serialize(&value).unwrap();
+        assert_eq!(bytes, serde_json::to_vec(&value).unwrap());
+        assert_eq!(reference, Reference::of(&bytes));
     }
 
     #[test]
