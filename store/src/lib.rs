@@ -144,23 +144,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(any(feature = "tracing", feature = "metrics"))]
-pub mod layer;
-/// Store layers; with feature `encryption` alone, the payload codec layer only.
-#[cfg(all(feature = "encryption", not(any(feature = "tracing", feature = "metrics"))))]
-pub mod layer {
-    pub mod codec;
-    #[cfg(feature = "offload")]
-    pub mod offload;
-}
-/// Store layers; with feature `offload` alone, the offloading layer only.
-#[cfg(all(
-    feature = "offload",
-    not(any(feature = "tracing", feature = "metrics", feature = "encryption"))
+#[cfg(any(
+    feature = "tracing",
+    feature = "metrics",
+    feature = "encryption",
+    feature = "offload"
 ))]
-pub mod layer {
-    pub mod offload;
-}
+pub mod layer;
 mod open;
 mod options;
 #[cfg(feature = "postgres")]
@@ -283,12 +273,12 @@ pub use a2_store_api::{
 /// retries with backoff, dead letters, idempotent outputs and graceful shutdown.
 #[cfg(feature = "worker")]
 pub use a2_worker as worker;
-#[cfg(any(feature = "tracing", feature = "metrics"))]
-pub use layer::{ObservedStore, Operation};
 #[cfg(feature = "encryption")]
 pub use layer::codec::{EncryptedStore, KeyProvider, Keyring, RecyclingIds, SecretKey};
 #[cfg(feature = "offload")]
 pub use layer::offload::OffloadStore;
+#[cfg(any(feature = "tracing", feature = "metrics"))]
+pub use layer::{ObservedStore, Operation};
 pub use open::{open, open_url};
 pub use options::OpenOptions;
 pub use url::{
