@@ -82,6 +82,10 @@ pub(crate) fn db_error(what: &str, error: tokio_postgres::Error) -> StoreError {
         }
         return StoreError::backend(format!("{what}: the PostgreSQL connection failed"), error);
     };
+    let mut detail = error
+        .as_db_error()
+        .map(|db| db.message().to_owned())
+        .unwrap_or_default();
     if code.code().starts_with("08")
         || code == SqlState::ADMIN_SHUTDOWN
         || code == SqlState::CRASH_SHUTDOWN
@@ -89,10 +93,6 @@ pub(crate) fn db_error(what: &str, error: tokio_postgres::Error) -> StoreError {
     {
         // Connection exceptions, and a server shutting down or starting
         // (a failover, a restart): the call may succeed on the next server.
-        let detail = error
-            .as_db_error()
-            .map(|db| db.message().to_owned())
-            .unwrap_or_default();
         return StoreError::unavailable(
             format!(
                 "{what}: the PostgreSQL server is not available: {detail} (SQLSTATE {}) — retry once it is back",
@@ -101,10 +101,6 @@ pub(crate) fn db_error(what: &str, error: tokio_postgres::Error) -> StoreError {
             error,
         );
     }
-    let mut detail = error
-        .as_db_error()
-        .map(|db| db.message().to_owned())
-        .unwrap_or_default();
     if code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION && detail.contains("no encryption") {
         // pg_hba.conf accepts this client only over TLS (`hostssl`).
         detail.push_str(

@@ -119,7 +119,8 @@ impl PostgresStore {
     /// Other roles' transactions are visible only to a superuser or a role
     /// with `pg_read_all_stats`; without it `oldest_transaction` covers the
     /// store's own role. Errors: `Busy` when no pooled connection frees up
-    /// in time, `Backend` when the server cannot answer.
+    /// in time, `Unavailable` when the server cannot be reached or does not
+    /// answer within the call bound, `Backend` when it fails.
     pub async fn health(&self) -> Result<Health> {
         let doing = "reading the schema's health";
         let schema_name = self.inner.schema.clone();

@@ -75,7 +75,11 @@ impl PostgresStore {
     /// Errors: `InvalidInput` for a bad URL, schema name, pool size or
     /// `min_idle` above the pool size;
     /// `IncompatibleSchema` when the schema was written by a newer version;
-    /// `Backend` (or `Busy`) when the server cannot be reached.
+    /// `Unavailable` when no server can be reached (or none is writable
+    /// with `target_session_attrs=read-write`) or it does not answer within
+    /// [`PostgresOptions::call_bound`](crate::PostgresOptions::call_bound);
+    /// `Backend` when it refuses the connection (authentication, a missing
+    /// database).
     pub async fn connect(url: &str, options: PostgresOptions) -> Result<Self> {
         validate_schema_name(&options.schema)?;
         if options.pool_size == 0 {
