@@ -30,7 +30,8 @@ pub enum ErrorCode {
     SupersededAttempt,
     /// Work scheduled from an event at or below the session's clear.
     SessionCleared,
-    /// A completion or failure names an index with no event and no cursor.
+    /// A completion or failure names an index with no event and no cursor,
+    /// or a payload rewrite names an event not stored above the clear.
     NoSuchEvent,
     /// The request itself is malformed; nothing was changed.
     InvalidInput,
@@ -51,6 +52,14 @@ pub enum ErrorCode {
     /// the request names an incarnation that is gone, or a stream followed
     /// a session that was deleted.
     SessionDeleted,
+    /// A compare-and-set rewrite ([`Store::rewrite_payloads`](crate::Store::rewrite_payloads))
+    /// found a stored payload other than the one it expected; the whole call
+    /// was refused and nothing changed. Read the item again and retry.
+    PayloadMismatch,
+    /// A call names a stored value that does not exist or can no longer be
+    /// read: a snapshot state or presence field to rewrite (a missing
+    /// event is [`NoSuchEvent`](Self::NoSuchEvent)); nothing changed.
+    NotFound,
     /// The backend is out of space; free space and retry.
     StorageFull,
     /// The database was written by a newer schema version than this build.
@@ -73,6 +82,8 @@ impl ErrorCode {
             Self::Unavailable => "UNAVAILABLE",
             Self::SessionInUse => "SESSION_IN_USE",
             Self::SessionDeleted => "SESSION_DELETED",
+            Self::PayloadMismatch => "PAYLOAD_MISMATCH",
+            Self::NotFound => "NOT_FOUND",
             Self::StorageFull => "STORAGE_FULL",
             Self::IncompatibleSchema => "INCOMPATIBLE_SCHEMA",
             Self::Backend => "BACKEND",
@@ -171,6 +182,18 @@ pub enum StoreError {
         /// Which session, and what to do.
         message: String,
     },
+    /// See [`ErrorCode::PayloadMismatch`].
+    #[error("payload mismatch: {message}")]
+    PayloadMismatch {
+        /// Which item holds another payload, and what to do.
+        message: String,
+    },
+    /// See [`ErrorCode::NotFound`].
+    #[error("not found: {message}")]
+    NotFound {
+        /// What was named and is not stored.
+        message: String,
+    },
     /// See [`ErrorCode::StorageFull`].
     #[error("storage full: {message}")]
     StorageFull {
@@ -211,6 +234,8 @@ impl StoreError {
             Self::Unavailable { .. } => ErrorCode::Unavailable,
             Self::SessionInUse { .. } => ErrorCode::SessionInUse,
             Self::SessionDeleted { .. } => ErrorCode::SessionDeleted,
+            Self::PayloadMismatch { .. } => ErrorCode::PayloadMismatch,
+            Self::NotFound { .. } => ErrorCode::NotFound,
             Self::StorageFull { .. } => ErrorCode::StorageFull,
             Self::IncompatibleSchema { .. } => ErrorCode::IncompatibleSchema,
             Self::Backend { .. } => ErrorCode::Backend,
@@ -387,6 +412,38 @@ impl StoreError {
         Self::SessionDeleted {
             message: format!("session '{session_id}' was deleted while it was followed"),
         }
+    }
+
+    /// The [`ErrorCode::PayloadMismatch`] error of a rewrite whose item
+    /// `what` ("the payload of event 3 in session 's'") holds another
+    /// payload than the one expected.
+    pub fn payload_mismatch(what: &str) -> Self {
+        Self::PayloadMismatch {
+            message: format!(
+                "{what} is not the expected one (changed since it was read); \
+                 nothing was rewritten: read it again and retry"
+            ),
+        }
+    }
+
+    /// The [`ErrorCode::NotFound`] error of a rewrite naming `what` ("the
+    /// state of reducer 'r' at index 3 in session 's'"), which is not stored.
+    pub fn not_found(what: &str) -> Self {
+        Self::NotFound {
+            message: format!(
+                "{what} is not stored (never written, below the clear, expired or deleted); \
+                 nothing was rewritten"
+            ),
+        }
+    }
+
+    /// The [`ErrorCode::InvalidInput`] error of a rewrite naming the clear
+    /// marker at `index` of `session_id`, whose payload the store writes.
+    pub fn marker_not_rewritten(session_id: &str, index: u64) -> Self {
+        Self::invalid_input(format!(
+            "event {index} in session '{session_id}' is the clear marker: the store writes its \
+             payload, which cannot be rewritten; leave it out of the rewrite"
+        ))
     }
 
     /// An [`ErrorCode::Unavailable`] error keeping `source`.

@@ -25,6 +25,7 @@
 //! | lane-exact and bulk redrive | [`redrive`] |
 //! | what a fork copies | [`fork`] |
 //! | deleting and pruning sessions, the incarnation fence | [`retention`] |
+//! | rewriting stored payloads (re-encryption) | [`rewrite`] |
 //! | the work index, fairness across sessions, claiming and waiting across sessions | [`work`] |
 //! | how SQL backends encode values | [`sql`] |
 //! | every error text | constructors on [`StoreError`] |
@@ -72,6 +73,7 @@ pub mod redrive;
 pub mod replay;
 mod results;
 pub mod retention;
+pub mod rewrite;
 pub mod schedule;
 pub mod sql;
 mod store;
@@ -90,6 +92,10 @@ pub use payload::Payload;
 pub use retention::{
     DeleteSessionRequest, DeleteSessionResult, PruneFrom, PruneRequest, PruneResult, Removed,
     DEFAULT_PRUNE_LIMIT, MAX_PRUNE_LIMIT,
+};
+pub use rewrite::{
+    EventRewrite, PresenceRewrite, RewritePayloadsRequest, RewritePayloadsResult, StateRewrite,
+    MAX_REWRITE_ITEMS,
 };
 pub use schedule::{RescheduleStep, ScheduledAt};
 pub use store::{EventStream, Store};

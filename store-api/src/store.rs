@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::retention::{DeleteSessionRequest, DeleteSessionResult, PruneRequest, PruneResult};
+use crate::rewrite::{RewritePayloadsRequest, RewritePayloadsResult};
 use crate::types::{
     AppendOptions, AppendResult, BulkRedrive, BulkRedriveResult, ClaimRequest, ClaimResult,
     ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
@@ -73,6 +74,7 @@ pub type EventStream = Pin<Box<dyn Stream<Item = Result<StoredEvent>> + Send + '
 /// async fn fork(&self, request: ForkRequest) -> Result<ForkResult>;
 /// async fn delete_session(&self, request: DeleteSessionRequest) -> Result<DeleteSessionResult>;
 /// async fn prune(&self, request: PruneRequest) -> Result<PruneResult>;
+/// async fn rewrite_payloads(&self, request: RewritePayloadsRequest) -> Result<RewritePayloadsResult>;
 /// # }
 /// ```
 #[async_trait]
@@ -738,6 +740,40 @@ pub trait Store: Send + Sync {
     /// # }
     /// ```
     async fn prune(&self, request: PruneRequest) -> Result<PruneResult>;
+
+    /// Rewrites stored payloads of one session in place, all or nothing:
+    /// event payloads by index, reducer snapshot states by reducer and
+    /// index, presence values by participant and field, each only if what
+    /// is stored is still the `expected` payload (else the call is refused
+    /// with [`ErrorCode::PayloadMismatch`](crate::ErrorCode::PayloadMismatch)
+    /// naming the first item that changed, and nothing changes). Made for
+    /// re-encrypting old rows under a new key, a page of at most
+    /// [`MAX_REWRITE_ITEMS`](crate::MAX_REWRITE_ITEMS) items at a time.
+    /// Only the payload bytes change: ids, types, indexes, causes, times,
+    /// cursors, leases and completion records stay. Open subscriptions are
+    /// sent nothing; later reads, claims, streams and replays see the new
+    /// payloads (see [`crate::rewrite`]).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> a2_store::Result<()> {
+    /// use a2_store::prelude::*;
+    /// use a2_store_api::RewritePayloadsRequest;
+    /// let store = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// store.append("chat-1", vec![NewEvent::new("msg", json!({"v": 1}))], AppendOptions::default()).await?;
+    /// let rewrite = RewritePayloadsRequest::new("chat-1").event(1, json!({"v": 1}), json!({"v": 2}));
+    /// assert_eq!(store.rewrite_payloads(rewrite.clone()).await?.events, 1);
+    /// assert_eq!(store.read("chat-1", ReadOptions::default()).await?[0].payload, json!({"v": 2}));
+    /// // The stored payload is no longer the expected one: refused, nothing changes.
+    /// let stale = store.rewrite_payloads(rewrite).await.unwrap_err();
+    /// assert_eq!(stale.code(), ErrorCode::PayloadMismatch);
+    /// # Ok(())
+    /// # }
+    /// ```
+    async fn rewrite_payloads(
+        &self,
+        request: RewritePayloadsRequest,
+    ) -> Result<RewritePayloadsResult>;
 }
 
 #[cfg(test)]
@@ -771,7 +807,7 @@ mod tests {
                 format!("async fn {};", one_line(signature))
             })
             .collect();
-        assert!(declared.len() >= 26, "found {declared:?}");
+        assert!(declared.len() >= 29, "found {declared:?}");
         assert_eq!(listed, declared);
     }
 }

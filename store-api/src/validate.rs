@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::error::{Result, StoreError};
 use crate::retention::{DeleteSessionRequest, PruneRequest, MAX_PRUNE_LIMIT};
+use crate::rewrite::{RewritePayloadsRequest, MAX_REWRITE_ITEMS};
 use crate::types::{
     AppendOptions, BulkRedrive, ClaimRequest, ClaimWorkRequest, ClearRequest, CompleteRequest,
     ConsumerDeclaration, FailRequest, ForkRequest, ListWork, LogDeclaration, NewEvent,
@@ -378,6 +379,66 @@ pub fn prune(request: &PruneRequest) -> Result<()> {
             None => Ok(()),
         },
     }
+}
+
+/// [`Store::rewrite_payloads`](crate::Store::rewrite_payloads): the session
+/// id, at most [`MAX_REWRITE_ITEMS`] items, event indexes from 1, non-empty
+/// reducer and participant names, no item named twice, presence
+/// values that are not `null`, and new payloads no deeper than
+/// [`MAX_JSON_DEPTH`].
+pub fn rewrite_payloads(request: &RewritePayloadsRequest) -> Result<()> {
+    session_id(&request.session_id)?;
+    if request.len() > MAX_REWRITE_ITEMS {
+        return Err(StoreError::invalid_input(format!(
+            "rewrite names {} items: at most {MAX_REWRITE_ITEMS} per call; split it into pages",
+            request.len()
+        )));
+    }
+    let mut events = HashSet::new();
+    for item in &request.events {
+        if item.index == 0 {
+            return Err(StoreError::invalid_input(
+                "rewrite names event index 0: event indexes start at 1",
+            ));
+        }
+        if !events.insert(item.index) {
+            return Err(StoreError::invalid_input(format!(
+                "rewrite names event {} twice: name each event once",
+                item.index
+            )));
+        }
+        json_depth("rewritten event payload", &item.new)?;
+    }
+    let mut states = HashSet::new();
+    for item in &request.states {
+        name("reducer name", &item.reducer)?;
+        if !states.insert((item.reducer.as_str(), item.index)) {
+            return Err(StoreError::invalid_input(format!(
+                "rewrite names the state of reducer '{}' at index {} twice: name each state once",
+                item.reducer, item.index
+            )));
+        }
+        json_depth("rewritten reducer state", &item.new)?;
+    }
+    let mut fields = HashSet::new();
+    for item in &request.presence {
+        name("participant", &item.participant)?;
+        if !fields.insert((item.participant.as_str(), item.field.as_str())) {
+            return Err(StoreError::invalid_input(format!(
+                "rewrite names presence field '{}' of participant '{}' twice: name each field once",
+                item.field, item.participant
+            )));
+        }
+        if item.expected.is_null() || item.new.is_null() {
+            return Err(StoreError::invalid_input(format!(
+                "rewrite of presence field '{}' of participant '{}' names a null value: \
+                 live fields are never null, and set_presence deletes fields",
+                item.field, item.participant
+            )));
+        }
+        json_depth("rewritten presence value", &item.new)?;
+    }
+    Ok(())
 }
 
 /// Rejects an empty name of `what` (a holder, consumer, reducer, participant...).
