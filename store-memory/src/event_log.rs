@@ -71,6 +71,24 @@ impl EventLog {
         self.rows.get(position)
     }
 
+    /// Replaces the payload of the row at `index` (a rewrite); `false` when
+    /// there is no such row. Nothing else of the row changes.
+    pub fn set_payload(&mut self, index: u64, payload: Payload) -> bool {
+        if index <= self.offset {
+            return false;
+        }
+        let Ok(position) = usize::try_from(index - self.offset - 1) else {
+            return false;
+        };
+        match self.rows.get_mut(position) {
+            Some(row) => {
+                row.payload = payload;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The stored form of the row at `index`.
     pub fn stored(&self, session_id: &str, index: u64) -> Option<StoredEvent> {
         self.row(index).map(|row| to_stored(session_id, index, row))

@@ -46,6 +46,7 @@ mod read;
 mod redrive_all;
 mod renew;
 mod reschedule;
+mod rewrite;
 mod session;
 mod session_map;
 mod snapshot_cache;

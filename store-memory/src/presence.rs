@@ -60,6 +60,27 @@ impl PresenceTable {
         PresenceResult::new(applied, applied_count)
     }
 
+    /// The stored value of `participant`'s `field` (`null` for a
+    /// tombstone) and when it expires, expired or not.
+    pub fn stored(&self, participant: &str, field: &str) -> Option<(&Value, i64)> {
+        self.participants
+            .get(participant)?
+            .get(field)
+            .map(|entry| (&entry.value, entry.expires_at))
+    }
+
+    /// Replaces the value of `participant`'s `field` (a rewrite); its
+    /// `at`, `seen` and expiry stay.
+    pub fn rewrite(&mut self, participant: &str, field: &str, value: &Value) {
+        if let Some(entry) = self
+            .participants
+            .get_mut(participant)
+            .and_then(|fields| fields.get_mut(field))
+        {
+            entry.value = value.clone();
+        }
+    }
+
     /// Drops the entries expired at `now`; returns how many went.
     pub fn drop_expired(&mut self, now: i64) -> u64 {
         let mut dropped = 0;

@@ -89,6 +89,52 @@ impl SnapshotCache {
         Some(Snapshot::new(best.0, best.1.clone()))
     }
 
+    /// The states stored for `reducer` at `index`: the head snapshot's when
+    /// it is at `index`, and the checkpoint's at `index`.
+    pub fn at(&self, reducer: &str, index: u64) -> (Option<&Value>, Option<&Value>) {
+        let Some(cache) = self.reducers.get(reducer) else {
+            return (None, None);
+        };
+        let head = cache
+            .head
+            .as_ref()
+            .filter(|(at, _)| *at == index)
+            .map(|(_, state)| state);
+        let checkpoint = cache
+            .checkpoints
+            .get(&index)
+            .map(|checkpoint| &checkpoint.state);
+        (head, checkpoint)
+    }
+
+    /// Replaces the state of `reducer` at `index` in the head snapshot
+    /// (when `head` and it is at `index`) and in the checkpoint (when
+    /// `checkpoint`); pins and indexes stay.
+    pub fn rewrite(
+        &mut self,
+        reducer: &str,
+        index: u64,
+        head: bool,
+        checkpoint: bool,
+        state: &Value,
+    ) {
+        let Some(cache) = self.reducers.get_mut(reducer) else {
+            return;
+        };
+        if head {
+            if let Some((at, stored)) = cache.head.as_mut() {
+                if *at == index {
+                    *stored = state.clone();
+                }
+            }
+        }
+        if checkpoint {
+            if let Some(stored) = cache.checkpoints.get_mut(&index) {
+                stored.state = state.clone();
+            }
+        }
+    }
+
     /// Releases a pin: checkpoints it alone kept are dropped.
     pub fn release(&mut self, pin: PinKey) {
         let Some(kept) = self.pins.remove(&pin) else {

@@ -15,9 +15,9 @@ use a2_store_api::{
     IdGenerator, ListSessions, ListWork, NewEvent, Pause, PauseRequest, PresenceMeta,
     PresenceResult, PresenceRow, PruneRequest, PruneResult, RandomIds, ReadOptions,
     ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest, RenewResult,
-    RescheduleRequest, RescheduleResult, Result, ResumeRequest, ResumeResult, SessionInfo,
-    SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent, SystemClock, WakeLogResult,
-    WorkSignal,
+    RescheduleRequest, RescheduleResult, Result, ResumeRequest, ResumeResult,
+    RewritePayloadsRequest, RewritePayloadsResult, SessionInfo, SessionWork, StateRead, StateWrite,
+    Store, StoreError, StoredEvent, SystemClock, WakeLogResult, WorkSignal,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -485,6 +485,16 @@ impl Store for MemoryStore {
     async fn prune(&self, request: PruneRequest) -> Result<PruneResult> {
         validate::prune(&request)?;
         self.prune_idle(&request)
+    }
+
+    async fn rewrite_payloads(
+        &self,
+        request: RewritePayloadsRequest,
+    ) -> Result<RewritePayloadsResult> {
+        validate::rewrite_payloads(&request)?;
+        self.with_existing(&request.session_id, |session, env| {
+            session.rewrite_payloads(&request, env.clock.now_ms())
+        })
     }
 }
 
