@@ -260,6 +260,13 @@ impl Store for Broken {
     ) -> Result<a2_store_api::PruneResult> {
         self.inner.prune(request).await
     }
+
+    async fn rewrite_payloads(
+        &self,
+        request: a2_store_api::RewritePayloadsRequest,
+    ) -> Result<a2_store_api::RewritePayloadsResult> {
+        self.inner.rewrite_payloads(request).await
+    }
 }
 
 /// Memory stores, optionally wrapped with a flaw, with the given capabilities.

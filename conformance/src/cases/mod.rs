@@ -26,6 +26,7 @@ pub(crate) mod presence;
 pub(crate) mod read;
 pub(crate) mod renew;
 pub(crate) mod retention;
+pub(crate) mod rewrite;
 pub(crate) mod robustness;
 pub(crate) mod schedule;
 pub(crate) mod snapshots;
@@ -402,6 +403,14 @@ macro_rules! __a2_cases {
                 retention::prune_dry_run_deletes_nothing,
                 retention::prune_pages_follow_next_oldest_first,
                 retention::retention_refuses_bad_input,
+                rewrite::rewrite_replaces_the_payload_and_nothing_else,
+                rewrite::rewrite_with_a_stale_expected_refuses_the_whole_page,
+                rewrite::rewrite_of_missing_items_is_a_typed_error,
+                rewrite::rewrite_after_a_clear_or_a_delete_is_refused,
+                rewrite::rewrite_refuses_bad_input,
+                rewrite::rewrite_of_a_state_reaches_its_pinned_checkpoint,
+                rewrite::open_streams_are_sent_nothing_by_a_rewrite,
+                rewrite::replays_after_a_rewrite_compare_the_rewritten_rows,
             ]
             pair: [
                 multi::attempts_from_before_a_delete_on_another_instance_are_superseded,
