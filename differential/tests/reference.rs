@@ -228,6 +228,13 @@ impl Store for Bugged {
     ) -> Result<a2_store_api::PruneResult> {
         self.0.prune(request).await
     }
+
+    async fn rewrite_payloads(
+        &self,
+        request: a2_store_api::RewritePayloadsRequest,
+    ) -> Result<a2_store_api::RewritePayloadsResult> {
+        self.0.rewrite_payloads(request).await
+    }
 }
 
 struct Broken(Bug);

@@ -176,4 +176,11 @@ impl Store for LostAtCommit {
         }
         Ok(result)
     }
+
+    async fn rewrite_payloads(
+        &self,
+        request: a2_store_api::RewritePayloadsRequest,
+    ) -> Result<a2_store_api::RewritePayloadsResult> {
+        self.inner.rewrite_payloads(request).await
+    }
 }

@@ -219,4 +219,11 @@ impl Store for Watched {
     ) -> Result<a2_store_api::PruneResult> {
         self.inner.prune(request).await
     }
+
+    async fn rewrite_payloads(
+        &self,
+        request: a2_store_api::RewritePayloadsRequest,
+    ) -> Result<a2_store_api::RewritePayloadsResult> {
+        self.inner.rewrite_payloads(request).await
+    }
 }
