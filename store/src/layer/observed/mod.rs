@@ -115,7 +115,7 @@ use a2_store_api::{
 use a2_store_api::{
     BulkRedrive, BulkRedriveResult, DeleteSessionRequest, DeleteSessionResult, ForkRequest,
     ForkResult, Pause, PauseRequest, PruneRequest, PruneResult, RescheduleRequest,
-    RescheduleResult, ResumeRequest, ResumeResult,
+    RescheduleResult, ResumeRequest, ResumeResult, RewritePayloadsRequest, RewritePayloadsResult,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -185,11 +185,13 @@ pub enum Operation {
     DeleteSession,
     /// [`Store::prune`].
     Prune,
+    /// [`Store::rewrite_payloads`].
+    RewritePayloads,
 }
 
 impl Operation {
     /// How many operations there are.
-    const COUNT: usize = 28;
+    const COUNT: usize = 29;
 
     /// Every operation, in the trait's order.
     pub const ALL: [Operation; Self::COUNT] = [
@@ -221,6 +223,7 @@ impl Operation {
         Self::Fork,
         Self::DeleteSession,
         Self::Prune,
+        Self::RewritePayloads,
     ];
 
     /// The method name, e.g. `claim_available`.
@@ -254,6 +257,7 @@ impl Operation {
             Self::Fork => "fork",
             Self::DeleteSession => "delete_session",
             Self::Prune => "prune",
+            Self::RewritePayloads => "rewrite_payloads",
         }
     }
 }
@@ -961,6 +965,18 @@ impl Store for ObservedStore {
             Outcome::of_prune(dry_run, result)
         })
         .await
+    }
+
+    async fn rewrite_payloads(
+        &self,
+        request: RewritePayloadsRequest,
+    ) -> Result<RewritePayloadsResult> {
+        let begun = self.begin(Call::new(
+            Operation::RewritePayloads,
+            &request.session_id,
+        ));
+        self.run(begun, self.inner.rewrite_payloads(request), Self::ok)
+            .await
     }
 }
 

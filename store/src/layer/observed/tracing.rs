@@ -67,6 +67,7 @@ pub(super) fn span(call: &Call<'_>, backend: &str) -> Span {
         Fork => "fork",
         DeleteSession => "delete_session",
         Prune => "prune",
+        RewritePayloads => "rewrite_payloads",
     };
     span
 }
