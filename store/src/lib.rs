@@ -279,8 +279,43 @@ pub use layer::codec::{EncryptedStore, KeyProvider, Keyring, RecyclingIds, Secre
 pub use layer::offload::OffloadStore;
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 pub use layer::{ObservedStore, Operation};
-pub use open::{open, open_url};
+pub use open::{open, open_layered, open_url};
 pub use options::OpenOptions;
+#[cfg(feature = "offload")]
+pub use options::{OffloadLocation, OffloadOptions};
 pub use url::{
-    PostgresUrlOptions, SqliteDurability, SqliteLocation, SqliteUrlOptions, StoreUrl, URL_FORMS,
+    KeySource, LayerUrlOptions, LayeredUrl, PostgresUrlOptions, SqliteDurability, SqliteLocation,
+    SqliteUrlOptions, StoreUrl, URL_FORMS,
 };
+
+/// What an operator tool shows in place of a payload the payload layers
+/// left as stored (features `encryption`, `offload`): `encrypted (key k2)`
+/// for an envelope whose key was not given, `offloaded (N bytes, sha256
+/// …)` for a reference whose object was not fetched; `None` for any other
+/// value (show it as it is). Reads no key and fetches nothing. The CLI's
+/// `inspect` and the web console use it.
+///
+/// ```
+/// use a2_store::json;
+///
+/// let sealed = json!({"$a2enc": 1, "kid": "k2", "sid": "chat-1", "ct": "AAAA"});
+/// assert_eq!(a2_store::stored_payload_placeholder(&sealed).as_deref(), Some("encrypted (key k2)"));
+/// let offloaded = json!({"$a2ref": 1, "sha256": "0f".repeat(32), "len": 70000});
+/// assert_eq!(
+///     a2_store::stored_payload_placeholder(&offloaded).as_deref(),
+///     Some("offloaded (70000 bytes, sha256 0f0f0f0f0f0f…)")
+/// );
+/// assert_eq!(a2_store::stored_payload_placeholder(&json!({"text": "hi"})), None);
+/// ```
+#[cfg(any(feature = "encryption", feature = "offload"))]
+pub fn stored_payload_placeholder(value: &Value) -> Option<String> {
+    #[cfg(feature = "encryption")]
+    if let Some(kid) = layer::codec::sealed_key_id(value) {
+        return Some(format!("encrypted (key {kid})"));
+    }
+    #[cfg(feature = "offload")]
+    if let Some(reference) = layer::offload::offload_reference(value) {
+        return Some(reference.to_string());
+    }
+    None
+}

@@ -5,20 +5,35 @@ use std::sync::Arc;
 use a2_store_api::{Store, StoreError};
 
 use crate::options::OpenOptions;
-use crate::url::StoreUrl;
+use crate::url::{LayerUrlOptions, LayeredUrl, StoreUrl};
 
 /// Opens the store `url` names (see [`StoreUrl`] for the forms and options)
-/// with the clock and ids of `options`, wrapped in
-/// `ObservedStore` (labelled with the backend,
-/// `memory`, `sqlite` or `postgres`) when `options` turn tracing or metrics on.
+/// with the clock and ids of `options`, wrapped in the layers the URL (see
+/// [`LayeredUrl`]) and `options` ask for, from the backend out:
+///
+/// 1. `OffloadStore` (feature `offload`; `offload=DIR` in the URL or
+///    `OpenOptions::with_offload`): payloads above the threshold go to the
+///    object store;
+/// 2. `EncryptedStore` (feature `encryption`; `keys=env:VAR|file:PATH` or
+///    `OpenOptions::with_keys`): payloads are encrypted before they reach
+///    the offloading layer, so the object store holds ciphertext too. It
+///    shares one `RecyclingIds` with the backend, wrapping the ids of
+///    `options`;
+/// 3. `ObservedStore` (labelled with the backend, `memory`, `sqlite` or
+///    `postgres`) when `options` turn tracing or metrics on; metrics also
+///    turn on the payload layers' counters.
 ///
 /// Errors: a malformed URL or unknown option, or a URL whose backend feature
 /// is off, is [`InvalidInput`](a2_store_api::ErrorCode::InvalidInput) with a
 /// message saying what to change; a database that cannot be opened keeps the
 /// backend's error (for example
 /// [`IncompatibleSchema`](a2_store_api::ErrorCode::IncompatibleSchema) for a
-/// file written by a newer release). Nothing is created when the URL is
-/// rejected.
+/// file written by a newer release). A URL asking for a layer this build
+/// was compiled without, or a layer given both in the URL and in `options`,
+/// is `InvalidInput` naming the feature or the key; keys that cannot be
+/// loaded are `InvalidInput` naming the variable or file (never a key).
+/// Nothing is created when the URL is rejected, and a read-only store
+/// never creates the offload directory.
 ///
 /// ```
 /// # #[cfg(feature = "memory")]
@@ -39,14 +54,168 @@ use crate::url::StoreUrl;
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 /// ```
 pub async fn open(url: &str, options: OpenOptions) -> Result<Arc<dyn Store>, StoreError> {
-    let parsed = StoreUrl::parse(url)?;
-    open_url(&parsed, options).await
+    let parsed = LayeredUrl::parse(url)?;
+    open_layered(&parsed, options).await
 }
 
-/// Opens an already parsed [`StoreUrl`]; see [`open`].
+/// Opens an already parsed [`StoreUrl`] (the backend's part: the payload
+/// layers come from `options` only); see [`open`].
 pub async fn open_url(url: &StoreUrl, options: OpenOptions) -> Result<Arc<dyn Store>, StoreError> {
+    open_layered(&LayeredUrl::from(url.clone()), options).await
+}
+
+/// Opens an already parsed [`LayeredUrl`], with the payload layers it and
+/// `options` ask for; see [`open`].
+pub async fn open_layered(
+    url: &LayeredUrl,
+    options: OpenOptions,
+) -> Result<Arc<dyn Store>, StoreError> {
+    let (layers, options) = Layers::resolve(url, options)?;
     #[cfg(any(feature = "tracing", feature = "metrics"))]
-    let layer = observe(url, &options);
+    let layer = observe(&url.store, &options);
+    let store = open_backend(&url.store, options).await?;
+    let store = layers.apply(store)?;
+    #[cfg(any(feature = "tracing", feature = "metrics"))]
+    let store = layer(store);
+    Ok(store)
+}
+
+/// The payload layers to put over the backend, resolved before anything
+/// is opened.
+struct Layers {
+    #[cfg(feature = "offload")]
+    offload: Option<crate::options::OffloadOptions>,
+    #[cfg(feature = "encryption")]
+    keys: Option<Arc<dyn crate::layer::codec::KeyProvider>>,
+    #[cfg(feature = "encryption")]
+    ids: Option<crate::layer::codec::RecyclingIds>,
+    #[cfg(all(feature = "metrics", any(feature = "encryption", feature = "offload")))]
+    metrics: bool,
+}
+
+impl Layers {
+    /// What `url` and `options` ask for: checked (features, keys given
+    /// twice), keys loaded, and `options` with the ids the encryption
+    /// layer shares with the backend.
+    #[cfg_attr(
+        not(any(feature = "encryption", feature = "offload")),
+        allow(unused_mut)
+    )]
+    fn resolve(
+        url: &LayeredUrl,
+        mut options: OpenOptions,
+    ) -> Result<(Self, OpenOptions), StoreError> {
+        let asked = &url.layers;
+        #[cfg(not(feature = "encryption"))]
+        if asked.keys.is_some() {
+            return Err(disabled_layer(asked, "encryption", "keys="));
+        }
+        #[cfg(not(feature = "offload"))]
+        if asked.offload.is_some() {
+            return Err(disabled_layer(asked, "offload", "offload="));
+        }
+        #[cfg(feature = "offload")]
+        let offload = match (&asked.offload, options.offload.take()) {
+            (Some(_), Some(_)) => return Err(twice("offload=", "OpenOptions::with_offload")),
+            (Some(dir), None) => {
+                let mut offload = crate::options::OffloadOptions::directory(dir);
+                if let Some(bytes) = asked.offload_threshold {
+                    offload.threshold = usize::try_from(bytes).map_err(|_| {
+                        StoreError::invalid_input(format!(
+                            "offload_threshold={bytes} in the store URL is too large for this machine"
+                        ))
+                    })?;
+                }
+                Some(offload)
+            }
+            (None, given) => given,
+        };
+        #[cfg(feature = "offload")]
+        if let Some(crate::options::OffloadOptions {
+            location: crate::options::OffloadLocation::Directory(dir),
+            ..
+        }) = &offload
+        {
+            if options.read_only && !dir.is_dir() {
+                return Err(StoreError::invalid_input(format!(
+                    "no offload directory at {}: check the path (a store opened read-only creates nothing)",
+                    dir.display()
+                )));
+            }
+        }
+        #[cfg(feature = "encryption")]
+        let keys = match (&asked.keys, options.keys.take()) {
+            (Some(_), Some(_)) => return Err(twice("keys=", "OpenOptions::with_keys")),
+            (Some(source), None) => {
+                let ring = source.load()?;
+                Some(Arc::new(ring) as Arc<dyn crate::layer::codec::KeyProvider>)
+            }
+            (None, given) => given,
+        };
+        #[cfg(feature = "encryption")]
+        let ids = keys.as_ref().map(|_| {
+            let ids = crate::layer::codec::RecyclingIds::new(Arc::clone(&options.ids));
+            options.ids = Arc::new(ids.clone());
+            ids
+        });
+        let _ = asked;
+        let layers = Self {
+            #[cfg(feature = "offload")]
+            offload,
+            #[cfg(feature = "encryption")]
+            keys,
+            #[cfg(feature = "encryption")]
+            ids,
+            #[cfg(all(feature = "metrics", any(feature = "encryption", feature = "offload")))]
+            metrics: options.metrics,
+        };
+        Ok((layers, options))
+    }
+
+    /// `store` wrapped in the payload layers: offload, then encryption.
+    fn apply(self, store: Arc<dyn Store>) -> Result<Arc<dyn Store>, StoreError> {
+        #[cfg(feature = "offload")]
+        let store: Arc<dyn Store> = match &self.offload {
+            Some(offload) => {
+                let layer = offload.apply(store)?;
+                #[cfg(feature = "metrics")]
+                let layer = layer.with_metrics(self.metrics);
+                Arc::new(layer)
+            }
+            None => store,
+        };
+        #[cfg(feature = "encryption")]
+        let store: Arc<dyn Store> = match (self.keys, self.ids) {
+            (Some(keys), Some(ids)) => {
+                let layer = crate::layer::codec::EncryptedStore::new(store, keys).with_ids(ids);
+                #[cfg(feature = "metrics")]
+                let layer = layer.with_metrics(self.metrics);
+                Arc::new(layer)
+            }
+            _ => store,
+        };
+        Ok(store)
+    }
+}
+
+/// The error for a URL asking for a payload layer this build lacks.
+#[allow(dead_code)] // unused when every layer is compiled in
+fn disabled_layer(_asked: &LayerUrlOptions, feature: &str, key: &str) -> StoreError {
+    StoreError::invalid_input(format!(
+        "the store URL's {key} asks for the {feature} layer, which this build of a2-store was compiled without: enable the `{feature}` feature of a2-store (features = [\"{feature}\"] in Cargo.toml)"
+    ))
+}
+
+/// The error for a layer given both in the URL and in the options.
+#[allow(dead_code)]
+fn twice(key: &str, option: &str) -> StoreError {
+    StoreError::invalid_input(format!(
+        "the store URL's {key} and {option} both configure the same layer: give it once"
+    ))
+}
+
+/// Opens the backend `url` names.
+async fn open_backend(url: &StoreUrl, options: OpenOptions) -> Result<Arc<dyn Store>, StoreError> {
     let store = match url {
         StoreUrl::Memory => open_memory(url, options),
         StoreUrl::Sqlite {
@@ -58,8 +227,6 @@ pub async fn open_url(url: &StoreUrl, options: OpenOptions) -> Result<Arc<dyn St
             options: postgres,
         } => open_postgres(url, connection, postgres, options).await,
     }?;
-    #[cfg(any(feature = "tracing", feature = "metrics"))]
-    let store = layer(store);
     Ok(store)
 }
 

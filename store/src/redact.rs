@@ -21,8 +21,14 @@
 //!   is hidden with it: it may be the rest of a password whose `&` was not
 //!   percent-encoded.
 //!
-//! Other parameters (`options=-c ...`, `sslkey=PATH`, host names, user
-//! names) are not secrets and stay visible.
+//! - the value of a `keys=` key (any case; in free text when `keys` starts
+//!   a word or follows `_` or `-`) unless it says where keys are read from,
+//!   `env:VAR` or `file:PATH`: the store URLs take only those, so anything
+//!   else may be a key pasted in by mistake. The value runs to the next
+//!   `&`, space or quote.
+//!
+//! Other parameters (`options=-c ...`, `sslkey=PATH`, `keys=env:VAR`,
+//! `offload=DIR`, host names, user names) are not secrets and stay visible.
 //!
 //! Free text is read line by line: a URL ends with its line (a password
 //! holding a line break is not supported), at the next URL, and, when the
@@ -52,7 +58,7 @@ const KNOWN_KEYS: &str = "host hostaddr port dbname user password passfile requi
     load_balance_hosts scram_client_key scram_server_key schema pool_size min_idle \
     statement_timeout_ms pool_timeout_ms idle_timeout_ms max_lifetime_ms network_timeout_ms \
     rotate_interval_ms rotate_min_growth rotate_max_live rotate_lock_timeout_ms durability \
-    busy_timeout_ms poll_interval_ms";
+    busy_timeout_ms poll_interval_ms keys offload offload_threshold";
 
 fn is_known_key(key: &str) -> bool {
     KNOWN_KEYS
@@ -86,7 +92,7 @@ pub(crate) fn redact_text(text: &str) -> String {
             copied = i;
             continue;
         }
-        if let Some((start, end)) = secret_value_at(bytes, i) {
+        if let Some((start, end)) = key_value_at(bytes, i).or_else(|| secret_value_at(bytes, i)) {
             out.push_str(&text[copied..start]);
             out.push_str(HIDDEN);
             i = end;
@@ -301,6 +307,14 @@ fn redact_url_at(
         let pair_end = rest[pos..end].find('&').map_or(end, |p| pos + p);
         let pair = &rest[pos..pair_end];
         match pair.split_once('=') {
+            Some((key, value))
+                if percent_decode(key).eq_ignore_ascii_case("keys") && !is_key_source(value) =>
+            {
+                out.push_str(key);
+                out.push('=');
+                out.push_str(HIDDEN);
+                pos = pair_end;
+            }
             Some((key, _)) if is_secret_key(&percent_decode(key)) => {
                 out.push_str(key);
                 out.push('=');
@@ -338,6 +352,52 @@ fn redact_url_at(
         }
     }
     (out, scheme_len + pos.max(end))
+}
+
+/// Whether a `keys=` value says where keys are read from (`env:VAR`,
+/// `file:PATH`) rather than being one.
+fn is_key_source(value: &str) -> bool {
+    value
+        .strip_prefix("env:")
+        .is_some_and(crate::url::is_env_name)
+        || value
+            .strip_prefix("file:")
+            .is_some_and(|path| !path.is_empty())
+}
+
+/// The byte range of a `keys=` value at `i` in free text that is not a key
+/// source (`env:VAR`, `file:PATH`): it may be a key. The value runs to the
+/// next `&`, whitespace or quote (a quoted value to its closing quote).
+fn key_value_at(bytes: &[u8], i: usize) -> Option<(usize, usize)> {
+    const KEY: &[u8] = b"keys";
+    let starts_word = i == 0 || !bytes[i - 1].is_ascii_alphanumeric();
+    if !starts_word || !bytes.get(i..i + KEY.len())?.eq_ignore_ascii_case(KEY) {
+        return None;
+    }
+    let mut eq = i + KEY.len();
+    while eq < bytes.len() && matches!(bytes[eq], b' ' | b'\t') {
+        eq += 1;
+    }
+    if bytes.get(eq) != Some(&b'=') {
+        return None;
+    }
+    let mut start = eq + 1;
+    let quote = bytes
+        .get(start)
+        .copied()
+        .filter(|b| matches!(b, b'\'' | b'"'));
+    if quote.is_some() {
+        start += 1;
+    }
+    let end = bytes[start..]
+        .iter()
+        .position(|&b| match quote {
+            Some(q) => b == q,
+            None => b == b'&' || b == b'\'' || b == b'"' || b.is_ascii_whitespace(),
+        })
+        .map_or(bytes.len(), |p| start + p);
+    let value = std::str::from_utf8(&bytes[start..end]).ok()?;
+    (end > start && !is_key_source(value)).then_some((start, end))
 }
 
 /// The byte range of a secret `key=value`'s value at `i` in free text, read
@@ -570,5 +630,31 @@ mod tests {
         );
         assert!(is_secret_key("PGPASSWORD") && is_secret_key("sslpassword"));
         assert!(!is_secret_key("options") && !is_secret_key("passfile"));
+    }
+
+    #[test]
+    fn keys_pasted_into_urls_hide_and_key_sources_show() {
+        assert_eq!(
+            hidden("open 'sqlite:a.db?keys=k1:S3cret&pool_size=2' failed"),
+            "open 'sqlite:a.db?keys=***&pool_size=2' failed"
+        );
+        assert_eq!(hidden("memory:?KEYS=S3cret"), "memory:?KEYS=***");
+        assert_eq!(
+            hidden("postgres://h/db?keys=k1:S3cret&schema=a"),
+            "postgres://h/db?keys=***&schema=a"
+        );
+        assert_eq!(
+            hidden("--keys 'x' api_keys='k1:S3cret b'"),
+            "--keys 'x' api_keys='***'"
+        );
+        for shown in [
+            "sqlite:a.db?keys=env:A2_STORE_KEYS&offload=/srv/p&offload_threshold=9",
+            "postgres://h/db?keys=file:/etc/a2/keys&schema=a",
+            "memory:?keys=env:K",
+            "monkeys=S3cret",
+            "keys",
+        ] {
+            assert_eq!(redact_text(shown), shown);
+        }
     }
 }

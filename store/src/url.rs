@@ -457,6 +457,7 @@ fn parse_memory(url: &str, rest: &str) -> Result<StoreUrl, StoreError> {
     }
     if let Some(query) = query {
         if let Some((key, _)) = pairs(url, query)?.first() {
+            layer_key_here(key)?;
             return Err(StoreError::invalid_input(format!(
                 "unknown option '{key}' in '{url}': memory: takes no options"
             )));
@@ -487,8 +488,8 @@ fn parse_sqlite(url: &str, rest: &str) -> Result<StoreUrl, StoreError> {
                     "normal" => SqliteDurability::Normal,
                     other => {
                         return Err(StoreError::invalid_input(format!(
-                            "durability '{other}' in '{url}': use durability=full or durability=normal"
-                        )))
+                        "durability '{other}' in '{url}': use durability=full or durability=normal"
+                    )))
                     }
                 };
                 set_once(url, key, &mut options.durability, durability)?;
@@ -509,9 +510,10 @@ fn parse_sqlite(url: &str, rest: &str) -> Result<StoreUrl, StoreError> {
                 set_once(url, key, &mut options.poll_interval_ms, ms)?;
             }
             other => {
+                layer_key_here(other)?;
                 return Err(StoreError::invalid_input(format!(
                     "unknown option '{other}' in '{url}': sqlite URLs take durability, busy_timeout_ms, pool_size and poll_interval_ms"
-                )))
+                )));
             }
         }
     }
@@ -591,6 +593,7 @@ fn parse_postgres(url: &str, shown: &str) -> Result<StoreUrl, StoreError> {
                 let ms = number(shown, key, value, 1)?;
                 set_once(shown, key, &mut options.network_timeout_ms, ms)?;
             }
+            key if LAYER_KEYS.contains(&key) => layer_key_here(key)?,
             _ => passed_on.push(pair),
         }
     }
@@ -643,6 +646,309 @@ fn number(url: &str, key: &str, value: &str, min: u64) -> Result<u64, StoreError
             "{key}={value} in '{url}': expected a whole number of at least {min}"
         ))),
     }
+}
+
+/// The query keys of the payload layers, which [`LayeredUrl::parse`] takes
+/// out of any store URL before the backend's own options are read.
+const LAYER_KEYS: [&str; 3] = ["keys", "offload", "offload_threshold"];
+
+/// The error of [`StoreUrl::parse`] for a payload layer's key: the
+/// backend's part of a URL does not take them, [`LayeredUrl`] does.
+fn layer_key_here(key: &str) -> Result<(), StoreError> {
+    if LAYER_KEYS.contains(&key) {
+        return Err(StoreError::invalid_input(format!(
+            "'{key}=' asks for a payload layer, which StoreUrl (the backend's part of a URL) does not hold: open the URL with a2_store::open, or parse it with LayeredUrl::parse"
+        )));
+    }
+    Ok(())
+}
+
+/// A store URL with the payload layers its query asks for: what
+/// [`open`](crate::open) parses.
+///
+/// Any store URL takes, besides its backend's options:
+///
+/// | key | what it does | feature |
+/// |---|---|---|
+/// | `keys=env:VAR` | encrypt payloads with the keys in environment variable `VAR` (`kid:<base64>,...`, the last current; see `Keyring::parse`) | `encryption` |
+/// | `keys=file:PATH` | the same, with the keys in the file `PATH` (one `kid:<base64>` per line) | `encryption` |
+/// | `offload=DIR`, `offload=file:///DIR` | keep payloads above the threshold as files under the local directory `DIR` (created when missing) | `offload` |
+/// | `offload_threshold=BYTES` | offload payloads whose JSON is longer than `BYTES` (default 64 KiB; needs `offload=`) | `offload` |
+///
+/// A key itself never goes in a URL: `keys=` takes only where to read the
+/// keys from, and any other value is refused without being repeated (and
+/// hidden by [`StoreUrl::redact`]). Object stores other than a local
+/// directory (S3, GCS, Azure) are configured in code
+/// (`OpenOptions::with_offload`), where their credentials stay out of URLs.
+/// Values are taken verbatim (no percent-decoding), so a path cannot hold
+/// `&`.
+///
+/// Parsing does not depend on the features compiled in: a URL asking for a
+/// layer this build lacks parses, and [`open`](crate::open) refuses it with
+/// an error naming the feature to enable.
+///
+/// ```
+/// use a2_store::{KeySource, LayeredUrl, StoreUrl};
+///
+/// let url: LayeredUrl = "sqlite:app.db?durability=full&keys=env:A2_STORE_KEYS&offload=/var/a2/payloads&offload_threshold=100000".parse()?;
+/// assert!(matches!(url.store, StoreUrl::Sqlite { .. }));
+/// assert_eq!(url.layers.keys, Some(KeySource::Env("A2_STORE_KEYS".into())));
+/// assert_eq!(url.layers.offload.as_deref(), Some(std::path::Path::new("/var/a2/payloads")));
+/// assert_eq!(url.layers.offload_threshold, Some(100_000));
+/// assert_eq!(
+///     url.to_string(),
+///     "sqlite:app.db?durability=full&keys=env:A2_STORE_KEYS&offload=/var/a2/payloads&offload_threshold=100000"
+/// );
+///
+/// // A key pasted into a URL is refused, and never repeated.
+/// let error = LayeredUrl::parse("memory:?keys=k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=").unwrap_err();
+/// assert!(!error.to_string().contains("AQEB"));
+/// # Ok::<(), a2_store::StoreError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LayeredUrl {
+    /// The backend and its options.
+    pub store: StoreUrl,
+    /// The payload layers asked for.
+    pub layers: LayerUrlOptions,
+}
+
+/// The payload layers a URL asks for (see [`LayeredUrl`]); `None` asks for
+/// nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LayerUrlOptions {
+    /// `keys=env:VAR` or `keys=file:PATH`: encrypt payloads with those keys.
+    pub keys: Option<KeySource>,
+    /// `offload=DIR` or `offload=file:///DIR`: offload large payloads to
+    /// files under `DIR`.
+    pub offload: Option<PathBuf>,
+    /// `offload_threshold=BYTES`: the size above which payloads are offloaded.
+    pub offload_threshold: Option<u64>,
+}
+
+impl LayerUrlOptions {
+    /// Whether the URL asks for no layer.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_none() && self.offload.is_none() && self.offload_threshold.is_none()
+    }
+}
+
+/// Where encryption keys are read from: never the keys themselves, so a
+/// `KeySource` may be shown, logged and put in a URL.
+///
+/// ```
+/// use a2_store::KeySource;
+///
+/// assert_eq!(KeySource::parse("env:A2_STORE_KEYS")?, KeySource::Env("A2_STORE_KEYS".into()));
+/// assert_eq!(KeySource::parse("file:/etc/a2/keys")?.to_string(), "file:/etc/a2/keys");
+/// assert!(KeySource::parse("k1:AQEBAQEB").is_err());
+/// # Ok::<(), a2_store::StoreError>(())
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KeySource {
+    /// `env:VAR`: the environment variable `VAR` holds `kid:<base64>,...`.
+    Env(String),
+    /// `file:PATH`: the file holds one `kid:<base64>` per line.
+    File(PathBuf),
+}
+
+impl KeySource {
+    /// Parses `env:VAR` (a variable name of ASCII letters, digits and `_`)
+    /// or `file:PATH`. Anything else is an
+    /// [`InvalidInput`](a2_store_api::ErrorCode::InvalidInput) error that
+    /// does not repeat it (it may be a key).
+    pub fn parse(text: &str) -> Result<Self, StoreError> {
+        if let Some(var) = text.strip_prefix("env:") {
+            if is_env_name(var) {
+                return Ok(Self::Env(var.to_owned()));
+            }
+        } else if let Some(path) = text.strip_prefix("file:") {
+            if !path.is_empty() {
+                return Ok(Self::File(PathBuf::from(path)));
+            }
+        }
+        Err(StoreError::invalid_input(
+            "where to read the keys from is not env:VAR or file:PATH (the value is not repeated here: it may be a key): write env:A2_STORE_KEYS (a variable holding kid:<base64>,...) or file:/path/to/keys (one kid:<base64> per line); a key itself never goes in a URL or an argument",
+        ))
+    }
+
+    /// The keys this source holds (feature `encryption`): the variable or
+    /// file read now, as `Keyring::from_env` or `Keyring::from_file` does.
+    /// Errors name the variable or file, never a key.
+    #[cfg(feature = "encryption")]
+    pub fn load(&self) -> Result<crate::layer::codec::Keyring, StoreError> {
+        use crate::layer::codec::Keyring;
+        match self {
+            Self::Env(var) => Keyring::from_env(var),
+            Self::File(path) => Keyring::from_file(path),
+        }
+    }
+}
+
+/// Whether `name` can name an environment variable here: ASCII letters,
+/// digits and `_`, not empty.
+pub(crate) fn is_env_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+impl fmt::Display for KeySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Env(var) => write!(f, "env:{var}"),
+            Self::File(path) => write!(f, "file:{}", path.display()),
+        }
+    }
+}
+
+impl FromStr for KeySource {
+    type Err = StoreError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        Self::parse(text)
+    }
+}
+
+impl LayeredUrl {
+    /// Parses a store URL and the payload layer keys of its query (see
+    /// [`LayeredUrl`]); the rest goes to [`StoreUrl::parse`]. Every failure
+    /// is an [`InvalidInput`](a2_store_api::ErrorCode::InvalidInput) error
+    /// saying what to change.
+    pub fn parse(url: &str) -> Result<Self, StoreError> {
+        let Some((base, query)) = url.split_once('?') else {
+            return Ok(Self {
+                store: StoreUrl::parse(url)?,
+                layers: LayerUrlOptions::default(),
+            });
+        };
+        let mut layers = LayerUrlOptions::default();
+        let mut kept = Vec::new();
+        for pair in query.split('&') {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "keys" => {
+                    let source = KeySource::parse(value).map_err(|_| {
+                        StoreError::invalid_input(
+                            "keys= in the store URL is not env:VAR or file:PATH (the value is not repeated here: it may be a key): write keys=env:A2_STORE_KEYS (a variable holding kid:<base64>,...) or keys=file:/path/to/keys (one kid:<base64> per line); a key itself never goes in a URL",
+                        )
+                    })?;
+                    layer_once(key, &mut layers.keys, source)?;
+                }
+                "offload" => {
+                    let dir = offload_dir(value)?;
+                    layer_once(key, &mut layers.offload, dir)?;
+                }
+                "offload_threshold" => {
+                    let bytes = value.parse::<u64>().map_err(|_| {
+                        StoreError::invalid_input(format!(
+                            "offload_threshold={value} in the store URL: expected a whole number of bytes (0 offloads every payload)"
+                        ))
+                    })?;
+                    layer_once(key, &mut layers.offload_threshold, bytes)?;
+                }
+                _ => kept.push(pair),
+            }
+        }
+        if layers.offload_threshold.is_some() && layers.offload.is_none() {
+            return Err(StoreError::invalid_input(
+                "offload_threshold= in the store URL needs offload=DIR beside it (where the payloads go)",
+            ));
+        }
+        let rest = if kept.is_empty() {
+            base.to_owned()
+        } else {
+            format!("{base}?{}", kept.join("&"))
+        };
+        Ok(Self {
+            store: StoreUrl::parse(&rest)?,
+            layers,
+        })
+    }
+}
+
+impl FromStr for LayeredUrl {
+    type Err = StoreError;
+
+    fn from_str(url: &str) -> Result<Self, Self::Err> {
+        Self::parse(url)
+    }
+}
+
+impl From<StoreUrl> for LayeredUrl {
+    /// The backend with no payload layer.
+    fn from(store: StoreUrl) -> Self {
+        Self {
+            store,
+            layers: LayerUrlOptions::default(),
+        }
+    }
+}
+
+impl fmt::Display for LayeredUrl {
+    /// The store URL's form (password hidden) with the layer keys after it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let store = self.store.to_string();
+        f.write_str(&store)?;
+        let mut pairs = Vec::new();
+        if let Some(keys) = &self.layers.keys {
+            pairs.push(format!("keys={keys}"));
+        }
+        if let Some(dir) = &self.layers.offload {
+            pairs.push(format!("offload={}", dir.display()));
+        }
+        if let Some(bytes) = self.layers.offload_threshold {
+            pairs.push(format!("offload_threshold={bytes}"));
+        }
+        if !pairs.is_empty() {
+            let join = if store.contains('?') { "&" } else { "?" };
+            write!(f, "{join}{}", pairs.join("&"))?;
+        }
+        Ok(())
+    }
+}
+
+/// Sets a layer key once; the second is an error.
+fn layer_once<T>(key: &str, slot: &mut Option<T>, value: T) -> Result<(), StoreError> {
+    if slot.is_some() {
+        return Err(StoreError::invalid_input(format!(
+            "option '{key}' is given twice in the store URL: keep one"
+        )));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// The directory an `offload=` value names: `file:///DIR`, `file:DIR` or a
+/// plain path.
+fn offload_dir(value: &str) -> Result<PathBuf, StoreError> {
+    let path = if let Some(rest) = value.strip_prefix("file://") {
+        if !rest.starts_with('/') {
+            return Err(StoreError::invalid_input(
+                "offload=file://... in the store URL names a host: write offload=file:///absolute/dir (three slashes) or offload=DIR",
+            ));
+        }
+        rest
+    } else if let Some(rest) = value.strip_prefix("file:") {
+        rest
+    } else if let Some((scheme, _)) = value.split_once("://") {
+        let scheme = if scheme.chars().all(|c| c.is_ascii_alphanumeric()) {
+            scheme
+        } else {
+            "?"
+        };
+        return Err(StoreError::invalid_input(format!(
+            "offload={scheme}://... in the store URL: a URL offloads to a local directory only (offload=DIR or offload=file:///DIR); build an S3, GCS or Azure store in code and give it with OpenOptions::with_offload(OffloadOptions::object_store(..)), so its credentials stay out of URLs"
+        )));
+    } else {
+        value
+    };
+    if path.is_empty() {
+        return Err(StoreError::invalid_input(
+            "offload= in the store URL names no directory: write offload=DIR or offload=file:///DIR",
+        ));
+    }
+    Ok(PathBuf::from(path))
 }
 
 #[cfg(test)]
@@ -969,5 +1275,82 @@ mod tests {
             parse("sqlite::memory:").is_enabled(),
             cfg!(feature = "sqlite")
         );
+    }
+
+    #[test]
+    fn layer_keys_come_out_of_any_backend_url() {
+        let url = LayeredUrl::parse("memory:?keys=env:K&offload=/tmp/a2").unwrap();
+        assert_eq!(url.store, StoreUrl::Memory);
+        assert_eq!(url.layers.keys, Some(KeySource::Env("K".into())));
+        assert_eq!(url.layers.offload, Some(PathBuf::from("/tmp/a2")));
+        assert_eq!(url.to_string(), "memory:?keys=env:K&offload=/tmp/a2");
+        assert_eq!(LayeredUrl::parse(&url.to_string()).unwrap(), url);
+        let url = LayeredUrl::parse(
+            "sqlite:a.db?pool_size=2&keys=file:/etc/k&offload=file:///srv/p&offload_threshold=0",
+        )
+        .unwrap();
+        assert_eq!(
+            url.store,
+            file(
+                "a.db",
+                SqliteUrlOptions {
+                    pool_size: Some(2),
+                    ..SqliteUrlOptions::default()
+                }
+            )
+        );
+        assert_eq!(url.layers.keys, Some(KeySource::File("/etc/k".into())));
+        assert_eq!(url.layers.offload, Some(PathBuf::from("/srv/p")));
+        assert_eq!(url.layers.offload_threshold, Some(0));
+        assert_eq!(LayeredUrl::parse(&url.to_string()).unwrap(), url);
+        let url = LayeredUrl::parse("postgres://app:pw@h/db?schema=a&keys=env:K&sslmode=disable")
+            .unwrap();
+        let StoreUrl::Postgres { url: conn, options } = &url.store else {
+            panic!("{url:?}")
+        };
+        assert_eq!(conn, "postgres://app:pw@h/db?sslmode=disable");
+        assert_eq!(options.schema.as_deref(), Some("a"));
+        assert_eq!(
+            url.to_string(),
+            "postgres://app:***@h/db?sslmode=disable&schema=a&keys=env:K"
+        );
+        let plain = LayeredUrl::parse("sqlite:a.db").unwrap();
+        assert!(plain.layers.is_empty());
+    }
+
+    #[test]
+    fn layer_key_errors_say_what_to_write() {
+        let layered = |url: &str| {
+            let err = LayeredUrl::parse(url).expect_err(url);
+            assert_eq!(err.code(), ErrorCode::InvalidInput, "{url}");
+            err.to_string()
+        };
+        let secret = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE";
+        for url in [
+            format!("memory:?keys=k1:{secret}"),
+            format!("sqlite:a.db?keys={secret}"),
+            format!("postgres://h/db?keys=k1:{secret}"),
+            format!("memory:?keys=env:{secret}="),
+        ] {
+            let message = layered(&url);
+            assert!(!message.contains(secret), "{message}");
+            assert!(message.contains("keys=env:A2_STORE_KEYS"), "{message}");
+        }
+        assert!(layered("memory:?keys=env:A&keys=env:B").contains("given twice"));
+        assert!(layered("memory:?offload_threshold=5").contains("needs offload=DIR"));
+        assert!(layered("memory:?offload=/d&offload_threshold=big").contains("whole number"));
+        assert!(layered("memory:?offload=s3://key:secret@bucket/x").contains("offload=s3://"));
+        assert!(!layered("memory:?offload=s3://key:secret@bucket/x").contains("secret"));
+        assert!(layered("memory:?offload=file://host/x").contains("three slashes"));
+        assert!(layered("memory:?offload=").contains("names no directory"));
+        assert!(layered("sqlite:a.db?keys=env:K&colour=blue").contains("unknown option 'colour'"));
+        // The backend's part alone refuses them, pointing at LayeredUrl.
+        for url in [
+            "memory:?keys=env:K",
+            "sqlite:a.db?offload=/d",
+            "postgres://h/db?keys=env:K",
+        ] {
+            assert!(error(url).contains("LayeredUrl::parse"), "{url}");
+        }
     }
 }

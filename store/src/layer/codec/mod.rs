@@ -135,6 +135,7 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
 
+mod counters;
 mod envelope;
 mod ids;
 mod keys;
@@ -163,8 +164,32 @@ pub use envelope::RESERVED_KEY;
 pub use ids::RecyclingIds;
 pub use keys::{KeyProvider, Keyring, SecretKey, KEYS_ENV, MAX_KEY_ID_BYTES};
 
+use counters::{Counters, Failure};
 use envelope::{OpenFailure, Place};
 use lineage::{Lineages, Origin};
+
+/// The key id of `value` when it is an envelope of the encryption layer
+/// (`{"$a2enc": 1, "kid": "k2", ...}`), as the store holds it; `None` for
+/// any other value (plain JSON, or an envelope too damaged to name its key).
+///
+/// For operator tools: a payload read without its key (through
+/// [`EncryptedStore::with_missing_keys_left_sealed`], or straight from the
+/// backend) can be shown as "encrypted (key k2)". Reads no key material.
+///
+/// ```
+/// use a2_store::json;
+/// use a2_store::layer::codec::sealed_key_id;
+///
+/// let stored = json!({"$a2enc": 1, "kid": "k2", "sid": "chat-1", "ct": "AAAA"});
+/// assert_eq!(sealed_key_id(&stored), Some("k2"));
+/// assert_eq!(sealed_key_id(&json!({"text": "hi"})), None);
+/// ```
+pub fn sealed_key_id(value: &Value) -> Option<&str> {
+    match envelope::parse(value) {
+        Ok(Some(envelope)) => Some(envelope.kid),
+        _ => None,
+    }
+}
 
 /// What the layer asks of a payload codec, one payload at a time: encode a
 /// value for its place, decode a stored value read from a place. The
@@ -213,6 +238,7 @@ pub(crate) struct Sealer {
 #[derive(Debug)]
 struct Encryption {
     keys: Arc<dyn KeyProvider>,
+    counters: Counters,
 }
 
 impl PayloadCodec for Encryption {
@@ -223,17 +249,28 @@ impl PayloadCodec for Encryption {
         value: &Value,
         sid: bool,
     ) -> Result<Value> {
-        envelope::seal(place, &sealer.kid, &sealer.key, value, sid)
+        let sealed = envelope::seal(place, &sealer.kid, &sealer.key, value, sid);
+        match &sealed {
+            Ok(_) => self.counters.encoded(),
+            Err(error) if error.code() == ErrorCode::Backend => {
+                self.counters.failed(Failure::Encrypt)
+            }
+            Err(_) => {}
+        }
+        sealed
     }
 
     fn inspect<'v>(&self, place: &Place<'_>, stored: &'v Value) -> Result<Stored<'v>> {
         match envelope::parse(stored) {
             Ok(None) => Ok(Stored::Plain),
             Ok(Some(envelope)) => Ok(Stored::Sealed(envelope)),
-            Err(what) => Err(undecryptable(format!(
-                "{} is stored in a malformed envelope: {what}",
-                place.describe()
-            ))),
+            Err(what) => {
+                self.counters.failed(Failure::Decrypt);
+                Err(undecryptable(format!(
+                    "{} is stored in a malformed envelope: {what}",
+                    place.describe()
+                )))
+            }
         }
     }
 
@@ -245,13 +282,20 @@ impl PayloadCodec for Encryption {
             )));
         };
         let Some(key) = self.keys.key(envelope.kid) else {
+            self.counters.failed(Failure::MissingKey);
             return Err(undecryptable(format!(
                 "{} was encrypted with key '{}', which the key provider does not hold: load that key (keep every key whose id rows still name)",
                 place.describe(),
                 envelope.kid
             )));
         };
-        envelope::open(place, &key, envelope.ct).map_err(|failure| {
+        let opened = envelope::open(place, &key, envelope.ct);
+        if opened.is_ok() {
+            self.counters.decoded();
+        } else {
+            self.counters.failed(Failure::Decrypt);
+        }
+        opened.map_err(|failure| {
             let why = match failure {
                 OpenFailure::Malformed => "its ciphertext is malformed (not base64, or too short)",
                 OpenFailure::Unauthentic => {
@@ -314,7 +358,19 @@ struct Shared {
     codec: Encryption,
     ids: RecyclingIds,
     plaintext_reads: bool,
+    /// Leave a payload whose key is not held as stored (an envelope)
+    /// instead of failing the read.
+    missing_keys_left_sealed: bool,
     lineages: Lineages,
+}
+
+/// What a layer is built with, kept across the `with_*` builders.
+#[derive(Clone)]
+struct Settings {
+    ids: RecyclingIds,
+    plaintext_reads: bool,
+    missing_keys_left_sealed: bool,
+    metrics: bool,
 }
 
 impl fmt::Debug for EncryptedStore {
@@ -322,6 +378,11 @@ impl fmt::Debug for EncryptedStore {
         f.debug_struct("EncryptedStore")
             .field("keys", &self.shared.keys)
             .field("plaintext_reads", &self.shared.plaintext_reads)
+            .field(
+                "missing_keys_left_sealed",
+                &self.shared.missing_keys_left_sealed,
+            )
+            .field("metrics", &self.shared.codec.counters.enabled())
             .finish_non_exhaustive()
     }
 }
@@ -334,15 +395,23 @@ impl EncryptedStore {
     /// Plaintext rows are read as they are (see
     /// [`with_plaintext_reads`](Self::with_plaintext_reads)).
     pub fn new(inner: Arc<dyn Store>, keys: Arc<dyn KeyProvider>) -> Self {
-        Self::build(inner, keys, RecyclingIds::default(), true)
+        let settings = Settings {
+            ids: RecyclingIds::default(),
+            plaintext_reads: true,
+            missing_keys_left_sealed: false,
+            metrics: false,
+        };
+        Self::build(inner, keys, settings)
     }
 
     /// The same layer, naming unnamed events from `ids` (pass a clone of
     /// the generator the backend was opened with).
     pub fn with_ids(self, ids: RecyclingIds) -> Self {
-        let plaintext_reads = self.shared.plaintext_reads;
-        let keys = Arc::clone(&self.shared.keys);
-        Self::build(self.inner, keys, ids, plaintext_reads)
+        let settings = Settings {
+            ids,
+            ..self.settings()
+        };
+        self.rebuild(settings)
     }
 
     /// The same layer, reading plaintext (non-envelope) payloads as they
@@ -372,25 +441,97 @@ impl EncryptedStore {
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
     /// ```
     pub fn with_plaintext_reads(self, allowed: bool) -> Self {
-        let ids = self.shared.ids.clone();
-        let keys = Arc::clone(&self.shared.keys);
-        Self::build(self.inner, keys, ids, allowed)
+        let settings = Settings {
+            plaintext_reads: allowed,
+            ..self.settings()
+        };
+        self.rebuild(settings)
     }
 
-    fn build(
-        inner: Arc<dyn Store>,
-        keys: Arc<dyn KeyProvider>,
-        ids: RecyclingIds,
-        plaintext_reads: bool,
-    ) -> Self {
+    /// The same layer, leaving a payload whose key the provider does not
+    /// hold as it is stored (its envelope, `{"$a2enc": 1, "kid": ...}`)
+    /// when `sealed`, instead of failing the whole read with a `Backend`
+    /// error naming the key (the default, `false`).
+    ///
+    /// For operator tools that show what they can: the payloads of the
+    /// keys they were given decrypted, the others as "encrypted (key k2)"
+    /// (see [`sealed_key_id`]). An app should leave it off: a payload it
+    /// reads would otherwise be an envelope instead of its data. A
+    /// payload that does not authenticate under a key that *is* held
+    /// still fails.
+    ///
+    /// ```
+    /// # #[cfg(feature = "memory")]
+    /// # async fn demo() -> Result<(), a2_store::StoreError> {
+    /// use std::sync::Arc;
+    /// use a2_store::layer::codec::sealed_key_id;
+    /// use a2_store::{json, EncryptedStore, Keyring, NewEvent, OpenOptions, ReadOptions, SecretKey, Store};
+    ///
+    /// let inner = a2_store::open("memory:", OpenOptions::default()).await?;
+    /// let k2 = Keyring::new().with_key("k2", SecretKey::from_bytes([2; 32]))?;
+    /// let writer = EncryptedStore::new(Arc::clone(&inner), Arc::new(k2));
+    /// writer.append("chat-1", vec![NewEvent::new("msg", json!("secret"))], Default::default()).await?;
+    ///
+    /// // An operator holding only k1: the row stays sealed, the read succeeds.
+    /// let k1 = Keyring::new().with_key("k1", SecretKey::from_bytes([1; 32]))?;
+    /// let reader = EncryptedStore::new(inner, Arc::new(k1)).with_missing_keys_left_sealed(true);
+    /// let rows = reader.read("chat-1", ReadOptions::default()).await?;
+    /// assert_eq!(sealed_key_id(&rows[0].payload), Some("k2"));
+    /// # Ok(())
+    /// # }
+    /// # #[cfg(feature = "memory")]
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
+    /// ```
+    pub fn with_missing_keys_left_sealed(self, sealed: bool) -> Self {
+        let settings = Settings {
+            missing_keys_left_sealed: sealed,
+            ..self.settings()
+        };
+        self.rebuild(settings)
+    }
+
+    /// The same layer, recording its `metrics` when `enabled` (off by
+    /// default; [`open`](crate::open) turns it on with
+    /// `OpenOptions::with_metrics`): `a2_store_payload_encodes_total`,
+    /// `a2_store_payload_decodes_total` and
+    /// `a2_store_payload_failures_total{kind}` (`encrypt`, `missing_key`,
+    /// `decrypt`, `plaintext`), each labelled `layer="encryption"`.
+    #[cfg(feature = "metrics")]
+    pub fn with_metrics(self, enabled: bool) -> Self {
+        let settings = Settings {
+            metrics: enabled,
+            ..self.settings()
+        };
+        self.rebuild(settings)
+    }
+
+    /// The settings this layer was built with.
+    fn settings(&self) -> Settings {
+        Settings {
+            ids: self.shared.ids.clone(),
+            plaintext_reads: self.shared.plaintext_reads,
+            missing_keys_left_sealed: self.shared.missing_keys_left_sealed,
+            metrics: self.shared.codec.counters.enabled(),
+        }
+    }
+
+    /// This layer's store and keys with `settings`.
+    fn rebuild(self, settings: Settings) -> Self {
+        let keys = Arc::clone(&self.shared.keys);
+        Self::build(self.inner, keys, settings)
+    }
+
+    fn build(inner: Arc<dyn Store>, keys: Arc<dyn KeyProvider>, settings: Settings) -> Self {
         let shared = Arc::new(Shared {
             inner: Arc::downgrade(&inner),
             codec: Encryption {
                 keys: Arc::clone(&keys),
+                counters: Counters::new(settings.metrics),
             },
             keys,
-            ids,
-            plaintext_reads,
+            ids: settings.ids,
+            plaintext_reads: settings.plaintext_reads,
+            missing_keys_left_sealed: settings.missing_keys_left_sealed,
             lineages: Lineages::default(),
         });
         Self { inner, shared }
@@ -421,7 +562,9 @@ impl EncryptedStore {
 
     /// The key of this call's writes.
     fn sealer(&self) -> Result<Sealer> {
-        let (kid, key) = self.shared.keys.current()?;
+        let (kid, key) = self.shared.keys.current().inspect_err(|_| {
+            self.shared.codec.counters.failed(Failure::Encrypt);
+        })?;
         Ok(Sealer { kid, key })
     }
 
@@ -627,6 +770,7 @@ impl Shared {
                 if self.plaintext_reads || row.event_type == CLEAR_EVENT_TYPE {
                     return Ok(());
                 }
+                self.codec.counters.failed(Failure::Plaintext);
                 return Err(plaintext_refused(&place));
             }
             (Stored::Sealed(_), None) => {
@@ -637,6 +781,9 @@ impl Shared {
             }
             (Stored::Sealed(_), Some(sid)) => sid,
         };
+        if self.left_sealed(&stored) {
+            return Ok(());
+        }
         if written_in != row.session_id {
             self.check_copied(&row.session_id, &row.id, row.index, written_in)
                 .await?;
@@ -710,11 +857,30 @@ impl Shared {
             if self.plaintext_reads {
                 return Ok(());
             }
+            self.codec.counters.failed(Failure::Plaintext);
             return Err(plaintext_refused(place));
+        }
+        if self.left_sealed(&stored) {
+            return Ok(());
         }
         let opened = self.codec.decode(place, &stored)?;
         *value = opened;
         Ok(())
+    }
+}
+
+impl Shared {
+    /// Whether `stored` stays sealed: its key is not held and the layer
+    /// leaves such payloads as they are (counted as a missing key).
+    fn left_sealed(&self, stored: &Stored<'_>) -> bool {
+        let Stored::Sealed(envelope) = stored else {
+            return false;
+        };
+        if !self.missing_keys_left_sealed || self.keys.key(envelope.kid).is_some() {
+            return false;
+        }
+        self.codec.counters.failed(Failure::MissingKey);
+        true
     }
 }
 

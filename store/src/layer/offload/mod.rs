@@ -111,6 +111,7 @@
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo()).unwrap();
 //! ```
 
+mod counters;
 mod objects;
 mod reference;
 
@@ -119,7 +120,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use a2_store_api::{validate, EventStream};
+use a2_store_api::{validate, EventStream, Payload};
 use a2_store_api::{
     AppendOptions, AppendResult, BulkRedrive, BulkRedriveResult, ClaimRequest, ClaimResult,
     ClaimWorkRequest, ClaimWorkResult, ClearRequest, ClearResult, CompleteRequest, CompleteResult,
@@ -139,9 +140,68 @@ pub use object_store;
 use object_store::local::LocalFileSystem;
 use object_store::ObjectStore;
 
+use counters::{Counters, Failure};
 use objects::{Objects, Written};
 pub use reference::REFERENCE_KEY;
 use reference::{Kind, Reference};
+
+/// What a row holds in place of an offloaded payload: the object's SHA-256
+/// and length (see [`offload_reference`]).
+///
+/// Its `Display` is what operator tools show in place of the payload:
+/// `offloaded (10485772 bytes, sha256 3b1f0c9d2e4a…)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct OffloadReference {
+    /// Lower-case hexadecimal SHA-256 of the object's bytes (the payload's JSON).
+    pub sha256: String,
+    /// The object's length in bytes.
+    pub len: u64,
+}
+
+impl fmt::Display for OffloadReference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let short = self.sha256.get(..12).unwrap_or(&self.sha256);
+        write!(f, "offloaded ({} bytes, sha256 {short}…)", self.len)
+    }
+}
+
+/// The reference `value` is when a row holds an offloaded payload
+/// (`{"$a2ref": 1, "sha256": ..., "len": ...}`) as the backend stores it;
+/// `None` for an inline payload (or a reference too damaged to read).
+///
+/// For operator tools reading a store without the object store: show
+/// "offloaded (N bytes, sha256 …)" instead of the reference.
+///
+/// ```
+/// use a2_store::json;
+/// use a2_store::layer::offload::offload_reference;
+///
+/// let sha = "ab".repeat(32);
+/// let row = json!({"$a2ref": 1, "sha256": sha, "len": 70000});
+/// let reference = offload_reference(&row).unwrap();
+/// assert_eq!(reference.len, 70000);
+/// assert_eq!(reference.to_string(), "offloaded (70000 bytes, sha256 abababababab…)");
+/// assert!(offload_reference(&json!({"text": "hi"})).is_none());
+/// ```
+pub fn offload_reference(value: &Value) -> Option<OffloadReference> {
+    let reference = Reference::parse(value)?.ok()?;
+    Some(OffloadReference {
+        sha256: reference.sha256,
+        len: reference.len,
+    })
+}
+
+/// The objects a resolve of `values` fetches (references not written by
+/// this call): how many, and their bytes.
+fn to_fetch<'v>(values: impl Iterator<Item = &'v Value>, written: &Written) -> (u64, u64) {
+    values
+        .filter_map(|value| Reference::parse(value)?.ok())
+        .filter(|reference| !written.contains_key(&reference.sha256))
+        .fold((0, 0), |(objects, bytes), reference| {
+            (objects + 1, bytes.saturating_add(reference.len))
+        })
+}
 
 /// The default threshold: payloads whose JSON is longer than 64 KiB are
 /// offloaded.
@@ -177,6 +237,7 @@ const ROWS_PAGE: usize = 1024;
 pub struct OffloadStore {
     inner: Arc<dyn Store>,
     objects: Objects,
+    counters: Arc<Counters>,
 }
 
 impl fmt::Debug for OffloadStore {
@@ -184,6 +245,7 @@ impl fmt::Debug for OffloadStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OffloadStore")
             .field("threshold", &self.objects.threshold)
+            .field("metrics", &self.counters.enabled())
             .finish_non_exhaustive()
     }
 }
@@ -232,6 +294,7 @@ impl OffloadStore {
                 keys: reference::Keys::new(""),
                 threshold: DEFAULT_THRESHOLD,
             },
+            counters: Arc::new(Counters::default()),
         }
     }
 
@@ -288,6 +351,21 @@ impl OffloadStore {
     /// in the object store.
     pub fn with_prefix(mut self, prefix: &str) -> Self {
         self.objects.keys = reference::Keys::new(prefix);
+        self
+    }
+
+    /// The same store, recording its `metrics` when `enabled` (off by
+    /// default; [`open`](crate::open) turns it on with
+    /// `OpenOptions::with_metrics`), each labelled `layer="offload"`:
+    /// `a2_store_payload_encodes_total` (objects written),
+    /// `a2_store_payload_decodes_total` (objects fetched),
+    /// `a2_store_payload_bytes_offloaded_total`,
+    /// `a2_store_payload_bytes_fetched_total` and
+    /// `a2_store_payload_failures_total{kind}` (`put`, `fetch`, `delete`,
+    /// `copy`).
+    #[cfg(feature = "metrics")]
+    pub fn with_metrics(mut self, enabled: bool) -> Self {
+        self.counters = Arc::new(Counters::new(enabled));
         self
     }
 
@@ -395,12 +473,34 @@ impl OffloadStore {
     /// `heads` with their events resolved.
     async fn resolve_heads(&self, heads: Vec<Head>) -> Result<Vec<Head>> {
         let mut resolved = Vec::with_capacity(heads.len());
-        let none = Written::new();
         for mut head in heads {
-            head.event = self.objects.resolve_event(head.event, &none).await?;
+            head.event = resolve_event(&self.objects, &self.counters, head.event).await?;
             resolved.push(head);
         }
         Ok(resolved)
+    }
+
+    /// `events` resolved (see [`Objects::resolve_events`]), counted.
+    async fn resolve_events(
+        &self,
+        events: Vec<StoredEvent>,
+        written: &Written,
+    ) -> Result<Vec<StoredEvent>> {
+        let (objects, bytes) = to_fetch(events.iter().map(|event| &*event.payload), written);
+        let resolved = self.objects.resolve_events(events, written).await;
+        match &resolved {
+            Ok(_) => self.counters.fetched(objects, bytes),
+            Err(_) => self.counters.failed(Failure::Fetch),
+        }
+        resolved
+    }
+
+    /// Records the failure `why` of `result`, when it failed.
+    fn count<T>(&self, result: Result<T>, why: Failure) -> Result<T> {
+        if result.is_err() {
+            self.counters.failed(why);
+        }
+        result
     }
 
     /// `events` with their payloads offloaded where large.
@@ -413,14 +513,49 @@ impl OffloadStore {
         let mut rows = Vec::with_capacity(events.len());
         for mut event in events {
             let payload = std::mem::take(&mut event.payload);
-            event.payload = self
+            let row = self
                 .objects
                 .offload_event(session_id, payload, written)
-                .await?;
+                .await;
+            event.payload = self.count_offload(row)?;
             rows.push(event);
         }
         Ok(rows)
     }
+
+    /// Counts what an offload of one payload or state did: an object
+    /// written (its row a reference), or a failure of the object store
+    /// (an `InvalidInput`, the reserved key, is the caller's).
+    fn count_offload<T: std::ops::Deref<Target = Value>>(&self, row: Result<T>) -> Result<T> {
+        match &row {
+            Ok(value) => {
+                if let Some(Ok(reference)) = Reference::parse(value) {
+                    self.counters.offloaded(1, reference.len);
+                }
+            }
+            Err(error) if error.code() != a2_store_api::ErrorCode::InvalidInput => {
+                self.counters.failed(Failure::Put);
+            }
+            Err(_) => {}
+        }
+        row
+    }
+}
+
+/// `event` resolved by `objects` (nothing written by the call), counted.
+async fn resolve_event(
+    objects: &Objects,
+    counters: &Counters,
+    event: StoredEvent,
+) -> Result<StoredEvent> {
+    let none = Written::new();
+    let (fetches, bytes) = to_fetch(std::iter::once(&*event.payload), &none);
+    let resolved = objects.resolve_event(event, &none).await;
+    match &resolved {
+        Ok(_) => counters.fetched(fetches, bytes),
+        Err(_) => counters.failed(Failure::Fetch),
+    }
+    resolved
 }
 
 /// The references `rows` hold (rows with a corrupt reference are skipped:
@@ -454,7 +589,7 @@ impl Store for OffloadStore {
             .offload_events(session_id, events, &mut written)
             .await?;
         let mut result = self.inner.append(session_id, events, options).await?;
-        result.events = self.objects.resolve_events(result.events, &written).await?;
+        result.events = self.resolve_events(result.events, &written).await?;
         Ok(result)
     }
 
@@ -486,7 +621,7 @@ impl Store for OffloadStore {
             .await?;
         match self.inner.complete_attempt(request).await? {
             CompleteResult::Completed { events } => Ok(CompleteResult::Completed {
-                events: self.objects.resolve_events(events, &written).await?,
+                events: self.resolve_events(events, &written).await?,
             }),
             other => Ok(other),
         }
@@ -508,7 +643,7 @@ impl Store for OffloadStore {
     async fn clear(&self, request: ClearRequest) -> Result<ClearResult> {
         match self.inner.clear(request).await? {
             ClearResult::Cleared { marker } => Ok(ClearResult::Cleared {
-                marker: self.objects.resolve_event(marker, &Written::new()).await?,
+                marker: resolve_event(&self.objects, &self.counters, marker).await?,
             }),
             other => Ok(other),
         }
@@ -547,15 +682,17 @@ impl Store for OffloadStore {
                 }
             }
         }
-        self.objects
+        let deleted = self
+            .objects
             .delete(doomed.into_iter().collect(), session_id)
-            .await?;
+            .await;
+        self.count(deleted, Failure::Delete)?;
         Ok(result)
     }
 
     async fn read(&self, session_id: &str, options: ReadOptions) -> Result<Vec<StoredEvent>> {
         let rows = self.inner.read(session_id, options).await?;
-        self.objects.resolve_events(rows, &Written::new()).await
+        self.resolve_events(rows, &Written::new()).await
     }
 
     async fn wake_log(
@@ -572,13 +709,13 @@ impl Store for OffloadStore {
 
     async fn subscribe(&self, session_id: &str, after: u64) -> Result<EventStream> {
         let stream = self.inner.subscribe(session_id, after).await?;
-        let objects = self.objects.clone();
+        let objects = (self.objects.clone(), Arc::clone(&self.counters));
         // Each event resolved as it comes; the stream ends after its first
         // error (without waiting for another event).
         let resolved = futures::stream::unfold(Some((stream, objects)), |state| async move {
             let (mut stream, objects) = state?;
             let item = match stream.next().await? {
-                Ok(event) => objects.resolve_event(event, &Written::new()).await,
+                Ok(event) => resolve_event(&objects.0, &objects.1, event).await,
                 Err(error) => Err(error),
             };
             let next = item.is_ok().then_some((stream, objects));
@@ -597,7 +734,8 @@ impl Store for OffloadStore {
         let mut rows = Vec::with_capacity(writes.len());
         for mut write in writes {
             let state = std::mem::take(&mut write.state);
-            write.state = self.objects.offload_state(session_id, state).await?;
+            let row = self.objects.offload_state(session_id, state).await;
+            write.state = self.count_offload(row.map(Payload::new))?.into_value();
             rows.push(write);
         }
         self.inner.write_state(session_id, reducer, rows).await
@@ -612,10 +750,13 @@ impl Store for OffloadStore {
         let mut read = self.inner.read_state(session_id, reducer, options).await?;
         if let Some(snapshot) = read.snapshot.as_mut() {
             let state = std::mem::take(&mut snapshot.state);
-            snapshot.state = self
+            let (fetches, bytes) = to_fetch(std::iter::once(&state), &Written::new());
+            let resolved = self
                 .objects
                 .resolve_state(session_id, reducer, snapshot.index, state)
-                .await?;
+                .await;
+            snapshot.state = self.count(resolved, Failure::Fetch)?;
+            self.counters.fetched(fetches, bytes);
         }
         Ok(read)
     }
@@ -695,9 +836,11 @@ impl Store for OffloadStore {
             request.through = rows.last().map(|row| row.index);
         }
         if request.into != request.session_id {
-            self.objects
+            let copied = self
+                .objects
                 .copy_events(&request.session_id, &request.into, &rows)
-                .await?;
+                .await;
+            self.count(copied, Failure::Copy)?;
         }
         self.inner.fork(request).await
     }
@@ -707,7 +850,8 @@ impl Store for OffloadStore {
         let result = self.inner.delete_session(request).await?;
         match result {
             DeleteSessionResult::Deleted { .. } | DeleteSessionResult::NotFound => {
-                self.objects.delete_session(&session_id).await?;
+                let deleted = self.objects.delete_session(&session_id).await;
+                self.count(deleted, Failure::Delete)?;
             }
             _ => {}
         }
@@ -719,7 +863,8 @@ impl Store for OffloadStore {
         let result = self.inner.prune(request).await?;
         if !dry_run {
             for session_id in &result.sessions {
-                self.objects.delete_session(session_id).await?;
+                let deleted = self.objects.delete_session(session_id).await;
+                self.count(deleted, Failure::Delete)?;
             }
         }
         Ok(result)
