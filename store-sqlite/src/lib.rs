@@ -46,6 +46,7 @@ mod read;
 mod redrive_all;
 mod renew;
 mod reschedule;
+mod rewrite;
 mod schema;
 mod session;
 mod snapshots;

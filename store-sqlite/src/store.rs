@@ -13,7 +13,8 @@ use a2_store_api::{
     NewEvent, Pause, PauseRequest, PresenceMeta, PresenceResult, PresenceRow, PruneRequest,
     PruneResult, ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult,
     RenewRequest, RenewResult, RescheduleRequest, RescheduleResult, ResumeRequest, ResumeResult,
-    SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
+    RewritePayloadsRequest, RewritePayloadsResult, SessionInfo, SessionWork, StateRead, StateWrite,
+    Store, StoreError, StoredEvent, WakeLogResult,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -26,7 +27,7 @@ use crate::work::Wake;
 use crate::writer::{Body, Fire, Settings, Writer};
 use crate::{
     append, claim_work, claims, clear, complete, cursors, delete_session, fail, fork, list_work,
-    pause, presence, prune, read, redrive_all, renew, reschedule, snapshots, subscribe,
+    pause, presence, prune, read, redrive_all, renew, reschedule, rewrite, snapshots, subscribe,
 };
 
 /// The SQLite backend of the session store.
@@ -500,6 +501,20 @@ impl Store for SqliteStore {
             .write(move |tx, _| Ok((prune::sweep(tx, now, limit)?, Fire::NONE)))
             .await?;
         Ok(PruneResult::new(deleted, page.len(), next).with_swept(presence, checkpoints))
+    }
+
+    async fn rewrite_payloads(
+        &self,
+        request: RewritePayloadsRequest,
+    ) -> Result<RewritePayloadsResult, StoreError> {
+        validate::rewrite_payloads(&request)?;
+        // Only payloads change: no new rows for subscribers (open streams
+        // are sent nothing) and no work to wake.
+        self.write(move |tx, ctx| {
+            let result = rewrite::rewrite_payloads(tx, ctx, &request)?;
+            Ok((result, fired(false, Wake::default())))
+        })
+        .await
     }
 }
 

@@ -3,7 +3,7 @@
 
 use a2_store_api::{
     ClaimWorkRequest, ClearRequest, ConsumerDeclaration, ErrorCode, ListSessions, ListWork,
-    NewEvent, ReadOptions, Store,
+    NewEvent, ReadOptions, RewritePayloadsRequest, Store,
 };
 use a2_store_sqlite::{SqliteOptions, SqliteStore};
 use serde_json::json;
@@ -67,6 +67,11 @@ fn a_read_only_file_is_readable_and_left_byte_identical() {
             .await
             .unwrap_err();
         assert_eq!(error.code(), ErrorCode::InvalidInput);
+        // A payload rewrite writes: refused like any other write.
+        let rewrite = RewritePayloadsRequest::new("s").event(1, json!(1), json!("sealed"));
+        let error = store.rewrite_payloads(rewrite).await.unwrap_err();
+        assert_eq!(error.code(), ErrorCode::InvalidInput);
+        assert!(error.to_string().contains("read-only"), "{error}");
         // A claim across sessions writes even when nothing is claimable.
         let work = ClaimWorkRequest::new("w", vec![ConsumerDeclaration::targeted("agent")], 1_000);
         let error = store.claim_work(work).await.unwrap_err();
