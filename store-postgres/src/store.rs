@@ -17,7 +17,8 @@ use a2_store_api::{
     Pause, PauseRequest, PresenceMeta, PresenceResult, PresenceRow, PruneRequest, PruneResult,
     ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
     RenewResult, RescheduleRequest, RescheduleResult, Result, ResumeRequest, ResumeResult,
-    SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
+    RewritePayloadsRequest, RewritePayloadsResult, SessionInfo, SessionWork, StateRead, StateWrite,
+    Store, StoreError, StoredEvent, WakeLogResult,
 };
 use async_trait::async_trait;
 use deadpool_postgres::{Manager, ManagerConfig, RecyclingMethod};
@@ -580,5 +581,18 @@ impl Store for PostgresStore {
             }
         }
         Ok(result)
+    }
+
+    async fn rewrite_payloads(
+        &self,
+        request: RewritePayloadsRequest,
+    ) -> Result<RewritePayloadsResult> {
+        validate::rewrite_payloads(&request)?;
+        let now = self.inner.clock.now_ms();
+        // Only payloads change: no new rows, so open streams are sent
+        // nothing and no claimer is woken.
+        transact!(self.inner, "rewriting payloads", |tx| {
+            ops::rewrite::rewrite_payloads(&tx, &request, now).await?
+        })
     }
 }

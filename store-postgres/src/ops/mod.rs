@@ -16,6 +16,7 @@ pub(crate) mod prune;
 pub(crate) mod read;
 pub(crate) mod renew;
 pub(crate) mod reschedule;
+pub(crate) mod rewrite;
 pub(crate) mod snapshots;
 pub(crate) mod subscribe;
 pub(crate) mod work;
