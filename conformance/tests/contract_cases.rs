@@ -30,6 +30,7 @@ const CITING_SECTIONS: &[&str] = &[
     "Paused consumers",
     "Lane-exact and bulk redrive",
     "Forks",
+    "Rewriting payloads",
 ];
 
 /// A rule proven outside the shared suite says so with these words.
