@@ -182,6 +182,10 @@ pub use a2_store_api::{
     DeleteSessionRequest, DeleteSessionResult, PruneFrom, PruneRequest, PruneResult, Removed,
     DEFAULT_PRUNE_LIMIT, MAX_PRUNE_LIMIT,
 };
+pub use a2_store_api::{
+    EventRewrite, PresenceRewrite, RewritePayloadsRequest, RewritePayloadsResult, StateRewrite,
+    MAX_REWRITE_ITEMS,
+};
 
 /// Payloads, states and presence values are JSON: `serde_json`'s
 /// [`Value`] and its [`json!`] macro, re-exported so an app needs no

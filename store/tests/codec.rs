@@ -11,12 +11,13 @@ mod codec_support;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use a2_store::layer::codec::{sealed_key_id, Reencrypt};
 use a2_store::{
     json, ClaimRequest, ClaimWorkRequest, ClaimWorkResult, ClearRequest, CompleteRequest,
     CompleteResult, ConsumerDeclaration, DeleteSessionRequest, EncryptedStore, ErrorCode,
     FailRequest, ForkRequest, Keyring, NewEvent, OpenOptions, PresenceMeta, ReadOptions,
-    ReadStateOptions, RecyclingIds, SecretKey, StateWrite, Store, StoreError, StreamExt, Target,
-    Value,
+    ReadStateOptions, RecyclingIds, RewritePayloadsRequest, SecretKey, StateWrite, Store,
+    StoreError, StreamExt, Target, Value,
 };
 use base64::Engine as _;
 
@@ -687,5 +688,181 @@ fn states_and_presence_are_encrypted_and_bound_to_their_place() {
             message.contains("presence field 'typing' of participant 'bob' in session 's'"),
             "{message}"
         );
+    });
+}
+
+/// The key id of every stored event payload of `session` (clear markers
+/// and plain rows: `None`).
+async fn stored_kids(inner: &Arc<dyn Store>, session: &str) -> Vec<Option<String>> {
+    stored(inner, session)
+        .await
+        .iter()
+        .map(|payload| sealed_key_id(payload).map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn a_rewrite_through_the_layer_speaks_plaintext_and_encrypts_under_the_current_key() {
+    block_on(async {
+        let f = fixture().await;
+        f.keys.set_current("k1").unwrap();
+        f.store
+            .append("s", vec![msg("a", json!("first"))], Default::default())
+            .await
+            .unwrap();
+        f.keys.set_current("k2").unwrap();
+        let rewrite = RewritePayloadsRequest::new("s").event(1, json!("first"), json!("second"));
+        let done = f.store.rewrite_payloads(rewrite.clone()).await.unwrap();
+        assert_eq!(done.events, 1);
+        let rows = f.store.read("s", ReadOptions::default()).await.unwrap();
+        assert_eq!(rows[0].payload, json!("second"));
+        assert_eq!(stored_kids(&f.inner, "s").await, [Some("k2".to_owned())]);
+        // The row no longer holds "first": refused by the store below, naming the event.
+        let stale = f.store.rewrite_payloads(rewrite).await.unwrap_err();
+        assert_eq!(stale.code(), ErrorCode::PayloadMismatch, "{stale}");
+        // An index that is not stored: the store below says so.
+        let missing = RewritePayloadsRequest::new("s").event(9, json!("x"), json!("y"));
+        let missing = f.store.rewrite_payloads(missing).await.unwrap_err();
+        assert_eq!(missing.code(), ErrorCode::NoSuchEvent, "{missing}");
+        assert_eq!(
+            f.store.read("s", ReadOptions::default()).await.unwrap()[0].payload,
+            json!("second")
+        );
+    });
+}
+
+#[test]
+fn reencrypt_moves_every_row_to_the_current_key_in_pages_and_then_finds_nothing() {
+    block_on(async {
+        let f = fixture().await;
+        f.keys.set_current("k1").unwrap();
+        let events: Vec<NewEvent> = (1..=7)
+            .map(|n| msg(&format!("e{n}"), json!({ "n": n })))
+            .collect();
+        f.store
+            .append("s", events, Default::default())
+            .await
+            .unwrap();
+        // A row written before encryption was turned on.
+        f.inner
+            .append("s", vec![msg("plain", json!("old"))], Default::default())
+            .await
+            .unwrap();
+        let state = StateWrite {
+            index: 8,
+            state: json!({"sum": 28}),
+            pins: vec![],
+        };
+        f.store.write_state("s", "sum", vec![state]).await.unwrap();
+        let meta = PresenceMeta {
+            at: 1,
+            seen: None,
+            ttl_ms: 60_000,
+        };
+        let values = BTreeMap::from([("draft".to_owned(), json!("half a secret"))]);
+        f.store
+            .set_presence("s", "alice", values, meta)
+            .await
+            .unwrap();
+        let before = f.store.read("s", ReadOptions::default()).await.unwrap();
+
+        f.keys.set_current("k2").unwrap();
+        let options = Reencrypt::default().with_page(3).with_reducers(["sum"]);
+        let done = f.store.reencrypt("s", options.clone()).await.unwrap();
+        assert_eq!(
+            (
+                done.rewritten.events,
+                done.rewritten.states,
+                done.rewritten.presence
+            ),
+            (8, 1, 1)
+        );
+        assert_eq!((done.pages, done.current), (3 + 1 + 1, 0));
+        assert!(stored_kids(&f.inner, "s")
+            .await
+            .iter()
+            .all(|kid| kid.as_deref() == Some("k2")));
+        let state = f
+            .inner
+            .read_state("s", "sum", ReadStateOptions::default())
+            .await
+            .unwrap();
+        assert_eq!(sealed_key_id(&state.snapshot.unwrap().state), Some("k2"));
+        let presence = f.inner.read_presence("s").await.unwrap();
+        assert_eq!(sealed_key_id(&presence[0].value), Some("k2"));
+        // Through the layer nothing changed.
+        let after = f.store.read("s", ReadOptions::default()).await.unwrap();
+        assert_eq!(before, after);
+        // k1 is no longer needed: a layer without it reads everything.
+        let k2_only = Keyring::new()
+            .with_key("k2", SecretKey::from_bytes([2; 32]))
+            .unwrap();
+        let without_k1 = EncryptedStore::new(Arc::clone(&f.inner), Arc::new(k2_only));
+        assert_eq!(
+            without_k1.read("s", ReadOptions::default()).await.unwrap(),
+            after
+        );
+        // A second run finds every row current and rewrites nothing.
+        let again = f.store.reencrypt("s", options).await.unwrap();
+        assert_eq!(
+            (again.rewritten.events, again.pages, again.current),
+            (0, 0, 10)
+        );
+    });
+}
+
+#[test]
+fn reencrypt_without_an_old_key_stops_naming_the_row_and_key_and_keeps_its_pages() {
+    block_on(async {
+        let f = fixture().await;
+        f.store
+            .append("s", vec![msg("new", json!("k2 row"))], Default::default())
+            .await
+            .unwrap();
+        f.keys.set_current("k1").unwrap();
+        f.store
+            .append("s", vec![msg("old", json!("k1 row"))], Default::default())
+            .await
+            .unwrap();
+        let k2_only = Keyring::new()
+            .with_key("k2", SecretKey::from_bytes([2; 32]))
+            .unwrap();
+        let layer = EncryptedStore::new(Arc::clone(&f.inner), Arc::new(k2_only));
+        let error = layer
+            .reencrypt("s", Reencrypt::default().with_page(1))
+            .await
+            .unwrap_err();
+        let message = checked(error);
+        assert!(
+            message.contains("'old'") && message.contains("'k1'"),
+            "{message}"
+        );
+        assert_eq!(
+            stored_kids(&f.inner, "s").await,
+            [Some("k2".to_owned()), Some("k1".to_owned())]
+        );
+    });
+}
+
+#[test]
+fn reencrypt_all_walks_every_session() {
+    block_on(async {
+        let f = fixture().await;
+        f.keys.set_current("k1").unwrap();
+        for session in ["a", "b", "c"] {
+            f.store
+                .append(session, vec![msg("m", json!(session))], Default::default())
+                .await
+                .unwrap();
+        }
+        f.keys.set_current("k2").unwrap();
+        let done = f.store.reencrypt_all(Reencrypt::default()).await.unwrap();
+        assert_eq!(done.rewritten.events, 3);
+        for session in ["a", "b", "c"] {
+            assert_eq!(
+                stored_kids(&f.inner, session).await,
+                [Some("k2".to_owned())]
+            );
+        }
     });
 }

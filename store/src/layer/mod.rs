@@ -18,6 +18,8 @@ pub mod codec;
 pub mod observed;
 #[cfg(feature = "offload")]
 pub mod offload;
+#[cfg(any(feature = "encryption", feature = "offload"))]
+mod rows;
 
 #[cfg(any(feature = "tracing", feature = "metrics"))]
 pub use observed::{ObservedStore, Operation};

@@ -140,6 +140,7 @@ mod envelope;
 mod ids;
 mod keys;
 mod lineage;
+mod rewrite;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -153,8 +154,9 @@ use a2_store_api::{
     ListSessions, ListWork, NewEvent, Pause, PauseRequest, Payload, PresenceMeta, PresenceResult,
     PresenceRow, PruneRequest, PruneResult, ReadOptions, ReadStateOptions, ReclaimResult,
     RedriveRequest, RedriveResult, RenewRequest, RenewResult, RescheduleRequest, RescheduleResult,
-    Result, ResumeRequest, ResumeResult, SessionInfo, SessionWork, StateRead, StateWrite, Store,
-    StoreError, StoredEvent, WakeLogResult, CLEAR_EVENT_TYPE,
+    Result, ResumeRequest, ResumeResult, RewritePayloadsRequest, RewritePayloadsResult,
+    SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
+    CLEAR_EVENT_TYPE,
 };
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -163,6 +165,7 @@ use serde_json::Value;
 pub use envelope::RESERVED_KEY;
 pub use ids::RecyclingIds;
 pub use keys::{KeyProvider, Keyring, SecretKey, KEYS_ENV, MAX_KEY_ID_BYTES};
+pub use rewrite::{Reencrypt, Reencrypted};
 
 use counters::{Counters, Failure};
 use envelope::{OpenFailure, Place};
@@ -1190,5 +1193,15 @@ impl Store for EncryptedStore {
             }
         }
         Ok(result)
+    }
+
+    /// Plaintext in, like every call through the layer: `expected` as read
+    /// through it, `new` encrypted under the current key (see
+    /// [`EncryptedStore::reencrypt`] for moving rows to a new key).
+    async fn rewrite_payloads(
+        &self,
+        request: RewritePayloadsRequest,
+    ) -> Result<RewritePayloadsResult> {
+        self.rewrite(request).await
     }
 }

@@ -114,6 +114,7 @@
 mod counters;
 mod objects;
 mod reference;
+mod rewrite;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -129,8 +130,8 @@ use a2_store_api::{
     PauseRequest, PresenceMeta, PresenceResult, PresenceRow, PruneRequest, PruneResult,
     ReadOptions, ReadStateOptions, ReclaimResult, RedriveRequest, RedriveResult, RenewRequest,
     RenewResult, RescheduleRequest, RescheduleResult, Result, ResumeRequest, ResumeResult,
-    SessionInfo, SessionWork, StateRead, StateWrite, Store, StoreError, StoredEvent, WakeLogResult,
-    RECLAIM_BATCH,
+    RewritePayloadsRequest, RewritePayloadsResult, SessionInfo, SessionWork, StateRead, StateWrite,
+    Store, StoreError, StoredEvent, WakeLogResult, RECLAIM_BATCH,
 };
 use async_trait::async_trait;
 use futures::StreamExt;
@@ -868,5 +869,15 @@ impl Store for OffloadStore {
             }
         }
         Ok(result)
+    }
+
+    /// Payloads as read through the layer; a large `new` is offloaded
+    /// first, and the objects old payloads referenced stay until
+    /// [`OffloadStore::sweep`] (see the module `rewrite`).
+    async fn rewrite_payloads(
+        &self,
+        request: RewritePayloadsRequest,
+    ) -> Result<RewritePayloadsResult> {
+        self.rewrite(request).await
     }
 }
