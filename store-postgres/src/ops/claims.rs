@@ -7,6 +7,7 @@
 
 mod batch;
 pub(crate) mod claimed;
+mod served;
 mod sql;
 
 pub(crate) use batch::{claim_next_many, Wanted};

@@ -354,6 +354,22 @@ pub(crate) enum Rule {
     Touched,
 }
 
+impl Rule {
+    /// The row this rule stores for a pair whose heads sum to `summary`
+    /// (`old`: its stored row): `WorkSummary::served_row` or `touched_row`.
+    pub(crate) fn row(
+        self,
+        summary: &WorkSummary,
+        old: Option<WorkRow>,
+        now: i64,
+    ) -> Option<WorkRow> {
+        match self {
+            Rule::Served => summary.served_row(now),
+            Rule::Touched => summary.touched_row(old, now),
+        }
+    }
+}
+
 /// [`lock_rows`] and a rewrite of the rows from the summed heads in one
 /// round trip: the two statements are pipelined, and the server runs the
 /// summary after the lock (so its snapshot sees every change committed by
@@ -393,26 +409,14 @@ pub(crate) async fn lock_and_rewrite(
 pub(crate) const REWRITE: &str = "SELECT r_consumer, r_locked, r_old_at, r_claimable, r_busy, \
     r_dead, r_next_expiry, r_keep, r_new_at FROM rewrite_work($1, $2, $3, $4)";
 
-/// [`REWRITE`] of several sessions' rows in one statement, in the order
-/// given (each session's rows locked in consumer order, as `rewrite_work`
-/// locks them): `$1` the sessions, `$2` the consumers (`NULL`: each
-/// session's rows), `$3` now, `$4` whether the rule is [`Rule::Served`].
-/// Rows as [`REWRITE`]'s, each with its session last, so [`rewritten`]
-/// reads them as they are.
-pub(crate) const REWRITE_MANY: &str = "SELECT r.r_consumer, r.r_locked, r.r_old_at, \
-    r.r_claimable, r.r_busy, r.r_dead, r.r_next_expiry, r.r_keep, r.r_new_at, s.session_id \
-    FROM unnest($1::text[]) WITH ORDINALITY AS s(session_id, n) \
-    CROSS JOIN LATERAL rewrite_work(s.session_id, $2, $3, $4) AS r ORDER BY s.n";
-
 /// The statements of the work index that a new connection prepares before
 /// its first call (see `crate::warm`).
-pub(crate) const HOT_STATEMENTS: [&str; 6] = [
+pub(crate) const HOT_STATEMENTS: [&str; 5] = [
     sql::READY_OR_EARLIEST,
     sql::READY,
     sql::TRY_LOCK,
     REWRITE,
     PICK_MANY,
-    REWRITE_MANY,
 ];
 
 /// The bound values of [`REWRITE`].
@@ -471,10 +475,7 @@ pub(crate) fn rewritten(rows: &[tokio_postgres::Row], now: i64, rule: Rule) -> T
         let stored = keep.then(|| WorkRow::from_ready_at(new_at));
         debug_assert_eq!(
             stored,
-            match rule {
-                Rule::Served => summary.served_row(now),
-                Rule::Touched => summary.touched_row(old, now),
-            },
+            rule.row(&summary, old, now),
             "rewrite_work stored another row than the work rule gives for {summary:?}"
         );
         if let Some(WorkRow::Ready(at)) = stored {
@@ -510,10 +511,7 @@ async fn apply(
             .copied()
             .unwrap_or_default();
         let old = locked.get(name).copied();
-        let new = match rule {
-            Rule::Served => summary.served_row(now),
-            Rule::Touched => summary.touched_row(old.flatten(), now),
-        };
+        let new = rule.row(&summary, old.flatten(), now);
         if let Some(WorkRow::Ready(at)) = new {
             sooner |= match old.flatten() {
                 Some(WorkRow::Ready(before)) => at < before,

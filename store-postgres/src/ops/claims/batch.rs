@@ -13,11 +13,13 @@ use a2_store_api::{ClaimRequest, ClaimResult, ClaimWorkRequest, MAX_WORK_LIMIT};
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
+use super::served::{decide_again, ProbeArgs, Probed};
 use super::{sql, take, walk_sql, wanted, Candidates, Claimed, Taken};
 use crate::cursor_table::{ManyCursorWrites, PUT_MANY, RELEASE_PINS};
 use crate::db::{decode_state, SessionState, Stmt, Tx, STATE_WIDTH};
 use crate::error::TxResult;
-use crate::ops::work::{rewritten, Rule, PICK_MANY, REWRITE_MANY};
+use crate::ops::work::pairs::Rows;
+use crate::ops::work::PICK_MANY;
 use crate::rows::{clear_of, index_of};
 
 /// What a batch claim is asked for, beside its request and times.
@@ -38,13 +40,16 @@ pub(crate) struct Wanted<'a> {
 /// `BEGIN`, the pick ([`PICK_MANY`]: the sessions' work rows locked `FOR
 /// UPDATE SKIP LOCKED`, the sessions set for the transaction), the due
 /// heads' selection and the walk of every picked session (each a `LATERAL`
-/// over them, [`sql::over_sessions`]) in the first; the dead letters' pin
-/// releases, every cursor write ([`PUT_MANY`]), the session rows
-/// ([`sql::READ_SESSIONS`]; the `Busy` answer of a session that took
-/// nothing), the rewrite of every session's work row ([`REWRITE_MANY`]) and
-/// `COMMIT` in the second. Due heads cost one more (their promotion and the
-/// walk of their sessions again, together), as dead letters that use up a
-/// session's walked rows do in a claim of one.
+/// over them, [`sql::over_sessions`]) and the probe of the heads that
+/// decide the sessions' work rows ([`sql::SERVED_PROBE`]) in the first; the
+/// dead letters' pin releases, every cursor write ([`PUT_MANY`]), the work
+/// rows that change (decided in Rust, `super::served`: one update, one
+/// delete, each when needed), the session rows ([`sql::READ_SESSIONS`];
+/// the `Busy` answer of a session that took nothing) and `COMMIT` in the
+/// second. Due heads cost one more (their promotion and the walk of their
+/// sessions again, together), as dead letters that use up a session's
+/// walked rows do in a claim of one (and then, when the probe read too few
+/// heads to decide a session's row, the writer's probe of its pair).
 ///
 /// In between, each session in pick order is decided as a claim of one
 /// with up to what the sessions before it left of the heads
@@ -72,12 +77,21 @@ pub(crate) async fn claim_next_many(
     let walk_limit = wanted(&unknown, 0);
     let mut walk_params = first.params(Some(&walk_limit));
     walk_params[0] = &picked;
+    let Some(consumer) = consumers.first() else {
+        return Err(
+            a2_store_api::StoreError::corrupt_value("consumer of claim_work's pick").into(),
+        );
+    };
+    let probe_args = ProbeArgs::new(consumer, now, walk_limit);
+    let probe_params = probe_args.params();
     let statements = [
         Stmt::new(PICK_MANY, &pick_params),
         Stmt::new(due_many_sql(), &due_params),
         Stmt::new(walk_many_sql(), &walk_params),
+        Stmt::new(sql::SERVED_PROBE, &probe_params),
     ];
     let mut answers = tx.pipeline(&statements).await?;
+    let probed = answers.pop().unwrap_or_default();
     let walked = answers.pop().unwrap_or_default();
     let due = answers.pop().unwrap_or_default();
     let pick = answers.pop().unwrap_or_default();
@@ -94,6 +108,7 @@ pub(crate) async fn claim_next_many(
             NextClaim::Earliest(row.try_get(3)?)
         }]);
     }
+    let probed = Probed::read(&probed, &probe_args)?;
     let mut walked = by_session(walked)?;
     if !due.is_empty() {
         walked.extend(promote_and_walk(tx, &due, &walk_params[1..]).await?);
@@ -117,7 +132,7 @@ pub(crate) async fn claim_next_many(
         takens.push(taken);
     }
     let served: Vec<&ClaimRequest> = requests.iter().filter_map(OnceLock::get).collect();
-    let mut answer = finish_many(tx, &served, takens, now, claimed).await?;
+    let mut answer = finish_many(tx, &served, takens, &probed, now, claimed).await?;
     if ids.len() < wanted_now.sessions {
         answer.push(NextClaim::Exhausted);
     }
@@ -190,14 +205,26 @@ async fn promote_and_walk(
 /// then answers each session as `claim_available` would (the second half of
 /// `Taken::finish`, for every session at once) and remembers the rows
 /// claimed (see [`Claimed`]). `served` are the sessions decided, in pick
-/// order, `takens` what each took.
+/// order, `takens` what each took, `probed` the heads that decide their
+/// work rows.
 async fn finish_many(
     tx: &Tx<'_>,
     served: &[&ClaimRequest],
     mut takens: Vec<Taken<'_>>,
+    probed: &Probed,
     now: i64,
     claimed: &Claimed,
 ) -> TxResult<Vec<NextClaim>> {
+    // Each served session's work row, as `WorkSummary::served_row` gives it.
+    let mut work_rows = Rows::default();
+    let undecided = probed.decide(
+        served
+            .iter()
+            .zip(&takens)
+            .map(|(request, taken)| (request.session_id.as_str(), taken.changed.as_slice())),
+        &mut work_rows,
+    );
+    decide_again(tx, &undecided, now, &mut work_rows).await?;
     let pins: Vec<[&(dyn ToSql + Sync); 4]> = served
         .iter()
         .zip(&takens)
@@ -222,6 +249,10 @@ async fn finish_many(
     if let Some(params) = &write_params {
         statements.push(Stmt::new(PUT_MANY, params));
     }
+    // A claim makes no row ready sooner (`served_row`: now at the latest),
+    // so nobody is woken.
+    let work_params = work_rows.params();
+    Rows::push(&work_params, &mut statements);
     let took = |taken: &Taken<'_>| !taken.heads.is_empty() || !taken.dead_lettered.is_empty();
     let read: Vec<&str> = served
         .iter()
@@ -241,17 +272,7 @@ async fn finish_many(
     for params in &retry_params {
         statements.push(Stmt::new(&retry_sql, params));
     }
-    let sessions: Vec<&str> = served.iter().map(|r| r.session_id.as_str()).collect();
-    let consumers = served
-        .first()
-        .and_then(|request| super::served_list(request));
-    let served_rule = true;
-    let rewrite_params: [&(dyn ToSql + Sync); 4] = [&sessions, &consumers, &now, &served_rule];
-    statements.push(Stmt::new(REWRITE_MANY, &rewrite_params));
     let mut answers = tx.commit_with(&statements).await?;
-    // Whether the rewrite made a row ready sooner is checked, not used: a
-    // claim makes no row ready sooner.
-    let _sooner = rewritten(&answers.pop().unwrap_or_default(), now, Rule::Served)?;
     let mut retries: Vec<Option<i64>> = Vec::with_capacity(retry_params.len());
     for _ in 0..retry_params.len() {
         let rows = answers.pop().unwrap_or_default();
@@ -311,10 +332,11 @@ fn walk_many_sql() -> &'static str {
 }
 
 /// The batch claim's statements a new connection prepares (see `crate::warm`).
-pub(crate) fn hot_statements() -> [&'static str; 4] {
+pub(crate) fn hot_statements() -> [&'static str; 5] {
     [
         due_many_sql(),
         walk_many_sql(),
+        sql::SERVED_PROBE,
         sql::PROMOTE_MANY,
         sql::READ_SESSIONS,
     ]

@@ -132,12 +132,18 @@ pub(crate) fn picked(sql: &str) -> String {
     )
 }
 
+/// The text of [`PICKED_SESSIONS`].
+macro_rules! picked_sessions {
+    () => {
+        "COALESCE($1::text[], NULLIF(current_setting('a2.claim_sessions', true), '')::text[])"
+    };
+}
+
 /// The sessions of a batch claim's statements (`claims::batch`): `$1` (a
 /// `text[]`) when bound, else the transaction-local `a2.claim_sessions`
 /// that `claim_work`'s batch pick (`ops::work::sql::PICK_MANY`) set, sent
 /// before them in the same round trip (none when it is unset or `''`).
-pub(crate) const PICKED_SESSIONS: &str =
-    "COALESCE($1::text[], NULLIF(current_setting('a2.claim_sessions', true), '')::text[])";
+pub(crate) const PICKED_SESSIONS: &str = picked_sessions!();
 
 /// `sql` (one of [`DUE`], [`walk`]) run for each of several sessions
 /// ([`PICKED_SESSIONS`], in their order): every use of `$1` as the session
@@ -302,3 +308,89 @@ pub(crate) fn empty_answer() -> String {
         later = later_free()
     )
 }
+
+/// The probes of one kind of head of [`SERVED_PROBE`]: `kind` its number,
+/// `condition` what it adds to a live head of consumer `$2` in session
+/// `s.session_id`, `order` its order, `limit` how many it reads.
+macro_rules! served_kind {
+    ($kind:literal, $condition:literal, $order:literal, $limit:literal) => {
+        concat!(
+            "(SELECT ",
+            $kind,
+            "::int AS kind, c.lane, c.slot, c.claim_expires_at, c.failed_at FROM cursors c \
+             WHERE c.session_id = s.session_id AND c.head IS NOT NULL AND c.consumer = $2::text AND ",
+            $condition,
+            " ORDER BY ",
+            $order,
+            " LIMIT ",
+            $limit,
+            ")"
+        )
+    };
+}
+
+/// The heads that decide the work rows of the pairs a batch claim serves
+/// (`claims::served`), read in the claim's first round trip after the walk,
+/// in place of `rewrite_work`'s probes at its end: `$1` the sessions
+/// (`NULL`: the picked ones, [`PICKED_SESSIONS`]), `$2` the consumer, `$3`
+/// now, `$4` how many claimable heads of each kind to read (the walk's
+/// limit plus one; `NULL`: all). Per session one row per head found, or
+/// one row with no head: the session, whether its pair has a work row and
+/// its `ready_at`, then the head's kind (1: ready and free, 2: due and not
+/// promoted yet, both claimable; 3 and 4: the earliest future end of a
+/// lease or delay, not promoted and promoted; 5: a dead letter; `NULL`: no
+/// head found), lane, slot, `claim_expires_at` and `failed_at`.
+///
+/// These are `rewrite_work`'s probes (schema version 13), each an ordered
+/// scan of the partial index its predicate matches, but read before the
+/// claim's writes: the claimable kinds read up to `$4` rows instead of
+/// one, so a head the claim then takes (at most the walk's limit of them,
+/// all of kind 1 or 2 when read) leaves another to be seen, and Rust sums
+/// the heads read without the ones the claim changed plus their new states.
+/// No probe locks: the claim holds its pairs' work rows (the pick locked
+/// them), and every writer of a pair's cursors locks its row before it
+/// commits, so none of them commits a change to these heads before the
+/// claim does.
+pub(crate) const SERVED_PROBE: &str = concat!(
+    "SELECT s.session_id, w.session_id IS NOT NULL, w.ready_at, \
+       p.kind, p.lane, p.slot, p.claim_expires_at, p.failed_at \
+     FROM unnest(",
+    picked_sessions!(),
+    ") AS s(session_id) \
+     LEFT JOIN work w ON w.session_id = s.session_id AND w.consumer = $2::text \
+     LEFT JOIN LATERAL (",
+    served_kind!(
+        "1",
+        "c.failed_at IS NULL AND (c.claim_expires_at IS NULL OR c.expired) \
+         AND (c.claim_expires_at IS NULL OR c.claim_expires_at <= $3::bigint)",
+        "c.head",
+        "$4::bigint"
+    ),
+    " UNION ALL ",
+    served_kind!(
+        "2",
+        "c.failed_at IS NULL AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
+         AND c.claim_expires_at <= $3::bigint",
+        "c.claim_expires_at",
+        "$4::bigint"
+    ),
+    " UNION ALL ",
+    served_kind!(
+        "3",
+        "c.failed_at IS NULL AND c.claim_expires_at IS NOT NULL AND NOT c.expired \
+         AND c.claim_expires_at > $3::bigint",
+        "c.claim_expires_at",
+        "1"
+    ),
+    " UNION ALL ",
+    served_kind!(
+        "4",
+        "c.failed_at IS NULL AND c.claim_expires_at IS NOT NULL AND c.expired \
+         AND c.claim_expires_at > $3::bigint",
+        "c.claim_expires_at",
+        "1"
+    ),
+    " UNION ALL ",
+    served_kind!("5", "c.failed_at IS NOT NULL", "c.head", "1"),
+    ") AS p ON true"
+);

@@ -39,6 +39,7 @@ use crate::db::{Stmt, Tx};
 use crate::error::TxResult;
 use crate::ops::claims::claimed::Claimed;
 use crate::ops::work::pairs::{Pairs, Rows, LOCK_PAIRS, PROBE_PAIRS};
+use crate::ops::work::Rule;
 use crate::rows::{index_of, lane_key, slot_key, CursorRow, CURSOR_COLUMNS};
 
 /// Whether a completion can join a batch: it returns no events (which would
@@ -241,7 +242,8 @@ pub(crate) async fn flush(
         tx.end().await?;
         return Ok(Flushed { done, work: false });
     }
-    let work_rows = pairs.decide(
+    let mut work_rows = Rows::default();
+    pairs.decide(
         &locked,
         &probed,
         applied.iter().map(|(_, one)| {
@@ -251,6 +253,8 @@ pub(crate) async fn flush(
                 &one.cursor,
             )
         }),
+        Rule::Touched,
+        &mut work_rows,
     )?;
     let work = write(tx, &applied, &work_rows).await?;
     for (at, one) in &applied {

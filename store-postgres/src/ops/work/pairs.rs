@@ -27,6 +27,7 @@ use a2_store_api::Dispatch;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 
+use super::Rule;
 use crate::db::Stmt;
 use crate::error::TxResult;
 use crate::rows::CursorRow;
@@ -192,15 +193,18 @@ impl<'a> Pairs<'a> {
         ]
     }
 
-    /// Decides the row of every pair that holds one of `changed` (the
-    /// batch's cursors in their new state, by pair) from the answers of
-    /// [`LOCK_PAIRS`] and [`PROBE_PAIRS`].
+    /// Decides, by `rule`, the row of every pair that holds one of
+    /// `changed` (the batch's cursors in their new state, by pair) from the
+    /// answers of [`LOCK_PAIRS`] and [`PROBE_PAIRS`], and adds its write to
+    /// `rows`.
     pub(crate) fn decide<'c>(
         &self,
         locked: &[Row],
         probed: &[Row],
         changed: impl IntoIterator<Item = (Pair<'c>, &'c CursorRow)>,
-    ) -> TxResult<Rows<'a>> {
+        rule: Rule,
+        rows: &mut Rows<'a>,
+    ) -> TxResult<()> {
         let mut old: BTreeMap<usize, Option<i64>> = BTreeMap::new();
         for row in locked {
             old.insert(ordinal(row)?, row.try_get(1)?);
@@ -227,38 +231,21 @@ impl<'a> Pairs<'a> {
                 summary.add(&cursor.dispatch, self.now);
             }
         }
-        let mut rows = Rows::default();
         for (at, summary) in touched {
             let (Some(&session_id), Some(&consumer)) =
                 (self.sessions.get(at), self.consumers.get(at))
             else {
                 continue;
             };
-            let was = old.get(&at).copied();
-            let before = was.map(WorkRow::from_ready_at);
-            let after = summary.touched_row(before, self.now);
-            if let Some(WorkRow::Ready(ready_at)) = after {
-                rows.ready |= !matches!(before, Some(WorkRow::Ready(b)) if b <= ready_at);
-            }
-            match (was, after) {
-                (Some(_), None) => {
-                    rows.deletes.0.push(session_id);
-                    rows.deletes.1.push(consumer);
-                }
-                (Some(_), Some(row)) if Some(row) != before => {
-                    rows.updates.0.push(session_id);
-                    rows.updates.1.push(consumer);
-                    rows.updates.2.push(row.ready_at());
-                }
-                (None, Some(row)) => {
-                    rows.inserts.0.push(session_id);
-                    rows.inserts.1.push(consumer);
-                    rows.inserts.2.push(row.ready_at());
-                }
-                _ => {}
-            }
+            rows.set(
+                (session_id, consumer),
+                old.get(&at).copied(),
+                &summary,
+                rule,
+                self.now,
+            );
         }
-        Ok(rows)
+        Ok(())
     }
 
     /// The position of `pair` among the pairs.
@@ -283,6 +270,44 @@ pub(crate) struct Rows<'a> {
     inserts: (Vec<&'a str>, Vec<&'a str>, Vec<Option<i64>>),
     /// A row was made ready: waiting claimers are woken after the commit.
     pub ready: bool,
+}
+
+impl<'a> Rows<'a> {
+    /// Adds the write of `pair`'s row (`was`: `None` when it has none, else
+    /// its `ready_at`) whose heads sum to `summary`: the row `rule` gives
+    /// (`WorkSummary::served_row` or `touched_row`), written only when it
+    /// changes.
+    pub(crate) fn set(
+        &mut self,
+        (session_id, consumer): Pair<'a>,
+        was: Option<Option<i64>>,
+        summary: &WorkSummary,
+        rule: Rule,
+        now: i64,
+    ) {
+        let before = was.map(WorkRow::from_ready_at);
+        let after = rule.row(summary, before, now);
+        if let Some(WorkRow::Ready(ready_at)) = after {
+            self.ready |= !matches!(before, Some(WorkRow::Ready(b)) if b <= ready_at);
+        }
+        match (was, after) {
+            (Some(_), None) => {
+                self.deletes.0.push(session_id);
+                self.deletes.1.push(consumer);
+            }
+            (Some(_), Some(row)) if Some(row) != before => {
+                self.updates.0.push(session_id);
+                self.updates.1.push(consumer);
+                self.updates.2.push(row.ready_at());
+            }
+            (None, Some(row)) => {
+                self.inserts.0.push(session_id);
+                self.inserts.1.push(consumer);
+                self.inserts.2.push(row.ready_at());
+            }
+            _ => {}
+        }
+    }
 }
 
 /// The bound parameters of [`Rows`]' statements, each when needed.
