@@ -4,7 +4,7 @@
 //! - group `codec_payload` (memory backend): append a batch of 100 events,
 //!   then read them back, bare and through the layer. The difference per
 //!   event is the per-payload encode + decode cost (JSON text, HMAC
-//!   nonce, XChaCha20-Poly1305, base64, both ways).
+//!   nonce of the place, AES-256-GCM-SIV, base64, both ways).
 //! - group `codec_claim_complete` (SQLite, a file at `durability=normal`,
 //!   and a private in-memory database): claim one head (its 1 KB payload
 //!   decrypted) and complete it returning one 1 KB event (encrypted),

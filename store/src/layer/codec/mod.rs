@@ -34,19 +34,23 @@
 //!
 //! AES-256-GCM-SIV (RFC 8452, the RustCrypto `aes-gcm-siv` crate, AES-NI
 //! and CLMUL when the CPU has them), under a key derived from each 32-byte
-//! data key with HMAC-SHA256. The nonce is synthetic: the first 12 bytes of
-//! HMAC-SHA256, under a second derived key, of the associated data and the
-//! plaintext (the SIV construction). So every distinct payload gets its own
-//! nonce, and the same payload of the same place under the same key
-//! encrypts to the same bytes. The contract needs that: an idempotent
+//! data key with HMAC-SHA256, used as a deterministic AEAD: the nonce is
+//! the first 12 bytes of HMAC-SHA256, under a second derived key, of the
+//! associated data (the place), and GCM-SIV derives the IV of each
+//! message from the plaintext itself (POLYVAL under a per-nonce message
+//! key, RFC 8452's synthetic IV), so distinct payloads of one place get
+//! distinct IVs, and the same payload of the same place under the same
+//! key encrypts to the same bytes. The contract needs that: an idempotent
 //! replay (an append of stored ids, a repeated completion) compares the
 //! stored payload with the new one. The price is that equal payloads of
 //! one event, state or presence field under one key have equal
 //! ciphertexts, which a reader of the database can see; nothing else is
-//! revealed. GCM-SIV is itself misuse resistant: were two payloads ever
-//! given one nonce, only their equality would show. (XChaCha20-Poly1305
-//! was measured too: three times slower on 1 KB payloads, where
-//! Poly1305's setup dominates.)
+//! revealed (GCM-SIV's bounds hold for far more messages per nonce than a
+//! place ever gets: 2^32 and beyond). A replay whose stored row was
+//! written under another key, nonce derivation or session (a fork) is
+//! matched by decrypting the stored row. (XChaCha20-Poly1305 was
+//! measured too: three times slower on 1 KB payloads, where Poly1305's
+//! setup dominates.)
 //!
 //! The associated data binds each payload to where it belongs:
 //!
@@ -615,9 +619,10 @@ impl EncryptedStore {
     }
 
     /// After an `IdempotencyConflict`: the batch's events whose stored rows
-    /// were encrypted elsewhere (copied by a fork from another session) or
-    /// under another key (before a rotation) are encrypted again as those
-    /// rows were, so a true replay compares equal. Finds the rows by
+    /// decrypt to the very plaintext given (rows encrypted elsewhere, copied
+    /// by a fork from another session, or under another key before a
+    /// rotation, or rewritten by a re-encryption) are given the stored
+    /// envelopes, so a true replay compares equal. Finds the rows by
     /// reading the session (a rare path). Returns whether anything changed.
     async fn reseal_replay(
         &self,
@@ -631,7 +636,7 @@ impl EncryptedStore {
                 wanted.insert(id.as_str(), position);
             }
         }
-        let mut found: Vec<(usize, String, String)> = Vec::new();
+        let mut found: Vec<(usize, StoredEvent)> = Vec::new();
         let mut after = 0;
         while !wanted.is_empty() {
             let page = self
@@ -645,47 +650,37 @@ impl EncryptedStore {
                     },
                 )
                 .await?;
-            for row in &page {
-                let Some(position) = wanted.remove(row.id.as_str()) else {
-                    continue;
-                };
-                if let Ok(Some(envelope)) = envelope::parse(&row.payload) {
-                    if let Some(sid) = envelope.sid {
-                        found.push((position, sid.to_owned(), envelope.kid.to_owned()));
-                    }
+            let last = page.last().map(|row| row.index);
+            let full = page.len() == REPLAY_PAGE;
+            for row in page {
+                if let Some(position) = wanted.remove(row.id.as_str()) {
+                    found.push((position, row));
                 }
             }
-            match page.last() {
-                Some(last) if page.len() == REPLAY_PAGE => after = last.index,
+            match last {
+                Some(last) if full => after = last,
                 _ => break,
             }
         }
         let mut changed = false;
-        for (position, sid, kid) in found {
+        for (position, row) in found {
             let (Some(event), Some(plaintext)) =
                 (events.get_mut(position), plaintexts.get(position))
             else {
                 continue;
             };
-            let Some(key) = self.shared.keys.key(&kid) else {
+            if envelope::parse(&row.payload).ok().flatten().is_none() {
                 continue;
-            };
-            let Some(id) = event.id.as_deref() else {
+            }
+            // The stored row, decrypted where it was written (a fork's copy
+            // through its chain, an old key, an older nonce derivation),
+            // replays when it holds this very plaintext.
+            let mut opened = row.clone();
+            if self.shared.open_event(&mut opened).await.is_err() || opened.payload != *plaintext {
                 continue;
-            };
-            let sealer = Sealer {
-                kid: Arc::from(kid.as_str()),
-                key,
-            };
-            let place = Place::Event {
-                session: &sid,
-                id,
-                index: None,
-                read_in: None,
-            };
-            let sealed = self.shared.codec.encode(&sealer, &place, plaintext, true)?;
-            if *event.payload != sealed {
-                event.payload = Payload::new(sealed);
+            }
+            if event.payload != row.payload {
+                event.payload = row.payload;
                 changed = true;
             }
         }
