@@ -89,6 +89,8 @@ struct Layers {
     keys: Option<Arc<dyn crate::layer::codec::KeyProvider>>,
     #[cfg(feature = "encryption")]
     ids: Option<crate::layer::codec::RecyclingIds>,
+    #[cfg(feature = "encryption")]
+    left_sealed: bool,
     #[cfg(all(feature = "metrics", any(feature = "encryption", feature = "offload")))]
     metrics: bool,
 }
@@ -166,6 +168,8 @@ impl Layers {
             keys,
             #[cfg(feature = "encryption")]
             ids,
+            #[cfg(feature = "encryption")]
+            left_sealed: options.missing_keys_left_sealed,
             #[cfg(all(feature = "metrics", any(feature = "encryption", feature = "offload")))]
             metrics: options.metrics,
         };
@@ -187,7 +191,9 @@ impl Layers {
         #[cfg(feature = "encryption")]
         let store: Arc<dyn Store> = match (self.keys, self.ids) {
             (Some(keys), Some(ids)) => {
-                let layer = crate::layer::codec::EncryptedStore::new(store, keys).with_ids(ids);
+                let layer = crate::layer::codec::EncryptedStore::new(store, keys)
+                    .with_ids(ids)
+                    .with_missing_keys_left_sealed(self.left_sealed);
                 #[cfg(feature = "metrics")]
                 let layer = layer.with_metrics(self.metrics);
                 Arc::new(layer)

@@ -59,6 +59,13 @@ pub struct OpenOptions {
     /// stores them as they are, unless the URL asks with `keys=`.
     #[cfg(feature = "encryption")]
     pub keys: Option<Arc<dyn crate::layer::codec::KeyProvider>>,
+    /// With keys: leave a payload whose key is not held as it is stored
+    /// (its envelope) instead of failing the read, for operator tools that
+    /// show "encrypted (key k2)" (see
+    /// `EncryptedStore::with_missing_keys_left_sealed`). `false` by
+    /// default; an app leaves it off.
+    #[cfg(feature = "encryption")]
+    pub missing_keys_left_sealed: bool,
     /// Keep payloads above a threshold in an object store (the layer
     /// `OffloadStore`, see [`layer::offload`](crate::layer::offload));
     /// `None` (the default) keeps every payload in the database, unless
@@ -79,6 +86,8 @@ impl Default for OpenOptions {
             metrics: false,
             #[cfg(feature = "encryption")]
             keys: None,
+            #[cfg(feature = "encryption")]
+            missing_keys_left_sealed: false,
             #[cfg(feature = "offload")]
             offload: None,
         }
@@ -151,6 +160,14 @@ impl OpenOptions {
     #[cfg(feature = "encryption")]
     pub fn with_keys(mut self, keys: Arc<dyn crate::layer::codec::KeyProvider>) -> Self {
         self.keys = Some(keys);
+        self
+    }
+
+    /// Leaves payloads whose key is not held sealed instead of failing the
+    /// read (see [`OpenOptions::missing_keys_left_sealed`]).
+    #[cfg(feature = "encryption")]
+    pub fn with_missing_keys_left_sealed(mut self, sealed: bool) -> Self {
+        self.missing_keys_left_sealed = sealed;
         self
     }
 
