@@ -219,6 +219,9 @@ pub struct ConsoleArgs {
     /// Never show event payloads, snapshots or presence values (only their size).
     #[arg(long)]
     pub hide_payloads: bool,
+    /// Encryption keys and offloaded payloads.
+    #[command(flatten)]
+    pub payloads: PayloadArgs,
     /// A consumer the overview and the work listings show (repeat for several). The store
     /// keeps no list of consumers: name them here, or pages take `?consumer=NAME`.
     #[arg(long = "consumer", value_name = "NAME")]
@@ -417,9 +420,30 @@ pub struct InspectArgs {
     /// Print JSON instead of a table.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Encryption keys and offloaded payloads.
+    #[command(flatten)]
+    pub payloads: PayloadArgs,
     /// What to show.
     #[command(subcommand)]
     pub what: InspectCommand,
+}
+
+/// How `inspect` and `console` read encrypted and offloaded payloads.
+///
+/// Without keys an encrypted payload shows as `encrypted (key k2)`, and a
+/// payload of a key that was not given too; without the offload directory
+/// an offloaded one shows as `offloaded (N bytes, sha256 …)`. The URL's own
+/// `keys=` and `offload=` work the same (give each once).
+#[derive(Debug, Clone, Default, Args)]
+pub struct PayloadArgs {
+    /// Decrypt payloads with the keys in environment variable VAR
+    /// (`env:VAR`, e.g. env:A2_STORE_KEYS) or in a file (`file:PATH`, one
+    /// kid:<base64> per line). Never a key itself.
+    #[arg(long, global = true, value_name = "env:VAR|file:PATH")]
+    pub keys: Option<String>,
+    /// Fetch offloaded payloads from this directory (read-only; it must exist).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub offload: Option<PathBuf>,
 }
 
 /// What `inspect` shows.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use a2_store::postgres::{self, PostgresStore};
-use a2_store::{OpenOptions, Store, StoreUrl};
+use a2_store::{LayeredUrl, OpenOptions, StoreUrl};
 use a2_store_console::ConsoleOptions;
 
 use crate::args::ConsoleArgs;
@@ -35,7 +35,8 @@ pub async fn run(args: &ConsoleArgs) -> Result<(), Failure> {
             args.listen.port()
         )));
     }
-    let parsed = target::parse(url)?;
+    let layered = target::parse_layered(url)?;
+    let parsed = layered.store.clone();
     let mut options = ConsoleOptions::default()
         .with_writes(args.allow_writes)
         .with_hidden_payloads(args.hide_payloads)
@@ -49,6 +50,12 @@ pub async fn run(args: &ConsoleArgs) -> Result<(), Failure> {
             options: url_options,
         } => {
             let store = open_postgres(url, &parsed, connection, url_options, args).await?;
+            let layered_store = target::wrap_payload_layers(
+                store.clone(),
+                &layered.layers,
+                &args.payloads,
+                !args.allow_writes,
+            )?;
             let source = store.clone();
             options = options.with_health(move || {
                 let store = source.clone();
@@ -59,12 +66,12 @@ pub async fn run(args: &ConsoleArgs) -> Result<(), Failure> {
                     }
                 }
             });
-            store as Arc<dyn Store>
+            layered_store
         }
-        _ if args.allow_writes => target::open_existing(url).await?,
-        StoreUrl::Sqlite { .. } => target::open_read_only(url).await?,
+        _ if args.allow_writes => target::open_existing_with(url, &args.payloads).await?,
+        StoreUrl::Sqlite { .. } => target::open_read_only_with(url, &args.payloads).await?,
         // A memory store starts empty: there is nothing to keep from writes.
-        _ => target::open(url, &parsed).await?,
+        _ => target::open_existing_with(url, &args.payloads).await?,
     };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -77,13 +84,13 @@ pub async fn run(args: &ConsoleArgs) -> Result<(), Failure> {
     let local = listener
         .local_addr()
         .map_err(|error| Failure::new(format!("reading the address listened on: {error}")))?;
-    print(&banner(&parsed, local, args, &tokens))?;
+    print(&banner(&layered, local, args, &tokens))?;
     let app = a2_store_console::router(store, options);
     serve(listener, app).await
 }
 
 /// The lines printed at start: where, over what, and in which mode.
-fn banner(parsed: &StoreUrl, local: SocketAddr, args: &ConsoleArgs, tokens: &[String]) -> String {
+fn banner(parsed: &LayeredUrl, local: SocketAddr, args: &ConsoleArgs, tokens: &[String]) -> String {
     let host = match local {
         SocketAddr::V4(v4) if v4.ip().is_unspecified() => format!("127.0.0.1:{}", v4.port()),
         SocketAddr::V6(v6) if v6.ip().is_unspecified() => format!("[::1]:{}", v6.port()),

@@ -13,7 +13,7 @@ use crate::across::{self, Blocking, Bounds, Consumers, Filter};
 use crate::args::{InspectArgs, InspectCommand};
 use crate::failure::Failure;
 use crate::output::{
-    age, compact_json, eprint_line, escape, print, print_json, timestamp, JSON_VERSION,
+    age, eprint_line, escape, payload_cell, print, print_json, timestamp, JSON_VERSION,
 };
 use crate::table::{or_dash, Table};
 use crate::target;
@@ -29,7 +29,7 @@ pub async fn run(args: &InspectArgs) -> Result<(), Failure> {
     if let InspectCommand::Health = args.what {
         return crate::health::run(&args.url, args.json).await;
     }
-    let store = target::open_read_only(&args.url).await?;
+    let store = target::open_read_only_with(&args.url, &args.payloads).await?;
     let store = store.as_ref();
     let url = args.url.as_str();
     match &args.what {
@@ -423,7 +423,7 @@ async fn log(
             row.id.clone(),
             timestamp(row.created_at),
             row.cause.as_ref().map_or_else(|| "-".to_owned(), cause),
-            compact_json(&row.payload, CELL_MAX),
+            payload_cell(&row.payload, CELL_MAX),
         ]);
     }
     print_table(&table, &format!("no events in session '{shown}'"))
@@ -553,7 +553,7 @@ async fn presence(store: &dyn Store, url: &str, json: bool, session: &str) -> Re
         table.row([
             row.participant.clone(),
             row.field.clone(),
-            compact_json(&row.value, CELL_MAX),
+            payload_cell(&row.value, CELL_MAX),
             or_dash(row.seen),
             timestamp(row.at),
             timestamp(row.expires_at),

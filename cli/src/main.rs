@@ -116,7 +116,10 @@ fn parse(args: Vec<OsString>) -> Result<Cli, ExitCode> {
         Err(second) => {
             // A first argument that is a URL was not omitted: its own error
             // is the one to show.
-            let given = args.get(2).and_then(|a| a.to_str()).map(target::parse);
+            let given = args
+                .get(2)
+                .and_then(|a| a.to_str())
+                .map(target::parse_layered);
             let shown = if matches!(given, Some(Ok(_))) {
                 &error
             } else {

@@ -82,6 +82,13 @@ pub fn age(ms: i64) -> String {
     humantime::format_duration(std::time::Duration::from_secs(secs)).to_string()
 }
 
+/// A payload as a table cell: `encrypted (key k2)` for one left encrypted
+/// (no key given for it), `offloaded (N bytes, sha256 …)` for one whose
+/// object was not fetched, else its compact JSON cut to `max` characters.
+pub fn payload_cell(value: &serde_json::Value, max: usize) -> String {
+    a2_store::stored_payload_placeholder(value).unwrap_or_else(|| compact_json(value, max))
+}
+
 /// A JSON value on one line, cut to `max` characters with `…`.
 pub fn compact_json(value: &serde_json::Value, max: usize) -> String {
     let text = value.to_string();

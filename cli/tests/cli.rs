@@ -1072,3 +1072,146 @@ fn multi_host_urls_connect_to_the_first_host_that_answers() {
     );
     runtime().block_on(scratch.drop_all()).unwrap();
 }
+
+/// Two keys, `k2` current, as `keys=file:` and `--keys file:` read them.
+const KEYS: &str = "k1:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=\nk2:AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI=\n";
+
+/// A SQLite file whose session `s1` holds, through the payload layers: a
+/// small payload encrypted under `k2`, a large one encrypted and offloaded
+/// to `objects/`, and a payload encrypted under `k3`, a key the operator
+/// is not given. Returns (url, key file, offload directory).
+fn seed_layered(dir: &Path) -> (String, String, String) {
+    let db = dir.join("app.db");
+    let keys = dir.join("keys");
+    let other = dir.join("other-keys");
+    let objects = dir.join("objects");
+    std::fs::write(&keys, KEYS).unwrap();
+    std::fs::write(&other, "k3:AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM=\n").unwrap();
+    let url = format!("sqlite:{}", db.display());
+    let layered = |keys: &Path| {
+        format!(
+            "{url}?keys=file:{}&offload={}&offload_threshold=256",
+            keys.display(),
+            objects.display()
+        )
+    };
+    runtime().block_on(async {
+        let store = a2_store::open(&layered(&keys), OpenOptions::default())
+            .await
+            .unwrap();
+        let events = vec![
+            NewEvent::new("msg", json!({"text": "the small secret"})).with_id("m1"),
+            NewEvent::new("tool.result", json!({"body": "x".repeat(4096)})).with_id("m2"),
+        ];
+        store
+            .append("s1", events, Default::default())
+            .await
+            .unwrap();
+        drop(store);
+        let store = a2_store::open(&layered(&other), OpenOptions::default())
+            .await
+            .unwrap();
+        let event = NewEvent::new("msg", json!({"text": "another secret"})).with_id("m3");
+        store
+            .append("s1", vec![event], Default::default())
+            .await
+            .unwrap();
+    });
+    (
+        url,
+        format!("file:{}", keys.display()),
+        objects.display().to_string(),
+    )
+}
+
+#[test]
+fn inspect_log_decrypts_only_with_keys_and_fetches_only_with_the_offload_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, keys, objects) = seed_layered(dir.path());
+
+    // Nothing given: every payload says what it is, none is shown.
+    let log = ok(&["inspect", &url, "log", "s1"]);
+    assert_eq!(log.matches("encrypted (key k2)").count(), 1, "{log}");
+    assert!(log.contains("encrypted (key k3)"), "{log}");
+    assert!(log.contains("offloaded ("), "{log}");
+    assert!(log.contains("bytes, sha256 "), "{log}");
+    assert!(!log.contains("secret") && !log.contains("$a2enc"), "{log}");
+
+    // Keys: k2's payloads decrypted, k3's still sealed, the listing whole.
+    let log = ok(&["inspect", &url, "log", "s1", "--keys", &keys]);
+    assert!(log.contains("the small secret"), "{log}");
+    assert!(log.contains("encrypted (key k3)"), "{log}");
+    assert!(log.contains("offloaded ("), "{log}");
+
+    // The offload directory too: the large payload fetched and decrypted.
+    let log = ok(&[
+        "inspect",
+        &url,
+        "log",
+        "s1",
+        "--keys",
+        &keys,
+        "--offload",
+        &objects,
+    ]);
+    assert!(log.contains("xxxxxxxx"), "{log}");
+    assert!(!log.contains("offloaded ("), "{log}");
+
+    // The directory alone: the object holds ciphertext, shown as such.
+    let log = ok(&["inspect", &url, "log", "s1", "--offload", &objects]);
+    assert_eq!(log.matches("encrypted (key k2)").count(), 2, "{log}");
+
+    // The URL's own keys= work the same; JSON keeps the stored envelope.
+    let layered = format!("{url}?{}", keys.replacen("file:", "keys=file:", 1));
+    let rows = json_of(&ok(&["inspect", &layered, "log", "s1", "--json"]));
+    assert_eq!(rows[0]["payload"], json!({"text": "the small secret"}));
+    assert_eq!(rows[2]["payload"]["kid"], "k3");
+
+    // The conventional variable, through --keys env:VAR.
+    let output = Command::new(env!("CARGO_BIN_EXE_a2-store"))
+        .args(["inspect", &url, "log", "s1", "--keys", "env:A2_STORE_KEYS"])
+        .env_remove("A2_STORE_URL")
+        .env("A2_STORE_KEYS", KEYS.replace('\n', ","))
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&output).contains("the small secret"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn inspect_keys_errors_are_one_line_and_never_show_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, keys, _objects) = seed_layered(dir.path());
+    let key = "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI";
+    let pasted = format!("k2:{key}=");
+    let line = fails(&["inspect", &url, "log", "s1", "--keys", &pasted], "--keys");
+    assert!(!line.contains(key), "{line}");
+    assert!(line.contains("env:VAR or file:PATH"), "{line}");
+    let in_url = format!("{url}?keys={pasted}");
+    let line = fails(&["inspect", &in_url, "log", "s1"], "keys=");
+    assert!(!line.contains(key), "{line}");
+    fails(
+        &[
+            "inspect",
+            &url,
+            "log",
+            "s1",
+            "--keys",
+            "env:A2_CLI_TEST_NO_SUCH_VAR",
+        ],
+        "A2_CLI_TEST_NO_SUCH_VAR is not set",
+    );
+    fails(
+        &["inspect", &url, "log", "s1", "--offload", "/no/such/dir"],
+        "no such directory",
+    );
+    let twice = format!("{url}?keys={keys}");
+    fails(
+        &["inspect", &twice, "log", "s1", "--keys", &keys],
+        "give it once",
+    );
+    fails(&["check", &twice], "runs on the backend alone");
+}
