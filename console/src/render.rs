@@ -162,19 +162,45 @@ pub(crate) fn session_path(base: &str, id: &str) -> String {
     format!("{base}/sessions/{}", seg(id))
 }
 
-/// A JSON value, pretty, or "hidden".
+/// What a payload left as stored by the payload layers shows instead:
+/// `encrypted (key k2)` (the console was given no key for it) or
+/// `offloaded (N bytes, sha256 …)` (not fetched); `None` for a payload.
+fn placeholder(value: &serde_json::Value) -> Option<String> {
+    #[cfg(feature = "payload-layers")]
+    return a2_store::stored_payload_placeholder(value);
+    #[cfg(not(feature = "payload-layers"))]
+    {
+        let _ = value;
+        None
+    }
+}
+
+/// A payload left as stored, in words (see [`placeholder`]).
+fn sealed(text: String) -> Markup {
+    html! { span.sealed data-testid="sealed" { (text) } }
+}
+
+/// A JSON value, pretty, "hidden", or what a payload left encrypted or
+/// offloaded is.
 pub(crate) fn json_block(value: &serde_json::Value, hide: bool) -> Markup {
     if hide {
         return html! { span.hidden data-testid="hidden" { "hidden" } };
+    }
+    if let Some(text) = placeholder(value) {
+        return sealed(text);
     }
     let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
     html! { pre.json { (text) } }
 }
 
-/// A payload folded in `<details>`, or "hidden".
+/// A payload folded in `<details>`, "hidden", or what a payload left
+/// encrypted or offloaded is.
 pub(crate) fn payload(value: &serde_json::Value, hide: bool) -> Markup {
     if hide {
         return html! { span.hidden data-testid="hidden" { "hidden" } };
+    }
+    if let Some(text) = placeholder(value) {
+        return sealed(text);
     }
     let compact = value.to_string();
     let summary = if compact.chars().count() > 60 {

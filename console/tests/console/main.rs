@@ -7,3 +7,5 @@ mod actions;
 mod auth;
 mod live;
 mod pages;
+#[cfg(feature = "payload-layers")]
+mod payloads;
