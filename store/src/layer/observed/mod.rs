@@ -971,10 +971,7 @@ impl Store for ObservedStore {
         &self,
         request: RewritePayloadsRequest,
     ) -> Result<RewritePayloadsResult> {
-        let begun = self.begin(Call::new(
-            Operation::RewritePayloads,
-            &request.session_id,
-        ));
+        let begun = self.begin(Call::new(Operation::RewritePayloads, &request.session_id));
         self.run(begun, self.inner.rewrite_payloads(request), Self::ok)
             .await
     }
