@@ -11,6 +11,8 @@
 //!   bare and through the layer. The heads are appended beforehand, untimed.
 //!
 //! `cargo bench -p a2-store --features encryption,memory,sqlite --bench codec`
+//! (add `postgres` and set `A2_POSTGRES_URL` for the PostgreSQL side of the
+//! alternating mode, on scratch schemas dropped afterwards)
 //!
 //! With `A2_CODEC_ALTERNATE=<rounds>` the bench skips criterion and times
 //! bare and encrypted alternately, one batch (memory) or one claim +
@@ -254,16 +256,41 @@ fn alternate(rounds: usize) {
     );
     // Claim + complete: one operation on each side in turn, each timed
     // alone (so a burst of load elsewhere hits both sides alike).
-    for backend in [Sqlite::File, Sqlite::Memory] {
-        let stores = [
-            rt.block_on(backend.open(&dir, false)),
-            rt.block_on(backend.open(&dir, true)),
-        ];
+    let mut backends: Vec<(String, [Arc<dyn Store>; 2])> = [Sqlite::File, Sqlite::Memory]
+        .into_iter()
+        .map(|backend| {
+            let stores = [
+                rt.block_on(backend.open(&dir, false)),
+                rt.block_on(backend.open(&dir, true)),
+            ];
+            (backend.name().to_owned(), stores)
+        })
+        .collect();
+    #[cfg(feature = "postgres")]
+    let scratch = postgres_scratch();
+    #[cfg(feature = "postgres")]
+    if let Some(scratch) = &scratch {
+        let open = |encrypted: bool| async move {
+            let inner: Arc<dyn Store> = Arc::new(
+                scratch
+                    .create(
+                        Arc::new(a2_store::SystemClock),
+                        Arc::new(a2_store::RandomIds),
+                    )
+                    .await
+                    .expect("a PostgreSQL store on a scratch schema"),
+            );
+            wrap(inner, encrypted)
+        };
+        let stores = [rt.block_on(open(false)), rt.block_on(open(true))];
+        backends.push(("postgres".to_owned(), stores));
+    }
+    for (name, stores) in &backends {
         const BLOCK: u64 = 200;
         let mut times = [Vec::new(), Vec::new()];
         for round in 0..rounds {
             let session = format!("r{round}");
-            for store in &stores {
+            for store in stores {
                 rt.block_on(prefill(store.as_ref(), &session, BLOCK));
             }
             for _ in 0..BLOCK {
@@ -276,12 +303,29 @@ fn alternate(rounds: usize) {
         }
         let [bare, enc] = times;
         report(
-            &format!("{}, claim + complete with 1 KB payloads", backend.name()),
+            &format!("{name}, claim + complete with 1 KB payloads"),
             "µs",
             bare,
             enc,
         );
     }
+    drop(backends);
+    #[cfg(feature = "postgres")]
+    if let Some(scratch) = &scratch {
+        rt.block_on(scratch.drop_all())
+            .expect("the scratch schemas dropped");
+    }
+}
+
+/// Scratch schemas on `A2_POSTGRES_URL` for the PostgreSQL side (none
+/// when it is unset: the PostgreSQL figures are then left out).
+#[cfg(feature = "postgres")]
+fn postgres_scratch() -> Option<a2_store::postgres::ScratchSchemas> {
+    let url = std::env::var("A2_POSTGRES_URL").ok()?;
+    Some(a2_store::postgres::ScratchSchemas::new(
+        url,
+        "a2codecbench_",
+    ))
 }
 
 fn main() {

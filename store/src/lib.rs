@@ -246,8 +246,8 @@ pub mod prelude {
 /// with the backends, not with the [`Store`] contract.
 pub mod backend {
     pub use a2_store_api::{
-        dispatch, fork, log, order, pause, presence, redrive, replay, retention, schedule, sql,
-        validate, work, ClaimStep, CompleteVerdict, ForkPlan, Hold, ReadyWork, RenewVerdict,
+        dispatch, fork, log, order, pause, presence, redrive, replay, retention, rewrite, schedule,
+        sql, validate, work, ClaimStep, CompleteVerdict, ForkPlan, Hold, ReadyWork, RenewVerdict,
         RescheduleStep, ScheduledAt, WorkRow, WorkSignal, WorkSource, WorkSummary,
     };
 }
