@@ -15,6 +15,22 @@ pub fn takes(types: Option<&[String]>, event_type: &str) -> bool {
         && types.is_none_or(|types| types.iter().any(|t| t == event_type))
 }
 
+/// Whether a completion naming incarnation `requested` of a session whose
+/// incarnation is `current` (`None`: the session does not exist) refreshes
+/// the `types` of the existing log cursors its declarations name. Every
+/// completion that succeeds does (applied, replayed, superseded, at or
+/// below the clear, without a cursor) except one naming another
+/// incarnation of the session ([`incarnation_current`]): it is superseded
+/// before any declaration is looked at and changes nothing, so the log
+/// cursors of a session recreated under the same id keep their types. A
+/// completion that fails changes nothing either (its backend rolls the
+/// refresh back with the rest).
+///
+/// [`incarnation_current`]: crate::retention::incarnation_current
+pub fn completion_refreshes_types(requested: Option<u64>, current: Option<u64>) -> bool {
+    crate::retention::incarnation_current(requested, current)
+}
+
 /// The idle log cursor `wake_log` returns on a session with nothing after
 /// its clear (`marker`: the clear index, 0 when never cleared).
 pub fn idle_log_cursor(consumer: &ConsumerDeclaration, marker: u64) -> Cursor {
@@ -120,6 +136,14 @@ mod tests {
         let types = vec!["a".to_owned()];
         assert!(takes(Some(&types), "a"));
         assert!(!takes(Some(&types), "b"));
+    }
+
+    #[test]
+    fn completions_of_another_incarnation_refresh_no_types() {
+        assert!(completion_refreshes_types(None, Some(2)));
+        assert!(completion_refreshes_types(Some(2), Some(2)));
+        assert!(completion_refreshes_types(Some(1), None));
+        assert!(!completion_refreshes_types(Some(1), Some(2)));
     }
 
     #[test]
