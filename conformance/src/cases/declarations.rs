@@ -1,11 +1,12 @@
 //! Declarations refresh the `types` of existing log cursors on every call
 //! that succeeds, whatever path it takes (empty batch, replay, superseded or
 //! replayed completion, redrive that finds nothing, claim, `wake_log`); a
-//! call that fails refreshes nothing.
+//! call that fails refreshes nothing, and neither does a completion naming
+//! the incarnation from before a delete.
 
 use a2_store_api::{
-    ClaimRequest, CompleteRequest, CompleteResult, ConsumerDeclaration, ErrorCode, FailOutcome,
-    RedriveAction, RedriveRequest,
+    ClaimRequest, CompleteRequest, CompleteResult, ConsumerDeclaration, DeleteSessionRequest,
+    ErrorCode, FailOutcome, RedriveAction, RedriveRequest,
 };
 
 use crate::support::*;
@@ -102,6 +103,55 @@ pub(crate) async fn superseded_completion_declaration_refreshes_log_types(cx: Cx
     let (types, summary) = only_types(&cx, &s).await?;
     ensure_eq!(types, Some(strs(&["b"])));
     ensure_eq!(summary, strs(&["audit/log log pos=0 head=1"]));
+    Ok(())
+}
+
+/// A completion naming the incarnation from before a delete is superseded
+/// and changes nothing, its declarations included: the log cursor of the
+/// session recreated under the same id keeps the types its own append
+/// declared, whether the stale completion returns events or not (the
+/// incarnation fence comes before the declarations' refresh).
+pub(crate) async fn stale_incarnation_completion_declaration_refreshes_nothing(
+    cx: Cx,
+) -> CaseResult {
+    let s = session_taking_a(&cx).await?;
+    let old = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure_eq!(head_summaries(&[old.clone()]), strs(&["1 audit/log #1"]));
+    let mut request = DeleteSessionRequest::new(&s);
+    request.force = true;
+    cx.store.delete_session(request).await?;
+    cx.append_for(&s, batch(), vec![audit(&["a"])]).await?;
+    let (types, summary) = only_types(&cx, &s).await?;
+    ensure_eq!(types, Some(strs(&["a"])));
+    ensure_eq!(summary, strs(&["audit/log log pos=0 head=1"]));
+    ensure_unchanged!(
+        cx,
+        &s,
+        {
+            let quiet = CompleteRequest::for_head(&old, vec![]).with_consumers(vec![audit(&["b"])]);
+            ensure_eq!(
+                cx.store.complete_attempt(quiet).await?,
+                CompleteResult::Superseded
+            );
+        },
+        {
+            let returning = CompleteRequest::for_head(&old, vec![ev("b", "late")])
+                .with_consumers(vec![audit(&["b"])]);
+            ensure_eq!(
+                cx.store.complete_attempt(returning).await?,
+                CompleteResult::Superseded
+            );
+        },
+    );
+    let (types, summary) = only_types(&cx, &s).await?;
+    ensure_eq!(types, Some(strs(&["a"])));
+    ensure_eq!(summary, strs(&["audit/log log pos=0 head=1"]));
+    // The new incarnation's own completion still refreshes them.
+    let new = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
+    ensure!(new.incarnation != old.incarnation, "{new:?} / {old:?}");
+    let current = CompleteRequest::for_head(&new, vec![]).with_consumers(vec![audit(&["b"])]);
+    completed(cx.store.complete_attempt(current).await?)?;
+    ensure_eq!(only_types(&cx, &s).await?.0, Some(strs(&["b"])));
     Ok(())
 }
 

@@ -207,6 +207,7 @@ macro_rules! __a2_cases {
                 declarations::empty_append_declaration_refreshes_log_types,
                 declarations::replay_append_declaration_refreshes_log_types,
                 declarations::superseded_completion_declaration_refreshes_log_types,
+                declarations::stale_incarnation_completion_declaration_refreshes_nothing,
                 declarations::replayed_completion_declaration_refreshes_log_types,
                 declarations::unredriven_redrive_declaration_refreshes_log_types,
                 declarations::claim_declaration_refreshes_log_types,
