@@ -196,6 +196,20 @@ pub enum Command {
     /// schema's tables and oldest transaction. Stops on Ctrl-C or SIGTERM,
     /// giving open requests a few seconds to end.
     Console(ConsoleArgs),
+    /// Re-encrypt stored payloads under the current key, so old keys can be retired.
+    ///
+    /// Needs the keys (--keys env:VAR|file:PATH or the URL's keys=): every
+    /// key rows still name, the last entry being the current one. Rewrites
+    /// event payloads, presence values and the latest snapshot of each
+    /// --reducer (the store cannot list reducers) that are not under the
+    /// current key, --page events per call, each page compare-and-set:
+    /// a row changed meanwhile is read again, nothing is lost. Plain rows
+    /// (written before encryption was on) are encrypted too unless
+    /// --keep-plaintext. Every session, or the --session ones. Safe to stop
+    /// and run again: it continues where rows are still old. With the
+    /// offload layer (--offload DIR or offload=), large payloads are
+    /// rewritten there too; the old objects stay until a sweep.
+    Reencrypt(ReencryptArgs),
 }
 
 /// Arguments of `console`.
@@ -270,6 +284,32 @@ pub struct PruneArgs {
     #[arg(long)]
     pub include_dead_letters: bool,
     /// Print the sessions and totals as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `reencrypt`.
+#[derive(Debug, Args)]
+pub struct ReencryptArgs {
+    /// The store; `$A2_STORE_URL` when omitted.
+    #[arg(value_name = "URL")]
+    pub url: String,
+    /// Only this session (repeat for several); every session when omitted.
+    #[arg(long = "session", value_name = "ID")]
+    pub sessions: Vec<String>,
+    /// Also re-encrypt the latest snapshot of this reducer (repeat for several).
+    #[arg(long = "reducer", value_name = "NAME")]
+    pub reducers: Vec<String>,
+    /// Events rewritten per call (1 to 1000) [default: 500].
+    #[arg(long, value_name = "N", value_parser = parse_page)]
+    pub page: Option<usize>,
+    /// Leave rows stored as plain JSON as they are.
+    #[arg(long)]
+    pub keep_plaintext: bool,
+    /// The keys (required) and the offload directory.
+    #[command(flatten)]
+    pub payloads: PayloadArgs,
+    /// Print the totals as JSON.
     #[arg(long)]
     pub json: bool,
 }

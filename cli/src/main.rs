@@ -17,6 +17,7 @@ mod failure;
 mod health;
 mod inspect;
 mod output;
+mod reencrypt;
 mod repair;
 mod retention;
 mod scratch;
@@ -90,6 +91,7 @@ const TAKES_URL: &[&str] = &[
     "delete",
     "prune",
     "console",
+    "reencrypt",
 ];
 
 /// Parses the command line. Help and version go to stdout (exit 0); any
@@ -200,5 +202,6 @@ async fn run(command: Command) -> Result<u8, Failure> {
         Command::Delete(args) => retention::delete(&args).await.map(|()| 0),
         Command::Prune(args) => retention::prune(&args).await.map(|()| 0),
         Command::Console(args) => console::run(&args).await.map(|()| 0),
+        Command::Reencrypt(args) => reencrypt::run(&args).await.map(|()| 0),
     }
 }

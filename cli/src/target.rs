@@ -67,33 +67,56 @@ pub fn wrap_payload_layers(
     payloads: &PayloadArgs,
     read_only: bool,
 ) -> Result<Arc<dyn Store>, Failure> {
-    use a2_store::layer::offload::{OffloadStore, DEFAULT_THRESHOLD};
     use a2_store::EncryptedStore;
+
+    let store = offload_layer(store, layers, payloads, read_only)?;
+    let Some(keys) = load_keys(layers, payloads)? else {
+        return Ok(store);
+    };
+    let layer = EncryptedStore::new(store, Arc::new(keys)).with_missing_keys_left_sealed(true);
+    Ok(Arc::new(layer))
+}
+
+/// `store` under the offload layer when the URL (`layers`) or the flags
+/// (`payloads`) name an offload directory; `store` itself otherwise.
+pub fn offload_layer(
+    store: Arc<dyn Store>,
+    layers: &LayerUrlOptions,
+    payloads: &PayloadArgs,
+    read_only: bool,
+) -> Result<Arc<dyn Store>, Failure> {
+    use a2_store::layer::offload::{OffloadStore, DEFAULT_THRESHOLD};
 
     let offload = match (&payloads.offload, &layers.offload) {
         (Some(_), Some(_)) => return Err(twice("--offload", "offload=")),
         (Some(dir), None) | (None, Some(dir)) => Some(dir),
         (None, None) => None,
     };
-    let store: Arc<dyn Store> = match offload {
-        Some(dir) => {
-            if read_only && !dir.is_dir() {
-                return Err(Failure::new(format!(
-                    "no offload directory at {}: give the directory the store offloads to (a read-only store creates nothing)",
-                    dir.display()
-                )));
-            }
-            let threshold = layers
-                .offload_threshold
-                .and_then(|bytes| usize::try_from(bytes).ok())
-                .unwrap_or(DEFAULT_THRESHOLD);
-            let layer = OffloadStore::local(store, dir)
-                .map_err(|error| Failure::new(plain(&error)))?
-                .with_threshold(threshold);
-            Arc::new(layer)
-        }
-        None => store,
+    let Some(dir) = offload else {
+        return Ok(store);
     };
+    if read_only && !dir.is_dir() {
+        return Err(Failure::new(format!(
+            "no offload directory at {}: give the directory the store offloads to (a read-only store creates nothing)",
+            dir.display()
+        )));
+    }
+    let threshold = layers
+        .offload_threshold
+        .and_then(|bytes| usize::try_from(bytes).ok())
+        .unwrap_or(DEFAULT_THRESHOLD);
+    let layer = OffloadStore::local(store, dir)
+        .map_err(|error| Failure::new(plain(&error)))?
+        .with_threshold(threshold);
+    Ok(Arc::new(layer))
+}
+
+/// The keys the URL (`layers`) or the flags (`payloads`) name, loaded;
+/// `None` when neither names any.
+pub fn load_keys(
+    layers: &LayerUrlOptions,
+    payloads: &PayloadArgs,
+) -> Result<Option<a2_store::Keyring>, Failure> {
     let source = match (&payloads.keys, &layers.keys) {
         (Some(_), Some(_)) => return Err(twice("--keys", "keys=")),
         (Some(text), None) => Some(
@@ -103,13 +126,12 @@ pub fn wrap_payload_layers(
         (None, source) => source.clone(),
     };
     let Some(source) = source else {
-        return Ok(store);
+        return Ok(None);
     };
     let keys = source
         .load()
         .map_err(|error| Failure::new(format!("keys {source}: {}", plain(&error))))?;
-    let layer = EncryptedStore::new(store, Arc::new(keys)).with_missing_keys_left_sealed(true);
-    Ok(Arc::new(layer))
+    Ok(Some(keys))
 }
 
 /// The failure of a layer given both as a flag and in the URL.
@@ -159,9 +181,32 @@ pub async fn open_existing(url: &str) -> Result<Arc<dyn Store>, Failure> {
     open_checked(url, OpenOptions::default()).await
 }
 
+/// Opens the backend of `url` alone, for a command that stacks the payload
+/// layers itself: like [`open_existing`] it never creates a database.
+/// Answers the store and the layers the URL asked for.
+pub async fn open_existing_backend(
+    url: &str,
+) -> Result<(Arc<dyn Store>, LayerUrlOptions), Failure> {
+    let mut layered = parse_layered(url)?;
+    let layers = std::mem::take(&mut layered.layers);
+    require_database(url, &layered.store).await?;
+    let store = a2_store::open_layered(&layered, OpenOptions::default())
+        .await
+        .map_err(|error| Failure::store(url, "opening the store", &error))?;
+    Ok((store, layers))
+}
+
 async fn open_checked(url: &str, options: OpenOptions) -> Result<Arc<dyn Store>, Failure> {
     let layered = parse_layered(url)?;
-    let parsed = &layered.store;
+    require_database(url, &layered.store).await?;
+    a2_store::open_layered(&layered, options)
+        .await
+        .map_err(|error| Failure::store(url, "opening the store", &error))
+}
+
+/// `Ok` unless `parsed` names a SQLite file or PostgreSQL schema that does
+/// not exist (a command that repairs or reads never creates one).
+async fn require_database(url: &str, parsed: &StoreUrl) -> Result<(), Failure> {
     if let StoreUrl::Sqlite {
         location: SqliteLocation::File(path),
         ..
@@ -188,9 +233,7 @@ async fn open_checked(url: &str, options: OpenOptions) -> Result<Arc<dyn Store>,
             )));
         }
     }
-    a2_store::open_layered(&layered, options)
-        .await
-        .map_err(|error| Failure::store(url, "opening the store", &error))
+    Ok(())
 }
 
 /// Opens a parsed URL with the system clock and random ids.

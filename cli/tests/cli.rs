@@ -1182,6 +1182,68 @@ fn inspect_log_decrypts_only_with_keys_and_fetches_only_with_the_offload_directo
 }
 
 #[test]
+fn reencrypt_moves_old_rows_to_the_current_key_so_the_old_key_can_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let (url, keys, objects) = seed_layered(dir.path());
+    let every = dir.path().join("every-key");
+    // k3 first: the last entry (k2) stays current.
+    std::fs::write(
+        &every,
+        format!("k3:AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM=\n{KEYS}"),
+    )
+    .unwrap();
+    let every = format!("file:{}", every.display());
+
+    // Without keys there is nothing to encrypt with: refused, nothing changed.
+    fails(&["reencrypt", &url, "--offload", &objects], "--keys");
+    fails(
+        &["reencrypt", &url, "--keys", &every, "--session", "nope"],
+        "no session 'nope'",
+    );
+
+    let done = json_of(&ok(&[
+        "reencrypt",
+        &url,
+        "--keys",
+        &every,
+        "--offload",
+        &objects,
+        "--session",
+        "s1",
+        "--page",
+        "2",
+        "--json",
+    ]));
+    assert_eq!(done["key"], "k2");
+    assert_eq!(
+        (done["events"].as_u64(), done["already_current"].as_u64()),
+        (Some(1), Some(2))
+    );
+
+    // k3 is no longer needed: k1 and k2 read every payload.
+    let log = ok(&[
+        "inspect",
+        &url,
+        "log",
+        "s1",
+        "--keys",
+        &keys,
+        "--offload",
+        &objects,
+    ]);
+    assert!(log.contains("another secret"), "{log}");
+    assert!(!log.contains("encrypted (key"), "{log}");
+
+    // A second run over every session finds nothing left to do.
+    let again = ok(&["reencrypt", &url, "--keys", &every, "--offload", &objects]);
+    assert!(
+        again.starts_with("re-encrypted 0 event payload(s)"),
+        "{again}"
+    );
+    assert!(again.contains("3 row(s) were already under it"), "{again}");
+}
+
+#[test]
 fn inspect_keys_errors_are_one_line_and_never_show_a_key() {
     let dir = tempfile::tempdir().unwrap();
     let (url, keys, _objects) = seed_layered(dir.path());

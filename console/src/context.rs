@@ -269,13 +269,14 @@ impl Failure {
 pub(crate) fn status_of(code: ErrorCode) -> StatusCode {
     match code {
         ErrorCode::InvalidInput => StatusCode::BAD_REQUEST,
-        ErrorCode::NoSuchEvent => StatusCode::NOT_FOUND,
+        ErrorCode::NoSuchEvent | ErrorCode::NotFound => StatusCode::NOT_FOUND,
         ErrorCode::SessionDeleted => StatusCode::GONE,
         ErrorCode::SessionInUse
         | ErrorCode::SupersededAttempt
         | ErrorCode::SessionCleared
         | ErrorCode::IdempotencyConflict
-        | ErrorCode::PartialDuplicateBatch => StatusCode::CONFLICT,
+        | ErrorCode::PartialDuplicateBatch
+        | ErrorCode::PayloadMismatch => StatusCode::CONFLICT,
         ErrorCode::Busy | ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
         ErrorCode::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
         _ => StatusCode::INTERNAL_SERVER_ERROR,
@@ -317,5 +318,25 @@ impl IntoResponse for Failure {
             );
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_a_user_can_act_on_has_its_own_status() {
+        assert_eq!(status_of(ErrorCode::NotFound), StatusCode::NOT_FOUND);
+        assert_eq!(status_of(ErrorCode::NoSuchEvent), StatusCode::NOT_FOUND);
+        assert_eq!(status_of(ErrorCode::PayloadMismatch), StatusCode::CONFLICT);
+        assert_eq!(
+            status_of(ErrorCode::Unavailable),
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        assert_eq!(
+            status_of(ErrorCode::Backend),
+            StatusCode::INTERNAL_SERVER_ERROR
+        );
     }
 }

@@ -109,6 +109,17 @@ enum Page<'o> {
     State(&'o str),
 }
 
+impl Reencrypted {
+    /// Adds what another run did (for totals over several sessions).
+    pub fn add(&mut self, other: &Reencrypted) {
+        self.rewritten.events += other.rewritten.events;
+        self.rewritten.states += other.rewritten.states;
+        self.rewritten.presence += other.rewritten.presence;
+        self.current += other.current;
+        self.pages += other.pages;
+    }
+}
+
 impl EncryptedStore {
     /// `rewrite_payloads` through the layer (see the module docs).
     pub(super) async fn rewrite(
@@ -335,11 +346,7 @@ impl EncryptedStore {
             let sessions = self.inner.sessions(list.clone()).await?;
             for session in &sessions {
                 let done = self.reencrypt(&session.session_id, options.clone()).await?;
-                total.rewritten.events += done.rewritten.events;
-                total.rewritten.states += done.rewritten.states;
-                total.rewritten.presence += done.rewritten.presence;
-                total.current += done.current;
-                total.pages += done.pages;
+                total.add(&done);
             }
             match sessions.last() {
                 Some(last) if sessions.len() == MAX_REWRITE_ITEMS => {
