@@ -32,23 +32,11 @@ async fn differential(factory: &dyn StoreFactory, cases: u32) {
     }
 }
 
-// OPEN DIVERGENCE (the offload layer, `store/src/layer/offload`): a
-// session holding only snapshot states (no events) answers
-// `delete_session` with `NotFound` and keeps its states, but the layer
-// deletes every object of the session on `NotFound` too, so the state then
-// reads as a missing object (`Backend`) where the reference reads it back.
-// Shrunk reproduction (2 calls): `write_state("s0", "fold", [index 0,
-// {"n":0}])`, `delete_session("s0")`, then `read_state("s0", "fold")`.
-// Both runs are ignored until the layer is fixed; run them with
-// `-- --include-ignored`.
-
-#[ignore = "open divergence: the offload layer's delete_session removes a state-only session's objects (see the comment above)"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_through_the_payload_layers_matches_the_reference() {
     differential(&layered(support::SqliteMemory), 64).await;
 }
 
-#[ignore = "open divergence: the offload layer's delete_session removes a state-only session's objects (see the comment above); needs A2_POSTGRES_URL"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_through_the_payload_layers_matches_the_reference() {
     let test = "postgres_through_the_payload_layers_matches_the_reference";

@@ -339,6 +339,29 @@ async fn delete_and_prune_remove_the_sessions_objects() {
 }
 
 #[tokio::test]
+async fn a_delete_that_finds_no_session_keeps_the_objects_of_its_states() {
+    // A session of states only has no events: delete_session answers
+    // NotFound and keeps the states, so their objects must stay too (the
+    // differential test through the layers found this).
+    let (store, _dir) = memory().await;
+    store
+        .write_state("s", "r", vec![StateWrite::new(1, big("state", 4096))])
+        .await
+        .expect("write state");
+    let deleted = store
+        .delete_session(DeleteSessionRequest::new("s"))
+        .await
+        .expect("delete");
+    assert!(matches!(deleted, DeleteSessionResult::NotFound));
+    assert_eq!(objects(&store).await.len(), 1);
+    let read = store
+        .read_state("s", "r", Default::default())
+        .await
+        .expect("the state still reads");
+    assert_eq!(read.snapshot.map(|s| s.state), Some(big("state", 4096)));
+}
+
+#[tokio::test]
 async fn reclaim_removes_objects_only_reclaimed_rows_referenced() {
     let (store, _dir) = memory().await;
     let shared = big("shared", 4096);

@@ -849,12 +849,13 @@ impl Store for OffloadStore {
     async fn delete_session(&self, request: DeleteSessionRequest) -> Result<DeleteSessionResult> {
         let session_id = request.session_id.clone();
         let result = self.inner.delete_session(request).await?;
-        match result {
-            DeleteSessionResult::Deleted { .. } | DeleteSessionResult::NotFound => {
-                let deleted = self.objects.delete_session(&session_id).await;
-                self.count(deleted, Failure::Delete)?;
-            }
-            _ => {}
+        // Only a delete removes objects: `NotFound` can leave rows the
+        // objects belong to (a snapshot of a session without events), and
+        // objects of an earlier delete whose object removal failed are
+        // orphans `sweep` removes.
+        if let DeleteSessionResult::Deleted { .. } = result {
+            let deleted = self.objects.delete_session(&session_id).await;
+            self.count(deleted, Failure::Delete)?;
         }
         Ok(result)
     }
