@@ -116,7 +116,10 @@ pub(crate) async fn stale_incarnation_completion_declaration_refreshes_nothing(
 ) -> CaseResult {
     let s = session_taking_a(&cx).await?;
     let old = nth(&cx.claim_heads(&s, "w1").await?, 0)?;
-    ensure_eq!(head_summaries(&[old.clone()]), strs(&["1 audit/log #1"]));
+    ensure_eq!(
+        head_summaries(std::slice::from_ref(&old)),
+        strs(&["1 audit/log #1"])
+    );
     let mut request = DeleteSessionRequest::new(&s);
     request.force = true;
     cx.store.delete_session(request).await?;
