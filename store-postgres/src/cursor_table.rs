@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use a2_store_api::log::takes;
+use a2_store_api::log::{self, takes};
 use a2_store_api::sql::count_to_sql;
 use a2_store_api::{
     dispatch, Cause, ConsumerDeclaration, CursorKind, Dispatch, StoreError, CLEAR_EVENT_TYPE,
@@ -111,9 +111,11 @@ pub(crate) async fn attempted(
 }
 
 /// [`attempted`] for a claimer (no session lock) in one round trip: the
-/// cursor's lock, the session read after it and the declared log types'
-/// `refresh` are pipelined (with `BEGIN` when nothing ran yet). Only a
-/// missing cursor costs one more (whether an event is at `index`). With
+/// cursor's lock and the session read after it are pipelined (with `BEGIN`
+/// when nothing ran yet). A missing cursor costs one more (whether an event
+/// is at `index`), and so do declared log types to `refresh`: they are
+/// sent once the session read shows the request may refresh them
+/// ([`completion_types_refreshed`]). With
 /// `next_queued` and a lane, the lane's next queued index after `index` is
 /// read in the same round trip (what moving a lane cursor past `index`
 /// needs, see [`advance_in_memory`]).
@@ -142,7 +144,6 @@ pub(crate) async fn attempted_pipelined(
     let load_params: [&(dyn ToSql + Sync); 4] = [&session_id, &consumer, &lane_stored, &slot];
     let read_params: [&(dyn ToSql + Sync); 1] = [&session_id];
     let next_params: [&(dyn ToSql + Sync); 4] = [&session_id, &consumer, &lane_stored, &stored];
-    let refresh_params = refresh.params();
     let mut statements = vec![
         Stmt::new(&load, &load_params),
         Stmt::new(READ_SESSION, &read_params),
@@ -151,11 +152,6 @@ pub(crate) async fn attempted_pipelined(
     if next_queued {
         statements.push(Stmt::new(NEXT_QUEUED, &next_params));
     }
-    statements.extend(
-        refresh_params
-            .iter()
-            .map(|params| Stmt::new(REFRESH_TYPES, params)),
-    );
     let mut answers = tx.pipeline(&statements).await?;
     let queued = if next_queued {
         Some(answers.get_mut(2).and_then(|rows| rows.drain(..).next()))
@@ -175,7 +171,24 @@ pub(crate) async fn attempted_pipelined(
         .unwrap_or_default();
     let mut attempted = settle_attempted(tx, session_id, named, stored, state, cursor).await?;
     attempted.queued = queued;
+    let refresh_params = refresh.params();
+    if !refresh_params.is_empty() && completion_types_refreshed(&attempted.state, named.incarnation)
+    {
+        let statements: Vec<Stmt<'_>> = refresh_params
+            .iter()
+            .map(|params| Stmt::new(REFRESH_TYPES, params))
+            .collect();
+        tx.pipeline(&statements).await?;
+    }
     Ok(attempted)
+}
+
+/// Whether a completion naming incarnation `requested` of the session read
+/// as `state` refreshes its declared log types, as
+/// [`log::completion_refreshes_types`] decides (not when it names another
+/// incarnation of the session).
+pub(crate) fn completion_types_refreshed(state: &SessionState, requested: Option<u64>) -> bool {
+    log::completion_refreshes_types(requested, state.exists.then(|| state.incarnation()))
 }
 
 /// The end of [`attempted`] and [`attempted_pipelined`]: a head of

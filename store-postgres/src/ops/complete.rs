@@ -15,8 +15,9 @@ use crate::batch::{stored_ids, write, Batch};
 use tokio_postgres::types::ToSql;
 
 use crate::cursor_table::{
-    advance, advance_in_memory, attempted, attempted_pipelined, refresh_loaded_types,
-    refresh_log_types, CursorWrites, Named, TypeRefresh, PUT_ALL, RELEASE_PINS, TRIM_LANE,
+    advance, advance_in_memory, attempted, attempted_pipelined, completion_types_refreshed,
+    refresh_loaded_types, refresh_log_types, CursorWrites, Named, TypeRefresh, PUT_ALL,
+    RELEASE_PINS, TRIM_LANE,
 };
 use crate::db::{execute, query_opt, Stmt, Tx};
 use crate::error::TxResult;
@@ -51,7 +52,9 @@ pub(crate) async fn complete(
     };
     let named = attempted(tx, session_id, named, lock).await?;
     let (mut state, index) = (named.state, named.index);
-    refresh_log_types(tx, session_id, consumers).await?;
+    if completion_types_refreshed(&state, request.incarnation) {
+        refresh_log_types(tx, session_id, consumers).await?;
+    }
     let Some(mut cursor) = named.cursor else {
         return Ok((CompleteResult::Superseded, Wrote::default()));
     };
@@ -145,7 +148,8 @@ const FORGET_LOG: &str =
 /// A completion returning no events: it changes only its own cursor (no
 /// session lock), so completions of one session commit side by side. Two
 /// round trips for an event cursor: the cursor's lock with the session
-/// read (and the declared log types' refresh) first; then the completion
+/// read first (declared log types cost one more: their refresh, sent only
+/// when the request names the session's incarnation); then the completion
 /// record, the pin release, the cursor's write, its consumer's work row
 /// and `COMMIT` together. A lane or log cursor's next head costs one more
 /// in between (its queue or the log is read). An event cursor this store
