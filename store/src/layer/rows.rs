@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use a2_store_api::{ReadOptions, Result, Store, StoredEvent};
+use a2_store_api::{ReadOptions, ReadStateOptions, Result, Store, StoredEvent};
 
 /// The stored events of `session` at `indexes` (those that exist above
 /// the clear), read in one span when the indexes are close together and
@@ -41,4 +41,21 @@ pub(crate) async fn events_at(
         }
     }
     Ok(rows)
+}
+
+/// The stored state of `reducer`'s snapshot at exactly `index` of
+/// `session`, when there is one.
+pub(crate) async fn state_at(
+    store: &dyn Store,
+    session: &str,
+    reducer: &str,
+    index: u64,
+) -> Result<Option<serde_json::Value>> {
+    let read = store
+        .read_state(session, reducer, ReadStateOptions { at: Some(index) })
+        .await?;
+    Ok(read
+        .snapshot
+        .filter(|snapshot| snapshot.index == index)
+        .map(|snapshot| snapshot.state))
 }

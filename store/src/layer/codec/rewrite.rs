@@ -15,14 +15,14 @@ use std::collections::HashMap;
 
 use a2_store_api::{
     validate, ErrorCode, EventRewrite, ListSessions, Payload, PresenceRewrite, PresenceRow,
-    ReadOptions, ReadStateOptions, Result, RewritePayloadsRequest, RewritePayloadsResult, Snapshot,
+    ReadOptions, ReadStateOptions, Result, RewritePayloadsRequest, RewritePayloadsResult,
     StateRewrite, StoreError, StoredEvent, CLEAR_EVENT_TYPE, MAX_REWRITE_ITEMS,
 };
 use serde_json::Value;
 
 use super::envelope::{self, Place};
 use super::{EncryptedStore, PayloadCodec, Sealer};
-use crate::layer::rows::events_at;
+use crate::layer::rows::{events_at, state_at};
 
 /// How many times [`EncryptedStore::reencrypt`] reads a page again when a
 /// row changed between its read and its rewrite (a presence value set, a
@@ -197,22 +197,13 @@ impl EncryptedStore {
         session: &str,
         item: &StateRewrite,
     ) -> Result<StateRewrite> {
-        let read = self
-            .inner
-            .read_state(
-                session,
-                &item.reducer,
-                ReadStateOptions {
-                    at: Some(item.index),
-                },
-            )
-            .await?;
         let place = Place::State {
             session,
             reducer: &item.reducer,
             index: item.index,
         };
-        let Some(Snapshot { state, .. }) = read.snapshot.filter(|s| s.index == item.index) else {
+        let Some(state) = state_at(self.inner.as_ref(), session, &item.reducer, item.index).await?
+        else {
             return Ok(item.clone());
         };
         let mut opened = state.clone();

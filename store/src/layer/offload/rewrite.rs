@@ -11,14 +11,14 @@
 //! them.
 
 use a2_store_api::{
-    validate, EventRewrite, Payload, ReadStateOptions, Result, RewritePayloadsRequest,
-    RewritePayloadsResult, StateRewrite, StoreError,
+    validate, EventRewrite, Payload, Result, RewritePayloadsRequest, RewritePayloadsResult,
+    StateRewrite, StoreError,
 };
 use serde_json::Value;
 
 use super::reference::{self, Reference};
 use super::{OffloadStore, Written};
-use crate::layer::rows::events_at;
+use crate::layer::rows::{events_at, state_at};
 
 impl OffloadStore {
     /// `rewrite_payloads` through the layer (see the module docs).
@@ -54,18 +54,9 @@ impl OffloadStore {
             });
         }
         for item in &request.states {
-            let read = self
-                .inner
-                .read_state(
-                    session,
-                    &item.reducer,
-                    ReadStateOptions {
-                        at: Some(item.index),
-                    },
-                )
-                .await?;
-            let expected = match read.snapshot.filter(|s| s.index == item.index) {
-                Some(snapshot) => stored_form(&snapshot.state, &item.expected)?,
+            let held = state_at(self.inner.as_ref(), session, &item.reducer, item.index).await?;
+            let expected = match held {
+                Some(state) => stored_form(&state, &item.expected)?,
                 None => None,
             };
             let new = self.objects.offload_state(session, item.new.clone()).await;
