@@ -2,11 +2,11 @@
 //! manner of opendal's layers). Each wraps an `Arc<dyn Store>` and is a
 //! `Store` itself, so they stack.
 //!
-//! - [`ObservedStore`] (features `tracing`, `metrics`): spans and metrics
+//! - `ObservedStore` (features `tracing`, `metrics`): spans and metrics
 //!   for every call, results passed through unchanged.
-//! - [`codec::EncryptedStore`] (feature `encryption`): payloads, snapshot
+//! - `codec::EncryptedStore` (feature `encryption`): payloads, snapshot
 //!   states and presence values encrypted at rest.
-//! - [`offload::OffloadStore`] (feature `offload`): large payloads and
+//! - `offload::OffloadStore` (feature `offload`): large payloads and
 //!   states kept in an object store, the row holding a reference.
 //!
 //! Stack encryption over offload (`EncryptedStore::new(OffloadStore::…)`)

@@ -1,4 +1,4 @@
-//! [`Store::rewrite_payloads`] through the encryption layer, and
+//! [`Store::rewrite_payloads`](a2_store_api::Store::rewrite_payloads) through the encryption layer, and
 //! [`EncryptedStore::reencrypt`]: old rows moved to the current key in
 //! bounded pages.
 //!
@@ -40,7 +40,7 @@ const PAGE_ATTEMPTS: usize = 3;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Reencrypt {
-    /// Events read and rewritten per [`Store::rewrite_payloads`] call
+    /// Events read and rewritten per [`Store::rewrite_payloads`](a2_store_api::Store::rewrite_payloads) call
     /// (1 to [`MAX_REWRITE_ITEMS`]; 500 by default).
     pub page: usize,
     /// The reducers whose latest snapshot (head and checkpoint) is
@@ -271,7 +271,7 @@ impl EncryptedStore {
     /// Re-encrypts every payload of `session` not under the current key
     /// (rows of an older key, and plain rows unless
     /// [`Reencrypt::plaintext`] is off), a page of events per
-    /// [`Store::rewrite_payloads`] call, then its presence values and the
+    /// [`Store::rewrite_payloads`](a2_store_api::Store::rewrite_payloads) call, then its presence values and the
     /// latest snapshots of [`Reencrypt::reducers`]. Old keys stay needed
     /// until every session was re-encrypted: only then can a key be
     /// dropped from the provider.

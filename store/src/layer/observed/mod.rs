@@ -557,8 +557,8 @@ fn count(len: usize) -> u64 {
 /// of the store it wraps, and otherwise behaves exactly like it. See the
 /// [module docs](self) for the span fields and metric names.
 ///
-/// Each of [`with_tracing`](Self::with_tracing) (feature `tracing`) and
-/// [`with_metrics`](Self::with_metrics) (feature `metrics`) is off until
+/// Each of `with_tracing` (feature `tracing`) and
+/// `with_metrics` (feature `metrics`) is off until
 /// turned on; with both off the wrapper only delegates.
 #[derive(Clone)]
 pub struct ObservedStore {
