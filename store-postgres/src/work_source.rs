@@ -1,7 +1,8 @@
 //! [`WorkSource`] for [`PostgresStore`]: what `a2_store_api::work::claim_work`
 //! runs `Store::claim_work` with, each step one transaction over the work
 //! index (`ops::work`), one session's claim (`ops::claims::claim_session`)
-//! or several sessions' claims at once (`ops::claims::claim_next_many`).
+//! or the claims of the next ready sessions, one or several, at once
+//! (`ops::claims::claim_next_many`).
 
 use std::time::Duration;
 
@@ -59,56 +60,49 @@ impl WorkSource for PostgresStore {
     }
 
     /// One targeted consumer in every session: the pick and the session's
-    /// claim in the same two round trips (`ops::claims::claim_next`);
-    /// other requests read ready sessions first.
+    /// claim in the same two round trips, as the claim of several sessions
+    /// with one wanted (`ops::claims::claim_next_many`); other requests
+    /// read ready sessions first.
     async fn claim_next(
-        &self,
-        request: &ClaimWorkRequest,
-        _now_ms: i64,
-        skip: &[String],
-        head_limit: usize,
-    ) -> Result<NextClaim> {
-        if !ops::claims::one_step(request) {
-            return Ok(NextClaim::Unsupported);
-        }
-        let now = self.inner.clock.now_ms();
-        let expires_at = request.lease_expiry(now)?;
-        transact!(self.inner, "claiming the next ready session", |tx| {
-            ops::claims::claim_next(
-                &tx,
-                request,
-                now,
-                expires_at,
-                skip,
-                head_limit,
-                &self.inner.claimed,
-            )
-            .await?
-        })
-    }
-
-    /// One targeted consumer in every session, more than one session
-    /// wanted: every session's pick, walk, lease writes and work rewrite in
-    /// one transaction of two round trips (`ops::claims::claim_next_many`);
-    /// otherwise one session a step ([`claim_next`](Self::claim_next)).
-    async fn claim_next_many(
         &self,
         request: &ClaimWorkRequest,
         now_ms: i64,
         skip: &[String],
+        head_limit: usize,
+    ) -> Result<NextClaim> {
+        let mut answers = self
+            .claim_next_many(request, now_ms, skip, 1, head_limit)
+            .await?;
+        // One session wanted: one answer (`Exhausted` only follows a
+        // session when fewer were picked than wanted, which one cannot be).
+        Ok(if answers.is_empty() {
+            NextClaim::Unsupported
+        } else {
+            answers.swap_remove(0)
+        })
+    }
+
+    /// One targeted consumer in every session: every picked session's
+    /// pick, walk, lease writes and work rows in one transaction of two
+    /// round trips (`ops::claims::claim_next_many`), whether one session is
+    /// wanted or several; other requests answer `Unsupported`, and
+    /// `claim_work` reads ready sessions first.
+    async fn claim_next_many(
+        &self,
+        request: &ClaimWorkRequest,
+        _now_ms: i64,
+        skip: &[String],
         sessions_wanted: usize,
         head_limit: usize,
     ) -> Result<Vec<NextClaim>> {
-        if sessions_wanted <= 1 || !ops::claims::one_step(request) {
-            return Ok(vec![
-                self.claim_next(request, now_ms, skip, head_limit).await?,
-            ]);
+        if !ops::claims::one_step(request) {
+            return Ok(vec![NextClaim::Unsupported]);
         }
         let now = self.inner.clock.now_ms();
         let expires_at = request.lease_expiry(now)?;
         let wanted = ops::claims::Wanted {
             skip,
-            sessions: sessions_wanted,
+            sessions: sessions_wanted.max(1),
             heads: head_limit,
         };
         transact!(self.inner, "claiming ready sessions", |tx| {

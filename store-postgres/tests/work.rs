@@ -335,8 +335,9 @@ async fn a_claimer_passes_a_session_another_claimer_holds() {
 }
 
 /// `claim_work`'s pick (one targeted consumer in every session), the very
-/// statement: it locks the first ready row in fairness order that no other
-/// transaction holds and sets its session for the transaction; with every
+/// statement, for one session wanted: it locks the first ready row in
+/// fairness order that no other transaction holds and sets its session for
+/// the transaction; with every
 /// ready row held it answers contended; with none ready (or all left out)
 /// the earliest `ready_at`.
 #[cfg_attr(
@@ -371,21 +372,27 @@ async fn the_pick_passes_held_rows_and_answers_without_one() {
         let one: i64 = 1;
         let tx = picker.transaction().await.expect("begin");
         let row = tx
-            .query_one(work_sql::PICK, &[&consumers, &now, &skip, &one])
+            .query_one(work_sql::PICK_MANY, &[&consumers, &now, &skip, &one])
             .await
             .expect("pick");
         let set: Option<String> = tx
-            .query_one("SELECT current_setting('a2.claim_session', true)", &[])
+            .query_one("SELECT current_setting('a2.claim_sessions', true)", &[])
             .await
             .expect("setting")
             .get(0);
         tx.rollback().await.expect("rollback");
-        (row.get(0), row.get(1), row.get(2), set)
+        let ids: Vec<String> = row.get(0);
+        assert!(ids.len() <= 1, "one session wanted, {ids:?} picked");
+        // The setting is the picked sessions as a text array (`{a}`).
+        let set = set.map(|set| set.trim_matches(|c| c == '{' || c == '}').to_owned());
+        (ids.into_iter().next(), row.get(2), row.get(3), set)
     }
     // Free: the session waiting longest, set for the transaction.
-    let (picked, _, _, set) = pick(&mut picker, &consumers, now, &[]).await;
+    let (picked, contended, earliest, set) = pick(&mut picker, &consumers, now, &[]).await;
     assert_eq!(picked.as_deref(), Some("a"));
     assert_eq!(set.as_deref(), Some("a"));
+    // Neither read when a session was picked.
+    assert_eq!((contended, earliest), (None, None));
     // `a` held: `b`, without waiting.
     let held = holder.transaction().await.expect("begin");
     held.query("SELECT 1 FROM work WHERE session_id = 'a' FOR UPDATE", &[])
@@ -757,7 +764,7 @@ async fn finding_ready_sessions_reads_only_the_rows_returned() {
     tx.batch_execute(&format!(
         "SET LOCAL search_path TO \"{schema}\"; SET LOCAL plan_cache_mode = force_generic_plan; \
          PREPARE pick (text[], bigint, text[], bigint) AS {}",
-        work_sql::PICK
+        work_sql::PICK_MANY
     ))
     .await
     .expect("prepare");

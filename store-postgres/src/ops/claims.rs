@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 
 use a2_store_api::order::compare_heads;
 use a2_store_api::sql::from_sql_int;
-use a2_store_api::work::{NextClaim, WorkRow, WorkSummary};
+use a2_store_api::work::{WorkRow, WorkSummary};
 use a2_store_api::{ClaimRequest, ClaimResult, ClaimStep, ClaimWorkRequest};
 use tokio_postgres::types::ToSql;
 
@@ -28,9 +28,7 @@ use crate::cursor_table::{
 };
 use crate::db::{bound, decode_state, execute, query, SessionState, Stmt, Tx, READ_SESSION};
 use crate::error::TxResult;
-use crate::ops::work::{
-    rewrite_now, rewritten, RewriteArgs, Rule, TryLocked, PICK, REWRITE, TRY_LOCK,
-};
+use crate::ops::work::{rewrite_now, rewritten, RewriteArgs, Rule, TryLocked, REWRITE, TRY_LOCK};
 use crate::rows::{
     clear_of, decode_event, index_of, key_of, CursorKey, CursorRow, CURSOR_COLUMNS, CURSOR_WIDTH,
     EVENT_COLUMNS,
@@ -40,9 +38,9 @@ use claimed::Claimed;
 /// The heads a claim may take: the parameters `$1` to `$7` of the walk and
 /// the `Busy` answer (see [`sql`]).
 struct Candidates<'a> {
-    /// `None` in the round trip of `claim_work`'s pick: the statements read
-    /// the session it picked ([`sql::PICKED_SESSION`]).
-    session_id: Option<&'a str>,
+    /// The session (`claim_work`'s batch claim binds the picked sessions
+    /// in its place, `batch`).
+    session_id: &'a str,
     through: Option<i64>,
     served: Option<Vec<&'a str>>,
     /// The excluded cursors' consumers, lanes and slots.
@@ -55,7 +53,7 @@ struct Candidates<'a> {
 impl<'a> Candidates<'a> {
     fn new(request: &'a ClaimRequest, now: i64) -> Self {
         let mut candidates = Self {
-            session_id: Some(&request.session_id),
+            session_id: &request.session_id,
             through: request.through.map(bound),
             served: served_names(request.consumers.as_deref()),
             consumers: Vec::with_capacity(request.exclude.len()),
@@ -421,78 +419,6 @@ pub(crate) fn one_step(request: &ClaimWorkRequest) -> bool {
         && request.consumers.iter().all(|c| c.log.is_none())
 }
 
-/// `claim_work`'s claim of the next ready session for a [`one_step`]
-/// request (`WorkSource::claim_next`): the first session in fairness order
-/// (none of `skip`) whose work row no other transaction holds, claimed as
-/// [`claim_session`] claims it, with up to `head_limit` heads (capped by
-/// the per-session limit).
-///
-/// Two round trips, like [`claim_session`], but without the ready read
-/// before them: `BEGIN`, the pick ([`PICK`]: the row locked `FOR UPDATE
-/// SKIP LOCKED`, the session set for the transaction), the promotion's
-/// selection of due heads and the walk of the picked session
-/// ([`sql::picked`]) go in one; the writes, the rewrite and `COMMIT` in the
-/// other. Claimers woken together so pass each other's sessions: a claimer
-/// that finds every ready row held costs one round trip, whose transaction
-/// (it locked nothing and wrote nothing) is rolled back (waited for),
-/// and answers `Contended`; where the ready read and [`TRY_LOCK`] cost two
-/// and found the one session every claimer read held.
-pub(crate) async fn claim_next(
-    tx: &Tx<'_>,
-    request: &ClaimWorkRequest,
-    now: i64,
-    expires_at: i64,
-    skip: &[String],
-    head_limit: usize,
-    claimed: &Claimed,
-) -> TxResult<NextClaim> {
-    // The claim of a session not known yet: its candidates without the
-    // session, which the statements read from the pick.
-    let unknown = request.session_request("", head_limit);
-    let mut first = Candidates::new(&unknown, now);
-    first.session_id = None;
-    let consumers = request.consumer_names();
-    let one: i64 = 1;
-    let pick_params: [&(dyn ToSql + Sync); 4] = [&consumers, &now, &skip, &one];
-    let no_session: Option<&str> = None;
-    let due_params: [&(dyn ToSql + Sync); 2] = [&no_session, &now];
-    let wanted = wanted(&unknown, 0);
-    let walk_params = first.params(Some(&wanted));
-    let statements = [
-        Stmt::new(PICK, &pick_params),
-        Stmt::new(picked_due_sql(), &due_params),
-        Stmt::new(picked_walk_sql(), &walk_params),
-    ];
-    let mut answers = tx.pipeline(&statements).await?;
-    let walked = answers.pop().unwrap_or_default();
-    let due = answers.pop().unwrap_or_default();
-    let pick = answers.pop().unwrap_or_default();
-    // One row always: the picked session's or the answer without one.
-    let Some(row) = pick.first() else {
-        return Err(a2_store_api::StoreError::corrupt_value("answer of claim_work's pick").into());
-    };
-    let Some(session_id) = row.try_get::<_, Option<String>>(0)? else {
-        tx.end().await?;
-        let contended = row.try_get::<_, Option<bool>>(1)?.unwrap_or(false);
-        return Ok(if contended {
-            NextClaim::Contended { retry_at: now }
-        } else {
-            NextClaim::Earliest(row.try_get(2)?)
-        });
-    };
-    let request = request.session_request(&session_id, head_limit);
-    let walks = Walks {
-        candidates: Candidates::new(&request, now),
-        walked,
-        due,
-    };
-    let served = served_list(&request);
-    let result = take_and_commit(tx, &request, walks, served.as_deref(), now, expires_at)
-        .await?
-        .remembered_in(claimed, &session_id);
-    Ok(NextClaim::Session { session_id, result })
-}
-
 /// What a claim's first round trip found: the candidates, the walk's rows
 /// and the due heads' (both locked).
 struct Walks<'r> {
@@ -570,9 +496,6 @@ fn served_list(request: &ClaimRequest) -> Option<Vec<String>> {
 /// first call (see `crate::warm`).
 pub(crate) fn hot_statements() -> Vec<&'static str> {
     let mut statements = vec![
-        PICK,
-        picked_due_sql(),
-        picked_walk_sql(),
         sql::DUE,
         walk_sql(),
         empty_answer_sql(),
@@ -594,18 +517,6 @@ fn empty_answer_sql() -> &'static str {
 fn walk_sql() -> &'static str {
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     SQL.get_or_init(|| sql::walk(&format!("{CURSOR_COLUMNS}, {EVENT_COLUMNS}")))
-}
-
-/// [`sql::DUE`] of the session `claim_work`'s pick chose, formatted once.
-fn picked_due_sql() -> &'static str {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SQL.get_or_init(|| sql::picked(sql::DUE))
-}
-
-/// [`walk_sql`] of the session `claim_work`'s pick chose, formatted once.
-fn picked_walk_sql() -> &'static str {
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SQL.get_or_init(|| sql::picked(walk_sql()))
 }
 
 /// The walk's limit once `taken` heads are taken (`None`: no limit).
@@ -816,24 +727,4 @@ async fn promote_rows(tx: &Tx<'_>, session_id: &str, due: &[Row]) -> TxResult<()
     }
     execute(tx, sql::PROMOTE, &[&session_id, &consumers, &lanes, &slots]).await?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The statements sent in the pick's round trip read the session only
-    /// through [`sql::PICKED_SESSION`]: no `$1` is left bare.
-    #[test]
-    fn the_picked_statements_read_the_session_from_the_pick() {
-        for (plain, picked) in [
-            (sql::DUE, picked_due_sql()),
-            (walk_sql(), picked_walk_sql()),
-        ] {
-            let uses = picked.matches(sql::PICKED_SESSION).count();
-            assert_eq!(plain.matches("$1").count(), uses, "{picked}");
-            assert_eq!(picked.matches("$1").count(), uses, "{picked}");
-            assert!(uses > 0);
-        }
-    }
 }

@@ -12,7 +12,7 @@
 pub(crate) mod pairs;
 mod sql;
 
-pub(crate) use sql::{PICK, PICK_MANY, TRY_LOCK};
+pub(crate) use sql::{PICK_MANY, TRY_LOCK};
 
 use std::collections::{BTreeMap, BTreeSet};
 

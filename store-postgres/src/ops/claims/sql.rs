@@ -110,28 +110,6 @@ pub(crate) fn walk(columns: &str) -> String {
     )
 }
 
-/// The session of a claim's statements sent in the round trip of
-/// `claim_work`'s pick (`ops::work::sql::PICK`): `$1`, bound `NULL`, gives
-/// way to the transaction-local `a2.claim_session` the pick set (no row
-/// matches when it picked nothing: the setting is then unset or `''`, and
-/// no session id is empty). A stable expression, so it keys the same index
-/// scans as `$1` does.
-pub(crate) const PICKED_SESSION: &str =
-    "COALESCE($1::text, current_setting('a2.claim_session', true))";
-
-/// `sql` (one of [`DUE`], [`walk`]) with every use of `$1` as the session
-/// read as [`PICKED_SESSION`].
-pub(crate) fn picked(sql: &str) -> String {
-    sql.replace(
-        "c.session_id = $1 ",
-        &format!("c.session_id = {PICKED_SESSION} "),
-    )
-    .replace(
-        "p.session_id IN ($1, '')",
-        &format!("p.session_id IN ({PICKED_SESSION}, '')"),
-    )
-}
-
 /// The text of [`PICKED_SESSIONS`].
 macro_rules! picked_sessions {
     () => {

@@ -149,48 +149,18 @@ pub(crate) const LISTED_AFTER: &str = "SELECT r.session_id, min(r.ready_at) \
       ORDER BY w.session_id LIMIT $3) AS r \
     GROUP BY r.session_id ORDER BY r.session_id LIMIT $3";
 
-/// `claim_work`'s pick of the next session for one targeted consumer
-/// (`$1`, an array of that one name), at `$2` now, leaving out the `$3`
-/// sessions, `$4` = 1: the consumer's first ready row in fairness order
-/// (an ordered scan of `work_ready`, `(ready_at, session_id)`) of a
-/// session where no pause in force holds it (the store-wide pause is an
-/// uncorrelated one-time filter: correlated, it was planned as a hash
-/// anti-join under a sort of every ready row), locked `FOR UPDATE SKIP
-/// LOCKED`, so rows other claimers hold are passed over instead of read
-/// and found held (`LIMIT 1` written out: with `LIMIT $4` the generic plan
-/// sorted every ready row too). The one row locked
-/// is the session's only served work row, what [`TRY_LOCK`] would lock.
-/// It answers `(session_id, NULL, NULL)` and sets the transaction-local
-/// `a2.claim_session` to that session, which the claim's first statements,
-/// sent after it in the same round trip, read in place of a session
-/// parameter (`claims::sql::picked`). When it locks nothing, one row
-/// `(NULL, contended, earliest)`: whether a ready row (any session but
-/// `$3`, as [`READY`] finds them) is left, which other claimers then hold,
-/// and [`EARLIEST`]'s answer; both read only then (one-time filters).
-pub(crate) const PICK: &str = concat!(
-    "WITH picked AS MATERIALIZED (SELECT w.session_id FROM work w \
-      WHERE w.consumer = ($1::text[])[1] AND w.ready_at IS NOT NULL AND w.ready_at <= $2 \
-        AND NOT (w.session_id = ANY($3)) \
-        AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = w.session_id \
-          AND p.consumer = ($1::text[])[1] AND (p.until_ms IS NULL OR p.until_ms > $2)) \
-        AND NOT EXISTS (SELECT 1 FROM pauses p WHERE p.session_id = '' \
-          AND p.consumer = ($1::text[])[1] AND (p.until_ms IS NULL OR p.until_ms > $2)) \
-      ORDER BY w.ready_at, w.session_id LIMIT 1 FOR UPDATE OF w SKIP LOCKED) \
-    SELECT set_config('a2.claim_session', session_id, true), NULL::boolean, NULL::bigint \
-    FROM picked \
-    UNION ALL SELECT NULL, EXISTS (",
-    ready_rows!(),
-    "), (",
-    earliest!(),
-    ") WHERE NOT EXISTS (SELECT 1 FROM picked)"
-);
-
-/// `claim_work`'s pick of the next sessions for one targeted consumer, as
-/// [`PICK`] picks one, for a claim of several sessions in one transaction
+/// `claim_work`'s pick of the next sessions for one targeted consumer,
+/// for a claim of one or several sessions in one transaction
 /// (`claims::batch`): `$1` (an array of that one name), `$2` now, `$3`
 /// sessions to leave out, `$4` how many sessions are wanted (at most
 /// 1,000, `MAX_WORK_LIMIT`). The consumer's first `$4` free ready rows in
-/// fairness order, locked `FOR UPDATE SKIP LOCKED`.
+/// fairness order (an ordered scan of `work_ready`, `(ready_at,
+/// session_id)`) of sessions where no pause in force holds them (the
+/// store-wide pause is an uncorrelated one-time filter: correlated, it was
+/// planned as a hash anti-join under a sort of every ready row), locked
+/// `FOR UPDATE SKIP LOCKED`, so rows other claimers hold are passed over
+/// instead of read and found held. Each row locked is its session's only
+/// served work row, what [`TRY_LOCK`] would lock.
 ///
 /// `$4` cuts an inner pick of at most 1,000 rows written out (the work
 /// limit): the executor pulls rows, and so locks them, only as the outer
