@@ -65,8 +65,11 @@ const LANE: &str = "main";
 const APPEND_BATCH: usize = 500;
 /// Prefix of the databases this program creates.
 const DB_PREFIX: &str = "a2peer_";
-/// Queries that only end or begin transactions (counted as transactions).
-const TX_CONTROL: &str = r"^\s*(begin|commit|rollback|end|start\s+transaction)\b";
+/// Queries that only end or begin transactions (counted as transactions),
+/// as a PostgreSQL regular expression (where `\y`, not `\b`, is a word
+/// boundary: `\b` is a backspace there, which let every `BEGIN` and
+/// `COMMIT` through into the statements per job until this was found).
+const TX_CONTROL: &str = r"^\s*(begin|commit|rollback|end|start\s+transaction)\y";
 
 type Res<T> = Result<T, String>;
 
@@ -167,10 +170,14 @@ struct Config {
     node: String,
     sides: Vec<Side>,
     workloads: Vec<Workload>,
+    /// Print, for each side and round, the statements run most per job
+    /// (needs `pg_stat_statements`).
+    breakdown: bool,
 }
 
 const USAGE: &str = "usage: peer_drain [--url URL] [--jobs N] [--sessions S] [--rounds R] \
-    [--batch K] [--graphile-dir DIR] [--node PATH] [--sides a,b,..] [--workloads independent,serial]\n\
+    [--batch K] [--graphile-dir DIR] [--node PATH] [--sides a,b,..] [--workloads independent,serial] \
+    [--breakdown]\n\
     sides: graphile, graphile-batched, a2-worker, a2-hand, bare, bare-batched; \
     the URL defaults to A2_POSTGRES_URL";
 
@@ -185,6 +192,7 @@ fn parse() -> Res<Config> {
         node: "node".into(),
         sides: Side::ALL.to_vec(),
         workloads: Workload::ALL.to_vec(),
+        breakdown: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -231,6 +239,7 @@ fn parse() -> Res<Config> {
                     })
                     .collect::<Res<_>>()?;
             }
+            "--breakdown" => config.breakdown = true,
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
         }
@@ -430,6 +439,30 @@ impl Admin {
             lsn: row.try_get(2).ctx("reading the WAL position")?,
             statements,
         })
+    }
+
+    /// Calls of each statement run in `name` so far (transaction control
+    /// left out), by query id and level, with the statement's text.
+    async fn calls(&self, name: &str) -> Res<BTreeMap<(i64, bool), (i64, String)>> {
+        let rows = self
+            .client
+            .query(
+                "SELECT s.queryid, s.toplevel, s.calls, s.query \
+                 FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid \
+                 WHERE d.datname = $1 AND s.query !~* $2",
+                &[&name, &TX_CONTROL],
+            )
+            .await
+            .ctx("reading pg_stat_statements")?;
+        let mut calls = BTreeMap::new();
+        for row in rows {
+            let id: i64 = row.try_get(0).ctx("reading pg_stat_statements")?;
+            let top: bool = row.try_get(1).ctx("reading pg_stat_statements")?;
+            let n: i64 = row.try_get(2).ctx("reading pg_stat_statements")?;
+            let text: String = row.try_get(3).ctx("reading pg_stat_statements")?;
+            calls.insert((id, top), (n, text));
+        }
+        Ok(calls)
     }
 
     /// The counters of `name` once every connection to it is gone and its
@@ -851,12 +884,28 @@ async fn measure(
     let url = with_database(&config.url, name)?;
     prepare(config, side, workload, &url).await?;
     let before = admin.counters(name).await?;
+    let calls_before = if config.breakdown && admin.statements {
+        Some(admin.calls(name).await?)
+    } else {
+        None
+    };
     // Generous: the slowest side seen drains about 400 jobs/s.
     let limit = Duration::from_secs(120) + Duration::from_millis(config.jobs.saturating_mul(50));
     let drained = tokio::time::timeout(limit, drain(config, side, workload, &url))
         .await
         .map_err(|_| format!("did not drain within {} s", limit.as_secs()))??;
     let after = admin.counters(name).await?;
+    if let Some(calls_before) = calls_before {
+        let calls_after = admin.calls(name).await?;
+        print_breakdown(
+            side,
+            workload,
+            round,
+            config.jobs,
+            &calls_before,
+            &calls_after,
+        );
+    }
     let left = left(side, &url).await?;
     let jobs = config.jobs;
     if drained.handled != jobs || drained.distinct != jobs || left != 0 {
@@ -883,6 +932,41 @@ async fn measure(
         statements_per_job,
         nested_per_job,
     })
+}
+
+/// The statements that ran most per job between two readings of
+/// [`Admin::calls`], with their level (`top` or `nested`, run inside a
+/// function) and the first characters of their text.
+fn print_breakdown(
+    side: Side,
+    workload: Workload,
+    round: usize,
+    jobs: u64,
+    before: &BTreeMap<(i64, bool), (i64, String)>,
+    after: &BTreeMap<(i64, bool), (i64, String)>,
+) {
+    let mut ran: Vec<(f64, bool, String)> = after
+        .iter()
+        .filter_map(|(key, (calls, text))| {
+            let earlier = before.get(key).map_or(0, |(calls, _)| *calls);
+            let per_job = (calls - earlier) as f64 / jobs as f64;
+            (per_job >= 0.005).then(|| {
+                let text: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+                (per_job, key.1, text.chars().take(110).collect())
+            })
+        })
+        .collect();
+    ran.sort_by(|a, b| b.0.total_cmp(&a.0));
+    println!(
+        "-- {} · {} · round {}: statements per job",
+        side.key(),
+        workload.key(),
+        round
+    );
+    for (per_job, top, text) in ran.iter().take(24) {
+        let level = if *top { "top   " } else { "nested" };
+        println!("   {per_job:>6.3}  {level}  {text}");
+    }
 }
 
 fn median(mut values: Vec<f64>) -> Option<f64> {
