@@ -256,6 +256,7 @@ fn alternate(rounds: usize) {
     );
     // Claim + complete: one operation on each side in turn, each timed
     // alone (so a burst of load elsewhere hits both sides alike).
+    #[cfg_attr(not(feature = "postgres"), allow(unused_mut))]
     let mut backends: Vec<(String, [Arc<dyn Store>; 2])> = [Sqlite::File, Sqlite::Memory]
         .into_iter()
         .map(|backend| {

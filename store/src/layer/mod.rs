@@ -19,6 +19,8 @@ pub mod observed;
 #[cfg(feature = "offload")]
 pub mod offload;
 #[cfg(any(feature = "encryption", feature = "offload"))]
+mod payload_counters;
+#[cfg(any(feature = "encryption", feature = "offload"))]
 mod rows;
 
 #[cfg(any(feature = "tracing", feature = "metrics"))]

@@ -171,7 +171,7 @@ pub use ids::RecyclingIds;
 pub use keys::{KeyProvider, Keyring, SecretKey, KEYS_ENV, MAX_KEY_ID_BYTES};
 pub use rewrite::{Reencrypt, Reencrypted};
 
-use counters::{Counters, Failure};
+use counters::{Counters, Failure, LAYER};
 use envelope::{OpenFailure, Place};
 use lineage::{Lineages, Origin};
 
@@ -258,7 +258,7 @@ impl PayloadCodec for Encryption {
     ) -> Result<Value> {
         let sealed = envelope::seal(place, &sealer.kid, &sealer.key, value, sid);
         match &sealed {
-            Ok(_) => self.counters.encoded(),
+            Ok(_) => self.counters.encoded(1, None),
             Err(error) if error.code() == ErrorCode::Backend => {
                 self.counters.failed(Failure::Encrypt)
             }
@@ -298,7 +298,7 @@ impl PayloadCodec for Encryption {
         };
         let opened = envelope::open(place, &key, envelope.ct);
         if opened.is_ok() {
-            self.counters.decoded();
+            self.counters.decoded(1, None);
         } else {
             self.counters.failed(Failure::Decrypt);
         }
@@ -533,7 +533,7 @@ impl EncryptedStore {
             inner: Arc::downgrade(&inner),
             codec: Encryption {
                 keys: Arc::clone(&keys),
-                counters: Counters::new(settings.metrics),
+                counters: Counters::new(LAYER, settings.metrics),
             },
             keys,
             ids: settings.ids,

@@ -141,7 +141,7 @@ pub use object_store;
 use object_store::local::LocalFileSystem;
 use object_store::ObjectStore;
 
-use counters::{Counters, Failure};
+use counters::{Counters, Failure, LAYER};
 use objects::{Objects, Written};
 pub use reference::REFERENCE_KEY;
 use reference::{Kind, Reference};
@@ -295,7 +295,7 @@ impl OffloadStore {
                 keys: reference::Keys::new(""),
                 threshold: DEFAULT_THRESHOLD,
             },
-            counters: Arc::new(Counters::default()),
+            counters: Arc::new(Counters::new(LAYER, false)),
         }
     }
 
@@ -366,7 +366,7 @@ impl OffloadStore {
     /// `copy`).
     #[cfg(feature = "metrics")]
     pub fn with_metrics(mut self, enabled: bool) -> Self {
-        self.counters = Arc::new(Counters::new(enabled));
+        self.counters = Arc::new(Counters::new(LAYER, enabled));
         self
     }
 
@@ -490,7 +490,7 @@ impl OffloadStore {
         let (objects, bytes) = to_fetch(events.iter().map(|event| &*event.payload), written);
         let resolved = self.objects.resolve_events(events, written).await;
         match &resolved {
-            Ok(_) => self.counters.fetched(objects, bytes),
+            Ok(_) => self.counters.decoded(objects, Some(bytes)),
             Err(_) => self.counters.failed(Failure::Fetch),
         }
         resolved
@@ -531,7 +531,7 @@ impl OffloadStore {
         match &row {
             Ok(value) => {
                 if let Some(Ok(reference)) = Reference::parse(value) {
-                    self.counters.offloaded(1, reference.len);
+                    self.counters.encoded(1, Some(reference.len));
                 }
             }
             Err(error) if error.code() != a2_store_api::ErrorCode::InvalidInput => {
@@ -553,7 +553,7 @@ async fn resolve_event(
     let (fetches, bytes) = to_fetch(std::iter::once(&*event.payload), &none);
     let resolved = objects.resolve_event(event, &none).await;
     match &resolved {
-        Ok(_) => counters.fetched(fetches, bytes),
+        Ok(_) => counters.decoded(fetches, Some(bytes)),
         Err(_) => counters.failed(Failure::Fetch),
     }
     resolved
@@ -757,7 +757,7 @@ impl Store for OffloadStore {
                 .resolve_state(session_id, reducer, snapshot.index, state)
                 .await;
             snapshot.state = self.count(resolved, Failure::Fetch)?;
-            self.counters.fetched(fetches, bytes);
+            self.counters.decoded(fetches, Some(bytes));
         }
         Ok(read)
     }
