@@ -801,12 +801,13 @@ fn parse_idle(text: &str) -> Result<std::time::Duration, String> {
     Ok(idle)
 }
 
-/// `prune --limit`: 1 to [`a2_store::MAX_PRUNE_LIMIT`].
+/// `prune --limit` and `reencrypt --page`: 1 to [`a2_store::MAX_PRUNE_LIMIT`] (clap names
+/// the flag in its error).
 fn parse_page(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
         Ok(limit) if (1..=a2_store::MAX_PRUNE_LIMIT).contains(&limit) => Ok(limit),
         _ => Err(format!(
-            "'{text}' is not a page size: give a whole number from 1 to {}, e.g. --limit 100",
+            "'{text}' is not a page size: give a whole number from 1 to {}, e.g. 100",
             a2_store::MAX_PRUNE_LIMIT
         )),
     }

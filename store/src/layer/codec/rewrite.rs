@@ -93,7 +93,8 @@ pub struct Reencrypted {
     /// Rows rewritten under the current key (events, snapshot states and
     /// presence values).
     pub rewritten: RewritePayloadsResult,
-    /// Rows read that were already under the current key.
+    /// Rows read that were already sealed under the current key (clear
+    /// markers, never encrypted, and plain rows kept plain are not counted).
     pub current: u64,
     /// `rewrite_payloads` calls made (pages).
     pub pages: u64,
@@ -107,6 +108,23 @@ enum Page<'o> {
     Presence,
     /// The latest snapshot of a reducer.
     State(&'o str),
+}
+
+/// What a page read: its rows, and those of them sealed under the current
+/// key already (clear markers and plain rows are neither).
+#[derive(Default)]
+struct PageRead {
+    rows: usize,
+    current: u64,
+}
+
+/// Whether `stored` is sealed under the current key (for an event, `sid`:
+/// bound to its session, as a fork's copied rows are not).
+fn sealed_under(sealer: &Sealer, stored: &Value, sid: Option<&str>) -> bool {
+    match envelope::parse(stored) {
+        Ok(Some(sealed)) => sealed.kid == &*sealer.kid && (sid.is_none() || sealed.sid == sid),
+        _ => false,
+    }
 }
 
 impl Reencrypted {
@@ -363,7 +381,8 @@ impl EncryptedStore {
             attempt += 1;
             let sealer = self.sealer()?;
             let (request, read, last) = self.stale_page(session_id, page, options, &sealer).await?;
-            let current = (read - request.len()) as u64;
+            let current = read.current;
+            let (read, last) = (read.rows, last);
             if request.is_empty() {
                 done.current += current;
                 return Ok((read, last));
@@ -391,16 +410,17 @@ impl EncryptedStore {
         }
     }
 
-    /// The rewrite request of `page`'s rows not under the current key, the
-    /// rows read and the last event index read.
+    /// The rewrite request of `page`'s rows not under the current key, what
+    /// was read and the last event index read.
     async fn stale_page(
         &self,
         session_id: &str,
         page: &Page<'_>,
         options: &Reencrypt,
         sealer: &Sealer,
-    ) -> Result<(RewritePayloadsRequest, usize, Option<u64>)> {
+    ) -> Result<(RewritePayloadsRequest, PageRead, Option<u64>)> {
         let mut request = RewritePayloadsRequest::new(session_id);
+        let mut current = 0;
         match page {
             Page::Events { after, limit } => {
                 let read = ReadOptions {
@@ -410,11 +430,20 @@ impl EncryptedStore {
                 };
                 let rows = self.inner.read(session_id, read).await?;
                 for row in &rows {
+                    if row.event_type != CLEAR_EVENT_TYPE
+                        && sealed_under(sealer, &row.payload, Some(&row.session_id))
+                    {
+                        current += 1;
+                    }
                     if let Some(item) = self.stale_event(sealer, row, options).await? {
                         request.events.push(item);
                     }
                 }
-                Ok((request, rows.len(), rows.last().map(|row| row.index)))
+                let read = PageRead {
+                    rows: rows.len(),
+                    current,
+                };
+                Ok((request, read, rows.last().map(|row| row.index)))
             }
             Page::Presence => {
                 let rows = self.inner.read_presence(session_id).await?;
@@ -424,12 +453,17 @@ impl EncryptedStore {
                         participant: &row.participant,
                         field: &row.field,
                     };
+                    current += u64::from(sealed_under(sealer, &row.value, None));
                     if let Some(new) = self.restale(sealer, &place, &row.value, options)? {
                         request =
                             request.presence(&row.participant, &row.field, row.value.clone(), new);
                     }
                 }
-                Ok((request, rows.len(), None))
+                let read = PageRead {
+                    rows: rows.len(),
+                    current,
+                };
+                Ok((request, read, None))
             }
             Page::State(reducer) => {
                 let read = self
@@ -437,17 +471,19 @@ impl EncryptedStore {
                     .read_state(session_id, reducer, ReadStateOptions::default())
                     .await?;
                 let Some(snapshot) = read.snapshot else {
-                    return Ok((request, 0, None));
+                    return Ok((request, PageRead::default(), None));
                 };
                 let place = Place::State {
                     session: session_id,
                     reducer,
                     index: snapshot.index,
                 };
+                current += u64::from(sealed_under(sealer, &snapshot.state, None));
                 if let Some(new) = self.restale(sealer, &place, &snapshot.state, options)? {
                     request = request.state(*reducer, snapshot.index, snapshot.state, new);
                 }
-                Ok((request, 1, None))
+                let read = PageRead { rows: 1, current };
+                Ok((request, read, None))
             }
         }
     }
@@ -462,14 +498,12 @@ impl EncryptedStore {
         if row.event_type == CLEAR_EVENT_TYPE {
             return Ok(None);
         }
-        let current = match envelope::parse(&row.payload) {
-            Ok(Some(sealed)) => {
-                sealed.kid == &*sealer.kid && sealed.sid == Some(row.session_id.as_str())
-            }
+        let kept = match envelope::parse(&row.payload) {
+            Ok(Some(_)) => sealed_under(sealer, &row.payload, Some(&row.session_id)),
             Ok(None) => !options.plaintext,
             Err(_) => false,
         };
-        if current {
+        if kept {
             return Ok(None);
         }
         let mut opened = row.clone();
@@ -506,12 +540,12 @@ impl EncryptedStore {
         stored: &Value,
         options: &Reencrypt,
     ) -> Result<Option<Value>> {
-        let current = match envelope::parse(stored) {
-            Ok(Some(sealed)) => sealed.kid == &*sealer.kid,
+        let kept = match envelope::parse(stored) {
+            Ok(Some(_)) => sealed_under(sealer, stored, None),
             Ok(None) => !options.plaintext,
             Err(_) => false,
         };
-        if current {
+        if kept {
             return Ok(None);
         }
         let mut opened = stored.clone();
