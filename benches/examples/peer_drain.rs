@@ -442,15 +442,16 @@ impl Admin {
     }
 
     /// Calls of each statement run in `name` so far (transaction control
-    /// left out), by query id and level, with the statement's text.
+    /// included: `BEGIN` counts the explicit transactions), by query id and
+    /// level, with the statement's text.
     async fn calls(&self, name: &str) -> Res<BTreeMap<(i64, bool), (i64, String)>> {
         let rows = self
             .client
             .query(
                 "SELECT s.queryid, s.toplevel, s.calls, s.query \
                  FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid \
-                 WHERE d.datname = $1 AND s.query !~* $2",
-                &[&name, &TX_CONTROL],
+                 WHERE d.datname = $1",
+                &[&name],
             )
             .await
             .ctx("reading pg_stat_statements")?;
@@ -935,7 +936,7 @@ async fn measure(
 }
 
 /// The statements that ran most per job between two readings of
-/// [`Admin::calls`], with their level (`top` or `nested`, run inside a
+/// [`Admin::calls`] (`BEGIN` and `COMMIT` among them), with their level (`top` or `nested`, run inside a
 /// function) and the first characters of their text.
 fn print_breakdown(
     side: Side,
@@ -963,7 +964,7 @@ fn print_breakdown(
         workload.key(),
         round
     );
-    for (per_job, top, text) in ran.iter().take(24) {
+    for (per_job, top, text) in ran.iter().take(30) {
         let level = if *top { "top   " } else { "nested" };
         println!("   {per_job:>6.3}  {level}  {text}");
     }
