@@ -257,7 +257,7 @@ async fn listen_once(
 /// Starts the task that tells other processes work was made ready: after
 /// each commit that made a work row ready the store bumps the returned
 /// sender, and the task sends `NOTIFY` on `channel` in a transaction of its
-/// own with `synchronous_commit = off`.
+/// own with `synchronous_commit = off` ([`NOTICE`]: one statement).
 ///
 /// Why not in the writer's transaction: PostgreSQL holds one cluster-wide
 /// lock from a notifying transaction's pre-commit to its end, WAL flush
@@ -286,6 +286,11 @@ pub(crate) fn work_notifier(pool: Pool, channel: String, bound: Duration) -> wat
     notices
 }
 
+/// A work notice on the channel `$1`, in a transaction of its own that
+/// does not wait for a WAL flush (see `send_work_notice`).
+pub(crate) const NOTICE: &str =
+    "SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, '')";
+
 /// The least time between two work notices of one store: work made ready
 /// within it of a notice is told in one more notice at its end. A lone
 /// notice goes out at once; over a steady stream of completions that each
@@ -295,11 +300,15 @@ pub(crate) fn work_notifier(pool: Pool, channel: String, bound: Duration) -> wat
 /// at most this much later (this process's waiters are woken directly).
 pub(crate) const NOTICE_GAP: Duration = Duration::from_millis(5);
 
-/// One `NOTIFY` on `channel`, in a transaction that does not wait for its
-/// WAL flush (a notice need not survive a crash): `BEGIN` with `SET LOCAL
-/// synchronous_commit = off`, the `pg_notify` and `COMMIT` pipelined, one
-/// round trip. A failed `pg_notify` aborts the transaction, whose `COMMIT`
-/// then rolls back: nothing is sent, which only delays waiters elsewhere.
+/// One `NOTIFY` on `channel` as one statement in a transaction of its own
+/// (the implicit one of the statement), which does not wait for a WAL
+/// flush: the statement sets `synchronous_commit = off` for its own
+/// transaction (`set_config(…, true)`), read when that transaction commits
+/// right after it (a notice need not survive a crash; and a transaction
+/// that only notifies writes no commit record anyway). One round trip,
+/// one statement, where `BEGIN`, `SET LOCAL`, the `pg_notify` and `COMMIT`
+/// were four statements. A failed `pg_notify` fails the statement and
+/// nothing is sent, which only delays waiters elsewhere.
 async fn send_work_notice(
     pool: &Pool,
     channel: &str,
@@ -308,13 +317,9 @@ async fn send_work_notice(
     let deadline = tokio::time::Instant::now() + bound;
     let client = tokio::time::timeout_at(deadline, pool.get()).await??;
     let sent = tokio::time::timeout_at(deadline, async {
-        let notify = client.prepare_cached("SELECT pg_notify($1, '')").await?;
+        let notify = client.prepare_cached(NOTICE).await?;
         let params: [&(dyn tokio_postgres::types::ToSql + Sync); 1] = [&channel];
-        futures::try_join!(
-            client.batch_execute("BEGIN; SET LOCAL synchronous_commit = off"),
-            client.execute(&notify, &params),
-            client.batch_execute("COMMIT"),
-        )?;
+        client.execute(&notify, &params).await?;
         Ok::<_, tokio_postgres::Error>(())
     })
     .await;
