@@ -23,10 +23,9 @@ use std::time::Duration;
 use a2_benches::backends::{MemoryFactory, SqliteMemoryFactory};
 use a2_benches::settings;
 use a2_conformance::bench::{self, CursorKindBench};
-use a2_conformance::{Capabilities, StoreFactory};
+use a2_conformance::{Layered, StoreFactory, StoreLayer};
 use a2_store::ObservedStore;
-use a2_store_api::{Clock, IdGenerator, Result, Store};
-use async_trait::async_trait;
+use a2_store_api::{IdGenerator, Result, Store};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 use tracing::Dispatch;
 use tracing_subscriber::fmt::format::FmtSpan;
@@ -68,46 +67,32 @@ impl Spans {
     }
 }
 
-/// A backend's factory whose stores are wrapped in the layer.
-struct Observed {
-    inner: &'static dyn StoreFactory,
-    name: String,
+/// The observation layer with a row's settings: every store of a backend's
+/// factory wrapped in it ([`Layered`]).
+struct Observation {
+    /// The backend's name, the layer's `backend` label.
+    backend: String,
     spans: Spans,
     metrics: bool,
 }
 
-impl Observed {
-    fn new(inner: &'static dyn StoreFactory, spans: Spans, metrics: bool) -> Self {
-        let mut name = format!("{}{}", inner.name(), spans.suffix());
-        if metrics {
-            name.push_str("+metrics");
+impl StoreLayer for Observation {
+    type Call = ();
+
+    fn suffix(&self) -> String {
+        let mut suffix = self.spans.suffix().to_owned();
+        if self.metrics {
+            suffix.push_str("+metrics");
         }
-        Self {
-            inner,
-            name,
-            spans,
-            metrics,
-        }
-    }
-}
-
-#[async_trait]
-impl StoreFactory for Observed {
-    fn name(&self) -> &str {
-        &self.name
+        suffix
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+    fn begin(&self, ids: Arc<dyn IdGenerator>) -> ((), Arc<dyn IdGenerator>) {
+        ((), ids)
     }
 
-    async fn create(
-        &self,
-        clock: Arc<dyn Clock>,
-        ids: Arc<dyn IdGenerator>,
-    ) -> Result<Arc<dyn Store>> {
-        let store = self.inner.create(clock, ids).await?;
-        let observed = ObservedStore::new(store, self.inner.name())
+    fn wrap(&self, _: &(), store: Arc<dyn Store>) -> Result<Arc<dyn Store>> {
+        let observed = ObservedStore::new(store, self.backend.clone())
             .with_tracing(self.spans != Spans::Off)
             .with_metrics(self.metrics);
         Ok(Arc::new(observed))
@@ -153,7 +138,12 @@ fn main() {
         // The plain row runs the bare backend, without the wrapper.
         bench::claim_complete(&mut group, &rt, backend, CursorKindBench::Lane);
         for (spans, metrics) in layered {
-            let factory = Observed::new(backend, spans, metrics);
+            let layer = Observation {
+                backend: backend.name().to_owned(),
+                spans,
+                metrics,
+            };
+            let factory = Layered::new(backend, layer);
             // The body runs the store on this thread (`block_on`), where
             // the row's subscriber is the default.
             tracing::dispatcher::with_default(&spans.dispatch(), || {

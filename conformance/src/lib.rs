@@ -107,10 +107,12 @@ mod check;
 pub mod bench;
 mod cases;
 mod factory;
+mod layered;
 mod report;
 mod support;
 
 pub use factory::{Capabilities, StoreFactory};
+pub use layered::{Layered, StoreLayer};
 pub use report::{
     case_names, run, run_case, run_matching, trials, CaseReport, Outcome, Report, CASE_TIMEOUT,
 };

@@ -15,14 +15,14 @@ mod encrypted;
 #[path = "../../store/tests/support/offloaded.rs"]
 mod offloaded;
 
-use a2_conformance::StoreFactory;
+use a2_conformance::{Layered, StoreFactory};
 use a2_differential::{run_differential, Config};
-use encrypted::Encrypted;
-use offloaded::Offloaded;
+use encrypted::{with_encryption, Encryption};
+use offloaded::{with_offload, Offload};
 
 /// Encryption over offload over `backend`.
-fn layered<F: StoreFactory>(backend: F) -> Encrypted<Offloaded<F>> {
-    Encrypted::new(Offloaded::new(backend))
+fn layered<F: StoreFactory>(backend: F) -> Layered<Layered<F, Offload>, Encryption> {
+    with_encryption(with_offload(backend))
 }
 
 async fn differential(factory: &dyn StoreFactory, cases: u32) {

@@ -6,16 +6,16 @@
 
 mod codec_support;
 
-use codec_support::{postgres_url, Encrypted, Memory, Postgres, Sqlite};
+use codec_support::{postgres_url, with_encryption, Memory, Postgres, Sqlite};
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
-    let mut trials = a2_conformance::trials("memory+encryption", Some(|| Encrypted::new(Memory)));
+    let mut trials = a2_conformance::trials("memory+encryption", Some(|| with_encryption(Memory)));
     trials.extend(a2_conformance::trials(
         "sqlite+encryption",
-        Some(|| Encrypted::new(Sqlite::new())),
+        Some(|| with_encryption(Sqlite::new())),
     ));
-    let postgres = postgres_url().map(|url| move || Encrypted::new(Postgres::new(&url)));
+    let postgres = postgres_url().map(|url| move || with_encryption(Postgres::new(&url)));
     if postgres.is_none() {
         eprintln!(
             "codec_conformance: the PostgreSQL trials were NOT run: {} is not set",

@@ -7,16 +7,16 @@
 
 mod offload_support;
 
-use offload_support::{postgres_url, Memory, Offloaded, Postgres, Sqlite};
+use offload_support::{postgres_url, with_offload, Memory, Postgres, Sqlite};
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
-    let mut trials = a2_conformance::trials("memory+offload", Some(|| Offloaded::new(Memory)));
+    let mut trials = a2_conformance::trials("memory+offload", Some(|| with_offload(Memory)));
     trials.extend(a2_conformance::trials(
         "sqlite+offload",
-        Some(|| Offloaded::new(Sqlite::new())),
+        Some(|| with_offload(Sqlite::new())),
     ));
-    let postgres = postgres_url().map(|url| move || Offloaded::new(Postgres::new(&url)));
+    let postgres = postgres_url().map(|url| move || with_offload(Postgres::new(&url)));
     if postgres.is_none() {
         eprintln!(
             "offload_conformance: the PostgreSQL trials were NOT run: {} is not set",

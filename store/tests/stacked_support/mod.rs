@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use a2_conformance::StoreFactory;
+use a2_conformance::{Layered, StoreFactory};
 use a2_store::{Clock, IdGenerator, OffloadStore, RecyclingIds, Result, Store};
 
 #[path = "../support/backends.rs"]
@@ -32,8 +32,8 @@ pub const STACKED_THRESHOLD: usize = 144;
 
 /// Every store `backend` makes, behind offload (threshold
 /// [`STACKED_THRESHOLD`]) and, over that, encryption.
-pub fn stacked<F: StoreFactory>(backend: F) -> Encrypted<Offloaded<F>> {
-    Encrypted::new(Offloaded::with_threshold(backend, STACKED_THRESHOLD))
+pub fn stacked<F: StoreFactory>(backend: F) -> Layered<Layered<F, Offload>, Encryption> {
+    with_encryption(with_offload_threshold(backend, STACKED_THRESHOLD))
 }
 
 /// One store of `backend` with both layers, and handles on each level:

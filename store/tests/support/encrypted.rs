@@ -5,11 +5,8 @@
 
 use std::sync::Arc;
 
-use a2_conformance::{Capabilities, StoreFactory};
-use a2_store::{
-    Clock, EncryptedStore, IdGenerator, Keyring, RecyclingIds, Result, SecretKey, Store,
-};
-use async_trait::async_trait;
+use a2_conformance::{Layered, StoreFactory, StoreLayer};
+use a2_store::{EncryptedStore, IdGenerator, Keyring, RecyclingIds, Result, SecretKey, Store};
 
 /// Two keys, `k2` current: the suite writes under `k2`.
 pub fn keyring() -> Keyring {
@@ -26,58 +23,30 @@ pub fn encrypted(inner: Arc<dyn Store>, keys: &Keyring, ids: RecyclingIds) -> Ar
     Arc::new(EncryptedStore::new(inner, Arc::new(keys.clone())).with_ids(ids))
 }
 
-/// Every store `inner` makes, behind the encryption layer; the backend and
-/// the layer draw ids from one [`RecyclingIds`] over the suite's generator.
-pub struct Encrypted<F> {
-    inner: F,
-    name: String,
+/// The encryption layer under [`keyring`]: the backend and the layer draw
+/// ids from one [`RecyclingIds`] over the suite's generator.
+pub struct Encryption {
     keys: Keyring,
 }
 
-impl<F: StoreFactory> Encrypted<F> {
-    pub fn new(inner: F) -> Self {
-        let name = format!("{}+encryption", inner.name());
-        Self {
-            inner,
-            name,
-            keys: keyring(),
-        }
+impl StoreLayer for Encryption {
+    type Call = RecyclingIds;
+
+    fn suffix(&self) -> String {
+        "+encryption".into()
+    }
+
+    fn begin(&self, ids: Arc<dyn IdGenerator>) -> (RecyclingIds, Arc<dyn IdGenerator>) {
+        let ids = RecyclingIds::new(ids);
+        (ids.clone(), Arc::new(ids))
+    }
+
+    fn wrap(&self, ids: &RecyclingIds, store: Arc<dyn Store>) -> Result<Arc<dyn Store>> {
+        Ok(encrypted(store, &self.keys, ids.clone()))
     }
 }
 
-#[async_trait]
-impl<F: StoreFactory> StoreFactory for Encrypted<F> {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn create(
-        &self,
-        clock: Arc<dyn Clock>,
-        ids: Arc<dyn IdGenerator>,
-    ) -> Result<Arc<dyn Store>> {
-        let ids = RecyclingIds::new(ids);
-        let store = self.inner.create(clock, Arc::new(ids.clone())).await?;
-        Ok(encrypted(store, &self.keys, ids))
-    }
-
-    async fn create_pair(
-        &self,
-        clock: Arc<dyn Clock>,
-        ids: Arc<dyn IdGenerator>,
-    ) -> Result<Option<[Arc<dyn Store>; 2]>> {
-        let ids = RecyclingIds::new(ids);
-        let Some([first, second]) = self.inner.create_pair(clock, Arc::new(ids.clone())).await?
-        else {
-            return Ok(None);
-        };
-        Ok(Some([
-            encrypted(first, &self.keys, ids.clone()),
-            encrypted(second, &self.keys, ids),
-        ]))
-    }
+/// Every store `inner` makes, behind the encryption layer.
+pub fn with_encryption<F: StoreFactory>(inner: F) -> Layered<F, Encryption> {
+    Layered::new(inner, Encryption { keys: keyring() })
 }
