@@ -409,8 +409,9 @@ pub(crate) async fn claim_session(
     )
 }
 
-/// Whether `claim_work` may claim `request` one session a step
-/// ([`claim_next`]): one targeted consumer (no log declaration, whose
+/// Whether `claim_work` may pick and claim the next ready sessions of
+/// `request` in one step ([`claim_next_many`], for one session or
+/// several): one targeted consumer (no log declaration, whose
 /// types a claim refreshes first) in every session (no list). Otherwise it
 /// reads ready sessions and claims each ([`claim_session`]).
 pub(crate) fn one_step(request: &ClaimWorkRequest) -> bool {

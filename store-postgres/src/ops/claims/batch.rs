@@ -1,8 +1,9 @@
-//! `claim_work`'s claim of several sessions in one transaction
-//! (`WorkSource::claim_next_many`): the statements of [`claim_next`](super::claim_next)
-//! run once for every picked session instead of once per session, and
-//! every decision still made in Rust, session by session, by the same
-//! functions ([`take`](super::take): `Dispatch::take` on each walked head).
+//! `claim_work`'s claim of the next ready sessions, one or several, in one
+//! transaction (`WorkSource::claim_next` and `claim_next_many`): each
+//! statement runs once for every picked session instead of once per
+//! session, and every decision is still made in Rust, session by session,
+//! by the functions a claim of one session uses ([`take`]:
+//! `Dispatch::take` on each walked head).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::OnceLock;
