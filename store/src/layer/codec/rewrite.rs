@@ -110,20 +110,37 @@ enum Page<'o> {
     State(&'o str),
 }
 
-/// What a page read: its rows, and those of them sealed under the current
-/// key already (clear markers and plain rows are neither).
+/// What a page read: its rows, those of them sealed under the current key
+/// already (clear markers and plain rows are neither), and the last event
+/// index read.
 #[derive(Default)]
 struct PageRead {
     rows: usize,
     current: u64,
+    last: Option<u64>,
 }
 
-/// Whether `stored` is sealed under the current key (for an event, `sid`:
-/// bound to its session, as a fork's copied rows are not).
-fn sealed_under(sealer: &Sealer, stored: &Value, sid: Option<&str>) -> bool {
+/// Where a stored payload stands against the current key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    /// Sealed under the current key (an event's also bound to its session,
+    /// as a fork's copied rows are not): left as it is, counted current.
+    Current,
+    /// Plain, and plain rows are kept (`with_plaintext(false)`): left as it is.
+    KeptPlain,
+    /// Anything else (another key, another session, plain, malformed):
+    /// rewritten.
+    Stale,
+}
+
+/// Where `stored` stands (for an event, `sid` is its session).
+fn standing(sealer: &Sealer, stored: &Value, sid: Option<&str>, options: &Reencrypt) -> Standing {
     match envelope::parse(stored) {
-        Ok(Some(sealed)) => sealed.kid == &*sealer.kid && (sid.is_none() || sealed.sid == sid),
-        _ => false,
+        Ok(Some(sealed)) if sealed.kid == &*sealer.kid && (sid.is_none() || sealed.sid == sid) => {
+            Standing::Current
+        }
+        Ok(None) if !options.plaintext => Standing::KeptPlain,
+        _ => Standing::Stale,
     }
 }
 
@@ -380,21 +397,19 @@ impl EncryptedStore {
         loop {
             attempt += 1;
             let sealer = self.sealer()?;
-            let (request, read, last) = self.stale_page(session_id, page, options, &sealer).await?;
-            let current = read.current;
-            let (read, last) = (read.rows, last);
+            let (request, read) = self.stale_page(session_id, page, options, &sealer).await?;
             if request.is_empty() {
-                done.current += current;
-                return Ok((read, last));
+                done.current += read.current;
+                return Ok((read.rows, read.last));
             }
             match self.inner.rewrite_payloads(request).await {
                 Ok(result) => {
                     done.rewritten.events += result.events;
                     done.rewritten.states += result.states;
                     done.rewritten.presence += result.presence;
-                    done.current += current;
+                    done.current += read.current;
                     done.pages += 1;
-                    return Ok((read, last));
+                    return Ok((read.rows, read.last));
                 }
                 Err(error)
                     if error.code() == ErrorCode::PayloadMismatch && attempt < PAGE_ATTEMPTS => {}
@@ -410,17 +425,21 @@ impl EncryptedStore {
         }
     }
 
-    /// The rewrite request of `page`'s rows not under the current key, what
-    /// was read and the last event index read.
+    /// The rewrite request of `page`'s rows not under the current key, and
+    /// what was read.
     async fn stale_page(
         &self,
         session_id: &str,
         page: &Page<'_>,
         options: &Reencrypt,
         sealer: &Sealer,
-    ) -> Result<(RewritePayloadsRequest, PageRead, Option<u64>)> {
+    ) -> Result<(RewritePayloadsRequest, PageRead)> {
         let mut request = RewritePayloadsRequest::new(session_id);
         let mut current = 0;
+        let mut count = |standing: Standing| {
+            current += u64::from(standing == Standing::Current);
+            standing == Standing::Stale
+        };
         match page {
             Page::Events { after, limit } => {
                 let read = ReadOptions {
@@ -430,20 +449,21 @@ impl EncryptedStore {
                 };
                 let rows = self.inner.read(session_id, read).await?;
                 for row in &rows {
-                    if row.event_type != CLEAR_EVENT_TYPE
-                        && sealed_under(sealer, &row.payload, Some(&row.session_id))
-                    {
-                        current += 1;
+                    // The store's clear markers are never encrypted.
+                    if row.event_type == CLEAR_EVENT_TYPE {
+                        continue;
                     }
-                    if let Some(item) = self.stale_event(sealer, row, options).await? {
-                        request.events.push(item);
+                    let sid = Some(row.session_id.as_str());
+                    if count(standing(sealer, &row.payload, sid, options)) {
+                        request.events.push(self.reseal_event(sealer, row).await?);
                     }
                 }
                 let read = PageRead {
                     rows: rows.len(),
                     current,
+                    last: rows.last().map(|row| row.index),
                 };
-                Ok((request, read, rows.last().map(|row| row.index)))
+                Ok((request, read))
             }
             Page::Presence => {
                 let rows = self.inner.read_presence(session_id).await?;
@@ -453,8 +473,8 @@ impl EncryptedStore {
                         participant: &row.participant,
                         field: &row.field,
                     };
-                    current += u64::from(sealed_under(sealer, &row.value, None));
-                    if let Some(new) = self.restale(sealer, &place, &row.value, options)? {
+                    if count(standing(sealer, &row.value, None, options)) {
+                        let new = self.reseal_value(sealer, &place, &row.value)?;
                         request =
                             request.presence(&row.participant, &row.field, row.value.clone(), new);
                     }
@@ -462,8 +482,9 @@ impl EncryptedStore {
                 let read = PageRead {
                     rows: rows.len(),
                     current,
+                    last: None,
                 };
-                Ok((request, read, None))
+                Ok((request, read))
             }
             Page::State(reducer) => {
                 let read = self
@@ -471,41 +492,29 @@ impl EncryptedStore {
                     .read_state(session_id, reducer, ReadStateOptions::default())
                     .await?;
                 let Some(snapshot) = read.snapshot else {
-                    return Ok((request, PageRead::default(), None));
+                    return Ok((request, PageRead::default()));
                 };
                 let place = Place::State {
                     session: session_id,
                     reducer,
                     index: snapshot.index,
                 };
-                current += u64::from(sealed_under(sealer, &snapshot.state, None));
-                if let Some(new) = self.restale(sealer, &place, &snapshot.state, options)? {
+                if count(standing(sealer, &snapshot.state, None, options)) {
+                    let new = self.reseal_value(sealer, &place, &snapshot.state)?;
                     request = request.state(*reducer, snapshot.index, snapshot.state, new);
                 }
-                let read = PageRead { rows: 1, current };
-                Ok((request, read, None))
+                let read = PageRead {
+                    rows: 1,
+                    current,
+                    last: None,
+                };
+                Ok((request, read))
             }
         }
     }
 
-    /// The rewrite of `row` under the current key, when it is not under it.
-    async fn stale_event(
-        &self,
-        sealer: &Sealer,
-        row: &StoredEvent,
-        options: &Reencrypt,
-    ) -> Result<Option<EventRewrite>> {
-        if row.event_type == CLEAR_EVENT_TYPE {
-            return Ok(None);
-        }
-        let kept = match envelope::parse(&row.payload) {
-            Ok(Some(_)) => sealed_under(sealer, &row.payload, Some(&row.session_id)),
-            Ok(None) => !options.plaintext,
-            Err(_) => false,
-        };
-        if kept {
-            return Ok(None);
-        }
+    /// The rewrite of the stale event `row` under the current key.
+    async fn reseal_event(&self, sealer: &Sealer, row: &StoredEvent) -> Result<EventRewrite> {
         let mut opened = row.clone();
         self.shared.open_event(&mut opened).await?;
         self.refuse_left_sealed(&opened.payload, || {
@@ -524,36 +533,20 @@ impl EncryptedStore {
             .shared
             .codec
             .encode(sealer, &place, &opened.payload, true)?;
-        Ok(Some(EventRewrite {
+        Ok(EventRewrite {
             index: row.index,
             expected: row.payload.clone(),
             new: Payload::new(new),
-        }))
+        })
     }
 
-    /// The state or presence value `stored` at `place` sealed under the
-    /// current key, when it is not under it.
-    fn restale(
-        &self,
-        sealer: &Sealer,
-        place: &Place<'_>,
-        stored: &Value,
-        options: &Reencrypt,
-    ) -> Result<Option<Value>> {
-        let kept = match envelope::parse(stored) {
-            Ok(Some(_)) => sealed_under(sealer, stored, None),
-            Ok(None) => !options.plaintext,
-            Err(_) => false,
-        };
-        if kept {
-            return Ok(None);
-        }
+    /// The stale state or presence value `stored` at `place` sealed under
+    /// the current key.
+    fn reseal_value(&self, sealer: &Sealer, place: &Place<'_>, stored: &Value) -> Result<Value> {
         let mut opened = stored.clone();
         self.shared.open_value(place, &mut opened)?;
         self.refuse_left_sealed(&opened, || place.describe())?;
-        Ok(Some(
-            self.shared.codec.encode(sealer, place, &opened, false)?,
-        ))
+        self.shared.codec.encode(sealer, place, &opened, false)
     }
 
     /// A payload still sealed after opening (its key is not held and the
