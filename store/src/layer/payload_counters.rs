@@ -91,16 +91,15 @@ impl PayloadCounters {
     pub(crate) fn encoded(&self, payloads: u64, bytes: Option<u64>) {
         #[cfg(feature = "metrics")]
         if self.enabled && payloads > 0 {
-            let layer = self.layer;
-            self.encodes
-                .get_or_init(|| counter!("a2_store_payload_encodes_total", "layer" => layer))
-                .increment(payloads);
+            add(
+                &self.encodes,
+                "a2_store_payload_encodes_total",
+                self.layer,
+                payloads,
+            );
             if let Some(bytes) = bytes {
-                self.bytes_offloaded
-                    .get_or_init(
-                        || counter!("a2_store_payload_bytes_offloaded_total", "layer" => layer),
-                    )
-                    .increment(bytes);
+                let name = "a2_store_payload_bytes_offloaded_total";
+                add(&self.bytes_offloaded, name, self.layer, bytes);
             }
         }
         #[cfg(not(feature = "metrics"))]
@@ -112,16 +111,15 @@ impl PayloadCounters {
     pub(crate) fn decoded(&self, payloads: u64, bytes: Option<u64>) {
         #[cfg(feature = "metrics")]
         if self.enabled && payloads > 0 {
-            let layer = self.layer;
-            self.decodes
-                .get_or_init(|| counter!("a2_store_payload_decodes_total", "layer" => layer))
-                .increment(payloads);
+            add(
+                &self.decodes,
+                "a2_store_payload_decodes_total",
+                self.layer,
+                payloads,
+            );
             if let Some(bytes) = bytes {
-                self.bytes_fetched
-                    .get_or_init(
-                        || counter!("a2_store_payload_bytes_fetched_total", "layer" => layer),
-                    )
-                    .increment(bytes);
+                let name = "a2_store_payload_bytes_fetched_total";
+                add(&self.bytes_fetched, name, self.layer, bytes);
             }
         }
         #[cfg(not(feature = "metrics"))]
@@ -147,6 +145,14 @@ impl PayloadCounters {
         #[cfg(not(feature = "metrics"))]
         let _ = why;
     }
+}
+
+/// Adds `n` to the counter `name{layer}` kept in `slot` (registered with
+/// the recorder on first use).
+#[cfg(feature = "metrics")]
+fn add(slot: &OnceLock<Counter>, name: &'static str, layer: &'static str, n: u64) {
+    slot.get_or_init(|| counter!(name, "layer" => layer))
+        .increment(n);
 }
 
 /// Describes the payload metrics to the installed recorder (HELP lines).
