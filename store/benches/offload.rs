@@ -3,8 +3,9 @@
 //! store (files, synced):
 //!
 //! - `layer_append`: one append of a 10 MB event into a session through the
-//!   layer (serialize and SHA-256 in one pass, write and sync the object,
-//!   then the small row);
+//!   layer (serialized, hashed and written to a staging object at once,
+//!   the object synced and renamed to its content key, then the small
+//!   row);
 //! - `object_store_put`: writing 10 MB of the same JSON to the same object
 //!   store alone, under a new key.
 //!

@@ -482,6 +482,47 @@ async fn a_sweep_deletes_orphans_and_keeps_referenced_objects() {
 }
 
 #[tokio::test]
+async fn a_sweep_deletes_staging_objects_a_dead_write_left() {
+    let (store, _dir) = memory().await;
+    store
+        .append(
+            "s",
+            vec![NewEvent::new("t", big("kept", 4096))],
+            AppendOptions::default(),
+        )
+        .await
+        .expect("append");
+    // Nothing of the write is left but its object: the staging object was
+    // renamed to its content key.
+    let written = objects(&store).await;
+    assert_eq!(written.len(), 1, "{written:?}");
+    assert!(written[0].as_ref().contains("/events/"), "{written:?}");
+    // What a process death between a streamed write and its rename leaves.
+    let session_dir = written[0]
+        .as_ref()
+        .split("/events/")
+        .next()
+        .expect("the session's directory");
+    let leftover = Path::from(format!("{session_dir}/staging/dead-write"));
+    store
+        .object_store()
+        .put(&leftover, PutPayload::from_static(b"{\"partial\""))
+        .await
+        .expect("put");
+
+    let young = store
+        .sweep("s", Duration::from_secs(3600))
+        .await
+        .expect("sweep");
+    assert_eq!((young.examined, young.deleted, young.kept_young), (2, 0, 1));
+    let swept = store.sweep("s", Duration::ZERO).await.expect("sweep");
+    assert_eq!((swept.examined, swept.deleted), (2, 1));
+    assert_eq!(objects(&store).await, written);
+    let rows = store.read("s", ReadOptions::default()).await.expect("read");
+    assert_eq!(rows[0].payload, big("kept", 4096));
+}
+
+#[tokio::test]
 async fn completions_offload_returned_events() {
     let (store, _dir) = memory().await;
     store

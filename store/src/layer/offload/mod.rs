@@ -43,10 +43,16 @@
 //!
 //! The object is written (with [`OffloadStore::local`], synced to disk)
 //! before the row that references it is appended, so an acknowledged row
-//! never points to a missing object. A crash or an error between the two
+//! never points to a missing object. With [`OffloadStore::local`] a large
+//! payload is written while it is serialized and hashed, to a staging
+//! object (`<prefix>/<SHA-256 of the session id>/staging/<uuid>`) renamed
+//! to its content key once complete: the append costs about the longest
+//! of the three rather than their sum. Other object stores, where a rename
+//! is a copy, get the payload serialized and hashed first and put under
+//! its key. Payloads under the threshold are never copied or hashed. A crash or an error between the two
 //! (or an append the backend refuses, such as an idempotency conflict)
-//! leaves an orphan object no row references: [`OffloadStore::sweep`]
-//! deletes those of a session.
+//! leaves an orphan object no row references, and a crash during a
+//! streamed write a staging object: [`OffloadStore::sweep`] deletes both.
 //!
 //! # Lifetime
 //!
@@ -115,6 +121,7 @@ mod counters;
 mod objects;
 mod reference;
 mod rewrite;
+mod streamed;
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -294,6 +301,7 @@ impl OffloadStore {
                 store: objects,
                 keys: reference::Keys::new(""),
                 threshold: DEFAULT_THRESHOLD,
+                streamed: false,
             },
             counters: Arc::new(Counters::new(LAYER, false)),
         }
@@ -338,7 +346,9 @@ impl OffloadStore {
                 )
             })?
             .with_fsync(true);
-        Ok(Self::new(inner, Arc::new(files)))
+        let mut store = Self::new(inner, Arc::new(files));
+        store.objects.streamed = true;
+        Ok(store)
     }
 
     /// The same store, offloading payloads whose JSON is longer than
@@ -391,7 +401,8 @@ impl OffloadStore {
     /// by an append under way, whose row is not yet visible, is kept.
     ///
     /// Event objects are checked against every remaining row of the
-    /// session. Snapshot states are only removed when the session has no
+    /// session. Staging objects (a streamed write that died before its
+    /// rename) are never referenced. Snapshot states are only removed when the session has no
     /// row left (deleted): which checkpoints the store still keeps cannot be
     /// listed. Costs a read of the session's rows.
     ///
@@ -421,13 +432,17 @@ impl OffloadStore {
             .map(|reference| reference.sha256)
             .collect();
         let events = objects.keys.kind(session_id, Kind::Event);
+        let staging = objects.keys.staging_dir(session_id);
         let cutoff = now_ms().saturating_sub(i64::try_from(grace.as_millis()).unwrap_or(i64::MAX));
         let mut result = SweepResult::default();
         let mut doomed = Vec::new();
         for meta in found {
             result.examined += 1;
             let is_event = meta.location.prefix_matches(&events);
-            let unreferenced = if is_event {
+            let unreferenced = if meta.location.prefix_matches(&staging) {
+                // A write that died before its rename.
+                true
+            } else if is_event {
                 meta.location
                     .filename()
                     .is_none_or(|sha| !referenced.contains(sha))

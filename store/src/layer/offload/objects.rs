@@ -11,6 +11,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde_json::Value;
 
 use super::reference::{check, reserved_key_used, Keys, Kind, Place, Reference};
+use super::streamed::Failed;
 
 /// How many objects one call fetches at once.
 const FETCHES_IN_FLIGHT: usize = 16;
@@ -26,6 +27,10 @@ pub(super) struct Objects {
     pub store: Arc<dyn ObjectStore>,
     pub keys: Keys,
     pub threshold: usize,
+    /// Whether large payloads are written while they are serialized, to a
+    /// staging object renamed to its key (see `streamed.rs`): set where a
+    /// rename is cheap, as on the local file system.
+    pub streamed: bool,
 }
 
 impl Objects {
@@ -55,35 +60,52 @@ impl Objects {
         if super::reference::uses_reserved_key(&state) {
             return Err(reserved_key_used("a snapshot state"));
         }
+        let state = Payload::new(state);
         Ok(match self.offload(session, Kind::State, &state).await? {
             Some(reference) => reference.to_value(),
-            None => state,
+            None => state.into_value(),
         })
     }
 
     /// Writes `value` when its JSON exceeds the threshold; its reference.
-    async fn offload(&self, session: &str, kind: Kind, value: &Value) -> Result<Option<Reference>> {
-        let (bytes, reference) = super::reference::serialize(value).map_err(|error| {
-            StoreError::invalid_input(format!("a payload does not serialize as JSON: {error}"))
-        })?;
-        if bytes.len() <= self.threshold {
+    /// Small payloads cost one serialization that stops at the threshold;
+    /// large ones are written while they are serialized where renames are
+    /// cheap ([`Objects::streamed`], see `streamed.rs`), else serialized,
+    /// hashed and put under their key.
+    async fn offload(
+        &self,
+        session: &str,
+        kind: Kind,
+        value: &Payload,
+    ) -> Result<Option<Reference>> {
+        if !super::streamed::exceeds(value, self.threshold) {
             return Ok(None);
         }
+        let written = if self.streamed {
+            let staging = self.keys.staging(session);
+            let key_of = |reference: &Reference| self.keys.object(session, kind, reference);
+            super::streamed::write(&self.store, &staging, value.clone(), key_of)
+                .await
+                .map_err(|failed| match failed {
+                    Failed::Serialize(error) => not_json(&error),
+                    Failed::Store(error) => not_written(session, &staging, error),
+                })
+        } else {
+            self.put(session, kind, value).await
+        };
+        written.map(Some)
+    }
+
+    /// Serializes and hashes `value`, then puts it under its key.
+    async fn put(&self, session: &str, kind: Kind, value: &Value) -> Result<Reference> {
+        let (bytes, reference) =
+            super::reference::serialize(value).map_err(|error| not_json(&error))?;
         let path = self.keys.object(session, kind, &reference);
         self.store
             .put(&path, PutPayload::from(bytes))
             .await
-            .map_err(|error| {
-                StoreError::backend(
-                    format!(
-                        "could not write a payload of {} bytes to the object store (object \
-                         {path}) for session '{session}'; nothing was appended, retry",
-                        reference.len
-                    ),
-                    error,
-                )
-            })?;
-        Ok(Some(reference))
+            .map_err(|error| not_written(session, &path, error))?;
+        Ok(reference)
     }
 
     /// `event` with its payload fetched back when the row holds a reference.
@@ -288,4 +310,21 @@ fn corrupt_reference(place: Place<'_>, why: &str) -> StoreError {
         ),
         source: None,
     }
+}
+
+/// The error of a payload that does not serialize as JSON.
+fn not_json(error: &serde_json::Error) -> StoreError {
+    StoreError::invalid_input(format!("a payload does not serialize as JSON: {error}"))
+}
+
+/// The error of an object store write (to `path`) that failed: nothing was
+/// appended.
+fn not_written(session: &str, path: &Path, error: object_store::Error) -> StoreError {
+    StoreError::backend(
+        format!(
+            "could not write a payload to the object store (object {path}) for session \
+             '{session}'; nothing was appended, retry"
+        ),
+        error,
+    )
 }

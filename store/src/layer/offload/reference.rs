@@ -183,7 +183,9 @@ impl Kind {
     }
 }
 
-/// Object keys: `<prefix>/<sha256 of the session id>/{events,states}/<sha256>`.
+/// Object keys: `<prefix>/<sha256 of the session id>/{events,states}/<sha256>`,
+/// and `<prefix>/<sha256 of the session id>/staging/<uuid>` while a large
+/// payload is written.
 ///
 /// The session id is hashed so any id (slashes, dots, non-ASCII, any
 /// length) makes one fixed-length directory, and the object store's
@@ -208,6 +210,19 @@ impl Keys {
     /// The directory of `session`'s objects of `kind`.
     pub fn kind(&self, session: &str, kind: Kind) -> Path {
         self.session(session).join(kind.dir())
+    }
+
+    /// The directory of `session`'s staging objects: objects being written
+    /// before they are renamed to their content key.
+    pub fn staging_dir(&self, session: &str) -> Path {
+        self.session(session).join("staging")
+    }
+
+    /// A fresh staging object of `session`.
+    pub fn staging(&self, session: &str) -> Path {
+        use a2_store_api::IdGenerator;
+        self.staging_dir(session)
+            .join(a2_store_api::RandomIds.next_id().as_str())
     }
 
     /// The object of `reference` in `session`.
