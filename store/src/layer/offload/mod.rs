@@ -121,6 +121,7 @@ mod counters;
 mod objects;
 mod reference;
 mod rewrite;
+mod size;
 mod streamed;
 
 use std::collections::{BTreeMap, HashSet};
@@ -301,7 +302,7 @@ impl OffloadStore {
                 store: objects,
                 keys: reference::Keys::new(""),
                 threshold: DEFAULT_THRESHOLD,
-                streamed: false,
+                local: None,
             },
             counters: Arc::new(Counters::new(LAYER, false)),
         }
@@ -346,8 +347,9 @@ impl OffloadStore {
                 )
             })?
             .with_fsync(true);
-        let mut store = Self::new(inner, Arc::new(files));
-        store.objects.streamed = true;
+        let files = Arc::new(files);
+        let mut store = Self::new(inner, Arc::clone(&files) as Arc<dyn ObjectStore>);
+        store.objects.local = Some(files);
         Ok(store)
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use a2_store_api::{Payload, Result, StoreError, StoredEvent};
 use futures::{StreamExt, TryStreamExt};
+use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde_json::Value;
@@ -27,10 +28,10 @@ pub(super) struct Objects {
     pub store: Arc<dyn ObjectStore>,
     pub keys: Keys,
     pub threshold: usize,
-    /// Whether large payloads are written while they are serialized, to a
-    /// staging object renamed to its key (see `streamed.rs`): set where a
-    /// rename is cheap, as on the local file system.
-    pub streamed: bool,
+    /// The same store when it is the local file system: large payloads
+    /// are then written while they are serialized, to a staging file
+    /// renamed to its key (see `streamed.rs`).
+    pub local: Option<Arc<LocalFileSystem>>,
 }
 
 impl Objects {
@@ -70,7 +71,7 @@ impl Objects {
     /// Writes `value` when its JSON exceeds the threshold; its reference.
     /// Small payloads cost one serialization that stops at the threshold;
     /// large ones are written while they are serialized where renames are
-    /// cheap ([`Objects::streamed`], see `streamed.rs`), else serialized,
+    /// cheap ([`Objects::local`], see `streamed.rs`), else serialized,
     /// hashed and put under their key.
     async fn offload(
         &self,
@@ -78,16 +79,17 @@ impl Objects {
         kind: Kind,
         value: &Payload,
     ) -> Result<Option<Reference>> {
-        if !super::streamed::exceeds(value, self.threshold) {
+        if !super::size::exceeds(value, self.threshold) {
             return Ok(None);
         }
-        let written = if self.streamed {
+        let written = if let Some(local) = &self.local {
             let staging = self.keys.staging(session);
             let key_of = |reference: &Reference| self.keys.object(session, kind, reference);
-            super::streamed::write(&self.store, &staging, value.clone(), key_of)
+            super::streamed::write(local, &staging, value.clone(), key_of)
                 .await
                 .map_err(|failed| match failed {
                     Failed::Serialize(error) => not_json(&error),
+                    Failed::Write(error) => not_written(session, &staging, error),
                     Failed::Store(error) => not_written(session, &staging, error),
                 })
         } else {
@@ -319,7 +321,11 @@ fn not_json(error: &serde_json::Error) -> StoreError {
 
 /// The error of an object store write (to `path`) that failed: nothing was
 /// appended.
-fn not_written(session: &str, path: &Path, error: object_store::Error) -> StoreError {
+fn not_written(
+    session: &str,
+    path: &Path,
+    error: impl std::error::Error + Send + Sync + 'static,
+) -> StoreError {
     StoreError::backend(
         format!(
             "could not write a payload to the object store (object {path}) for session \
