@@ -91,8 +91,9 @@ pub struct PostgresOptions {
 /// live rows need, whatever holds vacuum back. Calls on that table wait for
 /// it (a rotation of a few thousand rows takes a few milliseconds).
 ///
-/// The store checks every [`interval`](Self::interval) and rotates each
-/// table that has grown by at least [`min_growth`](Self::min_growth) bytes
+/// The store checks every [`interval`](Self::interval) and reclaims each
+/// table (by `VACUUM` when it can, see [`vacuum_first`](Self::vacuum_first))
+/// that has grown by at least [`min_growth`](Self::min_growth) bytes
 /// and to at least twice its size after its last rotation by this store
 /// (so the rows copied are paid for by at least as many bytes reclaimed);
 /// before a first rotation, growth from nothing counts, so a table already
@@ -113,19 +114,37 @@ pub struct Rotation {
     pub max_live: u64,
     /// How long a rotation waits for a table's lock before it gives up
     /// until the next check; calls arriving meanwhile wait behind it.
-    /// 50 ms by default.
+    /// 50 ms by default. The periodic check first waits 1 ms, and twice as
+    /// long after each check that found the table busy, up to this.
     pub lock_timeout: Duration,
+    /// Whether the periodic check reclaims with `VACUUM` what vacuum can
+    /// reclaim. It then acts only on a table with at least half its rows
+    /// dead (the statistics' estimate), and runs `VACUUM (TRUNCATE false)`
+    /// on it, which blocks no call and frees the dead rows' space for
+    /// reuse; it rotates the table only while a transaction older than
+    /// [`interval`](Self::interval) holds back vacuum's horizon, so
+    /// `VACUUM` would reclaim nothing (a role that cannot see other roles'
+    /// transactions takes any other role's connection for one). A rotation
+    /// holds the table's lock while it copies the rows, and calls on the
+    /// table wait for it: this keeps those waits to when nothing else
+    /// works. `false`: every table that grew by
+    /// [`min_growth`](Self::min_growth) and doubled is rotated. `true` by
+    /// default.
+    pub vacuum_first: bool,
 }
 
 impl Default for Rotation {
     /// Checked every second; a table is rotated once it grew by 256 KiB and
-    /// doubled, if it holds at most 20,000 rows; locks waited for 50 ms.
+    /// doubled with at least half its rows dead: vacuumed, or rotated (if
+    /// it holds at most 20,000 rows) while vacuum is held back; locks
+    /// waited for at most 50 ms.
     fn default() -> Self {
         Self {
             interval: Some(Duration::from_secs(1)),
             min_growth: 256 << 10,
             max_live: 20_000,
             lock_timeout: Duration::from_millis(50),
+            vacuum_first: true,
         }
     }
 }

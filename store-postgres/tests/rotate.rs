@@ -403,9 +403,10 @@ async fn calls_during_rotations_lose_nothing() {
 }
 
 /// With a short interval and a small growth, a store rotates a churned
-/// table by itself, again and again: its file changes (a table already
-/// past the growth when the store opens goes at the first check, the
-/// churn's growth brings the next).
+/// table by itself, again and again, while a transaction held open on
+/// another connection keeps vacuum from reclaiming it: its file changes (a
+/// table already past the growth when the store opens goes at the first
+/// check, the churn's growth brings the next).
 #[cfg_attr(
     a2_postgres_unset,
     ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
@@ -425,6 +426,11 @@ async fn the_store_rotates_its_tables_by_itself() {
     )
     .await;
     let raw = support::raw_client(factory.url()).await;
+    let holder = support::raw_client(factory.url()).await;
+    holder
+        .batch_execute("BEGIN; SELECT txid_current();")
+        .await
+        .expect("a held transaction");
     let mut files = vec![file_of(&raw, &schema, "cursors").await];
     let mut cycles = 0;
     while files.len() < 3 {

@@ -211,13 +211,15 @@ impl PgFactory {
 
     /// A factory on the server at `url` whose stores rotate their state
     /// tables all the time: every few milliseconds, whenever a table has
-    /// doubled since its last rotation.
+    /// doubled since its last rotation, whether or not vacuum could
+    /// reclaim it.
     #[allow(dead_code)]
     pub fn rotating(url: &str) -> Self {
         let options = PostgresOptions {
             rotation: a2_store_postgres::Rotation {
                 interval: Some(std::time::Duration::from_millis(3)),
                 min_growth: 0,
+                vacuum_first: false,
                 ..a2_store_postgres::Rotation::default()
             },
             ..test_options()
