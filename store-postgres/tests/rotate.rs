@@ -2,7 +2,8 @@
 //! live row of every state table is kept, the tables shrink even while a
 //! transaction holds vacuum back, a table locked elsewhere is skipped
 //! within the lock timeout, a table above `max_live` is left alone, calls
-//! running meanwhile lose nothing, and a store rotates by itself.
+//! running meanwhile lose nothing, and a store rotates by itself while
+//! vacuum is held back, and vacuums instead while it is not.
 //! Runs only when `A2_POSTGRES_URL` is set.
 
 mod support;
@@ -19,6 +20,10 @@ use a2_store_api::{
 use a2_store_postgres::{PostgresOptions, PostgresStore, Rotation, LOG_TABLES, STATE_TABLES};
 use serde_json::json;
 use support::PgFactory;
+
+/// Held by the tests that hold vacuum's horizon and by the one that needs
+/// it free: a store's periodic check sees every connection of the server.
+static HORIZON: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A store on a fresh schema of `factory` with `rotation`.
 async fn store_with(factory: &PgFactory, rotation: Rotation) -> (PostgresStore, String) {
@@ -101,6 +106,7 @@ async fn rotation_keeps_every_row_and_reclaims_under_a_held_transaction() {
     let Some(factory) = PgFactory::from_env("rotate") else {
         return;
     };
+    let _horizon = HORIZON.lock().await;
     let (store, schema) = store_with(&factory, by_hand()).await;
     let raw = support::raw_client(factory.url()).await;
 
@@ -416,6 +422,7 @@ async fn the_store_rotates_its_tables_by_itself() {
     let Some(factory) = PgFactory::from_env("rotate") else {
         return;
     };
+    let _horizon = HORIZON.lock().await;
     let (store, schema) = store_with(
         &factory,
         Rotation {
@@ -447,6 +454,61 @@ async fn the_store_rotates_its_tables_by_itself() {
             assert!(bytes(&raw, &schema, "cursors").await < 256 << 10);
         }
     }
+}
+
+/// While nothing holds vacuum's horizon, a store's periodic check vacuums
+/// a churned table instead of rotating it: the table keeps its file (no
+/// exclusive lock was taken), the statistics count the vacuums, and the
+/// churn goes on.
+#[cfg_attr(
+    a2_postgres_unset,
+    ignore = "needs a PostgreSQL server: set A2_POSTGRES_URL"
+)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_vacuums_what_vacuum_can_reclaim() {
+    let Some(factory) = PgFactory::from_env("rotate") else {
+        return;
+    };
+    let _horizon = HORIZON.lock().await;
+    let (store, schema) = store_with(
+        &factory,
+        Rotation {
+            interval: Some(Duration::from_millis(20)),
+            min_growth: 64 << 10,
+            ..Rotation::default()
+        },
+    )
+    .await;
+    let raw = support::raw_client(factory.url()).await;
+    let file = file_of(&raw, &schema, "cursors").await;
+    let vacuums = || async {
+        let row = raw
+            .query_one(
+                "SELECT pg_stat_get_vacuum_count(c.oid) FROM pg_class c \
+                 JOIN pg_namespace n ON n.oid = c.relnamespace \
+                 WHERE n.nspname = $1 AND c.relname = 'cursors'",
+                &[&schema],
+            )
+            .await
+            .expect("vacuum count");
+        row.get::<_, i64>(0)
+    };
+    let started = Instant::now();
+    while vacuums().await < 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no vacuums of cursors after {:?}",
+            started.elapsed()
+        );
+        for _ in 0..20 {
+            support::lane_cycle(&store, "s", 1).await;
+        }
+    }
+    assert_eq!(
+        file_of(&raw, &schema, "cursors").await,
+        file,
+        "cursors was rotated, though nothing held vacuum back"
+    );
 }
 
 /// A store of one connection rotates on it: a pass measures, rotates and
