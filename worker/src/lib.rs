@@ -78,8 +78,12 @@
 //!   other slots are busy. Over a backlog (a claim came back full) it keeps
 //!   up to [`claims_in_flight`](WorkerBuilder::claims_in_flight) claims
 //!   going, each for a share of the free slots, and asks for a slot as soon
-//!   as it frees up, so its slots stay full. Claims never ask, together,
-//!   for more heads than there are free slots.
+//!   as it frees up, so its slots stay full; on a store that claims a batch
+//!   in one step (PostgreSQL: one claim at a time) the next claim waits for
+//!   half the slots to be free
+//!   ([`claim_low_water`](WorkerBuilder::claim_low_water)), at most
+//!   [`CLAIM_LOW_WATER_WAIT`] (5 ms), so claims carry more heads each.
+//!   Claims never ask, together, for more heads than there are free slots.
 //!   Sessions are served fairly (longest-waiting first). Heads of one lane
 //!   are never processed together, by construction: the store hands out one
 //!   head per lane at a time.
@@ -207,6 +211,6 @@ pub use retention::{RETENTION_PAGES_PER_ROUND, RETENTION_PAGE_LIMIT};
 pub use retry::{Backoff, RetryPolicy};
 pub use worker::{
     ShutdownSummary, ShutdownTrigger, Worker, WorkerBuilder, WorkerHandle, WorkerStats,
-    CLAIM_ERROR_PAUSE, CLAIM_ERROR_PAUSE_MAX, DEFAULT_CLAIMS_IN_FLIGHT, DEFAULT_CLAIM_BATCH,
-    RENEW_FRACTION,
+    CLAIM_ERROR_PAUSE, CLAIM_ERROR_PAUSE_MAX, CLAIM_LOW_WATER_WAIT, DEFAULT_CLAIMS_IN_FLIGHT,
+    DEFAULT_CLAIM_BATCH, RENEW_FRACTION,
 };

@@ -704,6 +704,15 @@ async fn bad_options_are_invalid_input() {
         ErrorCode::InvalidInput
     );
     assert_eq!(
+        code(one().claim_low_water(0).build()),
+        ErrorCode::InvalidInput
+    );
+    assert_eq!(
+        code(one().max_in_flight(8).claim_low_water(9).build()),
+        ErrorCode::InvalidInput
+    );
+    assert!(one().max_in_flight(8).claim_low_water(8).build().is_ok());
+    assert_eq!(
         code(one().lease_ttl(Duration::from_millis(1)).build()),
         ErrorCode::InvalidInput
     );
