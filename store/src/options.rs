@@ -189,7 +189,8 @@ impl OpenOptions {
 /// # async fn demo() -> Result<(), a2_store::StoreError> {
 /// use a2_store::{OffloadOptions, OpenOptions};
 ///
-/// let dir = std::env::temp_dir().join("a2-offload-options-doc");
+/// # let scratch = tempfile::tempdir().map_err(|e| a2_store::StoreError::backend("a temporary directory", e))?;
+/// let dir = scratch.path().join("payloads"); // any directory
 /// let offload = OffloadOptions::directory(&dir).with_threshold(256 * 1024);
 /// let store = a2_store::open("memory:", OpenOptions::default().with_offload(offload)).await?;
 /// # let _ = store;

@@ -101,7 +101,8 @@
 //! use a2_store::layer::offload::OffloadStore;
 //! use a2_store::prelude::*;
 //!
-//! let dir = std::env::temp_dir().join("a2-offload-doc");
+//! # let scratch = tempfile::tempdir().map_err(|e| a2_store::StoreError::backend("a temporary directory", e))?;
+//! let dir = scratch.path().join("payloads"); // any directory
 //! let backend = a2_store::open("memory:", OpenOptions::default()).await?;
 //! let store = OffloadStore::local(backend, &dir)?.with_threshold(1024);
 //! let big = json!({"text": "x".repeat(4096)});
@@ -318,7 +319,8 @@ impl OffloadStore {
     /// use a2_store::layer::offload::OffloadStore;
     ///
     /// let backend = a2_store::open("memory:", a2_store::OpenOptions::default()).await?;
-    /// let store = OffloadStore::local(backend, std::env::temp_dir().join("a2-payloads"))?;
+    /// # let scratch = tempfile::tempdir().map_err(|e| a2_store::StoreError::backend("a temporary directory", e))?;
+    /// let store = OffloadStore::local(backend, scratch.path().join("payloads"))?;
     /// # let _ = store;
     /// # Ok(())
     /// # }
@@ -416,7 +418,8 @@ impl OffloadStore {
     /// use a2_store::layer::offload::OffloadStore;
     ///
     /// let backend = a2_store::open("memory:", a2_store::OpenOptions::default()).await?;
-    /// let store = OffloadStore::local(backend, std::env::temp_dir().join("a2-sweep-doc"))?;
+    /// # let scratch = tempfile::tempdir().map_err(|e| a2_store::StoreError::backend("a temporary directory", e))?;
+    /// let store = OffloadStore::local(backend, scratch.path().join("payloads"))?;
     /// let swept = store.sweep("chat-1", Duration::from_secs(3600)).await?;
     /// assert_eq!(swept.deleted, 0);
     /// # Ok(())
