@@ -40,6 +40,33 @@ async fn store_with(factory: &PgFactory, rotation: Rotation) -> (PostgresStore, 
     (store, schema)
 }
 
+/// A store whose periodic check runs every 20 ms, with `min_growth`, on a
+/// fresh schema, while the test holds [`HORIZON`].
+struct Checked {
+    factory: PgFactory,
+    store: PostgresStore,
+    schema: String,
+    _horizon: tokio::sync::MutexGuard<'static, ()>,
+}
+
+/// [`Checked`], once [`HORIZON`] is free; `None` without a server.
+async fn checked_often(min_growth: u64) -> Option<Checked> {
+    let factory = PgFactory::from_env("rotate")?;
+    let _horizon = HORIZON.lock().await;
+    let rotation = Rotation {
+        interval: Some(Duration::from_millis(20)),
+        min_growth,
+        ..Rotation::default()
+    };
+    let (store, schema) = store_with(&factory, rotation).await;
+    Some(Checked {
+        factory,
+        store,
+        schema,
+        _horizon,
+    })
+}
+
 fn now_ms() -> i64 {
     let since = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -419,19 +446,15 @@ async fn calls_during_rotations_lose_nothing() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_rotates_its_tables_by_itself() {
-    let Some(factory) = PgFactory::from_env("rotate") else {
+    let Some(Checked {
+        factory,
+        store,
+        schema,
+        _horizon,
+    }) = checked_often(256 << 10).await
+    else {
         return;
     };
-    let _horizon = HORIZON.lock().await;
-    let (store, schema) = store_with(
-        &factory,
-        Rotation {
-            interval: Some(Duration::from_millis(20)),
-            min_growth: 256 << 10,
-            ..Rotation::default()
-        },
-    )
-    .await;
     let raw = support::raw_client(factory.url()).await;
     let holder = support::raw_client(factory.url()).await;
     holder
@@ -466,19 +489,15 @@ async fn the_store_rotates_its_tables_by_itself() {
 )]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_vacuums_what_vacuum_can_reclaim() {
-    let Some(factory) = PgFactory::from_env("rotate") else {
+    let Some(Checked {
+        factory,
+        store,
+        schema,
+        _horizon,
+    }) = checked_often(64 << 10).await
+    else {
         return;
     };
-    let _horizon = HORIZON.lock().await;
-    let (store, schema) = store_with(
-        &factory,
-        Rotation {
-            interval: Some(Duration::from_millis(20)),
-            min_growth: 64 << 10,
-            ..Rotation::default()
-        },
-    )
-    .await;
     let raw = support::raw_client(factory.url()).await;
     let file = file_of(&raw, &schema, "cursors").await;
     let vacuums = || async {

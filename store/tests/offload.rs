@@ -48,6 +48,22 @@ async fn objects(store: &OffloadStore) -> Vec<Path> {
     paths
 }
 
+/// Sweeps session `s` twice, finding `examined` objects each time, one of
+/// them unreferenced: with an hour's grace it is young and kept, with none
+/// it is deleted.
+async fn sweeps_one_orphan(store: &OffloadStore, examined: u64) {
+    let young = store
+        .sweep("s", Duration::from_secs(3600))
+        .await
+        .expect("sweep");
+    assert_eq!(
+        (young.examined, young.deleted, young.kept_young),
+        (examined, 0, 1)
+    );
+    let swept = store.sweep("s", Duration::ZERO).await.expect("sweep");
+    assert_eq!((swept.examined, swept.deleted), (examined, 1));
+}
+
 /// A payload whose JSON is about `bytes` long, distinct per `tag`.
 fn big(tag: &str, bytes: usize) -> Value {
     json!({"tag": tag, "text": "x".repeat(bytes)})
@@ -469,13 +485,7 @@ async fn a_sweep_deletes_orphans_and_keeps_referenced_objects() {
     assert_eq!(conflict.code(), ErrorCode::IdempotencyConflict);
     assert_eq!(objects(&store).await.len(), 2);
 
-    let young = store
-        .sweep("s", Duration::from_secs(3600))
-        .await
-        .expect("sweep");
-    assert_eq!((young.examined, young.deleted, young.kept_young), (2, 0, 1));
-    let swept = store.sweep("s", Duration::ZERO).await.expect("sweep");
-    assert_eq!((swept.examined, swept.deleted), (2, 1));
+    sweeps_one_orphan(&store, 2).await;
     assert_eq!(objects(&store).await.len(), 1);
     let rows = store.read("s", ReadOptions::default()).await.expect("read");
     assert_eq!(rows[0].payload, big("kept", 4096));
@@ -510,13 +520,7 @@ async fn a_sweep_deletes_staging_objects_a_dead_write_left() {
         .await
         .expect("put");
 
-    let young = store
-        .sweep("s", Duration::from_secs(3600))
-        .await
-        .expect("sweep");
-    assert_eq!((young.examined, young.deleted, young.kept_young), (2, 0, 1));
-    let swept = store.sweep("s", Duration::ZERO).await.expect("sweep");
-    assert_eq!((swept.examined, swept.deleted), (2, 1));
+    sweeps_one_orphan(&store, 2).await;
     assert_eq!(objects(&store).await, written);
     let rows = store.read("s", ReadOptions::default()).await.expect("read");
     assert_eq!(rows[0].payload, big("kept", 4096));
