@@ -52,9 +52,8 @@ fn rotated_tables() -> impl Iterator<Item = &'static str> {
 /// statistics' estimates of its dead and live rows, whether a transaction
 /// holds back vacuum's horizon, and the seconds since the table was last
 /// vacuumed (by anyone, autovacuum included; infinite if never): `$1` the
-/// names (the
-/// connection's `search_path` is the store's schema), `$2` the age in
-/// seconds past which an open transaction holding a snapshot or a
+/// names (the connection's `search_path` is the store's schema), `$2` the
+/// age in seconds past which an open transaction holding a snapshot or a
 /// transaction id (or a prepared one) is taken to hold it. A client
 /// connection of another role whose transaction this role cannot see
 /// counts as one.
@@ -318,8 +317,9 @@ impl Floors {
     /// back they are vacuumed instead, once at least `min_growth` bytes
     /// and [`VACUUM_GAP`] intervals after their last vacuum (by any store
     /// or autovacuum): a `VACUUM` shrinks nothing, so the floors do not
-    /// apply, and it blocks no call, so it need not wait for them. Lowers each floor to the size seen (another store may
-    /// have rotated the table).
+    /// apply, and it blocks no call, so it need not wait for them. Lowers
+    /// each floor to the size seen (another store may have rotated the
+    /// table).
     fn due(&mut self, sizes: &[Measured], rotation: &Rotation) -> Vec<Due> {
         let mut due = Vec::new();
         for table in sizes {
@@ -355,8 +355,8 @@ impl Floors {
 
     /// After a pass: a rotated table's floor is its size after, and its
     /// next wait the first; a table vacuumed or too large to rotate waits
-    /// until it doubles again; a busy one is tried at the next check, waiting twice
-    /// as long (at most `lock_timeout`).
+    /// until it doubles again; a busy one is tried at the next check,
+    /// waiting twice as long (at most `lock_timeout`).
     fn passed(&mut self, report: &RotationReport, sizes: &[Measured], lock_timeout: Duration) {
         for rotated in &report.rotated {
             self.floors
@@ -542,6 +542,20 @@ mod tests {
             ..recent
         };
         assert_eq!(Floors::default().due(&[old], &rotation()).len(), 1);
+    }
+
+    /// `vacuum_of` names its tables a second time: every table a pass
+    /// measures has its `VACUUM`, of that table, so a table due for a
+    /// vacuum is never rotated instead.
+    #[test]
+    fn every_rotated_table_has_its_vacuum() {
+        for table in rotated_tables() {
+            assert_eq!(
+                vacuum_of(table),
+                Some(format!("VACUUM (TRUNCATE false) {table}").as_str()),
+                "{table}"
+            );
+        }
     }
 
     #[test]

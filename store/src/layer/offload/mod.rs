@@ -49,10 +49,11 @@
 //! to its content key once complete: the append costs about the longest
 //! of the three rather than their sum. Other object stores, where a rename
 //! is a copy, get the payload serialized and hashed first and put under
-//! its key. Payloads under the threshold are never copied or hashed. A crash or an error between the two
-//! (or an append the backend refuses, such as an idempotency conflict)
-//! leaves an orphan object no row references, and a crash during a
-//! streamed write a staging object: [`OffloadStore::sweep`] deletes both.
+//! its key. Payloads under the threshold are never copied or hashed. A
+//! crash or an error between the two (or an append the backend refuses,
+//! such as an idempotency conflict) leaves an orphan object no row
+//! references, and a crash during a streamed write a staging object:
+//! [`OffloadStore::sweep`] deletes both.
 //!
 //! # Lifetime
 //!
@@ -406,9 +407,9 @@ impl OffloadStore {
     ///
     /// Event objects are checked against every remaining row of the
     /// session. Staging objects (a streamed write that died before its
-    /// rename) are never referenced. Snapshot states are only removed when the session has no
-    /// row left (deleted): which checkpoints the store still keeps cannot be
-    /// listed. Costs a read of the session's rows.
+    /// rename) are never referenced. Snapshot states are only removed when
+    /// the session has no row left (deleted): which checkpoints the store
+    /// still keeps cannot be listed. Costs a read of the session's rows.
     ///
     /// ```
     /// # #[cfg(feature = "memory")]
